@@ -1,0 +1,27 @@
+"""rlhw: robotics-aware env servers and RL on real Franka arms and simulators, placed on Ray.
+
+The runtime names are imported lazily so that `rlhw placement` does not pay for importing Ray.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+_RUNTIME = {
+    "Cluster": "rlhw.runtime.cluster",
+    "Worker": "rlhw.runtime.worker",
+    "WorkerGroup": "rlhw.runtime.group",
+    "WorkerAddress": "rlhw.runtime.worker",
+    "WorkerInfo": "rlhw.runtime.worker",
+    "Channel": "rlhw.runtime.channel",
+}
+
+__all__ = list(_RUNTIME)
+
+
+def __getattr__(name: str):
+    if name in _RUNTIME:
+        import importlib
+
+        return getattr(importlib.import_module(_RUNTIME[name]), name)
+    raise AttributeError(f"module 'rlhw' has no attribute {name!r}")
