@@ -1,0 +1,150 @@
+"""A RobotEnv-contract env that costs nothing: for the env service's tests and benchmark.
+
+It moves no arm and renders nothing; it returns preallocated arrays, so a benchmark against it
+measures the service and not the env. It records what the server did to it (stops, closes, the
+order of events) so tests can check safety behaviour such as "shutdown stops the arm first".
+It is not a simulator: the MuJoCo backend (drivers/) is what the compliance tests run against.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from rlhw.errors import RobotFault
+from rlhw.robot.spec import EnvSpec, TensorSpec
+
+
+class FakeEnv:
+    """Proprio observations (+ optional HxWx3 uint8 cameras); 7-D action in [-1, 1]."""
+
+    def __init__(
+        self,
+        cameras: int = 0,
+        image_hw: tuple[int, int] = (128, 128),
+        episode_length: int = 50,
+        num_envs: int = 1,
+        step_delay_s: float = 0.0,
+        reset_delay_s: float = 0.0,
+    ):
+        self.num_envs = num_envs
+        self.episode_length = episode_length
+        self.step_delay_s = step_delay_s
+        self.reset_delay_s = reset_delay_s
+        cam_names = tuple(f"cam{i}" for i in range(cameras))
+        obs = {
+            "joint_pos": TensorSpec("joint_pos", "float32", (7,), -3.0, 3.0),
+            "ee_pose": TensorSpec("ee_pose", "float32", (7,)),
+            "gripper": TensorSpec("gripper", "float32", (1,), 0.0, 0.08),
+        }
+        for name in cam_names:
+            obs[name] = TensorSpec(name, "uint8", (*image_hw, 3))
+        self.spec = EnvSpec(
+            observations=obs,
+            action=TensorSpec("action", "float32", (7,), -1.0, 1.0),
+            control_hz=10.0,
+            num_envs=num_envs,
+            robot="fake arm (no hardware)",
+            cameras=cam_names,
+            description="rlhw.env.fake_env.FakeEnv: constant observations, for service tests",
+        )
+        batch = (num_envs,) if num_envs > 1 else ()
+        rng = np.random.default_rng(0)
+        self._obs = {
+            name: (
+                rng.integers(0, 255, batch + s.shape, dtype=np.uint8)
+                if s.dtype == "uint8"
+                else np.zeros(batch + s.shape, dtype=s.dtype)
+            )
+            for name, s in obs.items()
+        }
+        self._t = np.zeros(num_envs, dtype=np.int64)
+        self.events: list[str] = []
+        self.stops = 0
+        self.closed = False
+        self.steps = 0
+        self.resets = 0
+        self.last_action: np.ndarray | None = None
+        self.fail_next: RobotFault | Exception | None = None
+        self._lock = threading.Lock()
+
+    # -- contract -----------------------------------------------------------------------------
+    def _info(self, t0: float) -> dict:
+        now = time.time()
+        return {
+            "timestamps": {name: now for name in self._obs},
+            "timing": {"env": time.perf_counter() - t0},
+            "success": np.zeros(self.num_envs, bool) if self.num_envs > 1 else False,
+            "fault": None,
+        }
+
+    def reset(self, seed: int | None = None):
+        t0 = time.perf_counter()
+        self.events.append("reset")
+        if self.reset_delay_s:
+            time.sleep(self.reset_delay_s)
+        self.resets += 1
+        self._t[:] = 0
+        self._obs["joint_pos"][...] = 0.0
+        return self._obs, self._info(t0)
+
+    def step(self, action: np.ndarray):
+        t0 = time.perf_counter()
+        if self.fail_next is not None:
+            err, self.fail_next = self.fail_next, None
+            raise err
+        if self.step_delay_s:
+            time.sleep(self.step_delay_s)
+        self.steps += 1
+        self.last_action = action
+        self._t += 1
+        # The joint position follows the action a little, so tests can see actions arrive.
+        self._obs["joint_pos"][...] = np.clip(self._obs["joint_pos"] + 0.01 * action, -3.0, 3.0)
+        truncated = self._t >= self.episode_length
+        info = self._info(t0)
+        if self.num_envs == 1:
+            return self._obs, float(-np.abs(action).sum()), False, bool(truncated[0]), info
+        reward = -np.abs(action).sum(axis=-1).astype(np.float32)
+        terminated = np.zeros(self.num_envs, bool)
+        if truncated.any():
+            info["final_observation"] = {k: v.copy() for k, v in self._obs.items()}
+            info["_final_observation"] = truncated.copy()
+            self._t[truncated] = 0
+        return self._obs, reward, terminated, truncated, info
+
+    def stop(self) -> None:
+        self.events.append("stop")
+        self.stops += 1
+
+    def status(self) -> dict:
+        return {"steps": self.steps, "resets": self.resets, "stops": self.stops, "closed": self.closed}
+
+    def close(self) -> None:
+        self.events.append("close")
+        self.closed = True
+
+
+def make_fake_env(config=None, robot_rank: int = 0, **kwargs) -> FakeEnv:
+    """Factory with make_env's signature, for ``rlhw serve-env --env rlhw.env.fake_env:make_fake_env``.
+
+    Keyword arguments come from the ``RLHW_FAKE_ENV`` environment variable (``cameras=2,h=128,w=128``)
+    so subprocess tests can shape it.
+    """
+    import os
+
+    opts = dict(kwargs)
+    for item in filter(None, os.environ.get("RLHW_FAKE_ENV", "").split(",")):
+        key, _, value = item.partition("=")
+        opts[key.strip()] = value.strip()
+    h = int(opts.pop("h", 128))
+    w = int(opts.pop("w", 128))
+    return FakeEnv(
+        cameras=int(opts.pop("cameras", 0)),
+        image_hw=(h, w),
+        episode_length=int(opts.pop("episode_length", 50)),
+        num_envs=int(opts.pop("num_envs", 1)),
+        step_delay_s=float(opts.pop("step_delay_s", 0.0)),
+        reset_delay_s=float(opts.pop("reset_delay_s", 0.0)),
+    )

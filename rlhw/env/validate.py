@@ -1,0 +1,97 @@
+"""Check a request's action against the spec before anything reaches the arm.
+
+Every rejection names the field and says what would have been accepted, because the person reading
+it is usually writing a client in another language and cannot see the server's code.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from rlhw.env import codec
+from rlhw.env.v1 import env_pb2 as pb
+from rlhw.robot.spec import TensorSpec
+
+
+class InvalidRequest(ValueError):
+    """A request does not match the spec. ``field`` is the request field at fault."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")
+
+
+class ActionChecker:
+    """Validates action tensors for one spec (bounds prepared once, not per step)."""
+
+    def __init__(self, spec: TensorSpec, num_envs: int = 1):
+        self.spec = spec
+        self.dtype = np.dtype(spec.dtype)
+        self.code = codec.dtype_code(self.dtype)
+        self.shape = ((num_envs,) if num_envs > 1 else ()) + tuple(int(d) for d in spec.shape)
+        self.nbytes = math.prod(self.shape) * self.dtype.itemsize
+        self.low = None if spec.low is None else np.broadcast_to(np.asarray(spec.low, dtype=np.float64), spec.shape)
+        self.high = None if spec.high is None else np.broadcast_to(np.asarray(spec.high, dtype=np.float64), spec.shape)
+        self.is_float = np.issubdtype(self.dtype, np.floating)
+
+    def check(self, tensor: pb.Tensor, field: str = "action") -> np.ndarray:
+        """The action as a read-only array of the spec's dtype and shape, or InvalidRequest."""
+        if tensor.dtype != self.code:
+            raise InvalidRequest(
+                f"{field}.dtype",
+                f"expected {self.dtype.name}, got {codec.dtype_name(tensor.dtype)}; "
+                f"send {self.dtype.name} (numpy.{self.dtype.name})",
+            )
+        shape = tuple(tensor.shape)
+        if shape != self.shape:
+            raise InvalidRequest(f"{field}.shape", f"expected {list(self.shape)}, got {list(shape)}")
+        if len(tensor.data) != self.nbytes:
+            raise InvalidRequest(
+                f"{field}.data",
+                f"has {len(tensor.data)} bytes; shape {list(self.shape)} of {self.dtype.name} needs {self.nbytes}",
+            )
+        arr = np.frombuffer(tensor.data, dtype=self.dtype).reshape(self.shape)
+        return self.check_array(arr, field)
+
+    def check_array(self, arr: np.ndarray, field: str = "action") -> np.ndarray:
+        """Finite and within bounds (dtype and shape already right)."""
+        if self.is_float:
+            finite = np.isfinite(arr)
+            if not finite.all():
+                idx = _first(~finite)
+                raise InvalidRequest(
+                    f"{field}{idx}", f"is {arr[tuple(idx)]}; actions must be finite ({int((~finite).sum())} bad values)"
+                )
+        if self.low is not None:
+            below = arr < self.low
+            if below.any():
+                idx = _first(below)
+                raise InvalidRequest(
+                    f"{field}{idx}",
+                    f"= {arr[tuple(idx)]!r} is below the spec's low bound {self.low[tuple(idx[-len(self.spec.shape):]) if self.spec.shape else ()]!r}",
+                )
+        if self.high is not None:
+            above = arr > self.high
+            if above.any():
+                idx = _first(above)
+                raise InvalidRequest(
+                    f"{field}{idx}",
+                    f"= {arr[tuple(idx)]!r} is above the spec's high bound {self.high[tuple(idx[-len(self.spec.shape):]) if self.spec.shape else ()]!r}",
+                )
+        return arr
+
+
+class _Index(list):
+    def __str__(self) -> str:
+        return "[" + ", ".join(str(i) for i in self) + "]" if self else ""
+
+    __repr__ = __str__
+
+
+def _first(mask: np.ndarray) -> _Index:
+    if mask.ndim == 0:
+        return _Index()
+    return _Index(int(i) for i in np.argwhere(mask)[0])
