@@ -1,9 +1,201 @@
-"""The `env` section of an rlhw config (placeholder: its owner fills it in)."""
+"""The `env:` section of an rlhw config: which task runs, on which driver, at what rate, inside which limits.
+
+Every limit has a safe default, so a config that says nothing about safety still gets a bounded
+workspace, slow steps and a slow reset. Positions are metres in the robot's base frame, angles are
+radians, rates are per second. The values are validated once here; drivers and tasks trust them.
+
+Who reads what:
+- ``rlhw.robot.make_env`` (driver choice, sim mode, cameras, control rate, num_envs);
+- ``rlhw.robot.safety`` (``safety``), ``rlhw.robot.env`` (``reset``, ``max_episode_steps``);
+- tasks (``action``, ``reach``, ``task_options``); the env server and the RL pipeline (``num_envs``).
+"""
 
 from __future__ import annotations
 
+import math
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
 from rlhw.config.base import StrictModel
+
+Vec3 = tuple[float, float, float]
+Vec7 = tuple[float, float, float, float, float, float, float]
+
+#: Franka Research 3 joint position limits (radians), from Franka's robot specification.
+FR3_Q_MIN: Vec7 = (-2.7437, -1.7837, -2.9007, -3.0421, -2.8065, 0.5445, -3.0159)
+FR3_Q_MAX: Vec7 = (2.7437, 1.7837, 2.9007, -0.1518, 2.8065, 4.5169, 3.0159)
+#: FR3 joint velocity limits (rad/s).
+FR3_DQ_MAX: Vec7 = (2.62, 2.62, 2.62, 2.62, 5.26, 4.18, 5.26)
+#: The usual "ready" posture (same as rlhw.robot.arm.HOME_Q).
+FR3_HOME_Q: Vec7 = (0.0, -math.pi / 4, 0.0, -3 * math.pi / 4, 0.0, math.pi / 2, math.pi / 4)
+
+
+def _check_box(low: Vec3, high: Vec3, what: str) -> None:
+    for axis, lo, hi in zip("xyz", low, high):
+        if not lo < hi:
+            raise ValueError(f"{what}: low.{axis}={lo} must be < high.{axis}={hi}; swap or widen the box")
+
+
+def _all_finite(values, what: str):
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError(f"{what} must be finite numbers, got {list(values)}")
+    return values
+
+
+class SafetyConfig(StrictModel):
+    """Limits the safety layer enforces on every command, independent of the driver."""
+
+    workspace_low: Vec3 = Field((0.25, -0.30, 0.10), description="lower corner of the allowed end-effector box (m, base frame)")
+    workspace_high: Vec3 = Field((0.70, 0.30, 0.60), description="upper corner of the allowed end-effector box (m, base frame)")
+    max_step_m: float = Field(0.03, gt=0, le=0.2, description="largest end-effector displacement one step may command (m)")
+    max_velocity_mps: float = Field(0.3, gt=0, le=2.0, description="largest commanded end-effector speed (m/s); with the control period this caps the step further")
+    joint_limit_margin_rad: float = Field(0.05, ge=0, le=0.5, description="a measured joint closer than this to its limit stops the arm with fault 'limit'")
+    q_min: Vec7 = Field(FR3_Q_MIN, description="joint lower limits (rad); default FR3")
+    q_max: Vec7 = Field(FR3_Q_MAX, description="joint upper limits (rad); default FR3")
+    dq_max: Vec7 = Field(FR3_DQ_MAX, description="joint speed limits (rad/s); a faster measured joint stops the arm with fault 'limit'")
+    gripper_max_speed_mps: float = Field(0.1, gt=0, le=1.0, description="largest commanded change of finger width per second (m/s)")
+    max_recoveries: int = Field(3, ge=1, le=20, description="strikes (failed recoveries, or faults right after one) before the env locks itself")
+    camera_max_age_s: float = Field(0.5, gt=0, description="a camera frame older than this is a 'camera_stall' fault (real-time drivers)")
+
+    @field_validator("workspace_low", "workspace_high", "q_min", "q_max", "dq_max")
+    @classmethod
+    def _finite(cls, v, info):
+        return _all_finite(v, info.field_name)
+
+    @field_validator("dq_max")
+    @classmethod
+    def _positive_speeds(cls, v):
+        if any(x <= 0 for x in v):
+            raise ValueError(f"every joint speed limit must be > 0, got {list(v)}")
+        return v
+
+    @model_validator(mode="after")
+    def _boxes(self):
+        _check_box(self.workspace_low, self.workspace_high, "workspace")
+        for i, (lo, hi) in enumerate(zip(self.q_min, self.q_max)):
+            if not lo + 2 * self.joint_limit_margin_rad < hi:
+                raise ValueError(
+                    f"joint {i + 1}: q_min={lo} + 2*joint_limit_margin_rad must be < q_max={hi}; check the limits or shrink the margin"
+                )
+        return self
+
+
+class ResetConfig(StrictModel):
+    """How an episode starts: a slow joint move home, then an optional random offset of the hand."""
+
+    home_q: Vec7 = Field(FR3_HOME_Q, description="joint posture to move to at every reset (rad); must lie inside the joint limits")
+    speed_factor: float = Field(0.2, gt=0, le=0.5, description="relative dynamics of the reset move (fraction of max speed/accel); reduced on purpose")
+    timeout_s: float = Field(20.0, gt=0, le=120, description="the reset move fails with fault 'timeout' after this")
+    randomize_radius_m: float = Field(0.0, ge=0, le=0.2, description="after homing, move the hand to a random point within this radius (clipped to the workspace); 0 = off")
+    settle_s: float = Field(1.0, gt=0, le=10, description="time given to the randomizing move to settle")
+
+    @field_validator("home_q")
+    @classmethod
+    def _finite(cls, v):
+        return _all_finite(v, "home_q")
+
+
+class ActionConfig(StrictModel):
+    """How a policy's action in [-1, 1] becomes a command."""
+
+    scale_m: float = Field(0.025, gt=0, le=0.2, description="end-effector displacement (m) for an action of 1.0 along an axis")
+    gripper: bool = Field(False, description="add a 4th action component: -1 closes the fingers, +1 opens them fully")
+
+
+class ReachConfig(StrictModel):
+    """The `reach` task: move the hand to a target sampled uniformly in a box."""
+
+    target_low: Vec3 = Field((0.32, -0.15, 0.20), description="lower corner of the target box (m); must lie inside the workspace")
+    target_high: Vec3 = Field((0.55, 0.15, 0.45), description="upper corner of the target box (m); must lie inside the workspace")
+    success_m: float = Field(0.03, gt=0, le=0.2, description="the episode succeeds when the hand is this close to the target")
+    terminate_on_success: bool = Field(True, description="end the episode (terminated=True) on success")
+    reward_scale_m: float = Field(0.1, gt=0, description="reward = -distance / reward_scale_m, so 10 cm away costs 1 per step")
+
+    @model_validator(mode="after")
+    def _box(self):
+        _check_box(self.target_low, self.target_high, "reach target box")
+        return self
+
+
+class MockFaultConfig(StrictModel):
+    """One scheduled fault of the mock drivers (tests and demos of fault handling)."""
+
+    kind: Literal["reflex", "timeout", "network", "hang", "recover_fail", "camera_stall", "drop_frames"]
+    after: int = Field(0, ge=0, description="number of matching calls that succeed before the fault fires")
+    count: int = Field(1, ge=1, description="how many consecutive calls the fault affects")
+    on: str | None = Field(None, description="driver method the fault hits (default: the natural one for the kind)")
 
 
 class EnvConfig(StrictModel):
-    pass
+    """The `env:` section. Defaults give a sim-only 10 Hz reach that a safety reviewer would accept."""
+
+    task: str = Field("reach", description="task name: 'reach' (built in) or 'push_cube' (sim only)")
+    driver: Literal["auto", "franka", "mujoco", "mock"] = Field(
+        "auto", description="arm driver; auto = franka when the env node group has Franka hardware, else mujoco"
+    )
+    camera_driver: Literal["auto", "realsense", "mujoco", "mock"] = Field(
+        "auto", description="camera driver; auto = realsense with real Franka hardware, else the arm's simulator"
+    )
+    sim: Literal["mujoco", "mock"] | None = Field(
+        None, description="sim-only mode: replace every robot and camera by this driver, keeping the placement"
+    )
+    control_hz: float = Field(10.0, gt=0, le=1000, description="policy steps per second")
+    num_envs: int = Field(1, ge=1, le=4096, description="env instances per env server (simulators only; 1 for a real arm)")
+    max_episode_steps: int = Field(50, ge=1, description="episodes are truncated after this many steps")
+    images: bool = Field(False, description="add one uint8 HxWx3 observation 'image_<camera>' per camera")
+    image_size: tuple[int, int] = Field((128, 128), description="(height, width) of image observations in pixels")
+    sim_cameras: tuple[str, ...] = Field(
+        ("front",), description="camera names in sim when the hardware lists no camera serials"
+    )
+    seed: int = Field(0, ge=0, description="base seed; env instance i of robot r uses seed + 1000*r + i")
+    driver_timeout_s: float = Field(2.0, gt=0, le=60, description="bound on every non-motion driver call (state, command, stop)")
+    safety: SafetyConfig = Field(default_factory=SafetyConfig)
+    reset: ResetConfig = Field(default_factory=ResetConfig)
+    action: ActionConfig = Field(default_factory=ActionConfig)
+    reach: ReachConfig = Field(default_factory=ReachConfig)
+    task_options: dict[str, Any] = Field(default_factory=dict, description="extra keyword options of the chosen task (e.g. push_cube)")
+    mock_faults: tuple[MockFaultConfig, ...] = Field((), description="faults the mock drivers inject (tests/demos)")
+
+    @field_validator("task")
+    @classmethod
+    def _task_name(cls, v):
+        if not v or not v.replace("_", "").isalnum():
+            raise ValueError(f"task name {v!r} must be a word like 'reach' or 'push_cube'")
+        return v
+
+    @field_validator("image_size")
+    @classmethod
+    def _image_size(cls, v):
+        h, w = v
+        if not (8 <= h <= 4096 and 8 <= w <= 4096):
+            raise ValueError(f"image_size (height, width) = {tuple(v)} must be between 8 and 4096 pixels each")
+        return v
+
+    @field_validator("sim_cameras")
+    @classmethod
+    def _camera_names(cls, v):
+        if len(set(v)) != len(v):
+            raise ValueError(f"sim_cameras has duplicate names: {list(v)}")
+        for name in v:
+            if not name or not name.replace("_", "").replace("-", "").isalnum():
+                raise ValueError(f"camera name {name!r} must be letters, digits, '_' or '-'")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        s = self.safety
+        lo, hi = s.workspace_low, s.workspace_high
+        for axis, tlo, thi, wlo, whi in zip("xyz", self.reach.target_low, self.reach.target_high, lo, hi):
+            if tlo < wlo or thi > whi:
+                raise ValueError(
+                    f"reach target box {axis}=[{tlo}, {thi}] leaves the safety workspace {axis}=[{wlo}, {whi}]; "
+                    "shrink env.reach.target_low/high or widen env.safety.workspace_low/high"
+                )
+        for i, (q, qlo, qhi) in enumerate(zip(self.reset.home_q, s.q_min, s.q_max)):
+            if not qlo + s.joint_limit_margin_rad < q < qhi - s.joint_limit_margin_rad:
+                raise ValueError(
+                    f"reset.home_q joint {i + 1} = {q} is not inside the joint limits [{qlo}, {qhi}] minus the margin "
+                    f"{s.joint_limit_margin_rad}; pick a home posture inside the limits"
+                )
+        return self

@@ -1,0 +1,30 @@
+"""Robot layer: arms, cameras, the safety layer, tasks and the env that ties them together.
+
+``make_env(config, robot_rank=0)`` -> `RobotEnv`; ``make_batched_env(config, robot_rank=0)`` ->
+`BatchedEnv` of ``env.num_envs`` instances. Imported lazily so ``import rlhw.robot`` stays cheap.
+"""
+
+from __future__ import annotations
+
+_LAZY = {
+    "make_env": "rlhw.robot.factory",
+    "make_batched_env": "rlhw.robot.factory",
+    "plan_env": "rlhw.robot.factory",
+    "RobotEnv": "rlhw.robot.env",
+    "BatchedEnv": "rlhw.robot.batch",
+    "SafetyLayer": "rlhw.robot.safety",
+    "register_arm": "rlhw.robot.registry",
+    "register_camera": "rlhw.robot.registry",
+    "make_arm": "rlhw.robot.registry",
+    "make_camera": "rlhw.robot.registry",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'rlhw.robot' has no attribute {name!r}")

@@ -76,6 +76,18 @@ class Arm(abc.ABC):
     def recover(self, timeout_s: float = 5.0) -> bool:
         """Clear error flags (automatic error recovery). Returns True when the arm is ready again."""
 
+    # Simulated time. A real arm moves on its own clock: the env sleeps until the control period
+    # ends. A simulated arm only moves when told to: it sets ``realtime = False`` and the env calls
+    # ``advance(dt)`` once per step instead of sleeping (and during reset settling), so a simulator
+    # runs as fast as the CPU allows and stays deterministic. Cameras bound to a simulated arm
+    # render the state after the latest ``advance``.
+    realtime: bool = True
+
+    def advance(self, dt: float) -> None:
+        """Simulated arms only: integrate ``dt`` seconds of simulated time, tracking the latest
+        targets (physics substeps are the driver's business). Never called on a real-time arm."""
+        raise NotImplementedError(f"{type(self).__name__} is a real-time arm; it has no simulated clock to advance")
+
     # Conveniences that read like the task.
     max_gripper_width: float = 0.08
 

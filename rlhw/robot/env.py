@@ -11,3 +11,366 @@ Contract used by the env service (rlhw.env) and the RL pipeline:
 - ``stop()`` halts the arm now; ``status()`` returns a JSON-able dict (read-only, never moves);
   ``close()`` stops and releases hardware.
 """
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from rlhw.config.env import EnvConfig
+from rlhw.errors import RobotFault, SafetyViolation
+from rlhw.robot.arm import Arm, ArmState
+from rlhw.robot.camera import Camera, Frame
+from rlhw.robot.images import fit_image
+from rlhw.robot.safety import SafetyLayer
+from rlhw.robot.spec import EnvSpec, TensorSpec
+from rlhw.robot.tasks.base import Task
+
+log = logging.getLogger(__name__)
+
+IMAGE_PREFIX = "image_"
+
+
+def image_key(camera: str) -> str:
+    """Observation name of a camera's color image."""
+    return IMAGE_PREFIX + camera
+
+
+class RobotEnv:
+    """One task on one arm, behind the safety layer. See the module docstring for the contract.
+
+    Time. With a real-time arm (``arm.realtime``), ``step`` sends the command, sleeps until the
+    control period (1 / ``env.control_hz``) that began at the previous step ends, then observes; a
+    step that starts late resynchronises instead of bursting, and ``info["timing"]["late"]`` says by
+    how much. With a simulated arm it calls ``arm.advance(period)`` instead of sleeping.
+
+    Faults. A `RobotFault` from the driver, a camera or a state check ends the episode: the arm is
+    stopped and recovered (see rlhw.robot.safety), ``step`` returns ``truncated=True`` with
+    ``info["fault"]`` = the kind and ``info["fault_message"]``, and the observation is the last good
+    one (its timestamps say how old it is). When the safety layer locks, that step reports
+    ``info["fault"] = "locked"`` (``info["fault_cause"]`` keeps the kind that led to it) and every later
+    ``reset``/``step`` raises `SafetyViolation` with the reason. Choice: raising rather than returning
+    truncated forever, so no training loop spins silently against a locked arm.
+
+    Nothing moves unless asked: construction and ``connect`` send no motion; ``reset`` moves home
+    (slowly) and ``step`` moves by one bounded step. ``step`` before ``reset``, after the episode
+    ended, or after ``stop()`` raises `SafetyViolation` (call ``reset``).
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        arm: Arm,
+        cameras: Mapping[str, Camera] | None,
+        config: EnvConfig,
+        *,
+        seed: int | None = None,
+        robot: str = "",
+    ):
+        self.config = config
+        self.task = task
+        self.arm = arm
+        self.cameras: dict[str, Camera] = dict(cameras or {})
+        self.period = 1.0 / config.control_hz
+        self.safety = SafetyLayer(arm, config.safety, self.period)
+        self.realtime = bool(getattr(arm, "realtime", True))
+        self.seed = config.seed if seed is None else seed
+        self._rng = np.random.default_rng(self.seed)
+        task.bind(arm)
+        self.connected = False
+        self.closed = False
+        self.episode_active = False
+        self.episode_step = 0
+        self.episodes = 0
+        self._ended_because = "call reset() first"
+        self._state: ArmState | None = None
+        self._obs: dict[str, np.ndarray] | None = None
+        self._stamps: dict[str, float] = {}
+        self._deadline = 0.0
+        self.last_fault: dict[str, Any] | None = None
+        obs_specs = dict(task.observation_specs())
+        if config.images:
+            h, w = config.image_size
+            for cam in self.cameras:
+                obs_specs[image_key(cam)] = TensorSpec(image_key(cam), "uint8", (h, w, 3), 0, 255)
+        self.spec = EnvSpec(
+            observations=obs_specs,
+            action=task.action_spec(),
+            control_hz=config.control_hz,
+            num_envs=1,
+            robot=robot or getattr(arm, "name", type(arm).__name__),
+            cameras=tuple(self.cameras),
+            description=f"{task.name} on {type(arm).__name__}" + (" (simulated time)" if not self.realtime else ""),
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def connect(self) -> None:
+        """Open the arm link and the cameras. Sends no motion."""
+        if self.connected:
+            return
+        self.arm.connect(timeout_s=max(self.config.driver_timeout_s, 5.0))
+        for cam in self.cameras.values():
+            cam.open(timeout_s=max(self.config.driver_timeout_s, 5.0))
+        self.connected = True
+
+    def close(self) -> None:
+        """Stop the arm and release arm and cameras. Safe to call twice."""
+        if self.closed:
+            return
+        self.closed = True
+        self.episode_active = False
+        self.safety.safe_stop()
+        for thing in [*self.cameras.values(), self.arm]:
+            try:
+                thing.close()
+            except Exception as e:  # closing must go on for the other devices
+                log.warning("close() of %s failed: %s", thing, e)
+
+    def __enter__(self) -> "RobotEnv":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def stop(self) -> None:
+        """Halt the arm now (hold pose) and end the episode; the next call must be ``reset``."""
+        self.safety.safe_stop()
+        if self.episode_active:
+            self._ended_because = "the arm was stopped by stop(); call reset()"
+        self.episode_active = False
+
+    def unlock(self) -> None:
+        """Operator action after inspecting a locked robot; the next call must be ``reset``."""
+        self.safety.unlock()
+
+    # -- episode -------------------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        if self.closed:
+            raise SafetyViolation("reset() on a closed env")
+        self._raise_if_locked()
+        t0 = time.perf_counter()
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        if not self.connected:
+            self.connect()
+        self.episode_active = False
+        faults: list[str] = []
+        while True:
+            try:
+                timing = self._reset_once()
+                break
+            except RobotFault as fault:
+                faults.append(str(fault))
+                self._handle(fault)
+                self._raise_if_locked()
+        self.episode_active = True
+        self.episode_step = 0
+        self.episodes += 1
+        timing["total"] = time.perf_counter() - t0
+        self._deadline = time.monotonic()
+        info = self._info(timing, success=self.task.success(self._state), fault=None)
+        info["reset_faults"] = faults
+        return self._copy_obs(), info
+
+    def _reset_once(self) -> dict[str, float]:
+        rc = self.config.reset
+        t0 = time.perf_counter()
+        self.safety.move_home(np.array(rc.home_q), rc.speed_factor, rc.timeout_s)
+        state = self._read_state()
+        if rc.randomize_radius_m > 0:
+            direction = self._rng.normal(size=3)
+            offset = direction / max(np.linalg.norm(direction), 1e-9) * rc.randomize_radius_m * self._rng.uniform() ** (1 / 3)
+            target = np.clip(state.ee_position + offset, self.safety.low, self.safety.high)
+            self.arm.command_pose(np.concatenate([target, state.ee_pose[3:7]]))
+            self._wait(rc.settle_s)
+            state = self._read_state()
+        if self.config.action.gripper:
+            self.arm.open_gripper()
+            self._wait(min(rc.settle_s, self.arm.max_gripper_width / self.config.safety.gripper_max_speed_mps))
+            state = self._read_state()
+        self.safety.sync_gripper(state)
+        t1 = time.perf_counter()
+        self.task.reset(state, self._rng)
+        frames = self._read_frames()
+        self._observe(state, frames)
+        return {"move_home": t1 - t0, "observe": time.perf_counter() - t1}
+
+    def step(self, action) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        self._raise_if_locked()
+        if not self.episode_active:
+            raise SafetyViolation(f"step() refused: no active episode ({self._ended_because})")
+        action = self._check_action(action)
+        t0 = time.perf_counter()
+        timing: dict[str, float] = {}
+        clipped = False
+        try:
+            cmd = self.task.command(action, self._state)
+            report = self.safety.move_to(cmd.position, self._state, self.task.orientation)
+            clipped = report.clipped
+            if cmd.gripper_width is not None:
+                clipped = self.safety.set_gripper(cmd.gripper_width) or clipped
+            t1 = time.perf_counter()
+            timing["command"] = t1 - t0
+            timing["late"] = self._wait_period()
+            t2 = time.perf_counter()
+            timing["wait"] = t2 - t1
+            state = self._read_state()
+            frames = self._read_frames()
+            self._observe(state, frames)
+            timing["observe"] = time.perf_counter() - t2
+        except RobotFault as fault:
+            return self._fault_step(fault, t0, timing)
+        self.safety.note_clean_step()
+        self.episode_step += 1
+        reward = float(self.task.reward(state))
+        success = bool(self.task.success(state))
+        terminated = bool(self.task.terminated(state))
+        truncated = not terminated and self.episode_step >= self.config.max_episode_steps
+        if terminated or truncated:
+            self.episode_active = False
+            self._ended_because = "the episode ended; call reset()"
+        timing["total"] = time.perf_counter() - t0
+        info = self._info(timing, success=success, fault=None)
+        info["clipped"] = clipped
+        return self._copy_obs(), reward, terminated, truncated, info
+
+    # -- pieces --------------------------------------------------------------------------------
+    def _check_action(self, action) -> np.ndarray:
+        spec = self.spec.action
+        a = np.asarray(action, dtype=np.float32)
+        if a.shape != spec.shape:
+            raise ValueError(f"action has shape {a.shape}, expected {spec.shape} (float32 in [-1, 1])")
+        if not np.all(np.isfinite(a)):
+            raise SafetyViolation(f"action contains NaN or inf ({a.tolist()}); nothing was sent to the arm")
+        return np.clip(a, -1.0, 1.0)
+
+    def _read_state(self) -> ArmState:
+        state = self.arm.state()
+        self.safety.check_state(state)
+        return state
+
+    def _read_frames(self) -> dict[str, Frame]:
+        if not self.config.images:
+            return {}
+        max_age = self.config.safety.camera_max_age_s
+        return {name: cam.latest(max_age_s=max_age) for name, cam in self.cameras.items()}
+
+    def _observe(self, state: ArmState, frames: Mapping[str, Frame]) -> None:
+        obs = self.task.observe(state, frames)
+        stamps = {k: state.timestamp for k in obs}
+        h, w = self.config.image_size
+        for name, frame in frames.items():
+            key = image_key(name)
+            obs[key] = fit_image(frame.color, h, w)
+            stamps[key] = frame.timestamp
+        self._state, self._obs, self._stamps = state, obs, stamps
+
+    def _copy_obs(self) -> dict[str, np.ndarray]:
+        return {k: v.copy() for k, v in self._obs.items()}
+
+    def _wait(self, seconds: float) -> None:
+        if self.realtime:
+            time.sleep(seconds)
+        else:
+            self.arm.advance(seconds)
+
+    def _wait_period(self) -> float:
+        """Real time: sleep to the end of this control period; returns how late the step was (s)."""
+        if not self.realtime:
+            self.arm.advance(self.period)
+            return 0.0
+        self._deadline += self.period
+        now = time.monotonic()
+        if now > self._deadline:
+            late = now - self._deadline
+            self._deadline = now  # resynchronise; never burst to catch up
+            return late
+        time.sleep(self._deadline - now)
+        return 0.0
+
+    def _recovery_for(self, fault: RobotFault) -> Callable[[], bool] | None:
+        if fault.kind != "camera_stall":
+            return None
+
+        def reopen() -> bool:
+            for cam in self.cameras.values():
+                cam.close()
+                cam.open(timeout_s=max(self.config.driver_timeout_s, 5.0))
+            return True
+
+        return reopen
+
+    def _handle(self, fault: RobotFault) -> None:
+        record = self.safety.handle_fault(fault, self._recovery_for(fault))
+        self.last_fault = {
+            "kind": fault.kind,
+            "message": str(fault),
+            "time": record.time,
+            "recovered": record.recovered,
+            "attempts": record.attempts,
+        }
+
+    def _fault_step(self, fault: RobotFault, t0: float, timing: dict[str, float]):
+        self._handle(fault)
+        self.episode_active = False
+        self._ended_because = f"the episode was truncated by fault {fault.kind}; call reset()"
+        timing["total"] = time.perf_counter() - t0
+        if self.safety.locked:
+            info = self._info(timing, success=False, fault="locked", message=self.safety.lock_reason)
+            info["fault_cause"] = fault.kind
+        else:
+            info = self._info(timing, success=False, fault=fault.kind, message=str(fault))
+        info["clipped"] = False
+        reward = float(self.task.reward(self._state))
+        return self._copy_obs(), reward, False, True, info
+
+    def _info(self, timing: dict[str, float], *, success: bool, fault: str | None, message: str | None = None) -> dict[str, Any]:
+        return {
+            "timestamps": dict(self._stamps),
+            "timing": timing,
+            "success": bool(success),
+            "fault": fault,
+            "fault_message": message,
+            "episode_step": self.episode_step,
+        }
+
+    def _raise_if_locked(self) -> None:
+        if self.safety.locked:
+            raise SafetyViolation(f"env locked, the arm will not move: {self.safety.lock_reason}")
+
+    # -- read-only -----------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """JSON-able facts; reads nothing from the driver (the last measured state is reported)."""
+        st = self._state
+        arm = None
+        if st is not None:
+            arm = {
+                "timestamp": st.timestamp,
+                "age_s": max(0.0, time.time() - st.timestamp),
+                "q": np.asarray(st.q).tolist(),
+                "ee_pose": np.asarray(st.ee_pose).tolist(),
+                "gripper_width": float(st.gripper_width),
+                "errors": list(st.errors),
+            }
+        return {
+            "robot": self.spec.robot,
+            "driver": type(self.arm).__name__,
+            "cameras": list(self.cameras),
+            "realtime": self.realtime,
+            "control_hz": self.config.control_hz,
+            "connected": self.connected,
+            "closed": self.closed,
+            "episode_active": self.episode_active,
+            "episode_step": self.episode_step,
+            "episodes": self.episodes,
+            "locked": self.safety.locked,
+            "lock_reason": self.safety.lock_reason,
+            "strikes": self.safety.strikes,
+            "last_fault": self.last_fault,
+            "task": self.task.describe(),
+            "limits": self.safety.describe_limits(),
+            "arm": arm,
+        }

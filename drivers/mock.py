@@ -1,0 +1,373 @@
+"""Mock arm and camera: pure Python, deterministic, fast, and able to fail on purpose.
+
+They exist so that every safety rule and every fault path can be tested without a robot (franky-sim
+never raises reflex errors, see FIELD-NOTES). They are not a physics model:
+
+- `MockArm` runs in *simulated* time (``realtime = False``): the env calls ``advance(dt)`` and the
+  end effector follows its target with a first-order lag (time constant ``tau_s``). Joint positions
+  come from a fixed linear kinematic stand-in around the home posture (``ee = ee_home + K (q - q_home)``),
+  so joint limits and joint speeds can be checked like on a real arm.
+- `MockCamera` synthesizes frames (a gradient plus a bright square that follows the bound arm's hand,
+  so images carry information) with wall-clock timestamps and frame indices.
+
+Faults are scheduled with ``faults=[{"kind": "reflex", "after": 3, "count": 1}, ...]`` (the config's
+``env.mock_faults``) or injected later with ``inject(kind, after=0, count=1)``:
+
+==============  ==================  ==========================================================
+kind            default method      effect
+==============  ==================  ==========================================================
+reflex          command_pose        raises RobotFault("reflex") and leaves the arm in error
+                                    (state().errors) until ``recover()``; commands fail meanwhile
+timeout         state               waits ``timeout_s`` then raises RobotFault("timeout")
+network         state               raises RobotFault("network") at once (link lost)
+hang            command_pose        blocks for the driver timeout ``timeout_s``, then RobotFault("hang")
+recover_fail    recover             ``recover()`` returns False and the errors stay
+camera_stall    latest              no new frames: ``latest(max_age_s)`` raises RobotFault("camera_stall"),
+                                    ``wait_frame`` raises it after its timeout
+drop_frames     latest              each affected call skips one frame index (a dropped frame)
+==============  ==================  ==========================================================
+
+``after`` counts successful calls of that method before the fault fires; ``count`` is how many
+consecutive calls it affects. ``on`` picks another method.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+from rlhw.errors import RobotFault
+from rlhw.robot.arm import HOME_Q, Arm, ArmState
+from rlhw.robot.camera import Camera, Frame, Intrinsics
+from rlhw.robot.registry import register_arm, register_camera
+
+#: End-effector position of the stand-in kinematics at HOME_Q (close to a real FR3 with its hand).
+HOME_EE = np.array([0.307, 0.0, 0.487])
+#: Hand pointing down: 180 degrees about x, as [qx, qy, qz, qw].
+DOWN_QUAT = np.array([1.0, 0.0, 0.0, 0.0])
+
+# Linear stand-in for the arm's position kinematics near home (metres per radian). Each joint moves
+# the hand in a plausible direction; the pseudo-inverse maps hand targets back to joints.
+_K = np.array(
+    [
+        [0.00, 0.45, 0.00, -0.30, 0.00, 0.10, 0.00],  # x
+        [0.40, 0.00, 0.35, 0.00, 0.10, 0.00, 0.00],  # y
+        [0.00, -0.30, 0.00, -0.35, 0.00, -0.10, 0.00],  # z
+    ]
+)
+_K_PINV = np.linalg.pinv(_K)
+
+_DEFAULT_METHOD = {
+    "reflex": "command_pose",
+    "timeout": "state",
+    "network": "state",
+    "hang": "command_pose",
+    "recover_fail": "recover",
+    "camera_stall": "latest",
+    "drop_frames": "latest",
+}
+ARM_FAULTS = {"reflex", "timeout", "network", "hang", "recover_fail"}
+CAMERA_FAULTS = {"camera_stall", "drop_frames"}
+
+
+@dataclass
+class _Fault:
+    kind: str
+    on: str
+    after: int
+    count: int
+    seen: int = 0  # matching calls so far
+
+    def fires(self) -> bool:
+        """Count one call of ``on``; True when this call is inside the fault window."""
+        i = self.seen
+        self.seen += 1
+        return self.after <= i < self.after + self.count
+
+
+def _parse_faults(faults: Iterable[Any], allowed: set[str]) -> list[_Fault]:
+    out = []
+    for f in faults or ():
+        d = f if isinstance(f, dict) else f.model_dump() if hasattr(f, "model_dump") else dict(vars(f))
+        kind = d["kind"]
+        if kind not in _DEFAULT_METHOD:
+            raise ValueError(f"unknown mock fault kind {kind!r}; known: {', '.join(sorted(_DEFAULT_METHOD))}")
+        if kind not in allowed:
+            continue  # a camera fault in an arm's list (or the reverse) belongs to the other driver
+        out.append(_Fault(kind, d.get("on") or _DEFAULT_METHOD[kind], int(d.get("after", 0)), int(d.get("count", 1))))
+    return out
+
+
+class _FaultSchedule:
+    def __init__(self, faults: list[_Fault]):
+        self.faults = faults
+
+    def add(self, kind: str, on: str | None, after: int, count: int) -> None:
+        self.faults.append(_Fault(kind, on or _DEFAULT_METHOD[kind], after, count))
+
+    def check(self, method: str) -> list[str]:
+        """Kinds firing on this call of ``method`` (every matching fault counts the call)."""
+        return [f.kind for f in self.faults if f.on == method and f.fires()]
+
+
+@register_arm("mock")
+class MockArm(Arm):
+    """A fault-injecting stand-in for a Franka arm, in simulated time. See the module docstring."""
+
+    realtime = False
+
+    def __init__(
+        self,
+        name: str = "mock",
+        seed: int = 0,
+        faults: Iterable[Any] = (),
+        timeout_s: float = 0.2,
+        tau_s: float = 0.05,
+        gripper_speed_mps: float = 0.1,
+        home_q: Iterable[float] = tuple(HOME_Q),
+        state_noise_m: float = 0.0,
+        **_ignored: Any,
+    ):
+        self.name = name
+        self.timeout_s = float(timeout_s)
+        self.tau_s = float(tau_s)
+        self.gripper_speed_mps = float(gripper_speed_mps)
+        self.home_q = np.asarray(home_q, dtype=float)
+        self.state_noise_m = float(state_noise_m)
+        self._rng = np.random.default_rng(seed)
+        self._schedule = _FaultSchedule(_parse_faults(faults, ARM_FAULTS))
+        self._lock = threading.Lock()
+        self.connected = False
+        self.sim_time = 0.0
+        self.q = self.home_q.copy()
+        self.dq = np.zeros(7)
+        self.width = self.max_gripper_width
+        self.width_target = self.width
+        self.target: np.ndarray | None = None  # absolute position target, None = hold
+        self.errors: tuple[str, ...] = ()
+        #: Every motion command received, in order: ("command_pose", xyz), ("command_gripper", w),
+        #: ("move_joints", q). Tests read it to prove that nothing moved unless asked.
+        self.motions: list[tuple[str, Any]] = []
+        self.calls: dict[str, int] = {}
+
+    # -- kinematic stand-in ------------------------------------------------------------------
+    def fk(self, q: np.ndarray) -> np.ndarray:
+        return HOME_EE + _K @ (np.asarray(q) - self.home_q)
+
+    def ee_position(self) -> np.ndarray:
+        return self.fk(self.q)
+
+    def set_joint_positions(self, q: Iterable[float]) -> None:
+        """Teleport the joints (tests: e.g. put a joint at its limit)."""
+        self.q = np.asarray(q, dtype=float).copy()
+        self.target = None
+
+    def inject(self, kind: str, after: int = 0, count: int = 1, on: str | None = None) -> None:
+        """Schedule a fault from now on: it fires after ``after`` more calls of its method."""
+        if kind not in ARM_FAULTS:
+            raise ValueError(f"MockArm cannot inject {kind!r}; arm faults: {', '.join(sorted(ARM_FAULTS))}")
+        method = on or _DEFAULT_METHOD[kind]
+        # count from the next call: the already-seen calls of other faults are irrelevant
+        self._schedule.faults.append(_Fault(kind, method, after, count))
+
+    # -- fault plumbing ----------------------------------------------------------------------
+    def _enter(self, method: str) -> list[str]:
+        """Count the call, refuse when disconnected, fire scheduled faults. Returns the kinds that
+        fired without raising (recover_fail), so the method can act on them."""
+        self.calls[method] = self.calls.get(method, 0) + 1
+        if not self.connected:
+            raise RobotFault("not_connected", f"mock arm {self.name!r}: {method}() before connect()")
+        kinds = self._schedule.check(method)
+        for kind in kinds:
+            if kind == "reflex":
+                self.errors = ("cartesian_reflex",)
+                self.target = None
+                raise RobotFault("reflex", f"mock arm {self.name!r}: cartesian reflex during {method}()")
+            if kind == "network":
+                raise RobotFault("network", f"mock arm {self.name!r}: UDP receive timed out during {method}()")
+            if kind == "timeout":
+                time.sleep(self.timeout_s)
+                raise RobotFault("timeout", f"mock arm {self.name!r}: {method}() got no answer within {self.timeout_s:.2f} s")
+            if kind == "hang":
+                time.sleep(self.timeout_s)
+                raise RobotFault("hang", f"mock arm {self.name!r}: {method}() blocked past the driver timeout {self.timeout_s:.2f} s")
+        return kinds
+
+    def _require_ready(self, method: str) -> None:
+        if self.errors:
+            raise RobotFault("reflex", f"mock arm {self.name!r}: {method}() refused, arm in error {self.errors}; call recover()")
+
+    # -- Arm interface -----------------------------------------------------------------------
+    def connect(self, timeout_s: float = 10.0) -> None:
+        self.connected = True
+
+    def close(self) -> None:
+        self.target = None
+        self.connected = False
+
+    def state(self) -> ArmState:
+        self._enter("state")
+        ee = self.fk(self.q)
+        if self.state_noise_m:
+            ee = ee + self._rng.normal(0.0, self.state_noise_m, 3)
+        return ArmState(
+            timestamp=time.time(),
+            q=self.q.copy(),
+            dq=self.dq.copy(),
+            ee_pose=np.concatenate([ee, DOWN_QUAT]),
+            gripper_width=float(self.width),
+            errors=self.errors,
+        )
+
+    def command_pose(self, pose: np.ndarray) -> None:
+        self._enter("command_pose")
+        self._require_ready("command_pose")
+        pose = np.asarray(pose, dtype=float)
+        self.target = pose[:3].copy()
+        self.motions.append(("command_pose", self.target.copy()))
+
+    def command_gripper(self, width: float) -> None:
+        self._enter("command_gripper")
+        self._require_ready("command_gripper")
+        self.width_target = float(np.clip(width, 0.0, self.max_gripper_width))
+        self.motions.append(("command_gripper", self.width_target))
+
+    def move_joints(self, q: np.ndarray, speed_factor: float = 0.2, timeout_s: float = 15.0) -> None:
+        self._enter("move_joints")
+        self._require_ready("move_joints")
+        q = np.asarray(q, dtype=float)
+        self.motions.append(("move_joints", q.copy()))
+        # Reduced dynamics: the slowest joint at speed_factor * 2.62 rad/s sets the duration.
+        duration = float(np.max(np.abs(q - self.q))) / (2.62 * speed_factor)
+        if duration > timeout_s:
+            raise RobotFault("timeout", f"mock arm {self.name!r}: joint move needs {duration:.1f} s > timeout {timeout_s:.1f} s")
+        self.sim_time += duration
+        self.q = q.copy()
+        self.dq = np.zeros(7)
+        self.target = None
+
+    def stop(self) -> None:
+        self.calls["stop"] = self.calls.get("stop", 0) + 1
+        self.target = None
+        self.width_target = self.width
+        self.dq = np.zeros(7)
+
+    def recover(self, timeout_s: float = 5.0) -> bool:
+        if "recover_fail" in self._enter("recover"):
+            return False
+        self.errors = ()
+        return True
+
+    def advance(self, dt: float) -> None:
+        """First-order tracking of the target for ``dt`` simulated seconds."""
+        if dt <= 0:
+            return
+        self.sim_time += dt
+        q_old = self.q
+        if self.target is not None and not self.errors:
+            alpha = 1.0 - math.exp(-dt / self.tau_s)
+            q_goal = self.q + _K_PINV @ (self.target - self.fk(self.q))
+            self.q = self.q + alpha * (q_goal - self.q)
+        self.dq = (self.q - q_old) / dt
+        step = self.gripper_speed_mps * dt
+        self.width += float(np.clip(self.width_target - self.width, -step, step))
+
+
+@register_camera("mock")
+class MockCamera(Camera):
+    """Synthetic frames on demand. Bound to an arm (``arm=``), a bright square follows the hand."""
+
+    def __init__(
+        self,
+        serial: str = "mock",
+        width: int = 128,
+        height: int = 128,
+        fps: float = 30.0,
+        seed: int = 0,
+        faults: Iterable[Any] = (),
+        timeout_s: float = 0.2,
+        arm: MockArm | None = None,
+        depth: bool = False,
+        **_ignored: Any,
+    ):
+        self.serial = serial
+        self.width, self.height = int(width), int(height)
+        self._fps = float(fps)
+        self.timeout_s = float(timeout_s)
+        self.arm = arm
+        self.depth = depth
+        self._schedule = _FaultSchedule(_parse_faults(faults, CAMERA_FAULTS))
+        rng = np.random.default_rng(seed)
+        yy, xx = np.mgrid[0 : self.height, 0 : self.width]
+        base = np.stack([xx * 255 // max(1, self.width - 1), yy * 255 // max(1, self.height - 1), np.full_like(xx, 64)], -1)
+        self._base = (base + rng.integers(0, 16, base.shape)).clip(0, 255).astype(np.uint8)
+        self._opened = False
+        self._index = -1
+        self._last: Frame | None = None
+        self._returned_index = -1
+
+    def inject(self, kind: str, after: int = 0, count: int = 1, on: str | None = None) -> None:
+        if kind not in CAMERA_FAULTS:
+            raise ValueError(f"MockCamera cannot inject {kind!r}; camera faults: {', '.join(sorted(CAMERA_FAULTS))}")
+        self._schedule.add(kind, on, after, count)
+
+    def open(self, timeout_s: float = 10.0) -> None:
+        self._opened = True
+        self._capture()
+
+    def close(self) -> None:
+        self._opened = False
+
+    def _capture(self, skip: int = 0) -> Frame:
+        self._index += 1 + skip
+        img = self._base.copy()
+        if self.arm is not None:
+            x, y, _ = self.arm.ee_position()
+            # top view: base x -> image rows, base y -> image columns, workspace ~ [0.2,0.8] x [-0.4,0.4]
+            r = int(np.clip((x - 0.2) / 0.6, 0, 1) * (self.height - 1))
+            c = int(np.clip((y + 0.4) / 0.8, 0, 1) * (self.width - 1))
+            s = max(1, self.height // 16)
+            img[max(0, r - s) : r + s + 1, max(0, c - s) : c + s + 1] = 255
+        img[0, 0, 2] = self._index % 256  # the frame index is visible in the pixels
+        depth = np.full((self.height, self.width), 800, np.uint16) if self.depth else None
+        self._last = Frame(color=img, timestamp=time.time(), index=self._index, depth=depth)
+        return self._last
+
+    def _check_open(self, method: str) -> None:
+        if not self._opened:
+            raise RobotFault("not_connected", f"mock camera {self.serial!r}: {method}() before open()")
+
+    def latest(self, max_age_s: float | None = None) -> Frame:
+        self._check_open("latest")
+        kinds = self._schedule.check("latest")
+        if "camera_stall" in kinds:
+            if max_age_s is not None:
+                raise RobotFault("camera_stall", f"mock camera {self.serial!r}: no new frame (stalled); last index {self._index}")
+            return self._last  # type: ignore[return-value]
+        frame = self._capture(skip=kinds.count("drop_frames"))
+        self._returned_index = frame.index
+        return frame
+
+    def wait_frame(self, timeout_s: float = 1.0) -> Frame:
+        self._check_open("wait_frame")
+        kinds = self._schedule.check("wait_frame")
+        if "camera_stall" in kinds:
+            time.sleep(min(timeout_s, self.timeout_s))
+            raise RobotFault("camera_stall", f"mock camera {self.serial!r}: no frame within {timeout_s:.2f} s")
+        frame = self._capture(skip=kinds.count("drop_frames"))
+        self._returned_index = frame.index
+        return frame
+
+    @property
+    def intrinsics(self) -> Intrinsics:
+        f = 0.5 * self.width / math.tan(math.radians(45.0) / 2)
+        return Intrinsics(self.width, self.height, f, f, (self.width - 1) / 2, (self.height - 1) / 2)
+
+    @property
+    def fps(self) -> float:
+        return self._fps

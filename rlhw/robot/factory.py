@@ -1,0 +1,207 @@
+"""`make_env(config, robot_rank)`: from a validated config to a connected `RobotEnv` (no motion).
+
+Which drivers (``env.driver`` / ``env.camera_driver`` / ``env.sim``):
+
+- the *hardware entry* is Franka rank ``robot_rank`` of the node group that ``cluster.component_placement``
+  gives the ``env`` component (robots are ranked in config order); it may be absent (sim configs);
+- ``env.sim`` set: arm and cameras are that simulator (``mujoco`` or ``mock``) whatever the hardware
+  says, and the placement stays as it is; the entry's ``camera_serials`` become the simulated cameras'
+  names (else ``env.sim_cameras``);
+- ``env.driver: auto``: ``franka`` when there is a hardware entry, else ``mujoco``;
+- ``env.camera_driver: auto``: ``realsense`` for the franka driver, else the arm's simulator.
+
+What each driver receives (keyword arguments; unknown ones are dropped per the class signature):
+
+- franka: ``robot_ip``, ``gripper``, ``controller`` (the entry's FrankaController model), ``timeout_s``;
+- realsense: ``serial``; mujoco/mock cameras: ``serial`` (the name), ``arm`` (the simulated arm they
+  render), ``width``, ``height``, ``index``;
+- mujoco/mock arms: ``name``, ``seed``, ``home_q``, plus the task's ``sim_arm_options`` (e.g. a cube);
+  the mock also gets ``faults`` (``env.mock_faults``) and ``timeout_s``.
+
+Cameras are only built when ``env.images`` is true.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlhw.errors import ConfigError
+from rlhw.robot.batch import BatchedEnv
+from rlhw.robot.env import RobotEnv
+from rlhw.robot.registry import arm_class, camera_class
+from rlhw.robot.tasks import make_task
+
+log = logging.getLogger(__name__)
+
+SIMULATORS = ("mujoco", "mock")
+
+
+@dataclass
+class EnvPlan:
+    """The resolved choice of drivers for one env instance (also handy for dry runs and status)."""
+
+    arm_driver: str
+    camera_driver: str | None
+    camera_names: tuple[str, ...]
+    robot: str
+    hardware: Any = None
+    arm_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def _env_components(cluster) -> list:
+    rules = []
+    for key, rule in (getattr(cluster, "component_placement", None) or {}).items():
+        if "env" in [k.strip() for k in str(key).split(",")]:
+            rules.append(rule)
+    return rules
+
+
+def franka_entry(config, robot_rank: int):
+    """The Franka hardware entry for ``robot_rank`` in the env component's node group, or None."""
+    cluster = getattr(config, "cluster", None)
+    if cluster is None:
+        return None
+    groups = {g.label: g for g in getattr(cluster, "node_groups", ())}
+    for rule in _env_components(cluster):
+        for entry in getattr(rule, "entries", ()):
+            label = entry.node_group if getattr(entry, "node_group", None) else None
+            group = groups.get(label) if label else None
+            hw = getattr(group, "hardware", None) if group is not None else None
+            if hw is None or str(hw.type).lower() != "franka":
+                continue
+            if not 0 <= robot_rank < len(hw.configs):
+                raise ConfigError(
+                    "robot_rank",
+                    f"robot rank {robot_rank} is out of range: node group {label!r} has {len(hw.configs)} Franka arm(s) "
+                    f"(ranks 0-{len(hw.configs) - 1})",
+                )
+            return hw.configs[robot_rank]
+    return None
+
+
+def plan_env(config, robot_rank: int = 0) -> EnvPlan:
+    env = config.env
+    if robot_rank < 0:
+        raise ConfigError("robot_rank", f"must be >= 0, got {robot_rank}")
+    hw = franka_entry(config, robot_rank)
+    serials = tuple(getattr(hw, "camera_serials", ()) or ())
+    if env.sim is not None:
+        arm_driver = env.sim
+    elif env.driver == "auto":
+        arm_driver = "franka" if hw is not None else "mujoco"
+    else:
+        arm_driver = env.driver
+    if arm_driver == "franka" and hw is None:
+        raise ConfigError(
+            "env.driver",
+            "the franka driver needs a Franka hardware entry in the env component's node group "
+            "(cluster.node_groups[*].hardware with type: Franka); for a simulator set env.sim=mujoco",
+        )
+    if env.sim is not None:
+        camera_driver = env.sim
+    elif env.camera_driver == "auto":
+        camera_driver = "realsense" if arm_driver == "franka" else arm_driver
+    else:
+        camera_driver = env.camera_driver
+    if camera_driver in SIMULATORS and arm_driver != camera_driver:
+        raise ConfigError(
+            "env.camera_driver",
+            f"simulated {camera_driver} cameras render a {camera_driver} arm, but the arm driver is {arm_driver!r}; "
+            f"use camera_driver: auto or the same simulator",
+        )
+    if camera_driver == "realsense":
+        names = serials
+        if env.images and not names:
+            raise ConfigError(
+                "env.images",
+                f"images are on but Franka rank {robot_rank} lists no camera_serials for the realsense driver; "
+                "add camera_serials to the hardware entry or set env.images=false",
+            )
+    else:
+        names = serials or tuple(env.sim_cameras)
+    robot = f"franka@{hw.robot_ip}" if arm_driver == "franka" else f"{arm_driver}-sim{robot_rank}"
+    return EnvPlan(arm_driver, camera_driver if env.images else None, names if env.images else (), robot, hw)
+
+
+def _call(cls, **kwargs):
+    """Construct a driver with the keyword arguments its signature accepts."""
+    params = inspect.signature(cls.__init__).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        dropped = sorted(k for k in kwargs if k not in params)
+        if dropped:
+            log.debug("%s does not take %s", cls.__name__, dropped)
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    return cls(**kwargs)
+
+
+def make_env(config, robot_rank: int = 0, *, index: int = 0, connect: bool = True) -> RobotEnv:
+    """Build task + arm + cameras + safety for Franka rank ``robot_rank`` (or its simulated stand-in).
+
+    ``index`` numbers env instances of one server (num_envs > 1) for seeds and names. The env is
+    connected (arm link open, cameras capturing) unless ``connect=False``; nothing moves either way.
+    """
+    env_cfg = config.env
+    plan = plan_env(config, robot_rank)
+    seed = env_cfg.seed + 1000 * robot_rank + index
+    task = make_task(env_cfg.task, env_cfg, env_cfg.task_options)
+    allowed = getattr(task, "drivers", None)
+    if allowed is not None and plan.arm_driver not in allowed:
+        raise ConfigError("env.task", f"task {task.name!r} runs on {', '.join(allowed)} only, not {plan.arm_driver!r}; set env.sim={allowed[0]}")
+    arm_cls = arm_class(plan.arm_driver)
+    if plan.arm_driver == "franka":
+        hw = plan.hardware
+        arm = _call(
+            arm_cls,
+            robot_ip=hw.robot_ip,
+            gripper=getattr(hw, "gripper", True),
+            controller=getattr(hw, "controller", None),
+            timeout_s=env_cfg.driver_timeout_s,
+            name=plan.robot,
+        )
+    else:
+        arm_kwargs: dict[str, Any] = dict(name=f"{plan.robot}.{index}" if index else plan.robot, seed=seed, home_q=tuple(env_cfg.reset.home_q))
+        arm_kwargs.update(getattr(task, "sim_arm_options", {}) or {})
+        if plan.arm_driver == "mock":
+            arm_kwargs.update(faults=env_cfg.mock_faults, timeout_s=min(env_cfg.driver_timeout_s, 0.5))
+        arm = _call(arm_cls, **arm_kwargs)
+    cameras = {}
+    if plan.camera_driver is not None:
+        cam_cls = camera_class(plan.camera_driver)
+        h, w = env_cfg.image_size
+        for i, name in enumerate(plan.camera_names):
+            if plan.camera_driver == "realsense":
+                cameras[name] = _call(cam_cls, serial=name)
+            else:
+                extra = {"faults": env_cfg.mock_faults, "seed": seed + 17 * i} if plan.camera_driver == "mock" else {}
+                cameras[name] = _call(cam_cls, serial=name, name=name, arm=arm, width=w, height=h, index=i, **extra)
+    robot_env = RobotEnv(task, arm, cameras, env_cfg, seed=seed, robot=plan.robot)
+    if connect:
+        try:
+            robot_env.connect()
+        except BaseException:
+            robot_env.close()
+            raise
+    return robot_env
+
+
+def make_batched_env(config, robot_rank: int = 0, *, connect: bool = True) -> BatchedEnv:
+    """``env.num_envs`` instances in one `BatchedEnv` (simulators only: one real arm has one controller)."""
+    n = config.env.num_envs
+    plan = plan_env(config, robot_rank)
+    if n > 1 and plan.arm_driver not in SIMULATORS:
+        raise ConfigError(
+            "env.num_envs",
+            f"num_envs={n} needs a simulator: one {plan.arm_driver} arm can host only one env; set env.num_envs=1 or env.sim=mujoco",
+        )
+    envs: list[RobotEnv] = []
+    try:
+        for i in range(n):
+            envs.append(make_env(config, robot_rank, index=i, connect=connect))
+    except BaseException:
+        for e in envs:
+            e.close()
+        raise
+    return BatchedEnv(envs)

@@ -1,0 +1,246 @@
+"""The safety layer: the only path from a policy's wish to an arm command, whatever the driver.
+
+Rules (limits from ``env.safety``, see rlhw/config/env.py):
+
+1. Non-finite numbers (NaN, inf) in a command raise `SafetyViolation`; nothing is sent.
+2. A Cartesian target moves at most ``min(max_step_m, max_velocity_mps * control_period)`` away from
+   the measured hand position (the displacement is scaled down along its direction, so the arm
+   still goes where the policy pointed, only slower).
+3. The target is then clipped into the workspace box. Orientation is the caller's (tasks hold it fixed).
+4. The gripper width is clipped to [0, max width] and changes by at most
+   ``gripper_max_speed_mps * control_period`` per step.
+5. Every measured state is checked: a joint within ``joint_limit_margin_rad`` of its limit, a joint
+   faster than ``dq_max``, a non-finite reading or active driver error flags stop the arm and raise
+   `RobotFault` (kind ``limit``, or ``reflex`` for driver error flags).
+
+Fault handling (`handle_fault`): stop, then try ``recover()`` (each bounded by the driver). The layer
+keeps *strikes*: one per failed recovery attempt, and one per fault that happens before any clean
+step since the previous fault (a recovery that did not really help). A clean step clears the
+strikes. At ``max_recoveries`` strikes the layer locks: every later command raises
+`SafetyViolation` with the reason, until an operator calls `unlock()` after inspecting the robot.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from rlhw.config.env import SafetyConfig
+from rlhw.errors import RobotFault, SafetyViolation
+from rlhw.robot.arm import Arm, ArmState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CommandReport:
+    """What the layer did to one command (returned so the env can put it in ``info``)."""
+
+    target: np.ndarray
+    step_clipped: bool = False
+    workspace_clipped: bool = False
+    gripper_clipped: bool = False
+
+    @property
+    def clipped(self) -> bool:
+        return self.step_clipped or self.workspace_clipped or self.gripper_clipped
+
+
+@dataclass
+class FaultRecord:
+    kind: str
+    message: str
+    time: float
+    recovered: bool
+    attempts: int = 0
+
+
+@dataclass
+class SafetyStatus:
+    locked: bool
+    lock_reason: str | None
+    strikes: int
+    faults: list[FaultRecord] = field(default_factory=list)
+
+
+def _require_finite(values, what: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=float)
+    if not np.all(np.isfinite(arr)):
+        raise SafetyViolation(f"{what} contains NaN or inf ({arr.tolist()}); nothing was sent to the arm")
+    return arr
+
+
+class SafetyLayer:
+    """Wraps one `Arm`. All motion the env commands goes through ``move_to``, ``set_gripper`` and ``move_home``."""
+
+    def __init__(self, arm: Arm, limits: SafetyConfig, control_period_s: float):
+        self.arm = arm
+        self.limits = limits
+        self.period = float(control_period_s)
+        self.low = np.array(limits.workspace_low)
+        self.high = np.array(limits.workspace_high)
+        self.q_min = np.array(limits.q_min) + limits.joint_limit_margin_rad
+        self.q_max = np.array(limits.q_max) - limits.joint_limit_margin_rad
+        self.dq_max = np.array(limits.dq_max)
+        self.max_step = min(limits.max_step_m, limits.max_velocity_mps * self.period)
+        self.max_gripper_step = limits.gripper_max_speed_mps * self.period
+        self.gripper_target: float | None = None
+        self.locked = False
+        self.lock_reason: str | None = None
+        self.strikes = 0
+        self._clean_since_fault = True
+        self.history: list[FaultRecord] = []
+
+    # -- commands -----------------------------------------------------------------------------
+    def _check_unlocked(self) -> None:
+        if self.locked:
+            raise SafetyViolation(f"arm {self.arm.name!r} is locked and will not move: {self.lock_reason}")
+
+    def clip_target(self, target_xyz: np.ndarray, current_xyz: np.ndarray) -> CommandReport:
+        """Rules 2 and 3 without sending anything."""
+        target = _require_finite(target_xyz, "end-effector target")[:3]
+        current = np.asarray(current_xyz, dtype=float)[:3]
+        delta = target - current
+        dist = float(np.linalg.norm(delta))
+        report = CommandReport(target=target)
+        if dist > self.max_step:
+            delta *= self.max_step / dist
+            report.step_clipped = True
+        clipped = np.clip(current + delta, self.low, self.high)
+        report.workspace_clipped = bool(np.any(clipped != current + delta))
+        report.target = clipped
+        return report
+
+    def move_to(self, target_xyz: np.ndarray, state: ArmState, orientation: np.ndarray | None = None) -> CommandReport:
+        """Send a bounded Cartesian target (rules 1-3). ``state`` is the latest measured state."""
+        self._check_unlocked()
+        quat = _require_finite(state.ee_pose[3:7] if orientation is None else orientation, "end-effector orientation")
+        report = self.clip_target(target_xyz, state.ee_position)
+        self.arm.command_pose(np.concatenate([report.target, quat]))
+        return report
+
+    def set_gripper(self, width: float) -> bool:
+        """Send a rate-limited gripper width (rule 4). Returns True when the request was clipped."""
+        self._check_unlocked()
+        w = float(_require_finite([width], "gripper width")[0])
+        wmax = float(self.arm.max_gripper_width)
+        wanted = min(max(w, 0.0), wmax)
+        prev = wanted if self.gripper_target is None else self.gripper_target
+        sent = prev + float(np.clip(wanted - prev, -self.max_gripper_step, self.max_gripper_step))
+        if sent != prev or self.gripper_target is None:
+            self.arm.command_gripper(sent)
+        self.gripper_target = sent
+        return abs(sent - w) > 1e-9
+
+    def move_home(self, home_q: np.ndarray, speed_factor: float, timeout_s: float) -> None:
+        """The reset move: a joint move with reduced dynamics to a posture inside the joint limits."""
+        self._check_unlocked()
+        q = _require_finite(home_q, "home posture")
+        if np.any(q < self.q_min) or np.any(q > self.q_max):
+            raise SafetyViolation(f"home posture {q.tolist()} is outside the joint limits (with margin); fix env.reset.home_q")
+        self.arm.move_joints(q, speed_factor=speed_factor, timeout_s=timeout_s)
+
+    def sync_gripper(self, state: ArmState) -> None:
+        """Start rate limiting from the measured width (after a reset)."""
+        self.gripper_target = float(state.gripper_width)
+
+    # -- state checks -------------------------------------------------------------------------
+    def check_state(self, state: ArmState) -> None:
+        """Rule 5. On a violation the arm is stopped first, then RobotFault is raised."""
+        problem: tuple[str, str] | None = None
+        if not (np.all(np.isfinite(state.q)) and np.all(np.isfinite(state.ee_pose)) and np.all(np.isfinite(state.dq))):
+            problem = ("limit", "the arm reported non-finite joint or pose values")
+        elif state.errors:
+            problem = ("reflex", f"the arm reports errors {list(state.errors)}")
+        else:
+            low = np.flatnonzero(state.q < self.q_min)
+            high = np.flatnonzero(state.q > self.q_max)
+            fast = np.flatnonzero(np.abs(state.dq) > self.dq_max)
+            if low.size or high.size:
+                j = int((low if low.size else high)[0])
+                side, lim = ("lower", self.q_min[j]) if low.size else ("upper", self.q_max[j])
+                problem = ("limit", f"joint {j + 1} at {state.q[j]:.3f} rad is past its {side} limit {lim:.3f} rad (margin included)")
+            elif fast.size:
+                j = int(fast[0])
+                problem = ("limit", f"joint {j + 1} moves at {state.dq[j]:.2f} rad/s, over its limit {self.dq_max[j]:.2f} rad/s")
+        if problem is not None:
+            self.safe_stop()
+            raise RobotFault(*problem)
+
+    # -- faults -------------------------------------------------------------------------------
+    def safe_stop(self) -> str | None:
+        """Stop the arm; never raises. Returns the error text if even stopping failed."""
+        try:
+            self.arm.stop()
+            return None
+        except Exception as e:  # a dead link cannot stop; the driver/robot's own watchdog takes over
+            log.warning("stop() failed on %s: %s", self.arm.name, e)
+            return f"{type(e).__name__}: {e}"
+
+    def handle_fault(self, fault: RobotFault, recover: Callable[[], bool] | None = None) -> FaultRecord:
+        """Stop, then recover until it works or the strikes run out. Returns what happened.
+
+        ``recover`` defaults to ``arm.recover``; the env passes its own for camera faults (reopen).
+        """
+        stop_error = self.safe_stop()
+        if not self._clean_since_fault:
+            self.strikes += 1  # the previous recovery did not buy a single clean step
+        self._clean_since_fault = False
+        record = FaultRecord(kind=fault.kind, message=str(fault), time=time.time(), recovered=False)
+        recover = recover or (lambda: bool(self.arm.recover()))
+        while not self.locked and self.strikes < self.limits.max_recoveries:
+            record.attempts += 1
+            try:
+                ok = recover()
+                why = "recover() returned False"
+            except Exception as e:
+                ok, why = False, f"recover() raised {type(e).__name__}: {e}"
+            if ok:
+                record.recovered = True
+                break
+            self.strikes += 1
+            log.warning("recovery %d of %s failed: %s", self.strikes, self.arm.name, why)
+        if not record.recovered:
+            self.lock(
+                f"{self.strikes} strikes (max_recoveries={self.limits.max_recoveries}) after fault {fault}"
+                + (f"; stop() also failed: {stop_error}" if stop_error else "")
+                + "; inspect the robot, then call unlock()"
+            )
+        self.history.append(record)
+        del self.history[:-20]
+        return record
+
+    def note_clean_step(self) -> None:
+        """A step finished without a fault: the arm works, clear the strikes."""
+        self._clean_since_fault = True
+        self.strikes = 0
+
+    def lock(self, reason: str) -> None:
+        self.locked = True
+        self.lock_reason = reason
+        log.error("arm %s locked: %s", self.arm.name, reason)
+
+    def unlock(self) -> None:
+        """Operator action after inspecting the robot: allow motion again with fresh strikes."""
+        self.locked = False
+        self.lock_reason = None
+        self.strikes = 0
+        self._clean_since_fault = True
+
+    def status(self) -> SafetyStatus:
+        return SafetyStatus(self.locked, self.lock_reason, self.strikes, list(self.history))
+
+    def describe_limits(self) -> dict:
+        return {
+            "workspace_low": self.low.tolist(),
+            "workspace_high": self.high.tolist(),
+            "max_step_m": self.max_step,
+            "max_gripper_step_m": self.max_gripper_step,
+            "max_recoveries": self.limits.max_recoveries,
+            "control_period_s": self.period if math.isfinite(self.period) else None,
+        }

@@ -1,0 +1,122 @@
+"""`Task`: what the robot should do, written once over `Arm` and `Camera`, for every driver.
+
+A task owns the meaning of observations, actions and rewards; the env owns time, safety and faults.
+Per episode the env calls, in order:
+
+1. ``reset(arm, rng)`` after the arm is home (sample a goal; set up the scene in sim);
+2. ``observe(state, frames)`` -> the observation dict (proprio here, images added by the env);
+3. per step: ``command(action, state)`` -> `Command` (an absolute hand target + optional gripper
+   width; the safety layer bounds it), then ``observe``, ``reward``, ``success``, ``terminated``.
+
+Sim-only extras (for contact tasks such as ``push_cube``): ``self.arm`` is the bound driver, so a
+task can call simulator hooks such as ``arm.object_pose("cube")``. Use ``self.require(name)`` to get
+such a hook: on a driver without it, it raises a ConfigError that says the task needs a simulator
+providing ``name`` (``env.sim: mujoco``). Drivers may also offer ``set_target_marker(position)``
+to show the goal in rendered images; ``reach`` calls it when present.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from rlhw.config.env import EnvConfig
+from rlhw.errors import ConfigError
+from rlhw.robot.arm import Arm, ArmState
+from rlhw.robot.camera import Frame
+from rlhw.robot.spec import TensorSpec
+
+
+@dataclass(frozen=True)
+class Command:
+    """An absolute end-effector position target (m, base frame) and an optional gripper width (m)."""
+
+    position: np.ndarray
+    gripper_width: float | None = None
+
+
+class Task(abc.ABC):
+    """Base of every task. Subclasses set ``name`` and implement the abstract methods."""
+
+    name: str = "task"
+    #: Drivers this task can run on; None = any. push_cube sets ("mujoco",).
+    drivers: tuple[str, ...] | None = None
+    #: Keyword options a simulated arm needs for this task (make_env passes them to mujoco/mock
+    #: arms only), e.g. push_cube: ``{"cube": True}``.
+    sim_arm_options: dict[str, Any] = {}
+
+    def __init__(self, config: EnvConfig, options: Mapping[str, Any] | None = None):
+        self.config = config
+        self.options = dict(options or {})
+        self.arm: Arm | None = None
+        self.orientation: np.ndarray | None = None  # hand orientation held during the episode
+
+    def bind(self, arm: Arm) -> None:
+        """Called once by the env: gives the task the driver (for sim-only hooks)."""
+        self.arm = arm
+
+    def require(self, hook: str):
+        """A driver hook this task needs (e.g. ``object_pose``), or a clear ConfigError."""
+        fn = getattr(self.arm, hook, None)
+        if fn is None:
+            driver = type(self.arm).__name__ if self.arm is not None else "no arm"
+            raise ConfigError(
+                "env.task",
+                f"task {self.name!r} needs the simulator hook {hook!r}, which {driver} does not provide; "
+                "run it with env.sim=mujoco (or env.driver=mujoco)",
+            )
+        return fn
+
+    def option(self, key: str, default: Any, kind: type = float) -> Any:
+        """Read ``env.task_options.<key>`` with a type check and a clear error."""
+        value = self.options.get(key, default)
+        try:
+            return kind(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"env.task_options.{key}", f"expected {kind.__name__}, got {value!r}") from None
+
+    def check_options(self, known: set[str]) -> None:
+        unknown = sorted(set(self.options) - known)
+        if unknown:
+            raise ConfigError(
+                f"env.task_options.{unknown[0]}",
+                f"unknown option for task {self.name!r}; known: {', '.join(sorted(known)) or '(none)'}",
+            )
+
+    # -- the task ------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def observation_specs(self) -> dict[str, TensorSpec]:
+        """Proprio observation specs (name -> TensorSpec); the env adds image specs."""
+
+    @abc.abstractmethod
+    def action_spec(self) -> TensorSpec:
+        """The action: float32 in [-1, 1]."""
+
+    @abc.abstractmethod
+    def reset(self, state: ArmState, rng: np.random.Generator) -> None:
+        """Start an episode from the measured home ``state``: sample the goal, prepare the scene."""
+
+    @abc.abstractmethod
+    def command(self, action: np.ndarray, state: ArmState) -> Command:
+        """Turn a (finite, in-bounds) action into a target relative to the measured ``state``."""
+
+    @abc.abstractmethod
+    def observe(self, state: ArmState, frames: Mapping[str, Frame]) -> dict[str, np.ndarray]:
+        """Proprio observations (float32 arrays matching ``observation_specs``)."""
+
+    @abc.abstractmethod
+    def reward(self, state: ArmState) -> float: ...
+
+    @abc.abstractmethod
+    def success(self, state: ArmState) -> bool: ...
+
+    def terminated(self, state: ArmState) -> bool:
+        """True when the episode ends by the task's own logic (default: never; truncation is the env's)."""
+        return False
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able facts for status() (e.g. the current goal)."""
+        return {"name": self.name}

@@ -1,0 +1,92 @@
+"""`reach`: move the hand to a target point sampled in a box, with the hand orientation held.
+
+Kept small and well scaled on purpose, so SAC learns it in minutes:
+
+- observations (float32, metres, base frame): ``ee_position`` (3), ``target_position`` (3),
+  ``to_target`` = target - hand (3), ``gripper_width`` (1); images are added by the env;
+- action: float32 in [-1, 1]^3 (+1 gripper component with ``env.action.gripper``): a hand displacement
+  of ``action * env.action.scale_m`` from the measured position (the safety layer bounds it);
+- reward: ``-distance / env.reach.reward_scale_m`` per step (dense, about -1 at 10 cm);
+- success: distance < ``env.reach.success_m`` (3 cm); terminates the episode by default.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from rlhw.robot.arm import ArmState
+from rlhw.robot.camera import Frame
+from rlhw.robot.spec import TensorSpec
+from rlhw.robot.tasks import register_task
+from rlhw.robot.tasks.base import Command, Task
+
+
+@register_task("reach")
+class Reach(Task):
+    def __init__(self, config, options: Mapping[str, Any] | None = None):
+        super().__init__(config, options)
+        self.check_options(set())
+        rc = config.reach
+        self.target_low = np.array(rc.target_low)
+        self.target_high = np.array(rc.target_high)
+        self.success_m = rc.success_m
+        self.reward_scale = rc.reward_scale_m
+        self.terminate_on_success = rc.terminate_on_success
+        self.scale = config.action.scale_m
+        self.use_gripper = config.action.gripper
+        self.ws_low = np.array(config.safety.workspace_low, dtype=np.float32)
+        self.ws_high = np.array(config.safety.workspace_high, dtype=np.float32)
+        self.target = (self.target_low + self.target_high) / 2
+
+    def observation_specs(self) -> dict[str, TensorSpec]:
+        span = self.ws_high - self.ws_low
+        return {
+            "ee_position": TensorSpec("ee_position", "float32", (3,), self.ws_low, self.ws_high),
+            "target_position": TensorSpec("target_position", "float32", (3,), self.target_low.astype(np.float32), self.target_high.astype(np.float32)),
+            "to_target": TensorSpec("to_target", "float32", (3,), -span, span),
+            "gripper_width": TensorSpec("gripper_width", "float32", (1,), 0.0, 0.08),
+        }
+
+    def action_spec(self) -> TensorSpec:
+        return TensorSpec("action", "float32", (4 if self.use_gripper else 3,), -1.0, 1.0)
+
+    def reset(self, state: ArmState, rng: np.random.Generator) -> None:
+        self.target = rng.uniform(self.target_low, self.target_high)
+        self.orientation = np.asarray(state.ee_pose[3:7], dtype=float).copy()
+        marker = getattr(self.arm, "set_target_marker", None)
+        if marker is not None:
+            marker(self.target.copy())
+
+    def command(self, action: np.ndarray, state: ArmState) -> Command:
+        target = state.ee_position + np.asarray(action[:3], dtype=float) * self.scale
+        width = None
+        if self.use_gripper:
+            width = float((action[3] + 1.0) / 2.0 * getattr(self.arm, "max_gripper_width", 0.08))
+        return Command(position=target, gripper_width=width)
+
+    def distance(self, state: ArmState) -> float:
+        return float(np.linalg.norm(state.ee_position - self.target))
+
+    def observe(self, state: ArmState, frames: Mapping[str, Frame]) -> dict[str, np.ndarray]:
+        ee = np.asarray(state.ee_position, dtype=np.float32)
+        target = self.target.astype(np.float32)
+        return {
+            "ee_position": ee,
+            "target_position": target,
+            "to_target": target - ee,
+            "gripper_width": np.array([state.gripper_width], dtype=np.float32),
+        }
+
+    def reward(self, state: ArmState) -> float:
+        return -self.distance(state) / self.reward_scale
+
+    def success(self, state: ArmState) -> bool:
+        return self.distance(state) < self.success_m
+
+    def terminated(self, state: ArmState) -> bool:
+        return self.terminate_on_success and self.success(state)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "target_position": self.target.tolist(), "success_m": self.success_m}
