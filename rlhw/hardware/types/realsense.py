@@ -1,0 +1,80 @@
+"""Intel RealSense depth cameras, named by serial number.
+
+A type of its own so that a camera-only node group can be placed. The same serial may also appear
+in a Franka entry's ``camera_serials``; this entry then states the stream settings.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import ClassVar, Sequence
+
+from pydantic import Field, field_validator
+
+from rlhw.hardware.registry import HardwareEntry, HardwareType, register_hardware
+
+
+class RealSenseConfig(HardwareEntry):
+    serial: str = Field(description="the camera's serial number (quote it: it is not a number)")
+    width: int = Field(640, gt=0, le=4096)
+    height: int = Field(480, gt=0, le=4096)
+    fps: int = Field(30, gt=0, le=300)
+    depth: bool = Field(False, description="also stream depth aligned to color")
+
+    @field_validator("serial", mode="before")
+    @classmethod
+    def _serial(cls, value):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        return value
+
+    def identity(self) -> str:
+        return self.serial
+
+
+@register_hardware
+class RealSense(HardwareType):
+    name: ClassVar[str] = "RealSense"
+    entry_model: ClassVar[type[HardwareEntry]] = RealSenseConfig
+    identity_field: ClassVar[str] = "serial"
+
+    @classmethod
+    def probe(cls, entries: Sequence[HardwareEntry], timeout_s: float) -> dict[str, str | None]:
+        found, problem = connected_serials(timeout_s)
+        out: dict[str, str | None] = {}
+        for e in entries:
+            sid = e.identity()
+            if problem is not None:
+                out[sid] = problem
+            elif sid not in found:
+                listed = ", ".join(found) if found else "none"
+                out[sid] = f"camera {sid} is not connected (connected RealSense serials: {listed})"
+            else:
+                out[sid] = None
+        return out
+
+
+def connected_serials(timeout_s: float) -> tuple[list[str], str | None]:
+    """Serials of the RealSense devices on this node, or a problem string (bounded by timeout_s)."""
+    result: dict[str, object] = {}
+
+    def query() -> None:
+        try:
+            import pyrealsense2 as rs  # optional on nodes without cameras
+        except Exception as e:  # ImportError, or a missing libusb
+            result["problem"] = f"pyrealsense2 is not usable on this node: {e}"
+            return
+        try:
+            ctx = rs.context()
+            result["serials"] = [d.get_info(rs.camera_info.serial_number) for d in ctx.query_devices()]
+        except Exception as e:
+            result["problem"] = f"listing RealSense devices failed: {e}"
+
+    t = threading.Thread(target=query, name="realsense-query", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        return [], f"listing RealSense devices took longer than {timeout_s:g} s (USB hub hung?)"
+    if "problem" in result:
+        return [], str(result["problem"])
+    return list(result.get("serials", [])), None
