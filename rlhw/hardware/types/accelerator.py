@@ -28,7 +28,9 @@ class Accelerator(HardwareType):
         """How many accelerators this process can use (honours CUDA_VISIBLE_DEVICES)."""
         physical = _count_with_nvidia_smi(timeout_s)
         if physical is None:
-            physical = _count_with_torch()
+            # No nvidia-smi: without the NVIDIA kernel driver there is no CUDA device, and asking
+            # torch would cost seconds of import for nothing.
+            physical = _count_with_torch() if os.path.exists("/proc/driver/nvidia") else 0
         visible = os.environ.get(VISIBLE_DEVICES_ENV)
         if visible is None:
             return physical
