@@ -63,7 +63,7 @@ class ActionChecker:
             if not finite.all():
                 idx = _first(~finite)
                 raise InvalidRequest(
-                    f"{field}{idx}", f"is {arr[tuple(idx)]}; actions must be finite ({int((~finite).sum())} bad values)"
+                    f"{field}{idx}", f"is {_num(arr[tuple(idx)])}; actions must be finite ({int((~finite).sum())} bad values)"
                 )
         if self.low is not None:
             below = arr < self.low
@@ -71,7 +71,8 @@ class ActionChecker:
                 idx = _first(below)
                 raise InvalidRequest(
                     f"{field}{idx}",
-                    f"= {arr[tuple(idx)]!r} is below the spec's low bound {self.low[tuple(idx[-len(self.spec.shape):]) if self.spec.shape else ()]!r}",
+                    f"= {_num(arr[tuple(idx)])} is below the spec's low bound {_num(self._bound(self.low, idx))}; "
+                    f"clip actions to the action space",
                 )
         if self.high is not None:
             above = arr > self.high
@@ -79,9 +80,19 @@ class ActionChecker:
                 idx = _first(above)
                 raise InvalidRequest(
                     f"{field}{idx}",
-                    f"= {arr[tuple(idx)]!r} is above the spec's high bound {self.high[tuple(idx[-len(self.spec.shape):]) if self.spec.shape else ()]!r}",
+                    f"= {_num(arr[tuple(idx)])} is above the spec's high bound {_num(self._bound(self.high, idx))}; "
+                    f"clip actions to the action space",
                 )
         return arr
+
+
+    def _bound(self, bound: np.ndarray, idx: list[int]):
+        per_instance = idx[len(idx) - len(self.spec.shape):] if self.spec.shape else []
+        return bound[tuple(per_instance)]
+
+
+def _num(value) -> str:
+    return f"{value.item() if hasattr(value, 'item') else value:g}" if not isinstance(value, (bool, np.bool_)) else str(value)
 
 
 class _Index(list):

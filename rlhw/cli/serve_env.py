@@ -1,0 +1,119 @@
+"""`rlhw serve-env CONFIG [key=value ...]`: serve one arm (or simulator) over gRPC until SIGTERM/SIGINT.
+
+It prints ``listening on HOST:PORT`` (the real port when --port 0) as its first stdout line, so a
+parent process can read where to connect. On SIGTERM or SIGINT it stops the arm before anything
+else, drains calls in flight, then closes the drivers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import signal
+import sys
+import threading
+
+from rlhw.cli.common import add_config_arguments
+from rlhw.errors import ConfigError
+
+DEFAULT_FACTORY = "rlhw.robot.factory:make_env"
+BATCHED_FACTORY = "rlhw.robot.factory:make_batched_env"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+    parser.add_argument("--host", help="address to bind (default: server.host, 127.0.0.1); non-loopback needs a token")
+    parser.add_argument("--port", type=int, help="TCP port (default: server.port); 0 picks a free one")
+    parser.add_argument("--unix", metavar="PATH", help="also listen on this unix socket")
+    parser.add_argument("--robot", type=int, default=0, metavar="R", help="Franka hardware rank to serve (default 0)")
+    parser.add_argument(
+        "--env",
+        metavar="MODULE:FUNCTION",
+        help="env factory called as f(config, robot_rank) (default: make_env, or make_batched_env when "
+        "env.num_envs > 1); e.g. rlhw.env.fake_env:make_fake_env for a hardware-free service test",
+    )
+    parser.add_argument("--no-dm-env-rpc", action="store_true", help="do not serve the dm_env_rpc Environment service")
+    parser.add_argument("--grace", type=float, default=2.0, help="seconds to let calls in flight finish at shutdown")
+
+
+def _factory(spec: str):
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise ConfigError("--env", f"{spec!r} is not MODULE:FUNCTION, e.g. rlhw.env.fake_env:make_fake_env")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError("--env", f"cannot load {spec!r}: {e}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from rlhw.config import load_config
+
+    overrides = list(args.overrides or [])
+    if args.host is not None:
+        overrides.append(f"server.host={args.host}")
+    if args.port is not None:
+        overrides.append(f"server.port={args.port}")
+    if args.unix is not None:
+        overrides.append(f"server.unix_socket={args.unix}")
+    if args.robot < 0:
+        raise ConfigError("--robot", f"must be >= 0, got {args.robot}")
+    config = load_config(args.config, overrides)
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s", stream=sys.stderr)
+
+    from rlhw.env.server import EnvServer, check_exposure
+
+    # Refuse an exposed bind before touching any hardware.
+    check_exposure(config.server, config.server.resolve_token())
+    num_envs = getattr(config.env, "num_envs", 1)
+    factory = _factory(args.env or (BATCHED_FACTORY if num_envs > 1 else DEFAULT_FACTORY))
+    env = factory(config, args.robot)
+    try:
+        server = EnvServer(env, config.server, dm_env_rpc=not args.no_dm_env_rpc)
+        server.start()
+    except BaseException:
+        env.close()
+        raise
+
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    protocols = "rlhw.env.v1" + ("" if args.no_dm_env_rpc else " + dm_env_rpc")
+    extra = f" and unix:{server.unix_path}" if server.unix_path else ""
+    tls = ", TLS" if config.server.tls_enabled else ""
+    auth = ", token required" if server.token else ""
+    print(f"listening on {server.address}{extra} ({protocols}; health, reflection{tls}{auth})", flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        print("shutting down: stopping the arm first", flush=True)
+        server.stop(args.grace)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        print("stopped", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rlhw.cli.serve_env ...``: the same command without the other subcommands' imports."""
+    from rlhw.errors import RlhwError
+
+    parser = argparse.ArgumentParser(prog="rlhw serve-env", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except RlhwError as e:
+        kind = "config error" if isinstance(e, ConfigError) else "error"
+        print(f"rlhw serve-env: {kind}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

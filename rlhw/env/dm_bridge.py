@@ -1,0 +1,307 @@
+"""dm_env_rpc's `Environment` service on the same server, so existing dm_env_rpc clients
+(`DmEnvAdaptor`, other languages) can drive any rlhw env.
+
+Mapping
+- One world per server: the hosted env. CreateWorld and JoinWorld take no settings (the config
+  decides everything); the world lives until DestroyWorld or the end of the stream that made it.
+- JoinWorld takes control of the arm (same single-controller rule and watchdog as the native
+  service); LeaveWorld stops the arm and gives control back.
+- Actions: one action, uid 1, named after the spec's action. Observations: one uid per
+  observation, plus ``reward`` and ``discount`` (what DmEnvAdaptor reads by default).
+- dm_env_rpc sequencing: the first Step after JoinWorld, Reset or the end of an episode starts a
+  new episode (it resets the env, or uses the observation a Reset just produced) and ignores its
+  actions. A Step that sends no action repeats the previous action (the zero action clipped to the
+  bounds before any). ResetWorld never moves the arm by itself: it makes the next Step start a new
+  episode.
+- Terminated -> TERMINATED, truncated (time limit or fault) -> INTERRUPTED.
+- Only single-instance envs (num_envs == 1).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import grpc
+import numpy as np
+from dm_env_rpc.v1 import dm_env_rpc_pb2 as dm
+from dm_env_rpc.v1 import dm_env_rpc_pb2_grpc
+from dm_env_rpc.v1 import tensor_spec_utils, tensor_utils
+from google.rpc import status_pb2
+
+from rlhw.env.host import EnvHost
+from rlhw.env.service import CallFailed, EnvService, run_guarded, session_id
+from rlhw.env.validate import InvalidRequest
+
+SERVICE_NAME = "dm_env_rpc.v1.Environment"
+ACTION_UID = 1
+_REWARD = "reward"
+_DISCOUNT = "discount"
+
+
+def _spec(name: str, dtype, shape, low=None, high=None) -> dm.TensorSpec:
+    spec = dm.TensorSpec(name=name, shape=list(shape), dtype=tensor_utils.np_type_to_data_type(np.dtype(dtype)))
+    if low is not None or high is not None:
+        np_dtype = np.dtype(dtype)
+        info = np.finfo(np_dtype) if np.issubdtype(np_dtype, np.floating) else np.iinfo(np_dtype)
+        lo = np.asarray(info.min if low is None else low, dtype=np_dtype)
+        hi = np.asarray(info.max if high is None else high, dtype=np_dtype)
+        tensor_spec_utils.set_bounds(spec, lo if lo.ndim else lo.item(), hi if hi.ndim else hi.item())
+    return spec
+
+
+class _World:
+    """The one world this server offers."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.created_by: int | None = None  # stream number that created it
+        self.joined_by: int | None = None
+
+
+class DmEnvRpcService(dm_env_rpc_pb2_grpc.EnvironmentServicer):
+    def __init__(self, host: EnvHost, native: EnvService, world_name: str = "rlhw"):
+        self.host = host
+        self.native = native
+        self.world = _World(world_name)
+        self._lock = threading.Lock()
+        self._streams = itertools.count(1)
+        spec = host.spec
+        self.supported = spec.num_envs == 1
+        self.obs_names = list(spec.observations)
+        self.obs_uids = {name: uid for uid, name in enumerate(self.obs_names + [_REWARD, _DISCOUNT], start=1)}
+        self.uid_names = {uid: name for name, uid in self.obs_uids.items()}
+        specs = dm.ActionObservationSpecs()
+        a = spec.action
+        specs.actions[ACTION_UID].CopyFrom(_spec(a.name, a.dtype, a.shape, a.low, a.high))
+        for name, s in spec.observations.items():
+            specs.observations[self.obs_uids[name]].CopyFrom(_spec(name, s.dtype, s.shape, s.low, s.high))
+        specs.observations[self.obs_uids[_REWARD]].CopyFrom(_spec(_REWARD, np.float32, ()))
+        specs.observations[self.obs_uids[_DISCOUNT]].CopyFrom(_spec(_DISCOUNT, np.float32, (), 0.0, 1.0))
+        self.specs = specs
+        low = -np.inf if a.low is None else a.low
+        high = np.inf if a.high is None else a.high
+        self.default_action = np.clip(np.zeros(a.shape, dtype=a.dtype), low, high).astype(a.dtype)
+
+    # -- the stream -----------------------------------------------------------------------------
+    def Process(self, request_iterator, context):
+        stream = _Stream(self, next(self._streams), session_id(context, prefix="dm_env_rpc:"))
+        try:
+            for request in request_iterator:
+                kind = request.WhichOneof("payload")
+                try:
+                    handler = getattr(stream, kind, None)
+                    if handler is None:
+                        raise CallFailed(grpc.StatusCode.UNIMPLEMENTED, f"request type {kind!r} is not supported")
+                    response = handler(getattr(request, kind))
+                    yield dm.EnvironmentResponse(**{kind: response})
+                except CallFailed as e:
+                    yield dm.EnvironmentResponse(error=status_pb2.Status(code=e.code.value[0], message=e.message))
+        finally:
+            stream.close()
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(
+            SERVICE_NAME,
+            {
+                "Process": grpc.stream_stream_rpc_method_handler(
+                    self.Process,
+                    request_deserializer=dm.EnvironmentRequest.FromString,
+                    response_serializer=dm.EnvironmentResponse.SerializeToString,
+                )
+            },
+        )
+
+
+def _no_settings(settings, what: str) -> None:
+    if settings:
+        names = ", ".join(sorted(settings))
+        raise CallFailed(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{what} takes no settings (got {names}); this server's env is fixed by its config file",
+        )
+
+
+class _Stream:
+    """State of one Process stream: the dm_env_rpc state machine for one client."""
+
+    def __init__(self, service: DmEnvRpcService, number: int, session: str):
+        self.svc = service
+        self.host = service.host
+        self.number = number
+        self.session = session
+        self.joined = False
+        self.need_start = True
+        self.pending = None  # (obs, reward, discount) produced by Reset, returned by the next Step
+        self.last_action = service.default_action
+
+    # world lifecycle
+    def _check_world(self, name: str) -> None:
+        w = self.svc.world
+        if w.created_by is None or name != w.name:
+            raise CallFailed(grpc.StatusCode.NOT_FOUND,
+                             f"no world named {name!r}; this server has one world, {w.name!r}; CreateWorld it first"
+                             if w.created_by is None else f"no world named {name!r}; the world is {w.name!r}")
+
+    def create_world(self, req: dm.CreateWorldRequest) -> dm.CreateWorldResponse:
+        _no_settings(req.settings, "CreateWorld")
+        with self.svc._lock:
+            w = self.svc.world
+            if w.created_by is not None:
+                raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION,
+                                 f"world {w.name!r} exists already (one world per server, one arm); JoinWorld it")
+            w.created_by = self.number
+        return dm.CreateWorldResponse(world_name=w.name)
+
+    def join_world(self, req: dm.JoinWorldRequest) -> dm.JoinWorldResponse:
+        _no_settings(req.settings, "JoinWorld")
+        with self.svc._lock:
+            self._check_world(req.world_name)
+            if not self.svc.supported:
+                raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION,
+                                 "dm_env_rpc serves single envs only; this server hosts "
+                                 f"{self.host.num_envs} instances; use the rlhw.env.v1 service")
+            if self.joined:
+                raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION, "already joined; LeaveWorld first")
+            run_guarded(self.host.control.acquire, self.session)
+            self.host.control.done(self.session)
+            self.joined = True
+            self.svc.world.joined_by = self.number
+        self.need_start = True
+        self.pending = None
+        return dm.JoinWorldResponse(specs=self.svc.specs)
+
+    def leave_world(self, req: dm.LeaveWorldRequest) -> dm.LeaveWorldResponse:
+        self._leave("LeaveWorld")
+        return dm.LeaveWorldResponse()
+
+    def _leave(self, why: str) -> None:
+        if not self.joined:
+            return
+        self.joined = False
+        with self.svc._lock:
+            if self.svc.world.joined_by == self.number:
+                self.svc.world.joined_by = None
+        self.host.release(self.session, why)
+
+    def destroy_world(self, req: dm.DestroyWorldRequest) -> dm.DestroyWorldResponse:
+        with self.svc._lock:
+            self._check_world(req.world_name)
+            if self.svc.world.joined_by is not None:
+                raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION, "a client is joined to the world; LeaveWorld first")
+            self.svc.world.created_by = None
+        return dm.DestroyWorldResponse()
+
+    def reset_world(self, req: dm.ResetWorldRequest) -> dm.ResetWorldResponse:
+        _no_settings(req.settings, "ResetWorld")
+        with self.svc._lock:
+            self._check_world(req.world_name)
+            joined_by = self.svc.world.joined_by
+        if joined_by is not None and joined_by != self.number:
+            raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION,
+                             "another client is joined to the world and controls the arm")
+        self.need_start = True
+        self.pending = None
+        return dm.ResetWorldResponse()
+
+    # episode
+    def _require_joined(self, what: str) -> None:
+        if not self.joined:
+            raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION, f"{what} needs a joined world; JoinWorld first")
+
+    def reset(self, req: dm.ResetRequest) -> dm.ResetResponse:
+        _no_settings(req.settings, "Reset")
+        self._require_joined("Reset")
+        result = self.native._controlled(self.session, self.host.reset, None)
+        self.pending = result
+        self.need_start = True
+        return dm.ResetResponse(specs=self.svc.specs)
+
+    def step(self, req: dm.StepRequest) -> dm.StepResponse:
+        self._require_joined("Step")
+        requested = []
+        for uid in req.requested_observations:
+            if uid not in self.svc.uid_names:
+                raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT,
+                                 f"requested_observations: unknown observation uid {uid}; "
+                                 f"known: {sorted(self.svc.uid_names)}")
+            if uid not in requested:
+                requested.append(uid)
+        if self.need_start:
+            result = self.pending or self.native._controlled(self.session, self.host.reset, None)
+            self.pending = None
+            self.need_start = False
+            state, reward, discount = dm.EnvironmentStateType.RUNNING, 0.0, 1.0
+        else:
+            action = self._action(req.actions)
+            result = self.native._controlled(self.session, self.host.step, action)
+            self.last_action = action
+            reward = result.reward[0]
+            if result.terminated[0]:
+                state, discount = dm.EnvironmentStateType.TERMINATED, 0.0
+            elif result.truncated[0]:
+                state, discount = dm.EnvironmentStateType.INTERRUPTED, 1.0
+            else:
+                state, discount = dm.EnvironmentStateType.RUNNING, 1.0
+            if state != dm.EnvironmentStateType.RUNNING:
+                self.need_start = True
+        response = dm.StepResponse(state=state)
+        for uid in requested:
+            name = self.svc.uid_names[uid]
+            if name == _REWARD:
+                value = np.float32(reward)
+            elif name == _DISCOUNT:
+                value = np.float32(discount)
+            else:
+                value = result.obs[name]
+            response.observations[uid].CopyFrom(tensor_utils.pack_tensor(np.asarray(value)))
+        return response
+
+    def _action(self, actions) -> np.ndarray:
+        checker = self.host.checker
+        for uid in actions:
+            if uid != ACTION_UID:
+                raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT,
+                                 f"actions: unknown action uid {uid}; the only action is uid {ACTION_UID} "
+                                 f"({self.host.spec.action.name!r})")
+        if ACTION_UID not in actions:
+            return self.last_action
+        tensor = actions[ACTION_UID]
+        field = f"actions[{ACTION_UID}]"
+        try:
+            got = tensor_utils.get_tensor_type(tensor)
+        except Exception as e:
+            raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: unreadable tensor: {e}") from None
+        if np.dtype(got) != checker.dtype:
+            raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"{field}.dtype: expected {checker.dtype.name}, got {np.dtype(got).name}")
+        shape = list(tensor.shape)
+        want = list(checker.shape)
+        if len(shape) != len(want) or any(s not in (w, -1) for s, w in zip(shape, want)) or shape.count(-1) > 1:
+            raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"{field}.shape: expected {want} (one dimension may be -1), got {shape}")
+        try:
+            arr = tensor_utils.unpack_tensor(tensor)
+        except Exception as e:
+            raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: cannot unpack: {e}") from None
+        arr = np.asarray(arr, dtype=checker.dtype)
+        if arr.shape != checker.shape:
+            try:
+                arr = np.broadcast_to(arr, checker.shape)
+            except ValueError:
+                raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT,
+                                 f"{field}.shape: {list(arr.shape)} does not fit {want}") from None
+        try:
+            return checker.check_array(arr, field)
+        except InvalidRequest as e:
+            raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, str(e), e.field) from None
+
+    def close(self) -> None:
+        """The stream ended: leave (stops the arm) and drop a world this stream created."""
+        try:
+            self._leave("dm_env_rpc stream ended")
+        finally:
+            with self.svc._lock:
+                w = self.svc.world
+                if w.created_by == self.number and w.joined_by is None:
+                    w.created_by = None

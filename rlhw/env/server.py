@@ -1,0 +1,164 @@
+"""`EnvServer`: one gRPC server in front of one env, speaking rlhw.env.v1 and dm_env_rpc on one port,
+with health, reflection, token auth, TLS and a shutdown that stops the arm before anything else.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from rlhw.config.server import ServerConfig
+from rlhw.env.auth import TokenAuthInterceptor
+from rlhw.env.host import EnvHost
+from rlhw.env.service import SERVICE_NAME, EnvService
+from rlhw.errors import ConfigError
+
+log = logging.getLogger("rlhw.env")
+
+
+def _bind_address(host: str, port: int) -> str:
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
+def check_exposure(config: ServerConfig, token: str | None) -> None:
+    """Refuse to listen beyond loopback without a token: an open port would let anyone move the arm."""
+    if not config.loopback and not token:
+        raise ConfigError(
+            "server.host",
+            f"binding {config.host!r} exposes the arm beyond this machine, which needs a token: "
+            f"export {config.token_env}=<secret> (server.token_env) or set server.token, and give clients the "
+            f"same token (they send 'authorization: Bearer <token>'); or bind 127.0.0.1",
+        )
+
+
+class EnvServer:
+    """Serve ``env`` (a RobotEnv, or anything with its contract) as configured by ``config``.
+
+    ``start()`` binds and returns self; ``address`` is then ``host:port`` with the real port (port
+    0 picks a free one). ``stop()`` stops the arm, stops serving, and closes the env.
+    """
+
+    def __init__(self, env, config: ServerConfig | None = None, *, dm_env_rpc: bool = True, close_env: bool = True):
+        self.config = config = config or ServerConfig()
+        self.token = config.resolve_token()
+        check_exposure(config, self.token)
+        self.host = EnvHost(env, watchdog_s=config.watchdog_s)
+        self.native = EnvService(self.host, config.watchdog_s)
+        self.close_env = close_env
+        interceptors = [TokenAuthInterceptor(self.token)] if self.token else []
+        max_bytes = config.max_message_bytes
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="rlhw-env"),
+            interceptors=interceptors,
+            options=[
+                ("grpc.max_receive_message_length", max_bytes),
+                ("grpc.max_send_message_length", max_bytes),
+                ("grpc.so_reuseport", 0),  # a second server on a busy port must fail, not share it
+            ],
+            maximum_concurrent_rpcs=max(4 * config.max_workers, 16),
+        )
+        handlers = [self.native.handler()]
+        names = [SERVICE_NAME]
+        self.dm = None
+        if dm_env_rpc:
+            from rlhw.env.dm_bridge import SERVICE_NAME as DM_NAME, DmEnvRpcService
+
+            self.dm = DmEnvRpcService(self.host, self.native)
+            handlers.append(self.dm.handler())
+            names.append(DM_NAME)
+        self.server.add_generic_rpc_handlers(tuple(handlers))
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            (*names, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server
+        )
+        self._service_names = names
+        self.port: int | None = None
+        self.unix_path: str | None = None
+        self._stopped = threading.Event()
+        self._stop_lock = threading.Lock()
+
+    @property
+    def address(self) -> str:
+        """``host:port`` clients dial (the bound port, after start)."""
+        return _bind_address(self.config.host, self.port if self.port is not None else self.config.port)
+
+    def start(self) -> "EnvServer":
+        cfg = self.config
+        addr = _bind_address(cfg.host, cfg.port)
+        try:
+            if cfg.tls_enabled:
+                creds = grpc.ssl_server_credentials([(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())])
+                port = self.server.add_secure_port(addr, creds)
+            else:
+                port = self.server.add_insecure_port(addr)
+        except OSError as e:
+            raise ConfigError("server.tls_cert", f"cannot read TLS files: {e}") from None
+        except RuntimeError as e:
+            raise ConfigError("server.port", f"cannot listen on {addr}: {e}; pick another port (0 = any free)") from None
+        if not port:
+            raise ConfigError("server.port", f"cannot listen on {addr} (in use?); pick another port (0 = any free)")
+        self.port = port
+        if cfg.unix_socket:
+            self.unix_path = self._bind_unix(cfg.unix_socket)
+        self.server.start()
+        for name in ("", *self._service_names):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("env server listening on %s%s", self.address, f" and unix:{self.unix_path}" if self.unix_path else "")
+        return self
+
+    def _bind_unix(self, path: str) -> str:
+        if os.path.exists(path):
+            if not stat.S_ISSOCK(os.stat(path).st_mode):
+                raise ConfigError("server.unix_socket", f"{path} exists and is not a socket; choose another path")
+            os.unlink(path)  # a stale socket from a previous run
+        try:
+            ok = self.server.add_insecure_port(f"unix:{path}")
+        except RuntimeError as e:
+            raise ConfigError("server.unix_socket", f"cannot listen on unix:{path}: {e}") from None
+        if not ok:
+            raise ConfigError("server.unix_socket", f"cannot listen on unix:{path}")
+        return path
+
+    def stop(self, grace_s: float = 2.0) -> None:
+        """Graceful shutdown: refuse new motion, stop the arm, drain calls, stop again, close the env."""
+        with self._stop_lock:
+            if self._stopped.is_set():
+                return
+            self.native.shutting_down = True
+            try:
+                self.host.stop_arm("server shutting down")
+            except Exception:
+                log.exception("stopping the arm at shutdown failed")
+            for name in ("", *self._service_names):
+                self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+            self.server.stop(grace_s).wait(grace_s + 1.0)
+            if self.close_env:
+                self.host.close()
+            else:
+                self.host.control.close()
+            if self.unix_path and os.path.exists(self.unix_path):
+                try:
+                    os.unlink(self.unix_path)
+                except OSError:
+                    pass
+            self._stopped.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until `stop` has finished (or ``timeout``); True when stopped."""
+        return self._stopped.wait(timeout)
+
+    def __enter__(self) -> "EnvServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

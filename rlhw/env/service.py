@@ -1,0 +1,211 @@
+"""The native `rlhw.env.v1.Env` service: GetSpec, Reset, Step, Session, Stop, GetStatus.
+
+Responses that carry observations are written as wire bytes straight from the env's arrays
+(rlhw.env.codec), so the handlers return `bytes`; the method handlers below pass bytes through
+and serialise anything else with protobuf.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+
+from rlhw.env import codec
+from rlhw.env.control import ControlConflict
+from rlhw.env.host import EnvHost, StepResult
+from rlhw.env.v1 import env_pb2 as pb
+from rlhw.env.validate import InvalidRequest
+from rlhw.errors import RobotFault, SafetyViolation
+
+log = logging.getLogger("rlhw.env")
+
+SERVICE_NAME = "rlhw.env.v1.Env"
+SESSION_METADATA_KEY = "rlhw-session"
+
+
+def session_id(context: grpc.ServicerContext, prefix: str = "") -> str:
+    """The caller's session: its ``rlhw-session`` metadata, else its connection's peer address."""
+    for key, value in context.invocation_metadata() or ():
+        if key == SESSION_METADATA_KEY and value:
+            return str(value)
+    return prefix + context.peer()
+
+
+class CallFailed(Exception):
+    """A call failed with a gRPC status; raised inside handlers, turned into abort or in-band error."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, field: str = ""):
+        self.code = code
+        self.message = message
+        self.field = field
+        super().__init__(message)
+
+
+def run_guarded(fn, *args):
+    """Run an env operation, mapping every failure to a CallFailed with a status code."""
+    try:
+        return fn(*args)
+    except CallFailed:
+        raise
+    except InvalidRequest as e:
+        raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, str(e), e.field) from None
+    except ControlConflict as e:
+        raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION, str(e)) from None
+    except SafetyViolation as e:
+        raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION, f"safety: {e}") from None
+    except RobotFault as e:
+        raise CallFailed(grpc.StatusCode.ABORTED, f"robot fault: {e}") from None
+    except Exception as e:  # a bug in the env must not take the server down
+        log.exception("env call failed")
+        raise CallFailed(grpc.StatusCode.INTERNAL, f"env raised {type(e).__name__}: {e}") from None
+
+
+def _encode_step(head_msg, result: StepResult, wrap_field: int | None) -> bytes:
+    observations = [(1, result.obs, result.stamps)]
+    if result.final_obs is not None:
+        observations.append((9, result.final_obs, None))
+    return codec.encode_with_observations(head_msg.SerializeToString(), observations, wrap_field)
+
+
+class EnvService:
+    """Handlers of the native service, bound to one EnvHost."""
+
+    def __init__(self, host: EnvHost, watchdog_s: float):
+        self.host = host
+        self.watchdog_s = watchdog_s
+        self.spec_message = codec.env_spec_to_message(host.spec)
+        self.shutting_down = False
+
+    # -- operations shared by unary calls and the Session stream ----------------------------------
+    def _controlled(self, session: str, fn, *args):
+        if self.shutting_down:
+            raise CallFailed(grpc.StatusCode.UNAVAILABLE, "server is shutting down; the arm is stopped")
+        run_guarded(self.host.control.acquire, session)
+        try:
+            return run_guarded(fn, *args)
+        finally:
+            self.host.control.done(session)
+
+    def _reset(self, request: pb.ResetRequest, wrap_field: int | None) -> bytes:
+        t0 = time.perf_counter()
+        seed = request.seed if request.HasField("seed") else None
+        result = self.host.reset(seed)
+        result.timing["server"] = time.perf_counter() - t0
+        head = pb.ResetResponse(timing=result.timing, success=result.success)
+        return _encode_step(head, result, wrap_field)
+
+    def _step(self, request: pb.StepRequest, wrap_field: int | None) -> bytes:
+        t0 = time.perf_counter()
+        if not request.HasField("action"):
+            raise InvalidRequest("action", "missing; send a Tensor matching GetSpec().spec.action")
+        action = self.host.checker.check(request.action)
+        t1 = time.perf_counter()
+        result = self.host.step(action)
+        timing = result.timing
+        timing["validate"] = t1 - t0
+        timing["server"] = time.perf_counter() - t0
+        head = pb.StepResponse(
+            reward=result.reward, terminated=result.terminated, truncated=result.truncated,
+            success=result.success, fault=result.fault, fault_message=result.fault_message,
+            timing=timing, final_mask=result.final_mask or (),
+        )
+        t2 = time.perf_counter()
+        data = _encode_step(head, result, wrap_field)
+        timing["encode"] = time.perf_counter() - t2
+        self.host.record(timing)
+        return data
+
+    # -- unary handlers -------------------------------------------------------------------------
+    def GetSpec(self, request, context):
+        return pb.GetSpecResponse(spec=self.spec_message)
+
+    def Reset(self, request, context):
+        try:
+            return self._controlled(session_id(context), self._reset, request, None)
+        except CallFailed as e:
+            context.abort(e.code, e.message)
+
+    def Step(self, request, context):
+        try:
+            return self._controlled(session_id(context), self._step, request, None)
+        except CallFailed as e:
+            context.abort(e.code, e.message)
+
+    def Stop(self, request, context):
+        session = session_id(context)
+        message = "arm stopped"
+        try:
+            self.host.stop_arm(f"Stop called by {session}")
+        except Exception as e:
+            context.abort(grpc.StatusCode.INTERNAL, f"stopping the arm failed: {e!r}")
+        released = False
+        if request.release:
+            released = self.host.control.release(session)
+            if not released:
+                holder = self.host.control.controller
+                message += (f"; control not released: it is held by {holder}, not {session}" if holder
+                            else "; nobody held control")
+            else:
+                message += f"; control released by {session}"
+        return pb.StopResponse(stopped=True, released=released, message=message)
+
+    def GetStatus(self, request, context):
+        host = self.host
+        c = host.control.snapshot()
+        timing = {k: pb.PhaseTiming(**v) for k, v in host.timing_summary().items()}
+        return pb.GetStatusResponse(
+            controller=c.session, controller_since=c.since, controller_last_seen=c.last_seen,
+            steps=host.steps, resets=host.resets, faults=list(host.faults), timing=timing,
+            env_status_json=host.env_status_json(), watchdog_s=self.watchdog_s, stopped=host.stopped,
+            uptime_s=time.time() - host.started,
+        )
+
+    # -- Session stream -------------------------------------------------------------------------
+    def Session(self, request_iterator, context):
+        session = session_id(context)
+        held = False
+        try:
+            for request in request_iterator:
+                kind = request.WhichOneof("kind")
+                try:
+                    if kind == "step":
+                        out = self._controlled(session, self._step, request.step, 2)
+                    elif kind == "reset":
+                        out = self._controlled(session, self._reset, request.reset, 1)
+                    else:
+                        raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, "empty SessionRequest; set reset or step",
+                                         "kind")
+                    held = True
+                    yield out
+                except CallFailed as e:
+                    yield pb.SessionResponse(error=pb.Error(code=e.code.value[0], message=e.message, field=e.field))
+        finally:
+            if held:
+                self.host.release(session, "Session stream ended")
+
+    # -- registration ---------------------------------------------------------------------------
+    def handler(self) -> grpc.GenericRpcHandler:
+        def ser(msg) -> bytes:
+            return msg if isinstance(msg, bytes) else msg.SerializeToString()
+
+        def uu(fn, req):
+            return grpc.unary_unary_rpc_method_handler(fn, request_deserializer=req.FromString, response_serializer=ser)
+
+        return grpc.method_handlers_generic_handler(
+            SERVICE_NAME,
+            {
+                "GetSpec": uu(self.GetSpec, pb.GetSpecRequest),
+                "Reset": uu(self.Reset, pb.ResetRequest),
+                "Step": uu(self.Step, pb.StepRequest),
+                "Stop": uu(self.Stop, pb.StopRequest),
+                "GetStatus": uu(self.GetStatus, pb.GetStatusRequest),
+                "Session": grpc.stream_stream_rpc_method_handler(
+                    self.Session, request_deserializer=pb.SessionRequest.FromString, response_serializer=ser
+                ),
+            },
+        )
+
+
+__all__ = ["EnvService", "SERVICE_NAME", "SESSION_METADATA_KEY", "session_id", "CallFailed", "run_guarded"]
