@@ -1,0 +1,167 @@
+"""`MujocoCamera`: an offscreen-rendered camera of a `MujocoArm`'s scene behind the `Camera` interface.
+
+A simulated camera has no sensor clock: the scene only changes when the arm's physics advances. So
+frames render lazily, when `latest`/`wait_frame` is called after the arm advanced (never twice for
+one simulated instant), and cost nothing while nobody reads them. A frame's ``timestamp`` is the
+arm's clock (``epoch + sim_time``, see MujocoArm), so it matches the state it was rendered from.
+
+Camera names: in sim-only mode a config's camera serials become simulated camera names. A name that
+is a scene camera (``front``, ``wrist``, ``side``) renders that camera; any other name takes the
+scene camera at its position in the config's list (``index``), in that order.
+
+Rendering needs an offscreen OpenGL backend: `drivers.mujoco` picks EGL or OSMesa at import (see
+drivers/mujoco/_gl.py). On a CPU-only machine a 128x128 frame takes tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+import time
+
+import mujoco
+import numpy as np
+
+from drivers.mujoco import _gl
+from drivers.mujoco import scene as _scene
+from drivers.mujoco.arm import MujocoArm
+from rlhw.errors import RobotFault
+from rlhw.robot.camera import Camera, Frame, Intrinsics
+
+
+def scene_camera_for(serial: str, index: int = 0) -> str:
+    """Which scene camera renders the simulated camera named ``serial`` (the ``index``-th in its config list)."""
+    if serial in _scene.CAMERA_NAMES:
+        return serial
+    if 0 <= index < len(_scene.CAMERA_NAMES):
+        return _scene.CAMERA_NAMES[index]
+    raise ValueError(
+        f"camera {serial!r} (position {index} in the camera list): the sim scene has only "
+        f"{len(_scene.CAMERA_NAMES)} cameras {list(_scene.CAMERA_NAMES)}; name it after one of them "
+        "or list at most that many cameras")
+
+
+class MujocoCamera(Camera):
+    """Renders scene camera ``scene_camera`` (default: chosen from ``serial``/``index``) of ``arm``."""
+
+    def __init__(
+        self,
+        serial: str,
+        arm: MujocoArm,
+        *,
+        width: int = 128,
+        height: int = 128,
+        index: int = 0,
+        scene_camera: str | None = None,
+        fps: float = 30.0,
+        name: str | None = None,
+    ):
+        if not isinstance(arm, MujocoArm):
+            raise ValueError(f"arm: a MujocoCamera renders a MujocoArm's scene, got {type(arm).__name__}; "
+                             "use the same simulator for arm and cameras")
+        if not (8 <= width <= 4096 and 8 <= height <= 4096):
+            raise ValueError(f"width x height = {width}x{height}: each must be between 8 and 4096 pixels")
+        if fps <= 0:
+            raise ValueError(f"fps: must be > 0, got {fps}")
+        self.serial = serial
+        self.name = name or serial
+        self.arm = arm
+        self.width, self.height = int(width), int(height)
+        self.scene_camera = scene_camera or scene_camera_for(serial, index)
+        if self.scene_camera not in _scene.CAMERA_NAMES:
+            raise ValueError(f"scene_camera: {self.scene_camera!r} is not a scene camera; "
+                             f"choose one of {list(_scene.CAMERA_NAMES)}")
+        self._camera_id = arm.model.camera(self.scene_camera).id
+        self._fps = float(fps)
+        self._renderer: mujoco.Renderer | None = None
+        self._last: Frame | None = None
+        self._last_sim_time = -1.0
+        self._returned_index = -1
+        self._index = -1
+
+    # ------------------------------------------------------------------ lifecycle
+    def open(self, timeout_s: float = 10.0) -> None:
+        if self._renderer is not None:
+            return
+        ok, why = _gl.headless_ready()
+        if not ok:
+            raise RobotFault("not_connected", f"sim camera {self.serial!r}: {why}")
+        model = self.arm.model
+        # The offscreen buffer is sized by the model; grow it (shared model, only ever grows).
+        model.vis.global_.offwidth = max(model.vis.global_.offwidth, self.width)
+        model.vis.global_.offheight = max(model.vis.global_.offheight, self.height)
+        try:
+            self._renderer = mujoco.Renderer(model, self.height, self.width)
+        except Exception as e:  # GL context creation failed: say which backend and how to fix it
+            raise RobotFault(
+                "not_connected", f"sim camera {self.serial!r}: cannot create an offscreen GL context "
+                f"({_gl.CHOICE}): {e}. Try MUJOCO_GL=osmesa (apt libosmesa6) or MUJOCO_GL=egl (apt libegl1)"
+            ) from e
+        self._index = -1
+        self._returned_index = -1
+        self._last = None
+        self._last_sim_time = -1.0
+
+    def close(self) -> None:
+        renderer, self._renderer = self._renderer, None
+        if renderer is not None:
+            renderer.close()
+
+    # ------------------------------------------------------------------ frames
+    def _check_open(self) -> mujoco.Renderer:
+        if self._renderer is None:
+            raise RobotFault("not_connected", f"sim camera {self.serial!r} is not open; call open() first")
+        if not self.arm.connected:
+            raise RobotFault("not_connected", f"sim camera {self.serial!r}: its arm {self.arm.name!r} is not connected")
+        return self._renderer
+
+    def _render(self) -> Frame:
+        renderer = self._check_open()
+        data = self.arm.sync()
+        renderer.update_scene(data, camera=self._camera_id)
+        color = renderer.render()  # a fresh HxWx3 uint8 array per call
+        self._index += 1
+        self._last_sim_time = data.time
+        self._last = Frame(color=color, timestamp=self.arm.to_wall_clock(data.time), index=self._index)
+        return self._last
+
+    def _fresh(self) -> bool:
+        return self._last is not None and self._last_sim_time == self.arm.sim_time
+
+    def latest(self, max_age_s: float | None = None) -> Frame:
+        """The scene as it is now (rendered if the sim advanced since the last frame); never stale."""
+        self._check_open()
+        frame = self._last if self._fresh() else self._render()
+        self._returned_index = frame.index
+        return frame
+
+    def wait_frame(self, timeout_s: float = 1.0) -> Frame:
+        """A frame newer than the last one returned: rendered now if the sim advanced since then,
+        else waits (bounded) for another thread to advance it, then RobotFault("camera_stall")."""
+        self._check_open()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if not self._fresh():
+                frame = self._render()
+                break
+            if self._last.index > self._returned_index:
+                frame = self._last
+                break
+            if time.monotonic() >= deadline:
+                raise RobotFault(
+                    "camera_stall", f"sim camera {self.serial!r}: simulated time stood still for {timeout_s} s "
+                    f"after frame {self._last.index}; advance the arm (env.step) before waiting for a new frame")
+            time.sleep(0.001)
+        self._returned_index = frame.index
+        return frame
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def intrinsics(self) -> Intrinsics:
+        """Pinhole intrinsics from the scene camera's vertical field of view (square pixels)."""
+        fovy = np.deg2rad(self.arm.model.cam_fovy[self._camera_id])
+        f = 0.5 * self.height / np.tan(fovy / 2)
+        return Intrinsics(self.width, self.height, float(f), float(f), self.width / 2, self.height / 2)
+
+    @property
+    def fps(self) -> float:
+        """Nominal rate; frames actually render on demand, at most once per simulated instant."""
+        return self._fps

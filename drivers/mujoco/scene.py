@@ -1,0 +1,147 @@
+"""The simulated workcell: franky-sim's FR3 model on a table, plus props, built with MjSpec.
+
+The arm model is the MJCF that ships inside the franky-sim wheel (``franky_sim/assets/fr3.xml``,
+FR3 arm with the Franka Hand), so nothing is downloaded at run time and the sim arm has the same
+kinematics as the one franky-sim serves over the libfranka protocol. The asset file is never
+edited: the scene is composed around it in memory (MjSpec), which adds
+
+- ``table``: the plane the robot base stands on (z = 0 is the table top),
+- ``tcp``: a site at the Franka Hand's default TCP (flange + 0.1034 m along z, rotated -45 deg
+  about z: the hand body already carries that rotation), the point `ArmState.ee_pose` reports,
+  matching franky's ``O_T_EE`` default,
+- ``target``: a mocap body with a translucent sphere, a goal marker a task moves per episode
+  (mocap positions live in MjData, so each arm has its own),
+- ``cube`` (when ``cube=True``): a 5 cm free-floating box for contact tasks,
+- cameras ``front``, ``side`` (fixed, looking at the workspace) and ``wrist`` (on the hand),
+- gravity compensation on the arm's links, as the real Franka controller compensates gravity.
+
+Compiled models are cached per `SceneOptions`: many arms in one process share one `MjModel` and
+each owns only its `MjData`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+import franky_sim
+
+ASSET_DIR = os.path.join(os.path.dirname(franky_sim.__file__), "assets")
+ARM_XML = os.path.join(ASSET_DIR, "fr3.xml")
+MESH_DIR = os.path.join(ASSET_DIR, "meshes")
+
+ARM_JOINTS = tuple(f"fr3_joint{i}" for i in range(1, 8))
+ARM_ACTUATORS = ARM_JOINTS  # the asset names its position servos after the joints
+FINGER_JOINTS = ("finger_joint1", "finger_joint2")
+GRIPPER_ACTUATOR = "hand"
+#: The hand actuator's control range maps linearly onto finger opening (0..255 -> 0..0.08 m).
+GRIPPER_CTRL_MAX = 255.0
+ARM_BODIES = tuple(f"fr3_link{i}" for i in range(1, 8)) + ("hand", "left_finger", "right_finger")
+TCP_OFFSET = 0.1034
+
+#: Scene cameras in the order sim-only configs map camera serials onto them.
+CAMERA_NAMES = ("front", "wrist", "side")
+CUBE_HALF_SIZE = 0.025
+#: Where an unused cube waits: on the table, out of reach and out of every camera's view.
+CUBE_PARKED = np.array([0.0, -1.5, CUBE_HALF_SIZE])
+
+
+@dataclass(frozen=True)
+class SceneOptions:
+    """What varies between scenes; every arm built with equal options shares one compiled model."""
+
+    cube: bool = False
+    timestep: float = 0.002
+
+    def __post_init__(self) -> None:
+        if not (0.0 < self.timestep <= 0.01):
+            raise ValueError(f"timestep: {self.timestep} s is outside (0, 0.01]; use 0.002 (500 Hz)")
+
+
+def look_at(position, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
+    """Quaternion (w, x, y, z) of a MuJoCo camera at ``position`` looking at ``target``.
+
+    A MuJoCo camera looks along its local -z with +y up, so its frame columns are
+    (right, up, -forward).
+    """
+    position, target, up = (np.asarray(v, dtype=float) for v in (position, target, up))
+    forward = target - position
+    forward /= np.linalg.norm(forward)
+    right = np.cross(forward, up)
+    right /= np.linalg.norm(right)
+    cam_up = np.cross(right, forward)
+    rot = np.column_stack([right, cam_up, -forward])
+    quat = np.zeros(4)
+    mujoco.mju_mat2Quat(quat, rot.flatten())
+    return quat
+
+
+def _build_spec(options: SceneOptions) -> mujoco.MjSpec:
+    spec = mujoco.MjSpec.from_file(ARM_XML)
+    spec.meshdir = MESH_DIR  # the asset says "assets", relative to itself; meshes live in assets/meshes
+    spec.modelname = "rlhw_fr3_cube" if options.cube else "rlhw_fr3"
+    spec.option.timestep = options.timestep
+    spec.visual.global_.offwidth = 640
+    spec.visual.global_.offheight = 480
+
+    for name in ARM_BODIES:
+        spec.body(name).gravcomp = 1.0
+    # The finger joints inherit the arm's friction loss (1.137 N) from the asset's class default,
+    # more than the hand actuator (max 4 N over two fingers) can overcome near full opening.
+    for name in FINGER_JOINTS:
+        spec.joint(name).frictionloss = 0.0
+    hand = spec.body("hand")
+    hand.add_site(name="tcp", pos=[0.0, 0.0, TCP_OFFSET], size=[0.005, 0.005, 0.005], group=4)
+
+    spec.add_texture(name="grid", type=mujoco.mjtTexture.mjTEXTURE_2D,
+                     builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER, width=256, height=256,
+                     rgb1=[0.55, 0.5, 0.45], rgb2=[0.45, 0.4, 0.35])
+    spec.add_material(name="table", texrepeat=[8, 8], reflectance=0.0).textures[
+        mujoco.mjtTextureRole.mjTEXROLE_RGB] = "grid"
+    world = spec.worldbody
+    world.add_light(name="top", pos=[0.5, 0.0, 2.0], dir=[0.0, 0.0, -1.0], diffuse=[0.8, 0.8, 0.8],
+                    castshadow=False)
+    world.add_geom(name="table", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[2.0, 2.0, 0.05],
+                   material="table", friction=[1.0, 0.005, 0.0001])
+
+    target = world.add_body(name="target", mocap=True, pos=[0.5, 0.0, 0.3])
+    target.add_geom(name="target", type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[0.02, 0, 0],
+                    rgba=[0.1, 0.9, 0.2, 0.5], contype=0, conaffinity=0, group=0)
+
+    if options.cube:
+        cube = world.add_body(name="cube", pos=list(CUBE_PARKED))
+        cube.add_freejoint(name="cube")
+        cube.add_geom(name="cube", type=mujoco.mjtGeom.mjGEOM_BOX, size=[CUBE_HALF_SIZE] * 3,
+                      mass=0.1, rgba=[0.85, 0.15, 0.1, 1.0], friction=[1.0, 0.005, 0.0001])
+
+    world.add_camera(name="front", pos=[1.15, 0.0, 0.6], quat=look_at([1.15, 0.0, 0.6], [0.45, 0.0, 0.15]),
+                     fovy=50.0)
+    # Wrist camera: on the hand, beside the fingers, looking down the gripper's approach axis.
+    hand.add_camera(name="wrist", pos=[0.06, 0.0, 0.02],
+                    quat=look_at([0.06, 0.0, 0.02], [0.0, 0.0, 0.16], up=(1.0, 0.0, 0.0)), fovy=70.0)
+    world.add_camera(name="side", pos=[0.45, -1.0, 0.6], quat=look_at([0.45, -1.0, 0.6], [0.45, 0.0, 0.1]),
+                     fovy=50.0)
+    return spec
+
+
+_CACHE: dict[SceneOptions, mujoco.MjModel] = {}
+_LOCK = threading.Lock()
+
+
+def scene_model(options: SceneOptions = SceneOptions()) -> mujoco.MjModel:
+    """The compiled model for ``options``, compiled once per process and shared (treat as read-only)."""
+    with _LOCK:
+        model = _CACHE.get(options)
+        if model is None:
+            model = _build_spec(options).compile()
+            _CACHE[options] = model
+        return model
+
+
+def scene_xml(options: SceneOptions = SceneOptions()) -> str:
+    """The composed scene as MJCF text, for inspection in MuJoCo's viewer."""
+    return _build_spec(options).to_xml()
