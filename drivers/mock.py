@@ -119,8 +119,6 @@ class _FaultSchedule:
 class MockArm(Arm):
     """A fault-injecting stand-in for a Franka arm, in simulated time. See the module docstring."""
 
-    realtime = False
-
     def __init__(
         self,
         name: str = "mock",
@@ -131,9 +129,14 @@ class MockArm(Arm):
         gripper_speed_mps: float = 0.1,
         home_q: Iterable[float] = tuple(HOME_Q),
         state_noise_m: float = 0.0,
+        realtime: bool = False,
         **_ignored: Any,
     ):
         self.name = name
+        #: realtime=True emulates a real arm: it moves on the wall clock by itself (integrated
+        #: lazily at each call), so the env sleeps to keep its control rate instead of advancing.
+        self.realtime = bool(realtime)
+        self._wall = time.monotonic()
         self.timeout_s = float(timeout_s)
         self.tau_s = float(tau_s)
         self.gripper_speed_mps = float(gripper_speed_mps)
@@ -151,7 +154,7 @@ class MockArm(Arm):
         self.target: np.ndarray | None = None  # absolute position target, None = hold
         self.errors: tuple[str, ...] = ()
         #: Every motion command received, in order: ("command_pose", xyz), ("command_gripper", w),
-        #: ("move_joints", q). Tests read it to prove that nothing moved unless asked.
+        #: ("move_joints", q, speed_factor). Tests read it to prove that nothing moved unless asked.
         self.motions: list[tuple[str, Any]] = []
         self.calls: dict[str, int] = {}
 
@@ -205,13 +208,21 @@ class MockArm(Arm):
     # -- Arm interface -----------------------------------------------------------------------
     def connect(self, timeout_s: float = 10.0) -> None:
         self.connected = True
+        self._wall = time.monotonic()
 
     def close(self) -> None:
         self.target = None
         self.connected = False
 
+    def _catch_up(self) -> None:
+        if self.realtime:
+            now = time.monotonic()
+            self._integrate(now - self._wall)
+            self._wall = now
+
     def state(self) -> ArmState:
         self._enter("state")
+        self._catch_up()
         ee = self.fk(self.q)
         if self.state_noise_m:
             ee = ee + self._rng.normal(0.0, self.state_noise_m, 3)
@@ -226,6 +237,7 @@ class MockArm(Arm):
 
     def command_pose(self, pose: np.ndarray) -> None:
         self._enter("command_pose")
+        self._catch_up()
         self._require_ready("command_pose")
         pose = np.asarray(pose, dtype=float)
         self.target = pose[:3].copy()
@@ -241,7 +253,7 @@ class MockArm(Arm):
         self._enter("move_joints")
         self._require_ready("move_joints")
         q = np.asarray(q, dtype=float)
-        self.motions.append(("move_joints", q.copy()))
+        self.motions.append(("move_joints", q.copy(), float(speed_factor)))
         # Reduced dynamics: the slowest joint at speed_factor * 2.62 rad/s sets the duration.
         duration = float(np.max(np.abs(q - self.q))) / (2.62 * speed_factor)
         if duration > timeout_s:
@@ -265,6 +277,11 @@ class MockArm(Arm):
 
     def advance(self, dt: float) -> None:
         """First-order tracking of the target for ``dt`` simulated seconds."""
+        if self.realtime:
+            raise NotImplementedError("this MockArm runs in real time (realtime=True); it moves by itself")
+        self._integrate(dt)
+
+    def _integrate(self, dt: float) -> None:
         if dt <= 0:
             return
         self.sim_time += dt

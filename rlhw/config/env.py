@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from rlhw.config.base import StrictModel
+from rlhw.errors import ConfigError
 
 Vec3 = tuple[float, float, float]
 Vec7 = tuple[float, float, float, float, float, float, float]
@@ -31,10 +32,21 @@ FR3_DQ_MAX: Vec7 = (2.62, 2.62, 2.62, 2.62, 5.26, 4.18, 5.26)
 FR3_HOME_Q: Vec7 = (0.0, -math.pi / 4, 0.0, -3 * math.pi / 4, 0.0, math.pi / 2, math.pi / 4)
 
 
-def _check_box(low: Vec3, high: Vec3, what: str) -> None:
+def _check_box(low: Vec3, high: Vec3, what: str, path: str) -> None:
     for axis, lo, hi in zip("xyz", low, high):
         if not lo < hi:
-            raise ValueError(f"{what}: low.{axis}={lo} must be < high.{axis}={hi}; swap or widen the box")
+            raise ConfigError(path, f"{what}: low.{axis}={lo} must be < high.{axis}={hi}; swap or widen the box")
+
+
+def _vector(n: int, hint: str):
+    """A before-validator: a list of exactly ``n`` numbers, with a message that shows the shape."""
+
+    def check(cls, value):
+        if isinstance(value, (list, tuple)) and len(value) != n:
+            raise ConfigError("", f"expected {n} numbers {hint}, got {len(value)}: {list(value)}")
+        return value
+
+    return classmethod(check)
 
 
 def _all_finite(values, what: str):
@@ -48,15 +60,18 @@ class SafetyConfig(StrictModel):
 
     workspace_low: Vec3 = Field((0.25, -0.30, 0.10), description="lower corner of the allowed end-effector box (m, base frame)")
     workspace_high: Vec3 = Field((0.70, 0.30, 0.60), description="upper corner of the allowed end-effector box (m, base frame)")
-    max_step_m: float = Field(0.03, gt=0, le=0.2, description="largest end-effector displacement one step may command (m)")
-    max_velocity_mps: float = Field(0.3, gt=0, le=2.0, description="largest commanded end-effector speed (m/s); with the control period this caps the step further")
-    joint_limit_margin_rad: float = Field(0.05, ge=0, le=0.5, description="a measured joint closer than this to its limit stops the arm with fault 'limit'")
+    max_step_m: float = Field(0.03, allow_inf_nan=False, gt=0, le=0.2, description="largest end-effector displacement one step may command (m)")
+    max_velocity_mps: float = Field(0.3, allow_inf_nan=False, gt=0, le=2.0, description="largest commanded end-effector speed (m/s); with the control period this caps the step further")
+    joint_limit_margin_rad: float = Field(0.05, allow_inf_nan=False, ge=0, le=0.5, description="a measured joint closer than this to its limit stops the arm with fault 'limit'")
     q_min: Vec7 = Field(FR3_Q_MIN, description="joint lower limits (rad); default FR3")
     q_max: Vec7 = Field(FR3_Q_MAX, description="joint upper limits (rad); default FR3")
     dq_max: Vec7 = Field(FR3_DQ_MAX, description="joint speed limits (rad/s); a faster measured joint stops the arm with fault 'limit'")
-    gripper_max_speed_mps: float = Field(0.1, gt=0, le=1.0, description="largest commanded change of finger width per second (m/s)")
+    gripper_max_speed_mps: float = Field(0.1, allow_inf_nan=False, gt=0, le=1.0, description="largest commanded change of finger width per second (m/s)")
     max_recoveries: int = Field(3, ge=1, le=20, description="strikes (failed recoveries, or faults right after one) before the env locks itself")
-    camera_max_age_s: float = Field(0.5, gt=0, description="a camera frame older than this is a 'camera_stall' fault (real-time drivers)")
+    camera_max_age_s: float = Field(0.5, allow_inf_nan=False, gt=0, description="a camera frame older than this is a 'camera_stall' fault (real-time drivers)")
+
+    _xyz = field_validator("workspace_low", "workspace_high", mode="before")(_vector(3, "[x, y, z]"))
+    _joints = field_validator("q_min", "q_max", "dq_max", mode="before")(_vector(7, "(one per joint)"))
 
     @field_validator("workspace_low", "workspace_high", "q_min", "q_max", "dq_max")
     @classmethod
@@ -72,10 +87,11 @@ class SafetyConfig(StrictModel):
 
     @model_validator(mode="after")
     def _boxes(self):
-        _check_box(self.workspace_low, self.workspace_high, "workspace")
+        _check_box(self.workspace_low, self.workspace_high, "workspace", "workspace_low")
         for i, (lo, hi) in enumerate(zip(self.q_min, self.q_max)):
             if not lo + 2 * self.joint_limit_margin_rad < hi:
-                raise ValueError(
+                raise ConfigError(
+                    "q_min",
                     f"joint {i + 1}: q_min={lo} + 2*joint_limit_margin_rad must be < q_max={hi}; check the limits or shrink the margin"
                 )
         return self
@@ -85,10 +101,12 @@ class ResetConfig(StrictModel):
     """How an episode starts: a slow joint move home, then an optional random offset of the hand."""
 
     home_q: Vec7 = Field(FR3_HOME_Q, description="joint posture to move to at every reset (rad); must lie inside the joint limits")
-    speed_factor: float = Field(0.2, gt=0, le=0.5, description="relative dynamics of the reset move (fraction of max speed/accel); reduced on purpose")
-    timeout_s: float = Field(20.0, gt=0, le=120, description="the reset move fails with fault 'timeout' after this")
-    randomize_radius_m: float = Field(0.0, ge=0, le=0.2, description="after homing, move the hand to a random point within this radius (clipped to the workspace); 0 = off")
-    settle_s: float = Field(1.0, gt=0, le=10, description="time given to the randomizing move to settle")
+    speed_factor: float = Field(0.2, allow_inf_nan=False, gt=0, le=0.5, description="relative dynamics of the reset move (fraction of max speed/accel); reduced on purpose")
+    timeout_s: float = Field(20.0, allow_inf_nan=False, gt=0, le=120, description="the reset move fails with fault 'timeout' after this")
+    randomize_radius_m: float = Field(0.0, allow_inf_nan=False, ge=0, le=0.2, description="after homing, move the hand to a random point within this radius (clipped to the workspace); 0 = off")
+    settle_s: float = Field(1.0, allow_inf_nan=False, gt=0, le=10, description="time given to the randomizing move to settle")
+
+    _joints = field_validator("home_q", mode="before")(_vector(7, "(one per joint)"))
 
     @field_validator("home_q")
     @classmethod
@@ -99,7 +117,7 @@ class ResetConfig(StrictModel):
 class ActionConfig(StrictModel):
     """How a policy's action in [-1, 1] becomes a command."""
 
-    scale_m: float = Field(0.025, gt=0, le=0.2, description="end-effector displacement (m) for an action of 1.0 along an axis")
+    scale_m: float = Field(0.025, allow_inf_nan=False, gt=0, le=0.2, description="end-effector displacement (m) for an action of 1.0 along an axis")
     gripper: bool = Field(False, description="add a 4th action component: -1 closes the fingers, +1 opens them fully")
 
 
@@ -108,13 +126,15 @@ class ReachConfig(StrictModel):
 
     target_low: Vec3 = Field((0.32, -0.15, 0.20), description="lower corner of the target box (m); must lie inside the workspace")
     target_high: Vec3 = Field((0.55, 0.15, 0.45), description="upper corner of the target box (m); must lie inside the workspace")
-    success_m: float = Field(0.03, gt=0, le=0.2, description="the episode succeeds when the hand is this close to the target")
+    success_m: float = Field(0.03, allow_inf_nan=False, gt=0, le=0.2, description="the episode succeeds when the hand is this close to the target")
     terminate_on_success: bool = Field(True, description="end the episode (terminated=True) on success")
-    reward_scale_m: float = Field(0.1, gt=0, description="reward = -distance / reward_scale_m, so 10 cm away costs 1 per step")
+    reward_scale_m: float = Field(0.1, allow_inf_nan=False, gt=0, description="reward = -distance / reward_scale_m, so 10 cm away costs 1 per step")
+
+    _xyz = field_validator("target_low", "target_high", mode="before")(_vector(3, "[x, y, z]"))
 
     @model_validator(mode="after")
     def _box(self):
-        _check_box(self.target_low, self.target_high, "reach target box")
+        _check_box(self.target_low, self.target_high, "reach target box", "target_low")
         return self
 
 
@@ -140,7 +160,7 @@ class EnvConfig(StrictModel):
     sim: Literal["mujoco", "mock"] | None = Field(
         None, description="sim-only mode: replace every robot and camera by this driver, keeping the placement"
     )
-    control_hz: float = Field(10.0, gt=0, le=1000, description="policy steps per second")
+    control_hz: float = Field(10.0, allow_inf_nan=False, gt=0, le=1000, description="policy steps per second")
     num_envs: int = Field(1, ge=1, le=4096, description="env instances per env server (simulators only; 1 for a real arm)")
     max_episode_steps: int = Field(50, ge=1, description="episodes are truncated after this many steps")
     images: bool = Field(False, description="add one uint8 HxWx3 observation 'image_<camera>' per camera")
@@ -149,7 +169,7 @@ class EnvConfig(StrictModel):
         ("front",), description="camera names in sim when the hardware lists no camera serials"
     )
     seed: int = Field(0, ge=0, description="base seed; env instance i of robot r uses seed + 1000*r + i")
-    driver_timeout_s: float = Field(2.0, gt=0, le=60, description="bound on every non-motion driver call (state, command, stop)")
+    driver_timeout_s: float = Field(2.0, allow_inf_nan=False, gt=0, le=60, description="bound on every non-motion driver call (state, command, stop)")
     safety: SafetyConfig = Field(default_factory=SafetyConfig)
     reset: ResetConfig = Field(default_factory=ResetConfig)
     action: ActionConfig = Field(default_factory=ActionConfig)
@@ -163,6 +183,8 @@ class EnvConfig(StrictModel):
         if not v or not v.replace("_", "").isalnum():
             raise ValueError(f"task name {v!r} must be a word like 'reach' or 'push_cube'")
         return v
+
+    _hw = field_validator("image_size", mode="before")(_vector(2, "[height, width]"))
 
     @field_validator("image_size")
     @classmethod
@@ -188,13 +210,15 @@ class EnvConfig(StrictModel):
         lo, hi = s.workspace_low, s.workspace_high
         for axis, tlo, thi, wlo, whi in zip("xyz", self.reach.target_low, self.reach.target_high, lo, hi):
             if tlo < wlo or thi > whi:
-                raise ValueError(
+                raise ConfigError(
+                    "reach.target_low",
                     f"reach target box {axis}=[{tlo}, {thi}] leaves the safety workspace {axis}=[{wlo}, {whi}]; "
                     "shrink env.reach.target_low/high or widen env.safety.workspace_low/high"
                 )
         for i, (q, qlo, qhi) in enumerate(zip(self.reset.home_q, s.q_min, s.q_max)):
             if not qlo + s.joint_limit_margin_rad < q < qhi - s.joint_limit_margin_rad:
-                raise ValueError(
+                raise ConfigError(
+                    "reset.home_q",
                     f"reset.home_q joint {i + 1} = {q} is not inside the joint limits [{qlo}, {qhi}] minus the margin "
                     f"{s.joint_limit_margin_rad}; pick a home posture inside the limits"
                 )

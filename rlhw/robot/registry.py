@@ -84,11 +84,11 @@ def camera_class(name: str, path: str = "env.camera_driver") -> type:
     return _lookup(_CAMERAS, name, "camera", path)
 
 
-def make_arm(name: str, **kwargs):
-    """Construct (but do not connect) the arm driver registered as ``name``."""
-    return arm_class(name)(**kwargs)
+def make_arm(driver: str, /, **kwargs):
+    """Construct (but do not connect) the arm driver registered as ``driver``."""
+    return arm_class(driver)(**kwargs)
 
 
-def make_camera(name: str, **kwargs):
-    """Construct (but do not open) the camera driver registered as ``name``."""
-    return camera_class(name)(**kwargs)
+def make_camera(driver: str, /, **kwargs):
+    """Construct (but do not open) the camera driver registered as ``driver``."""
+    return camera_class(driver)(**kwargs)

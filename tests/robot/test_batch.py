@@ -1,0 +1,95 @@
+"""BatchedEnv: N envs stepped together, with same-step autoreset exactly as documented."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlhw.robot import make_batched_env
+from rlhw.robot.batch import BatchedEnv
+from tests.robot.conftest import greedy_action, make_config
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def batch():
+    envs = []
+
+    def build(**env):
+        b = make_batched_env(make_config(env))
+        envs.append(b)
+        return b
+
+    yield build
+    for b in envs:
+        b.close()
+
+
+def test_batched_shapes_carry_a_leading_num_envs_dimension(batch):
+    b = batch(num_envs=3, images=True, image_size=[16, 16])
+    assert b.spec.num_envs == 3
+    obs, info = b.reset(seed=0)
+    assert obs["ee_position"].shape == (3, 3) and obs["image_front"].shape == (3, 16, 16, 3)
+    assert info["reset"].tolist() == [True] * 3
+    obs, reward, term, trunc, info = b.step(np.zeros((3, 3), np.float32))
+    assert reward.shape == (3,) and term.dtype == bool and trunc.shape == (3,) and info["success"].shape == (3,)
+    assert len(info["timestamps"]) == 3 and info["final_observation"] == [None] * 3
+
+
+def test_instances_are_seeded_differently(batch):
+    b = batch(num_envs=3)
+    obs, _ = b.reset(seed=5)
+    targets = {tuple(t) for t in obs["target_position"].round(5)}
+    assert len(targets) == 3
+
+
+def test_same_step_autoreset_returns_the_next_episodes_first_observation(batch):
+    b = batch(num_envs=2, max_episode_steps=30)
+    obs, _ = b.reset(seed=1)
+    for _ in range(30):
+        actions = np.stack([greedy_action({"to_target": obs["to_target"][0]}), np.zeros(3, np.float32)])
+        prev = obs
+        obs, reward, term, trunc, info = b.step(actions)
+        if term[0]:
+            break
+    assert term[0] and not (term[1] or trunc[1])
+    final = info["final_observation"][0]
+    assert final is not None and info["final_observation"][1] is None
+    # the final observation is the successful one: close to its target
+    assert np.linalg.norm(final["to_target"]) < 0.03
+    assert info["final_info"][0]["success"] and info["success"][0]
+    # obs[0] starts the next episode: a fresh target, at home, episode_step 0
+    assert info["reset"].tolist() == [True, False]
+    assert not np.allclose(obs["target_position"][0], final["target_position"])
+    assert np.allclose(obs["ee_position"][0], [0.307, 0.0, 0.487], atol=1e-6)
+    assert b.envs[0].episode_step == 0 and b.envs[1].episode_step > 0
+    # the other instance just continued
+    assert np.allclose(obs["target_position"][1], prev["target_position"][1])
+
+
+def test_truncation_by_a_fault_also_autoresets(batch):
+    b = batch(num_envs=2, mock_faults=[{"kind": "reflex", "after": 1}])
+    b.reset(seed=0)
+    b.step(np.zeros((2, 3), np.float32))
+    obs, reward, term, trunc, info = b.step(np.zeros((2, 3), np.float32))
+    assert trunc.tolist() == [True, True] and info["fault"] == ["reflex", "reflex"]
+    assert all(f is not None for f in info["final_observation"]) and info["reset"].all()
+
+
+def test_a_wrong_batch_shape_is_a_clear_error(batch):
+    b = batch(num_envs=2)
+    b.reset()
+    with pytest.raises(ValueError, match=r"expected \(2, 3\)"):
+        b.step(np.zeros(3, np.float32))
+
+
+def test_envs_with_different_specs_cannot_be_batched():
+    from rlhw.robot import make_env
+
+    a = make_env(make_config())
+    c = make_env(make_config({"action": {"gripper": True}}))
+    with pytest.raises(ValueError, match="same observation and action"):
+        BatchedEnv([a, c])
+    a.close()
+    c.close()

@@ -1,0 +1,112 @@
+"""make_env: which drivers a config selects, sim-only replacement, and the errors for impossible combinations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlhw.errors import ConfigError
+from rlhw.robot import make_batched_env, make_env, plan_env
+from rlhw.robot.tasks.base import Task
+from tests.robot.conftest import FRANKA_CLUSTER, make_config
+
+
+def test_franka_hardware_selects_franka_and_realsense_by_default():
+    plan = plan_env(make_config({"sim": None, "images": True}, FRANKA_CLUSTER), 0)
+    assert plan.arm_driver == "franka" and plan.camera_driver == "realsense"
+    assert plan.camera_names == ("322142001230", "322142001231")
+    assert plan.hardware.robot_ip == "127.0.0.1" and plan.robot == "franka@127.0.0.1"
+
+
+def test_no_hardware_selects_mujoco_by_default():
+    plan = plan_env(make_config({"sim": None, "images": True}), 0)
+    assert plan.arm_driver == "mujoco" and plan.camera_driver == "mujoco" and plan.camera_names == ("front",)
+
+
+def test_sim_mode_replaces_the_robot_and_names_cameras_by_serial():
+    cfg = make_config({"sim": "mock", "images": True}, FRANKA_CLUSTER)
+    plan = plan_env(cfg, 0)
+    assert (plan.arm_driver, plan.camera_driver) == ("mock", "mock")
+    env = make_env(cfg, robot_rank=0)
+    try:
+        assert env.spec.cameras == ("322142001230", "322142001231")
+        assert "image_322142001230" in env.spec.observations
+        obs, _ = env.reset(seed=0)
+        assert obs["image_322142001231"].shape == (128, 128, 3)
+    finally:
+        env.close()
+
+
+def test_a_robot_without_serials_uses_the_sim_camera_names_in_sim():
+    plan = plan_env(make_config({"sim": "mock", "images": True, "sim_cameras": ["top"]}, FRANKA_CLUSTER), 1)
+    assert plan.camera_names == ("top",)
+
+
+def test_robot_rank_out_of_range_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"robot rank 2 is out of range.*ranks 0-1"):
+        plan_env(make_config({"sim": None}, FRANKA_CLUSTER), 2)
+
+
+def test_franka_driver_without_hardware_says_how_to_fix():
+    with pytest.raises(ConfigError) as err:
+        plan_env(make_config({"sim": None, "driver": "franka"}), 0)
+    assert err.value.path == "env.driver" and "env.sim=mujoco" in str(err.value)
+
+
+def test_images_on_a_real_robot_without_camera_serials_is_refused():
+    with pytest.raises(ConfigError) as err:
+        plan_env(make_config({"sim": None, "images": True}, FRANKA_CLUSTER), 1)
+    assert err.value.path == "env.images" and "camera_serials" in str(err.value)
+
+
+def test_sim_cameras_cannot_render_another_driver():
+    with pytest.raises(ConfigError) as err:
+        plan_env(make_config({"sim": None, "driver": "mock", "camera_driver": "mujoco", "images": True}), 0)
+    assert err.value.path == "env.camera_driver"
+
+
+def test_several_envs_on_one_real_arm_are_refused():
+    with pytest.raises(ConfigError) as err:
+        make_batched_env(make_config({"sim": None, "num_envs": 2}, FRANKA_CLUSTER), connect=False)
+    assert err.value.path == "env.num_envs" and "one franka arm" in str(err.value)
+
+
+def test_no_cameras_are_built_without_images():
+    env = make_env(make_config({"images": False}, FRANKA_CLUSTER))
+    try:
+        assert env.cameras == {} and not any(k.startswith("image_") for k in env.spec.observations)
+    finally:
+        env.close()
+
+
+def test_mock_faults_from_the_config_reach_the_mock_driver():
+    env = make_env(make_config({"mock_faults": [{"kind": "reflex", "after": 0}]}))
+    try:
+        env.reset()
+        assert env.step(np.zeros(3, np.float32))[-1]["fault"] == "reflex"
+    finally:
+        env.close()
+
+
+def test_a_task_needing_a_simulator_hook_explains_itself_on_other_drivers(mock_env):
+    env = mock_env()
+
+    class NeedsCube(Task):
+        name = "needs_cube"
+
+        def observation_specs(self):
+            return {}
+
+        def action_spec(self):
+            return None
+
+        def reset(self, state, rng):
+            self.require("object_pose")
+
+        command = observe = reward = success = lambda *a: None
+
+    task = NeedsCube(env.config)
+    task.bind(env.arm)
+    with pytest.raises(ConfigError) as err:
+        task.reset(None, None)
+    assert err.value.path == "env.task" and "object_pose" in str(err.value) and "env.sim=mujoco" in str(err.value)
