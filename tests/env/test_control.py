@@ -1,0 +1,115 @@
+"""One session controls the arm; others may look and stop it; a silent controller is stopped."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from rlhw.env.client import ControlConflictError, RemoteEnv
+from rlhw.env.fake_env import FakeEnv
+
+GOOD = np.zeros(7, np.float32)
+
+
+def _wait_for(predicate, timeout_s=5.0):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("use_session", [True, False], ids=["session", "unary"])
+def test_a_second_would_be_controller_gets_a_clear_failed_precondition(serve, clients, use_session):
+    server = serve(FakeEnv())
+    first = clients(RemoteEnv(server.address, session_id="alice", use_session=use_session))
+    second = clients(RemoteEnv(server.address, session_id="bob", use_session=use_session))
+    first.reset()
+    for call in (lambda: second.reset(), lambda: second.step(GOOD)):
+        with pytest.raises(ControlConflictError) as err:
+            call()
+        msg = str(err.value)
+        assert "arm is controlled by session alice since" in msg and "Stop(release=true)" in msg
+    first.step(GOOD)  # the controller is unaffected
+
+
+@pytest.mark.timeout(60)
+def test_observers_may_read_spec_and_status_while_another_session_controls(serve, clients):
+    server = serve(FakeEnv())
+    controller = clients(RemoteEnv(server.address, session_id="alice"))
+    controller.reset()
+    controller.step(GOOD)
+    observer = clients(RemoteEnv(server.address, session_id="carol"))
+    status = observer.status()
+    assert status.controller == "alice" and status.steps == 1 and status.resets == 1
+    assert "validate" in status.timing and status.timing["env"].count == 1
+    assert observer.action_space.shape == (7,)
+
+
+@pytest.mark.timeout(60)
+def test_stop_with_release_hands_control_to_the_next_session(serve, clients):
+    env = FakeEnv()
+    server = serve(env)
+    alice = clients(RemoteEnv(server.address, session_id="alice", use_session=False))
+    bob = clients(RemoteEnv(server.address, session_id="bob"))
+    alice.reset()
+    reply = bob.stop(release=True)  # anyone may stop the arm, only the holder may release
+    assert reply.stopped and not reply.released and "held by alice" in reply.message
+    assert env.events[-1] == "stop"
+    with pytest.raises(ControlConflictError):
+        bob.reset()
+    reply = alice.stop(release=True)
+    assert reply.released
+    bob.reset()
+    bob.step(GOOD)
+    assert server.host.control.controller == "bob"
+
+
+@pytest.mark.timeout(60)
+def test_ending_the_session_stream_stops_the_arm_and_frees_control(serve, clients):
+    env = FakeEnv()
+    server = serve(env)
+    alice = RemoteEnv(server.address, session_id="alice")
+    alice.reset()
+    alice.step(GOOD)
+    stops = env.stops
+    alice.close()
+    assert _wait_for(lambda: server.host.control.controller == "")
+    assert env.stops > stops
+    bob = clients(RemoteEnv(server.address, session_id="bob"))
+    bob.reset()
+
+
+@pytest.mark.timeout(60)
+def test_watchdog_stops_the_arm_and_releases_a_silent_controller(serve, clients):
+    env = FakeEnv()
+    server = serve(env, watchdog_s=0.3)
+    alice = clients(RemoteEnv(server.address, session_id="alice"))
+    alice.reset()
+    alice.step(GOOD)
+    stops = env.stops
+    t0 = time.monotonic()
+    assert _wait_for(lambda: server.host.control.controller == "", timeout_s=5)
+    silent = time.monotonic() - t0
+    assert silent >= 0.25  # not before watchdog_s of silence (less the time since the last step)
+    assert env.stops == stops + 1
+    status = alice.status()
+    assert status.controller == "" and status.stopped
+    assert any("watchdog" in f and "alice" in f for f in status.faults)
+    bob = clients(RemoteEnv(server.address, session_id="bob"))
+    bob.reset()  # control is free again
+
+
+@pytest.mark.timeout(60)
+def test_watchdog_does_not_fire_during_a_slow_call_by_the_controller(serve, clients):
+    env = FakeEnv(reset_delay_s=0.8)
+    server = serve(env, watchdog_s=0.3)
+    alice = clients(RemoteEnv(server.address, session_id="alice"))
+    alice.reset()  # takes longer than watchdog_s, but the controller is not silent: it is waiting
+    assert env.stops == 0
+    alice.step(GOOD)
+    assert server.host.control.controller == "alice"
