@@ -1,0 +1,343 @@
+"""`FrankaArm`: the `Arm` interface over franky-control, with franky in a killable driver process.
+
+Every call goes over a socketpair to ``drivers.franka.child`` and waits at most a bounded time.
+If the driver process does not answer in time it is SIGKILLed (its TCP/UDP link to the arm dies
+with it, which makes the arm stop: libfranka stops a motion whose command stream ends) and the call
+raises ``RobotFault("hang")``. `connect()` (or `recover()`) then starts a fresh process.
+
+Nothing moves unless a command is called: connect only reads state and sets collision
+thresholds; the gripper is not homed.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Literal, Sequence
+
+import numpy as np
+
+from rlhw.errors import ConfigError, RobotFault, WorkerError
+from rlhw.robot.arm import Arm, ArmState
+from rlhw.robot.registry import register_arm
+
+ROBOT_PORT = 1337
+
+#: robot_ip -> the FrankaArm that owns it in this process (one controller per arm).
+_owners: "weakref.WeakValueDictionary[str, FrankaArm]" = weakref.WeakValueDictionary()
+_owners_lock = threading.Lock()
+
+
+def _vec(value: float | Sequence[float], n: int, name: str) -> tuple[float, ...]:
+    if isinstance(value, (int, float)):
+        value = [float(value)] * n
+    value = tuple(float(v) for v in value)
+    if len(value) != n or not all(math.isfinite(v) and v > 0 for v in value):
+        raise ConfigError(name, f"needs {n} positive numbers (or one number for all), got {list(value)}")
+    return value
+
+
+@dataclass(frozen=True)
+class FrankaOptions:
+    """Driver settings. Field names follow rlhw.hardware.types.franka.FrankaController where they overlap.
+
+    ``control``: how `command_pose` tracks targets. "motion" sends each target as an asynchronous
+    franky CartesianMotion (Ruckig trajectory, preempted by the next target; velocity-continuous,
+    bounded by ``relative_dynamics_factor``); "impedance" streams targets into one
+    CartesianImpedanceTracker (compliant; stiffness below). ``timeout_s`` bounds every
+    non-motion call (libfranka itself gives up on a silent link after about 1 s, so keep it above
+    that). ``watchdog_s``: stop the arm when no Cartesian target arrived for this long while
+    tracking (0 disables).
+    """
+
+    realtime: Literal["enforce", "ignore"] = "enforce"
+    relative_dynamics_factor: float = 0.1
+    torque_thresholds: tuple[float, ...] = (20.0, 20.0, 18.0, 18.0, 16.0, 14.0, 12.0)
+    force_thresholds: tuple[float, ...] = (20.0, 20.0, 20.0, 25.0, 25.0, 25.0)
+    joint_impedance: tuple[float, ...] | None = None
+    cartesian_impedance: tuple[float, ...] | None = None
+    gripper: bool = True
+    gripper_speed: float = 0.1
+    gripper_force: float = 20.0
+    gripper_timeout_s: float = 5.0
+    control: Literal["motion", "impedance"] = "motion"
+    translational_stiffness: float = 500.0
+    rotational_stiffness: float = 50.0
+    timeout_s: float = 3.0
+    watchdog_s: float = 1.0
+
+    def __post_init__(self):
+        if self.realtime not in ("enforce", "ignore"):
+            raise ConfigError("realtime", f"must be 'enforce' (real robot) or 'ignore' (franky-sim), got {self.realtime!r}")
+        if self.control not in ("motion", "impedance"):
+            raise ConfigError("control", f"must be 'motion' or 'impedance', got {self.control!r}")
+        if not 0 < self.relative_dynamics_factor <= 1:
+            raise ConfigError("relative_dynamics_factor", f"must be in (0, 1], got {self.relative_dynamics_factor}")
+        object.__setattr__(self, "torque_thresholds", _vec(self.torque_thresholds, 7, "torque_thresholds"))
+        object.__setattr__(self, "force_thresholds", _vec(self.force_thresholds, 6, "force_thresholds"))
+        if self.joint_impedance is not None:
+            object.__setattr__(self, "joint_impedance", _vec(self.joint_impedance, 7, "joint_impedance"))
+        if self.cartesian_impedance is not None:
+            object.__setattr__(self, "cartesian_impedance", _vec(self.cartesian_impedance, 6, "cartesian_impedance"))
+        for name in ("gripper_speed", "gripper_force", "gripper_timeout_s", "translational_stiffness", "rotational_stiffness"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(name, f"must be > 0, got {getattr(self, name)}")
+        if not self.timeout_s > 1.0:
+            raise ConfigError("timeout_s", f"must be > 1 s (libfranka's own link timeout is about 1 s), got {self.timeout_s}")
+        if self.watchdog_s < 0:
+            raise ConfigError("watchdog_s", f"must be >= 0 (0 disables), got {self.watchdog_s}")
+
+
+def tcp_reachable(host: str, port: int = ROBOT_PORT, timeout_s: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+@register_arm("franka")
+class FrankaArm(Arm):
+    """A Franka FR3/Panda through FCI. ``FrankaArm(robot_ip, realtime="ignore")`` for franky-sim.
+
+    Options are `FrankaOptions` fields, given as ``options=`` or keyword arguments (``controller=``
+    accepts a hardware-config FrankaController or dict). Only one FrankaArm per robot_ip may exist
+    in a process until it is closed: a second controller would fight the first.
+    """
+
+    name = "franka"
+
+    def __init__(self, robot_ip: str, options: FrankaOptions | None = None, *, controller: Any = None, **overrides):
+        if not isinstance(robot_ip, str) or not robot_ip.strip():
+            raise ConfigError("robot_ip", f"must be a host name or IP address string, got {robot_ip!r}")
+        fields = asdict(options) if options is not None else {}
+        if controller is not None:
+            c = controller.model_dump() if hasattr(controller, "model_dump") else dict(controller)
+            rename = {"collision_torque_thresholds_nm": "torque_thresholds", "collision_force_thresholds_n": "force_thresholds"}
+            fields.update({rename.get(k, k): v for k, v in c.items()})
+        if "driver_timeout_s" in overrides:
+            overrides["timeout_s"] = overrides.pop("driver_timeout_s")
+        unknown = set(overrides) - set(FrankaOptions.__dataclass_fields__)
+        if unknown:
+            raise ConfigError(
+                "franka", f"unknown option(s) {sorted(unknown)}; known: {sorted(FrankaOptions.__dataclass_fields__)}"
+            )
+        fields.update(overrides)
+        self.options = FrankaOptions(**fields)
+        self.robot_ip = robot_ip.strip()
+        self._proc: subprocess.Popen | None = None
+        self._conn: Connection | None = None
+        self._lock = threading.RLock()
+        self._wanted = False  # connect() called and close() not: recover() may reconnect
+        self.info: dict = {}
+        self.last_error: str | None = None
+        self._claim()
+        self._finalizer = weakref.finalize(self, _kill_proc, None)
+
+    # -- ownership -----------------------------------------------------------------------------
+    def _claim(self) -> None:
+        with _owners_lock:
+            other = _owners.get(self.robot_ip)
+            if other is not None and other is not self:
+                raise ConfigError(
+                    "robot_ip",
+                    f"robot {self.robot_ip} is already controlled by another FrankaArm in this process; "
+                    "close() that one first (one controller per arm)",
+                )
+            _owners[self.robot_ip] = self
+
+    def _release(self) -> None:
+        with _owners_lock:
+            if _owners.get(self.robot_ip) is self:
+                del _owners[self.robot_ip]
+
+    # -- driver process ------------------------------------------------------------------------
+    @property
+    def connected(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def connect(self, timeout_s: float = 10.0) -> None:
+        with self._lock:
+            self._claim()
+            if self.connected:
+                return
+            parent, child = socket.socketpair()
+            try:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", "drivers.franka.child", str(child.fileno())],
+                    pass_fds=(child.fileno(),),
+                    stdin=subprocess.DEVNULL,
+                )
+            finally:
+                child.close()
+            self._conn = Connection(parent.detach())
+            self._finalizer.detach()
+            self._finalizer = weakref.finalize(self, _kill_proc, self._proc)
+            self._wanted = True
+            opts = asdict(self.options)
+            try:
+                self.info = self._call("connect", timeout_s, robot_ip=self.robot_ip, options=opts)
+            except RobotFault as e:
+                self._drop()
+                if e.kind == "network" and not tcp_reachable(self.robot_ip, ROBOT_PORT, 1.0):
+                    raise RobotFault(
+                        "network",
+                        f"cannot reach {self.robot_ip}:{ROBOT_PORT} (FCI): check the cable/IP and that FCI is enabled "
+                        f"in Desk, or that franky-sim serves this address ({e})",
+                    ) from None
+                raise
+            if self.options.gripper and "gripper_max_width" in self.info:
+                self.max_gripper_width = float(self.info["gripper_max_width"])
+
+    def _call(self, op: str, wait_s: float, **kwargs):
+        with self._lock:
+            if not self.connected or self._conn is None:
+                if self._proc is not None:
+                    code = self._proc.poll()
+                    self._drop()
+                    raise RobotFault("network", f"driver process for {self.robot_ip} exited (code {code}); call connect() or recover()")
+                raise RobotFault("not_connected", f"arm {self.robot_ip} is not connected; call connect() first")
+            try:
+                self._conn.send((op, kwargs))
+                if not self._conn.poll(wait_s):
+                    pid = self._proc.pid
+                    self._drop()
+                    raise RobotFault(
+                        "hang",
+                        f"franky did not answer '{op}' within {wait_s:.1f}s (arm {self.robot_ip}); killed driver "
+                        f"process {pid}, which also drops its link to the arm; connect() or recover() starts a fresh one",
+                    )
+                reply = self._conn.recv()
+            except (EOFError, OSError, BrokenPipeError) as e:
+                code = self._proc.poll() if self._proc else None
+                self._drop()
+                raise RobotFault("network", f"driver process for {self.robot_ip} died during '{op}' (exit code {code}): {e}") from None
+        if reply[0] == "ok":
+            return reply[1]
+        _, kind, message = reply
+        self.last_error = message
+        if kind == "bug":
+            raise WorkerError(f"franka-driver[{self.robot_ip}]", f"'{op}' failed", message)
+        if kind == "network":
+            # libfranka drops the connection on a network error; a fresh process is needed anyway.
+            self._drop()
+        raise RobotFault(kind, f"{self.robot_ip}: {message}")
+
+    def _drop(self) -> None:
+        """Kill the driver process now (no goodbye: it may be stuck in C++)."""
+        proc, conn = self._proc, self._conn
+        self._proc = self._conn = None
+        if conn is not None:
+            try:
+                conn.close()
+            except OSError:
+                pass
+        if proc is not None:
+            _kill_proc(proc)
+
+    def close(self) -> None:
+        with self._lock:
+            self._wanted = False
+            if self.connected and self._conn is not None:
+                try:
+                    self._conn.send(("close", {}))
+                    if self._conn.poll(min(3.0, self.options.timeout_s)):
+                        self._conn.recv()
+                except (EOFError, OSError):
+                    pass
+                try:
+                    self._proc.wait(timeout=2.0)
+                except subprocess.TimeoutExpired:
+                    pass
+            self._drop()
+            self._release()
+
+    # -- Arm interface -----------------------------------------------------------------------------
+    def state(self) -> ArmState:
+        d = self._call("state", self.options.timeout_s)
+        return ArmState(
+            timestamp=d["timestamp"], q=d["q"], dq=d["dq"], ee_pose=d["ee_pose"],
+            gripper_width=d["gripper_width"], errors=tuple(d["errors"]),
+        )
+
+    def command_pose(self, pose: np.ndarray) -> None:
+        pose = np.asarray(pose, dtype=float)
+        if pose.shape != (7,) or not np.all(np.isfinite(pose)):
+            raise ValueError(f"pose must be 7 finite numbers [x, y, z, qx, qy, qz, qw], got {pose!r}")
+        norm = float(np.linalg.norm(pose[3:]))
+        if norm < 1e-6:
+            raise ValueError(f"pose quaternion {pose[3:].tolist()} has zero length; use [qx, qy, qz, qw] of unit length")
+        pose = np.concatenate([pose[:3], pose[3:] / norm])
+        self._call("command_pose", self.options.timeout_s, pose=pose)
+
+    def command_gripper(self, width: float) -> None:
+        width = float(width)
+        if not math.isfinite(width):
+            raise ValueError(f"gripper width must be a finite number of metres, got {width}")
+        width = min(max(width, 0.0), self.max_gripper_width)
+        self._call("command_gripper", self.options.timeout_s, width=width)
+
+    def move_joints(self, q: np.ndarray, speed_factor: float = 0.2, timeout_s: float = 15.0) -> None:
+        q = np.asarray(q, dtype=float)
+        if q.shape != (7,) or not np.all(np.isfinite(q)):
+            raise ValueError(f"q must be 7 finite joint angles (rad), got {q!r}")
+        if not 0 < speed_factor <= 1:
+            raise ValueError(f"speed_factor must be in (0, 1], got {speed_factor}")
+        # The child stops the arm itself at timeout_s; the extra margin is for that stop.
+        self._call("move_joints", timeout_s + self.options.timeout_s, q=q, speed_factor=float(speed_factor), timeout_s=float(timeout_s))
+
+    def stop(self) -> None:
+        if not self.connected:
+            return  # a dropped link already stopped the arm (libfranka halts without commands)
+        self._call("stop", self.options.timeout_s)
+
+    def recover(self, timeout_s: float = 5.0) -> bool:
+        """Automatic error recovery; restarts the driver process first when a fault killed it.
+
+        Returns False (reason in ``last_error``) rather than raising for a failed recovery, so the
+        env can count strikes; raises only when the arm was never connected.
+        """
+        if not self._wanted and not self.connected:
+            raise RobotFault("not_connected", f"arm {self.robot_ip} is not connected; call connect() first")
+        deadline = time.monotonic() + timeout_s
+        try:
+            if not self.connected:
+                self.connect(timeout_s=max(1.0, deadline - time.monotonic()))
+            ok = bool(self._call("recover", max(0.5, deadline - time.monotonic())))
+            if not ok:
+                self.last_error = "recover_from_errors() returned False"
+                return False
+            return not self.state().errors
+        except RobotFault as e:
+            self.last_error = str(e)
+            return False
+
+    # -- extras ------------------------------------------------------------------------------------
+    def ping(self, timeout_s: float = 2.0) -> float:
+        """Round-trip time to the driver process (s); proves the process is alive and answering."""
+        t = time.perf_counter()
+        self._call("ping", timeout_s)
+        return time.perf_counter() - t
+
+    def robot_info(self) -> dict:
+        return self._call("info", self.options.timeout_s)
+
+    def __repr__(self) -> str:
+        return f"FrankaArm({self.robot_ip!r}, connected={self.connected})"
+
+
+def _kill_proc(proc: subprocess.Popen | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.kill()
+    try:
+        proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        pass

@@ -1,0 +1,359 @@
+"""The driver process: the only place franky objects live.
+
+Run as ``python -m drivers.franka.child FD``; FD is one end of a socketpair wrapped in a
+`multiprocessing.connection.Connection`. The parent sends ``(op, kwargs)`` and reads back
+``("ok", value)`` or ``("err", kind, message)``.
+
+Why a separate process: libfranka can block for tens of seconds (or forever) when the link dies
+(FIELD-NOTES: ``move()`` > 40 s, ``recover_from_errors()`` > 30 s), and a thread stuck in C++ cannot
+be interrupted. The parent bounds every call and SIGKILLs this process on a hang.
+
+Two guards run here, independent of the parent:
+- if the parent goes away (pipe EOF, or the kernel's parent-death signal), the arm is stopped;
+- if streaming Cartesian targets stop arriving for ``watchdog_s`` while a motion is active, the
+  arm is stopped (a silent controller must not leave a motion running).
+The gripper runs on its own thread with a latest-target slot: franky-sim hangs when a gripper
+command is issued while one is running, and an RL loop sends the same target at every step.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+
+import numpy as np
+
+#: Closing commands at or below this width grasp (hold whatever is between the fingers) instead
+#: of moving to a width, which would fail as soon as an object blocks the fingers.
+GRASP_BELOW_M = 0.005
+
+
+def fault_kind(exc: BaseException) -> str:
+    """Map a franky exception to an `rlhw.errors.RobotFault` kind."""
+    import franky
+
+    name = type(exc).__name__
+    text = str(exc)
+    if isinstance(exc, franky.NetworkException) or "Net Exception" in text or "UDP receive" in text or "TCP" in text:
+        return "network"
+    if isinstance(exc, (franky.ControlException, franky.CommandException)):
+        return "reflex"
+    if isinstance(exc, (franky.RealtimeException, franky.IncompatibleVersionException)):
+        return "not_connected"
+    if isinstance(exc, franky.GripperException):
+        return "reflex"
+    if isinstance(exc, (franky.InvalidOperationException, franky.ProtocolException, franky.ModelException)):
+        return "reflex"
+    if name.endswith("Exception") and type(exc).__module__.startswith("franky"):
+        return "reflex"
+    return "bug"
+
+
+def hint(kind: str, exc: BaseException) -> str:
+    import franky
+
+    if isinstance(exc, franky.RealtimeException):
+        return " (no realtime kernel: set realtime: ignore for franky-sim / test machines, keep 'enforce' on the robot PC)"
+    if isinstance(exc, franky.IncompatibleVersionException):
+        return " (libfranka in franky does not match the robot's system version: install the franky-control build for your firmware)"
+    if kind == "network":
+        return " (is FCI enabled in Desk and the control box reachable? for franky-sim: is the simulator still running?)"
+    return ""
+
+
+class GripperWorker:
+    """Owns franky.Gripper; executes the most recent target on a thread, never two at once."""
+
+    def __init__(self, gripper, speed: float, force: float):
+        self.gripper = gripper
+        self.max_width = float(gripper.max_width)
+        self.speed = speed
+        self.force = force
+        self._cv = threading.Condition()
+        self._target: float | None = None
+        self._issued: float | None = None
+        self.busy_since: float | None = None
+        self.last_error: str | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="gripper", daemon=True)
+        self._thread.start()
+
+    def command(self, width: float) -> None:
+        with self._cv:
+            if self.last_error is not None:
+                err, self.last_error = self.last_error, None
+                raise RuntimeError(err)
+            self._target = width
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._closed and (self._target is None or self._target == self._issued):
+                    self._cv.wait(0.5)
+                if self._closed:
+                    return
+                width = self._target
+                self._issued = width
+                self.busy_since = time.monotonic()
+            try:
+                if width <= GRASP_BELOW_M:
+                    # Grasp succeeds at any width between 0 and max: it holds an object or closes.
+                    self.gripper.grasp(0.0, self.speed, self.force, epsilon_inner=0.005, epsilon_outer=self.max_width)
+                else:
+                    self.gripper.move(width, self.speed)
+            except Exception as e:  # reported with the next command
+                with self._cv:
+                    self.last_error = f"gripper {type(e).__name__}: {e}"
+            finally:
+                self.busy_since = None
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+
+
+class Driver:
+    def __init__(self):
+        self.robot = None
+        self.gripper: GripperWorker | None = None
+        self.options: dict = {}
+        self.tracker = None
+        self.last_target: np.ndarray | None = None
+        self.last_pose_cmd = 0.0
+        self.streaming = False
+        self.watchdog_stops = 0
+
+    # -- ops ---------------------------------------------------------------------------------
+    def op_connect(self, robot_ip: str, options: dict) -> dict:
+        import franky
+
+        self.options = options
+        rt = franky.RealtimeConfig.Enforce if options["realtime"] == "enforce" else franky.RealtimeConfig.Ignore
+        self.robot = franky.Robot(robot_ip, realtime_config=rt, relative_dynamics_factor=options["relative_dynamics_factor"])
+        self.robot.set_collision_behavior(list(options["torque_thresholds"]), list(options["force_thresholds"]))
+        if options.get("joint_impedance"):
+            self.robot.set_joint_impedance(list(options["joint_impedance"]))
+        if options.get("cartesian_impedance"):
+            self.robot.set_cartesian_impedance(list(options["cartesian_impedance"]))
+        info = {"robot_mode": str(self.robot.state.robot_mode).split(".")[-1]}
+        if options["gripper"]:
+            g = franky.Gripper(robot_ip)
+            self.gripper = GripperWorker(g, options["gripper_speed"], options["gripper_force"])
+            info["gripper_max_width"] = self.gripper.max_width
+            info["gripper_server_version"] = int(g.server_version)
+        return info
+
+    def op_state(self) -> dict:
+        s = self.robot.state
+        now = time.time()
+        ee = s.O_T_EE
+        errors = [name for name in _error_names(s.current_errors)]
+        mode = str(s.robot_mode).split(".")[-1]
+        if mode in ("Reflex", "UserStopped", "Other"):
+            errors.append(f"mode_{mode.lower()}")
+        width = float(self.gripper.gripper.width) if self.gripper else 0.0
+        return {
+            "timestamp": now,
+            "q": np.asarray(s.q, dtype=float),
+            "dq": np.asarray(s.dq, dtype=float),
+            "ee_pose": np.concatenate([np.asarray(ee.translation, float), np.asarray(ee.quaternion, float)]),
+            "gripper_width": width,
+            "errors": tuple(errors),
+            "robot_mode": mode,
+        }
+
+    def op_command_pose(self, pose: np.ndarray) -> None:
+        import franky
+
+        target = franky.Affine(np.asarray(pose[:3], float), np.asarray(pose[3:], float))
+        if self.options["control"] == "impedance":
+            if self.tracker is None or not self.tracker.is_running:
+                from franky.tracker import CartesianImpedanceTracker
+
+                self.tracker = CartesianImpedanceTracker(
+                    self.robot,
+                    translational_stiffness=self.options["translational_stiffness"],
+                    rotational_stiffness=self.options["rotational_stiffness"],
+                )
+            self.tracker.set_target(target)
+        else:
+            same = self.last_target is not None and np.allclose(pose, self.last_target, atol=1e-4)
+            if not (same and self.robot.is_in_control):
+                # A new target preempts the running motion (velocity-continuous). Re-sending an
+                # unchanged target would restart the trajectory and slow the arm down, so skip it.
+                motion = franky.CartesianMotion(target, franky.ReferenceType.Absolute)
+                self.robot.move(motion, asynchronous=True)
+                self.last_target = np.array(pose, dtype=float)
+        self.last_pose_cmd = time.monotonic()
+        self.streaming = True
+
+    def op_command_gripper(self, width: float) -> None:
+        if self.gripper is None:
+            raise _Fault("not_connected", "this arm was connected with gripper disabled (gripper: false)")
+        busy = self.gripper.busy_since
+        if busy is not None and time.monotonic() - busy > self.options["gripper_timeout_s"]:
+            raise _Fault("timeout", f"gripper has not finished its previous command after {self.options['gripper_timeout_s']}s")
+        try:
+            self.gripper.command(float(width))
+        except RuntimeError as e:
+            raise _Fault("reflex", str(e)) from None
+
+    def op_move_joints(self, q: np.ndarray, speed_factor: float, timeout_s: float) -> None:
+        import franky
+
+        self._stop_tracker()
+        self.last_target = None
+        motion = franky.JointMotion(np.asarray(q, float), relative_dynamics_factor=speed_factor)
+        self.robot.move(motion, asynchronous=True)
+        self.streaming = False
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.robot.join_motion(min(0.1, max(0.0, deadline - time.monotonic()))):
+                return None
+        self._halt()
+        raise _Fault("timeout", f"joint move did not finish within {timeout_s}s; the arm was stopped")
+
+    def op_stop(self) -> None:
+        self._halt()
+
+    def op_recover(self) -> bool:
+        self._stop_tracker()
+        return bool(self.robot.recover_from_errors())
+
+    def op_close(self) -> None:
+        self.shutdown()
+
+    def op_ping(self) -> str:
+        return "pong"
+
+    def op_info(self) -> dict:
+        import franky
+
+        s = self.robot.state
+        return {
+            "franky_version": getattr(franky, "__version__", "unknown"),
+            "robot_mode": str(s.robot_mode).split(".")[-1],
+            "control_command_success_rate": float(s.control_command_success_rate),
+            "gripper_server_version": int(self.gripper.gripper.server_version) if self.gripper else None,
+        }
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _stop_tracker(self) -> None:
+        if self.tracker is not None:
+            try:
+                self.tracker.stop()
+            except Exception:
+                pass
+            self.tracker = None
+
+    def _halt(self) -> None:
+        """Stop any motion; a "preempted" error from the stopped motion is the expected outcome."""
+        self.streaming = False
+        self.last_target = None
+        self._stop_tracker()
+        if self.robot is None:
+            return
+        self.robot.stop()
+        try:
+            self.robot.join_motion(1.0)
+        except Exception as e:
+            if fault_kind(e) == "network":
+                raise
+
+    def watchdog(self) -> None:
+        watchdog_s = self.options.get("watchdog_s")
+        if self.streaming and watchdog_s and time.monotonic() - self.last_pose_cmd > watchdog_s:
+            self.watchdog_stops += 1
+            try:
+                self._halt()
+            except Exception:
+                pass
+
+    def shutdown(self) -> None:
+        try:
+            self._halt()
+        except Exception:
+            pass
+        if self.gripper is not None:
+            self.gripper.close()
+            self.gripper = None
+        self.robot = None
+
+
+class _Fault(Exception):
+    def __init__(self, kind: str, message: str):
+        self.kind = kind
+        super().__init__(message)
+
+
+def _error_names(errors) -> list[str]:
+    """Names of the active flags in a franky.Errors (libfranka's error struct)."""
+    names = []
+    for name in dir(errors):
+        if name.startswith("_"):
+            continue
+        try:
+            value = getattr(errors, name)
+        except Exception:
+            continue
+        if isinstance(value, bool) and value:
+            names.append(name)
+    return names
+
+
+def serve(conn: Connection) -> None:
+    driver = Driver()
+    while True:
+        try:
+            ready = conn.poll(0.02)
+        except (EOFError, OSError):
+            break
+        if not ready:
+            driver.watchdog()
+            continue
+        try:
+            op, kwargs = conn.recv()
+        except (EOFError, OSError):
+            break  # parent gone: stop the arm below
+        if op != "command_pose":
+            driver.watchdog()
+        try:
+            if driver.robot is None and op not in ("connect", "close", "ping"):
+                raise _Fault("not_connected", "driver process has no robot connection")
+            result = getattr(driver, f"op_{op}")(**kwargs)
+            reply = ("ok", result)
+        except _Fault as e:
+            reply = ("err", e.kind, str(e))
+        except Exception as e:
+            kind = fault_kind(e)
+            if kind == "bug":
+                reply = ("err", "bug", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+            else:
+                reply = ("err", kind, f"{type(e).__name__}: {e}{hint(kind, e)}")
+        try:
+            conn.send(reply)
+        except (EOFError, OSError):
+            break
+        if op == "close":
+            return
+    driver.shutdown()
+
+
+def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C goes to the parent; it closes us properly
+    # Parent death is seen as EOF on the socket (the kernel closes the parent's end), which
+    # works whatever thread started us; PR_SET_PDEATHSIG would fire when that *thread* exits.
+    conn = Connection(int(argv[0]))
+    signal.signal(signal.SIGTERM, lambda *_: conn.close())
+    serve(conn)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
