@@ -13,7 +13,8 @@ Which drivers (``env.driver`` / ``env.camera_driver`` / ``env.sim``):
 What each driver receives (keyword arguments; unknown ones are dropped per the class signature):
 
 - franka: ``robot_ip``, ``gripper``, ``controller`` (the entry's FrankaController model), ``timeout_s``;
-- realsense: ``serial``; mujoco/mock cameras: ``serial`` (the name), ``arm`` (the simulated arm they
+- realsense: ``serial``, ``timeout_s``, and ``width``/``height``/``fps``/``depth`` from a RealSense
+  hardware entry with that serial (any node group), when there is one; mujoco/mock cameras: ``serial`` (the name), ``arm`` (the simulated arm they
   render), ``width``, ``height``, ``index``;
 - mujoco/mock arms: ``name``, ``seed``, ``home_q``, plus the task's ``sim_arm_options`` (e.g. a cube);
   the mock also gets ``faults`` (``env.mock_faults``) and ``timeout_s``.
@@ -80,6 +81,19 @@ def franka_entry(config, robot_rank: int):
                 )
             return hw.configs[robot_rank]
     return None
+
+
+def realsense_settings(config, serial: str) -> dict[str, Any]:
+    """width/height/fps/depth of camera ``serial`` when a RealSense hardware entry declares it."""
+    cluster = getattr(config, "cluster", None)
+    for group in getattr(cluster, "node_groups", ()) if cluster is not None else ():
+        hw = getattr(group, "hardware", None)
+        if hw is None or str(hw.type).lower() != "realsense":
+            continue
+        for entry in hw.configs:
+            if getattr(entry, "serial", None) == serial:
+                return {k: getattr(entry, k) for k in ("width", "height", "fps", "depth") if hasattr(entry, k)}
+    return {}
 
 
 def plan_env(config, robot_rank: int = 0) -> EnvPlan:
@@ -173,7 +187,7 @@ def make_env(config, robot_rank: int = 0, *, index: int = 0, connect: bool = Tru
         h, w = env_cfg.image_size
         for i, name in enumerate(plan.camera_names):
             if plan.camera_driver == "realsense":
-                cameras[name] = _call(cam_cls, serial=name)
+                cameras[name] = _call(cam_cls, serial=name, timeout_s=env_cfg.driver_timeout_s, **realsense_settings(config, name))
             else:
                 extra = {"faults": env_cfg.mock_faults, "seed": seed + 17 * i} if plan.camera_driver == "mock" else {}
                 cameras[name] = _call(cam_cls, serial=name, name=name, arm=arm, width=w, height=h, index=i, **extra)

@@ -110,3 +110,21 @@ def test_a_task_needing_a_simulator_hook_explains_itself_on_other_drivers(mock_e
     with pytest.raises(ConfigError) as err:
         task.reset(None, None)
     assert err.value.path == "env.task" and "object_pose" in str(err.value) and "env.sim=mujoco" in str(err.value)
+
+
+def test_realsense_stream_settings_come_from_the_matching_hardware_entry():
+    from rlhw.config import load_config
+    from rlhw.robot.factory import realsense_settings
+
+    cfg = load_config("configs/workstation_franka.yaml")
+    assert realsense_settings(cfg, "000000000002") == {"width": 640, "height": 480, "fps": 30, "depth": False}
+    assert realsense_settings(cfg, "999") == {}
+
+
+@pytest.mark.parametrize("path, driver", [("configs/sim_reach.yaml", "mujoco"), ("configs/franky_sim.yaml", "franka"),
+                                          ("configs/workstation_franka.yaml", "franka"), ("configs/hetero_18node.yaml", "franka")])
+def test_shipped_configs_plan_their_env(path, driver):
+    from rlhw.config import load_config
+
+    assert plan_env(load_config(path), 0).arm_driver == driver
+    assert plan_env(load_config(path, ["env.sim=mock"]), 0).arm_driver == "mock"
