@@ -49,6 +49,8 @@ def _one(err: dict, model: type[BaseModel], prefix: str) -> ConfigError:
         return type(cause)(join_path(path, cause.path), cause.message)
     if kind == "extra_forbidden":
         return ConfigError(path, _unknown_key(str(loc[-1]) if loc else "?", parent))
+    if kind == "missing" and loc and isinstance(loc[-1], int):
+        return ConfigError(path, f"too few values: item [{loc[-1]}] is missing from this fixed-length list")
     if kind == "missing":
         return ConfigError(path, "required key is missing; add it")
     msg = str(err.get("msg", "invalid value"))

@@ -31,7 +31,8 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
     try:
         base = OmegaConf.create(text) if text.strip() else OmegaConf.create({})
     except Exception as e:
-        raise ConfigError("", f"{p}: invalid YAML{_yaml_where(e)}: {_first_line(e)}") from None
+        what = getattr(e, "problem", None) or _first_line(e)
+        raise ConfigError("", f"{p}: invalid YAML{_yaml_where(e)}: {what}") from None
     if not isinstance(base, Mapping) and not OmegaConf.is_dict(base):
         raise ConfigError("", f"{p}: the top level must be a map of sections (cluster:, env:, ...), not a list")
     return _finish(base, overrides, source=str(p))
@@ -99,7 +100,7 @@ def _first_line(e: Exception) -> str:
 
 
 def _yaml_where(e: Exception) -> str:
-    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)  # yaml.MarkedYAMLError
     if mark is None:
         return ""
     return f" at line {mark.line + 1}, column {mark.column + 1}"

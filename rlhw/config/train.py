@@ -1,9 +1,82 @@
-"""The `train` section of an rlhw config (placeholder: its owner fills it in)."""
+"""The `train:` section of an rlhw config: SAC hyperparameters, the pipeline's shape and the run directory.
+
+Defaults are tuned so that `rlhw train configs/sim_reach.yaml` learns reach on 2 CPU cores in minutes;
+a real-robot config mostly changes `max_env_steps`, `mode` and the eval cadence.
+"""
 
 from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
 
 from rlhw.config.base import StrictModel
 
 
+class SacConfig(StrictModel):
+    """Soft Actor-Critic hyperparameters (names follow CleanRL's sac_continuous_action)."""
+
+    hidden_sizes: tuple[int, ...] = Field((256, 256), description="MLP widths of actor and each critic")
+    gamma: float = Field(0.95, gt=0.0, le=1.0, description="discount; short (50-step) episodes like < 0.99")
+    tau: float = Field(0.01, gt=0.0, le=1.0, description="Polyak factor of the target critics")
+    actor_lr: float = Field(1e-3, gt=0.0)
+    critic_lr: float = Field(1e-3, gt=0.0)
+    alpha_lr: float = Field(1e-3, gt=0.0)
+    init_alpha: float = Field(0.1, gt=0.0, description="initial entropy temperature (then tuned automatically)")
+    target_entropy: float | None = Field(None, description="default: -action_dim")
+    batch_size: int = Field(256, ge=1)
+    image_features: int = Field(64, ge=1, description="output width of the CNN per camera (image observations only)")
+
+    @field_validator("hidden_sizes")
+    @classmethod
+    def _positive_widths(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v or any(w <= 0 for w in v):
+            raise ValueError(f"hidden_sizes must be a non-empty list of positive widths, got {list(v)}")
+        return v
+
+
 class TrainConfig(StrictModel):
-    pass
+    """How `rlhw train` runs.
+
+    ``runner``: ``pipeline`` runs env, rollout and actor worker groups on Ray as the placement says (one code
+    path for sim and real robots); ``local`` runs env, policy and learner in this process (the baseline the
+    pipeline benchmark compares against, and a debugging aid).
+    ``mode``: ``async`` keeps every robot stepping while the actors train (the robot never waits for an update);
+    ``sync`` alternates: collect ``steps_per_iteration`` env steps, then do the matching number of updates.
+    """
+
+    seed: int = Field(0, description="base seed; rank r of every group uses seed + r")
+    runner: Literal["pipeline", "local"] = "pipeline"
+    mode: Literal["async", "sync"] = "sync"
+    max_env_steps: int = Field(30_000, ge=1, description="stop after this many collected env steps (all robots)")
+    target_success: float = Field(0.9, ge=0.0, le=1.0, description="stop when eval success rate reaches this")
+    learning_starts: int = Field(1_000, ge=0, description="uniform random actions before the first update")
+    utd_ratio: float = Field(0.5, gt=0.0, description="gradient updates per collected env step (all robots)")
+    steps_per_iteration: int = Field(50, ge=1, description="sync mode: env steps collected per round, all robots")
+    buffer_size: int = Field(300_000, ge=1)
+    sac: SacConfig = SacConfig()
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda when the process sees a GPU")
+
+    eval_every_steps: int = Field(2_000, ge=1, description="run evaluation episodes every this many env steps")
+    eval_episodes: int = Field(10, ge=1)
+    log_every_steps: int = Field(500, ge=1)
+    checkpoint_every_steps: int = Field(5_000, ge=1)
+    weights_every_updates: int = Field(50, ge=1, description="actor rank 0 publishes policy weights this often")
+
+    record_episodes: bool = Field(True, description="write every transition to run_dir/episodes as it arrives")
+    fsync_episodes: bool | Literal["auto"] = Field(
+        "auto", description="fsync each finished episode; auto = only when the arm is real hardware"
+    )
+    env_start_timeout_s: float = Field(90.0, gt=0, description="wait this long for an env server to be healthy")
+    step_timeout_s: float = Field(30.0, gt=0, description="a robot step or reset slower than this is a failure")
+    env_restarts: int = Field(1, ge=0, description="restart a dead env worker this many times, then stop cleanly")
+    progress: bool = Field(True, description="show a progress bar")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "TrainConfig":
+        if self.sac.batch_size > self.buffer_size:
+            raise ValueError(
+                f"train.sac.batch_size ({self.sac.batch_size}) exceeds train.buffer_size ({self.buffer_size}); "
+                "raise buffer_size or lower batch_size"
+            )
+        return self

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from rlhw.errors import PlacementError
 from rlhw.placement.grammar import RankRange, check_multiple, format_ranks, parse_placement
 from rlhw.placement.records import Placement
-from rlhw.placement.resources import ACCELERATOR, ResourceTable, group_resources
+from rlhw.placement.resources import ACCELERATOR, NODE, ResourceTable, group_resources
 
 if TYPE_CHECKING:
     from rlhw.config.cluster import ClusterConfig, ComponentRule
@@ -120,8 +120,13 @@ def _plan_component(
 
 
 def _range_hint(table: ResourceTable) -> str:
-    if table.hardware_type == ACCELERATOR or table.group == "cluster":
-        return "; set accelerators_per_node on the group for a dry run, or use fewer ranks"
+    if table.hardware_type == ACCELERATOR:
+        return "; use fewer ranks, or check accelerators_per_node"
+    if table.hardware_type == NODE and table.group != "node":
+        return (
+            "; no accelerators are declared or detected there, so its ranks are nodes. For GPU ranks in a "
+            "dry run, set accelerators_per_node on the node group"
+        )
     return ""
 
 
