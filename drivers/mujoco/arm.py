@@ -95,6 +95,8 @@ class MujocoArm(Arm):
         self._ctrl_high = self.joint_high - JOINT_TARGET_MARGIN
         self._flag_low = self.joint_low + JOINT_LIMIT_FLAG_MARGIN
         self._flag_high = self.joint_high - JOINT_LIMIT_FLAG_MARGIN
+        self._range_mid = (self.joint_low + self.joint_high) / 2
+        self._flag_half_span = (self.joint_high - self.joint_low) / 2 - JOINT_LIMIT_FLAG_MARGIN
         robot_bodies = {m.body(b).id for b in _scene.ARM_BODIES} | {m.body("fr3_link0").id}
         self._robot_geom = np.array([m.geom_bodyid[g] in robot_bodies for g in range(m.ngeom)])
         self._table_geom = np.zeros(m.ngeom, dtype=bool)
@@ -112,6 +114,8 @@ class MujocoArm(Arm):
         self._rot_err = np.zeros(3)
         self._force = np.zeros(6)
         self._ik_err = np.zeros(6)
+        self._target_quat = np.zeros(4)
+        self._finger0, self._finger1 = (int(a) for a in self._finger_qadr)
         self._ik_jac = np.zeros((6, 7))
         self._ik_gram = np.zeros((6, 6))
         self._ik_rhs = np.zeros(6)
@@ -131,6 +135,7 @@ class MujocoArm(Arm):
         self._errors: list[str] = []
         self._q_des = self.home_q.copy()
         self._kinematics_time = -1.0
+        self._camlight_time = -1.0
         self._bad_qacc_seen = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -197,31 +202,38 @@ class MujocoArm(Arm):
         mujoco.mj_step(self.model, d, nstep)
         self._check_faults()
 
-    def sync(self) -> mujoco.MjData:
-        """Bring positions (bodies, sites, cameras) up to the current qpos and return the MjData.
+    def sync(self, cameras: bool = False) -> mujoco.MjData:
+        """Bring positions (bodies, sites; cameras and lights with ``cameras``) up to the current
+        qpos and return the MjData.
 
         ``mj_step`` leaves them one physics step behind; state and rendering want them current.
         """
         d = self._live()
         if self._kinematics_time != d.time:
             mujoco.mj_kinematics(self.model, d)
-            mujoco.mj_camlight(self.model, d)
             self._kinematics_time = d.time
+            self._camlight_time = -1.0
+        if cameras and self._camlight_time != d.time:
+            mujoco.mj_camlight(self.model, d)
+            self._camlight_time = d.time
         return d
 
     # ------------------------------------------------------------------ state
     def state(self) -> ArmState:
         d = self.sync()
-        mujoco.mju_mat2Quat(self._quat, d.site_xmat[self._tcp])
+        quat = self._quat
+        mujoco.mju_mat2Quat(quat, d.site_xmat[self._tcp])
         ee_pose = np.empty(7)
         ee_pose[:3] = d.site_xpos[self._tcp]
-        ee_pose[3:] = _xyzw(self._quat)
+        ee_pose[3:6] = quat[1:]
+        ee_pose[6] = quat[0]
+        qpos = d.qpos
         return ArmState(
             timestamp=self._epoch + d.time,
-            q=d.qpos[self._arm].copy(),
+            q=qpos[self._arm].copy(),
             dq=d.qvel[self._arm].copy(),
             ee_pose=ee_pose,
-            gripper_width=float(d.qpos[self._finger_qadr].sum()),
+            gripper_width=float(qpos[self._finger0] + qpos[self._finger1]),
             errors=tuple(self._errors),
         )
 
@@ -239,15 +251,17 @@ class MujocoArm(Arm):
         """Track the TCP pose ``[x, y, z, qx, qy, qz, qw]`` (base frame): solves IK now, servos during `advance`."""
         d = self._live()
         pose = np.asarray(pose, dtype=float)
-        if pose.shape != (7,) or not np.all(np.isfinite(pose)):
+        if pose.shape != (7,) or not np.isfinite(pose).all():
             raise ValueError(f"pose: expected 7 finite numbers [x, y, z, qx, qy, qz, qw], got {pose!r}")
-        norm = np.linalg.norm(pose[3:])
-        if norm < 1e-6:
+        quat = self._target_quat
+        quat[0] = pose[6]
+        quat[1:] = pose[3:6]
+        if mujoco.mju_normalize4(quat) < 1e-6:
             raise ValueError(f"pose: quaternion {pose[3:]} has zero norm")
         self._refuse_if_faulted()
         # Warm start from the previous joint target: successive targets are close, so one
         # iteration per control step refines a solution that follows the target.
-        self._q_des = self.solve_ik(pose[:3], _wxyz(pose[3:] / norm), self._q_des)
+        self._q_des = self.solve_ik(pose[:3], quat, self._q_des)
         d.ctrl[self._arm_ctrl] = self._q_des
 
     def solve_ik(self, position: np.ndarray, quat_wxyz: np.ndarray, q_start: np.ndarray) -> np.ndarray:
@@ -376,8 +390,7 @@ class MujocoArm(Arm):
     def _current_faults(self) -> list[str]:
         d = self.data
         faults = []
-        q = d.qpos[self._arm]
-        if (q < self._flag_low).any() or (q > self._flag_high).any():
+        if (np.abs(d.qpos[self._arm] - self._range_mid) > self._flag_half_span).any():
             faults.append("joint_limit")
         if d.ncon:
             geoms = d.contact.geom
@@ -390,8 +403,9 @@ class MujocoArm(Arm):
                     faults.append("collision")
                     break
         # MuJoCo resets the state itself when accelerations blow up; it counts that as a warning.
-        if d.warning[mujoco.mjtWarning.mjWARN_BADQACC].number > self._bad_qacc_seen:
-            self._bad_qacc_seen = d.warning[mujoco.mjtWarning.mjWARN_BADQACC].number
+        bad_qacc = d.warning.number[mujoco.mjtWarning.mjWARN_BADQACC]
+        if bad_qacc > self._bad_qacc_seen:
+            self._bad_qacc_seen = bad_qacc
             faults.append("sim_unstable")
         return faults
 

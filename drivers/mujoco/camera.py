@@ -115,7 +115,7 @@ class MujocoCamera(Camera):
 
     def _render(self) -> Frame:
         renderer = self._check_open()
-        data = self.arm.sync()
+        data = self.arm.sync(cameras=True)
         renderer.update_scene(data, camera=self._camera_id)
         color = renderer.render()  # a fresh HxWx3 uint8 array per call
         self._index += 1
