@@ -1,0 +1,408 @@
+"""Channel: a named FIFO between any workers and the driver, backed by one async Ray actor.
+
+Why an actor per channel: Ray gives it a name everyone can look up, fate-sharing with its creator
+(or a detached lifetime), and an asyncio event loop in which thousands of blocked ``put``/``get``
+calls cost nothing. The actor only ever holds small items and *handles*: payloads of 64 KiB or more
+(numpy arrays, torch tensors, dicts of them) are ``ray.put`` by the producer and travel as an
+ObjectRef inside a container (see :mod:`rlhw.runtime.payload`), so the data goes from producer to
+consumer through the object store, zero-copy on the same node, serialized once.
+
+Semantics:
+
+* ``put`` on a full channel (``maxsize > 0``) waits: back-pressure, never a drop.
+* Items may carry a ``key``: each key is its own FIFO with its own ``maxsize`` bound; ``get(key=k)``
+  takes from that key only. No key means the default FIFO.
+* Items carry a ``weight`` (default 1.0). ``get_batch(count=n)`` waits for ``n`` items;
+  ``get_batch(weight=w)`` waits until the queued weight reaches ``w`` (or the key is full) and
+  returns items in FIFO order until their cumulative weight reaches ``w``.
+* Every blocking call takes ``timeout`` (seconds, ``None`` = wait) and raises
+  :class:`ChannelTimeout` naming the channel; nothing is consumed or half-taken by a timed-out get.
+* Waiters are served first come, first served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import Any, Iterable, Sequence
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from rlhw.errors import RlhwError
+from rlhw.runtime import payload
+from rlhw.runtime.nodes import NAMESPACE, node_id_for_rank
+
+_ACTOR_PREFIX = "rlhw.channel:"
+# Added to the server-side timeout when the client waits for the reply, so that the server (which
+# never consumes an item after its own deadline) decides, and a dead or wedged actor still surfaces.
+_REPLY_MARGIN_S = 10.0
+
+
+class ChannelError(RlhwError):
+    """A channel is missing, gone, or was used wrongly. The message names the channel."""
+
+
+class ChannelTimeout(ChannelError, TimeoutError):
+    """A blocking channel operation did not complete within its timeout."""
+
+
+class _KeyQueue:
+    __slots__ = ("items", "weight", "getters", "putters", "reserved")
+
+    def __init__(self) -> None:
+        self.items: deque = deque()  # (value, weight)
+        self.weight = 0.0
+        self.getters: deque = deque()  # (future, count, weight) of waiting getters, oldest first
+        self.putters: deque = deque()  # futures of waiting putters, oldest first
+        self.reserved = 0  # slots promised to woken putters that have not appended yet
+
+
+class _ChannelActor:
+    """Server side, in an asyncio loop. Waiters park on futures; an arriving item is handed to the
+    oldest ready getter right away (no polling, no lock: the loop is single-threaded)."""
+
+    def __init__(self, name: str, maxsize: int):
+        self.name = name
+        self.maxsize = maxsize
+        self.queues: dict[Any, _KeyQueue] = {}
+
+    def _q(self, key) -> _KeyQueue:
+        q = self.queues.get(key)
+        if q is None:
+            q = self.queues[key] = _KeyQueue()
+        return q
+
+    def _gc(self, key, q: _KeyQueue) -> None:
+        if not q.items and not q.getters and not q.putters and not q.reserved:
+            self.queues.pop(key, None)
+
+    def _ready(self, q: _KeyQueue, count: int | None, weight: float | None) -> bool:
+        if weight is not None:
+            if not q.items:
+                return False
+            # A full bounded key can never gain more weight, so hand over what is there.
+            return q.weight >= weight or (self.maxsize > 0 and len(q.items) >= self.maxsize)
+        return len(q.items) >= count
+
+    def _take(self, q: _KeyQueue, count: int | None, weight: float | None) -> list:
+        out = []
+        if weight is not None:
+            acc = 0.0
+            while q.items and acc < weight:
+                v, w = q.items.popleft()
+                q.weight -= w
+                acc += w
+                out.append(v)
+        else:
+            for _ in range(count):
+                v, w = q.items.popleft()
+                q.weight -= w
+                out.append(v)
+        if not q.items:
+            q.weight = 0.0  # no float drift on an empty queue
+        return out
+
+    def _wake(self, q: _KeyQueue) -> None:
+        """Serve waiting getters in arrival order, then admit waiting putters while there is room."""
+        while True:
+            progressed = False
+            while q.getters:
+                fut, count, weight = q.getters[0]
+                if fut.done():  # timed out / cancelled
+                    q.getters.popleft()
+                    continue
+                if not self._ready(q, count, weight):
+                    break
+                q.getters.popleft()
+                fut.set_result(self._take(q, count, weight))
+                progressed = True
+            while q.putters and len(q.items) + q.reserved < self.maxsize:
+                fut = q.putters.popleft()
+                if not fut.done():
+                    q.reserved += 1
+                    fut.set_result(None)  # that putter appends one item into its reserved slot
+            if not progressed:
+                return
+
+    async def put(self, values: list, weights: list | None, key, timeout: float | None):
+        q = self._q(key)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        done = 0
+        loop = asyncio.get_running_loop()
+        for i, v in enumerate(values):
+            if self.maxsize > 0 and (len(q.items) + q.reserved >= self.maxsize or q.putters):
+                fut = loop.create_future()
+                q.putters.append(fut)
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    await asyncio.wait_for(fut, remaining)
+                except asyncio.TimeoutError:
+                    self._wake(q)  # a later putter may fit now that we leave the line
+                    self._gc(key, q)
+                    return ("timeout", done)
+                q.reserved -= 1
+            w = 1.0 if weights is None else weights[i]
+            q.items.append((v, w))
+            q.weight += w
+            done += 1
+            if q.getters or q.putters:
+                self._wake(q)
+        return ("ok", done)
+
+    async def get(self, count: int | None, weight: float | None, key, timeout: float | None):
+        q = self._q(key)
+        if not q.getters and self._ready(q, count, weight):
+            out = self._take(q, count, weight)
+            if q.putters:
+                self._wake(q)
+            self._gc(key, q)
+            return ("ok", out)
+        fut = asyncio.get_running_loop().create_future()
+        q.getters.append((fut, count, weight))
+        try:
+            # wait_for returns the result if it was set before the timeout fired: nothing is lost.
+            return ("ok", await asyncio.wait_for(fut, timeout))
+        except asyncio.TimeoutError:
+            self._wake(q)  # getters behind this one may be ready
+            self._gc(key, q)
+            return ("timeout", None)
+
+    def qsize(self, key) -> int:
+        q = self.queues.get(key)
+        return len(q.items) if q else 0
+
+    def sizes(self) -> dict:
+        return {k: len(q.items) for k, q in self.queues.items() if q.items}
+
+    def describe(self) -> dict:
+        return {"name": self.name, "maxsize": self.maxsize}
+
+
+_RemoteChannelActor = ray.remote(num_cpus=0, max_restarts=0)(_ChannelActor)
+
+
+def _actor_name(name: str) -> str:
+    return _ACTOR_PREFIX + name
+
+
+class Channel:
+    """Client handle of a named channel. Picklable: pass it to workers, or ``Channel.connect`` by name.
+
+    >>> ch = Channel.create("rollouts", maxsize=64)
+    >>> ch.put({"obs": obs_array}, weight=len(obs_array))
+    >>> batch = ch.get_batch(count=32, timeout=5.0)
+    """
+
+    def __init__(self, name: str, actor, maxsize: int, large_payload_bytes: int = payload.LARGE_PAYLOAD_BYTES):
+        self.name = name
+        self.maxsize = maxsize
+        self.large_payload_bytes = large_payload_bytes
+        self._actor = actor
+
+    def __repr__(self) -> str:
+        return f"Channel({self.name!r}, maxsize={self.maxsize})"
+
+    def __reduce__(self):
+        return (Channel, (self.name, self._actor, self.maxsize, self.large_payload_bytes))
+
+    # ----------------------------------------------------------------- creation
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        maxsize: int = 0,
+        node: int | str | None = None,
+        *,
+        detached: bool = False,
+        large_payload_bytes: int = payload.LARGE_PAYLOAD_BYTES,
+    ) -> "Channel":
+        """Create the channel actor named ``name`` (error if it exists).
+
+        ``maxsize`` bounds each key's FIFO (0 = unbounded). ``node`` pins the actor: an rlhw node
+        rank (int) or a Ray node id (hex str); default: wherever Ray puts it (the caller's node
+        when it has room). ``detached=True`` lets it outlive its creator (kill it with
+        :meth:`destroy`); otherwise it dies with the worker or driver that created it.
+        """
+        if not isinstance(name, str) or not name:
+            raise ChannelError("Channel.create: name must be a non-empty string")
+        if not isinstance(maxsize, int) or maxsize < 0:
+            raise ChannelError(f"channel {name!r}: maxsize must be an int >= 0 (0 = unbounded), got {maxsize!r}")
+        opts: dict = {"name": _actor_name(name), "namespace": NAMESPACE}
+        if detached:
+            opts["lifetime"] = "detached"
+        if node is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            node_id = node_id_for_rank(node) if isinstance(node, int) else node
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
+        try:
+            actor = _RemoteChannelActor.options(**opts).remote(name, maxsize)
+        except ValueError as e:
+            if "already" in str(e).lower():
+                raise ChannelError(f"channel {name!r} already exists; use Channel.connect({name!r})") from e
+            raise
+        return cls(name, actor, maxsize, large_payload_bytes)
+
+    @classmethod
+    def connect(cls, name: str, timeout_s: float = 30.0) -> "Channel":
+        """Look the channel up by name, waiting up to ``timeout_s`` for its creator to make it."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.01
+        while True:
+            try:
+                actor = ray.get_actor(_actor_name(name), namespace=NAMESPACE)
+                break
+            except ValueError:
+                if time.monotonic() >= deadline:
+                    raise ChannelError(
+                        f"channel {name!r} not found after {timeout_s:g}s; create it first with "
+                        f"Channel.create({name!r})"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
+        try:
+            maxsize = ray.get(actor.describe.remote(), timeout=timeout_s)["maxsize"]
+        except RayActorError as e:
+            raise ChannelError(f"channel {name!r} is gone: {e}") from None
+        return cls(name, actor, maxsize)
+
+    def destroy(self) -> None:
+        """Kill the channel actor; blocked callers get ChannelError."""
+        ray.kill(self._actor, no_restart=True)
+
+    # ----------------------------------------------------------------- helpers
+    def _check_weights(self, items: Sequence, weights) -> list | None:
+        if weights is None:
+            return None
+        weights = [float(w) for w in weights]
+        if len(weights) != len(items):
+            raise ChannelError(f"channel {self.name!r}: {len(items)} items but {len(weights)} weights")
+        if any(not (w >= 0.0) for w in weights):
+            raise ChannelError(f"channel {self.name!r}: weights must be finite and >= 0, got {weights}")
+        return weights
+
+    def _check_get(self, count, weight) -> tuple[int | None, float | None]:
+        if weight is not None:
+            if count is not None:
+                raise ChannelError(f"channel {self.name!r}: get_batch takes count or weight, not both")
+            weight = float(weight)
+            if not weight > 0.0:
+                raise ChannelError(f"channel {self.name!r}: weight budget must be > 0, got {weight}")
+            return None, weight
+        if count is None or not isinstance(count, int) or count < 1:
+            raise ChannelError(f"channel {self.name!r}: count must be an int >= 1, got {count!r}")
+        if self.maxsize and count > self.maxsize:
+            raise ChannelError(
+                f"channel {self.name!r}: count={count} can never be ready with maxsize={self.maxsize}; "
+                "ask for at most maxsize items"
+            )
+        return count, None
+
+    def _reply_timeout(self, timeout: float | None) -> float | None:
+        return None if timeout is None else timeout + _REPLY_MARGIN_S
+
+    def _result(self, ref, timeout: float | None, what: str):
+        try:
+            return ray.get(ref, timeout=self._reply_timeout(timeout))
+        except RayActorError as e:
+            raise ChannelError(f"channel {self.name!r} is gone (its actor died) during {what}: {e}") from None
+        except GetTimeoutError:
+            raise ChannelTimeout(f"channel {self.name!r}: {what} got no reply from the channel actor") from None
+
+    async def _result_async(self, ref, timeout: float | None, what: str):
+        try:
+            if timeout is None:
+                return await ref
+            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), self._reply_timeout(timeout))
+        except RayActorError as e:
+            raise ChannelError(f"channel {self.name!r} is gone (its actor died) during {what}: {e}") from None
+        except asyncio.TimeoutError:
+            raise ChannelTimeout(f"channel {self.name!r}: {what} got no reply from the channel actor") from None
+
+    def _put_ref(self, items: list, key, weights, timeout):
+        weights = self._check_weights(items, weights)
+        wrapped = [payload.wrap(x, self.large_payload_bytes) for x in items]
+        return self._actor.put.remote(wrapped, weights, key, timeout)
+
+    def _put_outcome(self, reply, n: int, timeout) -> None:
+        status, done = reply
+        if status != "ok":
+            raise ChannelTimeout(
+                f"channel {self.name!r} stayed full (maxsize={self.maxsize}) for {timeout:g}s: "
+                f"put {done} of {n} item(s); a consumer must get() to make room"
+            )
+
+    def _get_outcome(self, reply, timeout, what: str) -> list:
+        status, values = reply
+        if status != "ok":
+            raise ChannelTimeout(f"channel {self.name!r}: {what} found too little data within {timeout:g}s")
+        return values
+
+    # ----------------------------------------------------------------- sync API
+    def put(self, item: Any, key: Any = None, weight: float = 1.0, timeout: float | None = None) -> None:
+        """Append ``item`` (to ``key``'s FIFO); waits while full. Large payloads go by reference."""
+        self._put_outcome(self._result(self._put_ref([item], key, [weight], timeout), timeout, "put"), 1, timeout)
+
+    def put_batch(self, items: Iterable[Any], key: Any = None, weights: Sequence[float] | None = None,
+                  timeout: float | None = None) -> None:
+        """Append many items in one actor call (the way to reach tens of thousands of items/s)."""
+        items = list(items)
+        if not items:
+            return
+        reply = self._result(self._put_ref(items, key, weights, timeout), timeout, "put_batch")
+        self._put_outcome(reply, len(items), timeout)
+
+    def get(self, key: Any = None, timeout: float | None = None) -> Any:
+        """Remove and return the oldest item (of ``key``'s FIFO); waits while empty."""
+        reply = self._result(self._actor.get.remote(1, None, key, timeout), timeout, "get")
+        return payload.unwrap_many(self._get_outcome(reply, timeout, "get"))[0]
+
+    def get_batch(self, count: int | None = None, *, weight: float | None = None, key: Any = None,
+                  timeout: float | None = None) -> list:
+        """``count`` items, or items up to a cumulative ``weight`` budget, oldest first, in one call."""
+        count, weight = self._check_get(count, weight)
+        reply = self._result(self._actor.get.remote(count, weight, key, timeout), timeout, "get_batch")
+        return payload.unwrap_many(self._get_outcome(reply, timeout, "get_batch"))
+
+    def qsize(self, key: Any = None) -> int:
+        return self._result(self._actor.qsize.remote(key), 0.0, "qsize")
+
+    def empty(self, key: Any = None) -> bool:
+        return self.qsize(key) == 0
+
+    def full(self, key: Any = None) -> bool:
+        return self.maxsize > 0 and self.qsize(key) >= self.maxsize
+
+    # ----------------------------------------------------------------- async API
+    async def put_async(self, item: Any, key: Any = None, weight: float = 1.0, timeout: float | None = None) -> None:
+        reply = await self._result_async(self._put_ref([item], key, [weight], timeout), timeout, "put")
+        self._put_outcome(reply, 1, timeout)
+
+    async def put_batch_async(self, items: Iterable[Any], key: Any = None, weights: Sequence[float] | None = None,
+                              timeout: float | None = None) -> None:
+        items = list(items)
+        if not items:
+            return
+        reply = await self._result_async(self._put_ref(items, key, weights, timeout), timeout, "put_batch")
+        self._put_outcome(reply, len(items), timeout)
+
+    async def get_async(self, key: Any = None, timeout: float | None = None) -> Any:
+        reply = await self._result_async(self._actor.get.remote(1, None, key, timeout), timeout, "get")
+        return (await payload.unwrap_many_async(self._get_outcome(reply, timeout, "get")))[0]
+
+    async def get_batch_async(self, count: int | None = None, *, weight: float | None = None, key: Any = None,
+                              timeout: float | None = None) -> list:
+        count, weight = self._check_get(count, weight)
+        reply = await self._result_async(self._actor.get.remote(count, weight, key, timeout), timeout, "get_batch")
+        return await payload.unwrap_many_async(self._get_outcome(reply, timeout, "get_batch"))
+
+    async def qsize_async(self, key: Any = None) -> int:
+        return await self._result_async(self._actor.qsize.remote(key), 0.0, "qsize")
+
+    async def empty_async(self, key: Any = None) -> bool:
+        return (await self.qsize_async(key)) == 0
+
+    async def full_async(self, key: Any = None) -> bool:
+        return self.maxsize > 0 and (await self.qsize_async(key)) >= self.maxsize
