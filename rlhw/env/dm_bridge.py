@@ -20,6 +20,7 @@ Mapping
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 
 import grpc
@@ -32,6 +33,8 @@ from google.rpc import status_pb2
 from rlhw.env.host import EnvHost
 from rlhw.env.service import CallFailed, EnvService, run_guarded, session_id
 from rlhw.env.validate import InvalidRequest
+
+log = logging.getLogger("rlhw.env")
 
 SERVICE_NAME = "dm_env_rpc.v1.Environment"
 ACTION_UID = 1
@@ -97,6 +100,10 @@ class DmEnvRpcService(dm_env_rpc_pb2_grpc.EnvironmentServicer):
                     yield dm.EnvironmentResponse(**{kind: response})
                 except CallFailed as e:
                     yield dm.EnvironmentResponse(error=status_pb2.Status(code=e.code.value[0], message=e.message))
+                except Exception as e:  # a bug here must not end the client's stream silently
+                    log.exception("dm_env_rpc request failed")
+                    yield dm.EnvironmentResponse(error=status_pb2.Status(
+                        code=grpc.StatusCode.INTERNAL.value[0], message=f"{type(e).__name__}: {e}"))
         finally:
             stream.close()
 
@@ -128,6 +135,7 @@ class _Stream:
     def __init__(self, service: DmEnvRpcService, number: int, session: str):
         self.svc = service
         self.host = service.host
+        self.native = service.native
         self.number = number
         self.session = session
         self.joined = False

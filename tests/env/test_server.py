@@ -1,0 +1,155 @@
+"""The server's plumbing: health, reflection, shutdown order, restarts, deadlines, unix sockets."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from rlhw.config.server import ServerConfig
+from rlhw.env.client import EnvServerUnavailable, EnvTimeout, RemoteEnv
+from rlhw.env.fake_env import FakeEnv
+from rlhw.env.server import EnvServer
+from rlhw.errors import ConfigError
+
+GOOD = np.zeros(7, np.float32)
+
+
+@pytest.mark.timeout(60)
+def test_health_reports_serving_for_every_service_and_not_serving_after_stop(serve):
+    server = serve(FakeEnv())
+    with grpc.insecure_channel(server.address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for name in ("", "rlhw.env.v1.Env", "dm_env_rpc.v1.Environment"):
+            reply = stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=5)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        server.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        assert stub.Check(health_pb2.HealthCheckRequest(), timeout=5).status == health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+@pytest.mark.timeout(60)
+def test_reflection_lists_both_protocols_and_serves_the_proto(serve):
+    server = serve(FakeEnv())
+    with grpc.insecure_channel(server.address) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        replies = list(stub.ServerReflectionInfo(iter([
+            reflection_pb2.ServerReflectionRequest(list_services=""),
+            reflection_pb2.ServerReflectionRequest(file_containing_symbol="rlhw.env.v1.Env"),
+        ]), timeout=5))
+    names = {s.name for s in replies[0].list_services_response.service}
+    assert {"rlhw.env.v1.Env", "dm_env_rpc.v1.Environment", "grpc.health.v1.Health"} <= names
+    assert replies[1].file_descriptor_response.file_descriptor_proto  # a client can build stubs from it
+
+
+@pytest.mark.timeout(60)
+def test_shutdown_stops_the_arm_before_closing_and_refuses_new_motion(clients):
+    env = FakeEnv()
+    server = EnvServer(env, ServerConfig(port=0)).start()
+    remote = RemoteEnv(server.address, use_session=False, reconnect_s=0.3)
+    remote.reset()
+    remote.step(GOOD)
+    server.native.shutting_down = True  # the first thing stop() does
+    with pytest.raises(EnvServerUnavailable, match="shutting down"):
+        remote.step(GOOD)
+    server.stop(grace_s=0.5)
+    events = env.events
+    assert events[-1] == "close" and "stop" in events
+    assert events.index("stop", len(events) - 3) < events.index("close")
+    assert env.steps == 1
+    remote.close()
+
+
+@pytest.mark.timeout(60)
+def test_client_reconnects_with_backoff_after_a_server_restart(clients):
+    env = FakeEnv()
+    server = EnvServer(env, ServerConfig(port=0)).start()
+    port = server.port
+    remote = clients(RemoteEnv(server.address, reconnect_s=15.0))
+    remote.reset()
+    remote.step(GOOD)
+    server.stop(grace_s=0.2)
+    with pytest.raises(EnvServerUnavailable):
+        remote.step(GOOD)  # a step is never retried behind the caller's back
+    restarted = EnvServer(FakeEnv(), ServerConfig(port=port)).start()
+    try:
+        obs, _ = remote.reset()  # retried until the new server answers
+        assert obs["joint_pos"].shape == (7,)
+        remote.step(GOOD)
+        assert restarted.host.steps == 1
+    finally:
+        restarted.stop(grace_s=0.2)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("use_session", [True, False], ids=["session", "unary"])
+def test_a_step_slower_than_the_deadline_raises_env_timeout(serve, clients, use_session):
+    env = FakeEnv(step_delay_s=1.5)
+    server = serve(env)
+    remote = clients(RemoteEnv(server.address, timeout_s=0.3, use_session=use_session))
+    remote.reset()
+    t0 = time.monotonic()
+    with pytest.raises(EnvTimeout):
+        remote.step(GOOD)
+    assert time.monotonic() - t0 < 1.2
+
+
+@pytest.mark.timeout(60)
+def test_the_server_also_listens_on_a_unix_socket(serve, clients, tmp_path):
+    path = tmp_path / "env.sock"
+    server = serve(FakeEnv(), unix_socket=str(path))
+    assert server.unix_path == str(path)
+    remote = clients(RemoteEnv(f"unix:{path}"))
+    remote.reset()
+    remote.step(GOOD)
+
+
+@pytest.mark.timeout(60)
+def test_a_port_in_use_is_a_config_error_naming_the_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(ConfigError) as err:
+            EnvServer(FakeEnv(), ServerConfig(port=port)).start()
+    assert err.value.path == "server.port" and str(port) in str(err.value)
+
+
+@pytest.mark.timeout(60)
+def test_an_env_that_raises_gets_internal_and_the_server_keeps_serving(serve, clients):
+    env = FakeEnv()
+    server = serve(env)
+    remote = clients(RemoteEnv(server.address))
+    remote.reset()
+    env.fail_next = RuntimeError("driver bug")
+    from rlhw.env.client import EnvServiceError
+
+    with pytest.raises(EnvServiceError, match="env raised RuntimeError: driver bug") as err:
+        remote.step(GOOD)
+    assert err.value.code == "INTERNAL"
+    remote.step(GOOD)
+
+
+@pytest.mark.timeout(60)
+def test_responses_carry_capture_timestamps_and_a_timing_breakdown(serve, clients):
+    server = serve(FakeEnv(cameras=2))
+    remote = clients(RemoteEnv(server.address))
+    before = time.time()
+    remote.reset()
+    obs, _, _, _, info = remote.step(GOOD)
+    assert set(info["timestamps"]) == set(obs)
+    assert all(before <= t <= time.time() for t in info["timestamps"].values())
+    assert {"validate", "env", "server"} <= set(info["timing"])
+    assert info["timing"]["server"] >= info["timing"]["env"]
+
+
+@pytest.mark.timeout(60)
+def test_multi_camera_640x480_frames_fit_the_message_limits(serve, clients):
+    server = serve(FakeEnv(cameras=4, image_hw=(480, 640)))
+    remote = clients(RemoteEnv(server.address))
+    obs, _ = remote.reset()
+    assert [obs[f"cam{i}"].shape for i in range(4)] == [(480, 640, 3)] * 4
