@@ -1,0 +1,125 @@
+"""Offscreen-rendered sim cameras (drivers.mujoco.MujocoCamera). Frames are slow on CPU: few and small."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import drivers.mujoco  # noqa: F401  (chooses the GL backend before mujoco is imported)
+from drivers.mujoco import MujocoArm, MujocoCamera, scene_camera_for
+from drivers.mujoco import _gl
+from rlhw.errors import RobotFault
+from rlhw.robot.registry import make_arm, make_camera
+
+pytestmark = pytest.mark.timeout(180)
+
+DOWN = np.array([1.0, 0.0, 0.0, 0.0])
+
+
+@pytest.fixture(scope="module")
+def rig():
+    arm = MujocoArm(name="cam-test", cube=True)
+    arm.connect()
+    arm.set_object_pose("cube", [0.5, 0.0, 0.025])
+    front = MujocoCamera("front", arm, width=64, height=48)
+    wrist = MujocoCamera("cam-1", arm, width=64, height=48, index=1)
+    front.open()
+    wrist.open()
+    yield arm, front, wrist
+    front.close()
+    wrist.close()
+    arm.close()
+
+
+def test_an_offscreen_backend_was_chosen_before_mujoco_was_imported():
+    ok, why = _gl.headless_ready()
+    assert ok, why
+    assert _gl.CHOICE.startswith("MUJOCO_GL=")
+
+
+def test_frames_have_the_configured_shape_dtype_and_real_content(rig):
+    arm, front, wrist = rig
+    arm.advance(0.1)
+    for cam in (front, wrist):
+        frame = cam.latest()
+        assert frame.color.shape == (48, 64, 3)
+        assert frame.color.dtype == np.uint8
+        assert frame.depth is None
+        # A rendered scene, not a blank buffer: many distinct colours and real contrast.
+        assert frame.color.std() > 10
+        assert len(np.unique(frame.color.reshape(-1, 3), axis=0)) > 50
+
+
+def test_indices_increase_only_when_simulated_time_advances(rig):
+    arm, front, _ = rig
+    arm.advance(0.1)
+    first = front.latest()
+    again = front.latest()
+    assert again.index == first.index  # same simulated instant: no second render
+    assert again.color is first.color
+    arm.advance(0.1)
+    second = front.latest()
+    assert second.index == first.index + 1
+    assert second.timestamp - first.timestamp == pytest.approx(0.1, abs=1e-6)
+    assert second.timestamp == pytest.approx(arm.state().timestamp)
+
+
+def test_wrist_camera_sees_the_hand_move_while_the_front_camera_sees_the_arm(rig):
+    arm, front, wrist = rig
+    arm.advance(0.1)
+    w0, f0 = wrist.latest().color.astype(int), front.latest().color.astype(int)
+    target = np.concatenate([arm.state().ee_position + [0.0, 0.12, -0.15], DOWN])
+    for _ in range(8):
+        arm.command_pose(target)
+        arm.advance(0.1)
+    w1, f1 = wrist.latest().color.astype(int), front.latest().color.astype(int)
+    assert np.abs(w1 - w0).mean() > 5
+    assert np.abs(f1 - f0).mean() > 0.5
+
+
+def test_wait_frame_returns_a_newer_frame_or_reports_a_stall_when_time_stands_still(rig):
+    arm, front, _ = rig
+    arm.advance(0.1)
+    frame = front.wait_frame(timeout_s=1.0)
+    with pytest.raises(RobotFault) as e:
+        front.wait_frame(timeout_s=0.05)
+    assert e.value.kind == "camera_stall"
+    arm.advance(0.1)
+    assert front.wait_frame(timeout_s=0.05).index == frame.index + 1
+
+
+def test_intrinsics_follow_the_scene_cameras_field_of_view(rig):
+    arm, front, wrist = rig
+    intr = front.intrinsics
+    assert (intr.width, intr.height) == (64, 48)
+    fovy = np.deg2rad(arm.model.cam_fovy[arm.model.camera("front").id])
+    assert intr.fy == pytest.approx(24 / np.tan(fovy / 2))
+    assert intr.fx == intr.fy and (intr.cx, intr.cy) == (32, 24)
+    assert wrist.intrinsics.fy < intr.fy  # the wrist camera is wider-angle
+    assert front.fps > 0
+
+
+def test_camera_names_map_to_scene_cameras_by_name_then_by_position():
+    assert scene_camera_for("wrist", 0) == "wrist"
+    assert [scene_camera_for(f"serial{i}", i) for i in range(3)] == ["front", "wrist", "side"]
+    with pytest.raises(ValueError, match="only 3 cameras"):
+        scene_camera_for("serial9", 3)
+
+
+def test_camera_refuses_a_non_mujoco_arm_and_reads_before_open():
+    with pytest.raises(ValueError, match="MujocoArm"):
+        MujocoCamera("front", arm=object())
+    arm = MujocoArm()
+    arm.connect()
+    cam = MujocoCamera("front", arm)
+    with pytest.raises(RobotFault) as e:
+        cam.latest()
+    assert e.value.kind == "not_connected"
+    cam.close()  # closing an unopened camera is fine
+
+
+def test_registry_builds_mujoco_arm_and_camera_with_the_factorys_arguments():
+    arm = make_arm("mujoco", name="reg", seed=3, home_q=(0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785))
+    cam = make_camera("mujoco", serial="side", arm=arm, width=32, height=32, index=0)
+    assert isinstance(arm, MujocoArm) and isinstance(cam, MujocoCamera)
+    assert cam.scene_camera == "side"
