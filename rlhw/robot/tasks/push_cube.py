@@ -1,0 +1,184 @@
+"""`push_cube`: push a 5 cm cube across the table to a goal marker (MuJoCo only; a contact task).
+
+The cube's pose is not measured by any real sensor here, so the task reads it from the simulator
+(``arm.object_pose("cube")``) and places it at reset (``arm.set_object_pose``). On a driver without
+these hooks, building the env fails with a ConfigError that says to use ``env.sim=mujoco``.
+
+- observations (float32, metres, base frame): ``ee_position`` (3), ``cube_position`` (3),
+  ``goal_position`` (3), ``cube_to_goal`` (3), ``ee_to_cube`` (3), ``gripper_width`` (1);
+- action: float32 in [-1, 1]^3 (+1 gripper component with ``env.action.gripper``): a hand
+  displacement of ``action * env.action.scale_m``, bounded by the safety layer. Without a gripper
+  action the fingers are closed (through the safety layer's rate limit) to make a solid pusher;
+- reward (dense): ``-(d(cube, goal) + 0.5 * d(hand, cube)) / reward_scale_m``, distances in the
+  table plane for the cube, in 3-D for the hand;
+- success: the cube's centre within ``success_m`` of the goal in the table plane;
+- terminated: on success (``terminate_on_success``), or when the cube leaves the workspace box by
+  more than 5 cm (it cannot be pushed back).
+
+Options (``env.task_options``): ``cube_low``/``cube_high`` (xy box of cube starts),
+``goal_min_m``/``goal_max_m`` (goal distance from the cube start), ``success_m``,
+``reward_scale_m``, ``terminate_on_success``. The safety workspace must let the hand down to the
+cube: ``env.safety.workspace_low`` z <= 0.04 (e.g. ``[0.25, -0.3, 0.02]``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from rlhw.errors import ConfigError
+from rlhw.robot.arm import ArmState
+from rlhw.robot.camera import Frame
+from rlhw.robot.spec import TensorSpec
+from rlhw.robot.tasks import register_task
+from rlhw.robot.tasks.base import Command, Task
+
+CUBE_HALF_SIZE = 0.025
+#: The highest hand (TCP) floor that still lets the fingertips touch a 5 cm cube's side.
+MAX_FLOOR_Z = 0.04
+OUT_OF_REACH_M = 0.05
+
+
+def _xy_box(value: Any, key: str) -> np.ndarray:
+    try:
+        box = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        box = np.zeros(0)
+    if box.shape != (2,) or not np.all(np.isfinite(box)):
+        raise ConfigError(f"env.task_options.{key}", f"expected [x, y] in metres, got {value!r}")
+    return box
+
+
+@register_task("push_cube")
+class PushCube(Task):
+    drivers = ("mujoco",)
+    sim_arm_options = {"cube": True}
+
+    def __init__(self, config, options: Mapping[str, Any] | None = None):
+        super().__init__(config, options)
+        self.check_options({"cube_low", "cube_high", "goal_min_m", "goal_max_m", "success_m",
+                            "reward_scale_m", "terminate_on_success"})
+        self.cube_low = _xy_box(self.options.get("cube_low", (0.42, -0.08)), "cube_low")
+        self.cube_high = _xy_box(self.options.get("cube_high", (0.52, 0.08)), "cube_high")
+        self.goal_min = self.option("goal_min_m", 0.08)
+        self.goal_max = self.option("goal_max_m", 0.15)
+        self.success_m = self.option("success_m", 0.03)
+        self.reward_scale = self.option("reward_scale_m", 0.1)
+        self.terminate_on_success = self.option("terminate_on_success", True, bool)
+        self.scale = config.action.scale_m
+        self.use_gripper = config.action.gripper
+        self.ws_low = np.array(config.safety.workspace_low, dtype=float)
+        self.ws_high = np.array(config.safety.workspace_high, dtype=float)
+        self._validate()
+        self.goal = np.array([*(self.cube_low + self.cube_high) / 2, CUBE_HALF_SIZE])
+        self.cube = self.goal.copy()
+        self._object_pose = None
+        self._place_object = None
+
+    def _validate(self) -> None:
+        if np.any(self.cube_low >= self.cube_high):
+            raise ConfigError("env.task_options.cube_low", f"cube_low {self.cube_low.tolist()} must be < cube_high {self.cube_high.tolist()} on x and y")
+        if not 0 < self.goal_min <= self.goal_max:
+            raise ConfigError("env.task_options.goal_min_m", f"need 0 < goal_min_m ({self.goal_min}) <= goal_max_m ({self.goal_max})")
+        for key, value in (("success_m", self.success_m), ("reward_scale_m", self.reward_scale)):
+            if not value > 0:
+                raise ConfigError(f"env.task_options.{key}", f"must be > 0, got {value}")
+        if self.ws_low[2] > MAX_FLOOR_Z:
+            raise ConfigError(
+                "env.safety.workspace_low",
+                f"push_cube needs the hand down to z <= {MAX_FLOOR_Z} m to touch the 5 cm cube, but the safety "
+                f"workspace stops at z = {self.ws_low[2]}; set env.safety.workspace_low=[0.25, -0.3, 0.02]")
+        margin = CUBE_HALF_SIZE
+        if np.any(self.cube_low < self.ws_low[:2] + margin) or np.any(self.cube_high > self.ws_high[:2] - margin):
+            raise ConfigError(
+                "env.task_options.cube_low",
+                f"the cube start box {self.cube_low.tolist()}..{self.cube_high.tolist()} must lie inside the safety "
+                f"workspace xy {self.ws_low[:2].tolist()}..{self.ws_high[:2].tolist()} with {margin} m to spare")
+
+    def bind(self, arm) -> None:
+        super().bind(arm)
+        self._object_pose = self.require("object_pose")
+        self._place_object = self.require("set_object_pose")
+        self._marker = getattr(arm, "set_target_marker", None)
+
+    # -- specs ----------------------------------------------------------------------------------
+    def observation_specs(self) -> dict[str, TensorSpec]:
+        low, high = self.ws_low.astype(np.float32), self.ws_high.astype(np.float32)
+        span = (high - low)
+        table_low = np.array([*low[:2], 0.0], dtype=np.float32)
+        table_high = np.array([*high[:2], 0.1], dtype=np.float32)
+        return {
+            "ee_position": TensorSpec("ee_position", "float32", (3,), low, high),
+            "cube_position": TensorSpec("cube_position", "float32", (3,), table_low, table_high),
+            "goal_position": TensorSpec("goal_position", "float32", (3,), table_low, table_high),
+            "cube_to_goal": TensorSpec("cube_to_goal", "float32", (3,), -span, span),
+            "ee_to_cube": TensorSpec("ee_to_cube", "float32", (3,), -span, span),
+            "gripper_width": TensorSpec("gripper_width", "float32", (1,), 0.0, 0.08),
+        }
+
+    def action_spec(self) -> TensorSpec:
+        return TensorSpec("action", "float32", (4 if self.use_gripper else 3,), -1.0, 1.0)
+
+    # -- episode --------------------------------------------------------------------------------
+    def reset(self, state: ArmState, rng: np.random.Generator) -> None:
+        self.orientation = np.asarray(state.ee_pose[3:7], dtype=float).copy()
+        start = rng.uniform(self.cube_low, self.cube_high)
+        goal_low = self.ws_low[:2] + CUBE_HALF_SIZE
+        goal_high = self.ws_high[:2] - CUBE_HALF_SIZE
+        for _ in range(100):  # rejection sampling: a goal at the right distance, inside the workspace
+            angle = rng.uniform(-np.pi, np.pi)
+            goal = start + rng.uniform(self.goal_min, self.goal_max) * np.array([np.cos(angle), np.sin(angle)])
+            if np.all(goal >= goal_low) and np.all(goal <= goal_high):
+                break
+        else:
+            goal = np.clip(goal, goal_low, goal_high)
+        self.goal = np.array([*goal, CUBE_HALF_SIZE])
+        self._place_object("cube", np.array([*start, CUBE_HALF_SIZE]))
+        if self._marker is not None:
+            self._marker(self.goal.copy())
+        self.cube = np.array([*start, CUBE_HALF_SIZE])
+
+    def command(self, action: np.ndarray, state: ArmState) -> Command:
+        target = state.ee_position + np.asarray(action[:3], dtype=float) * self.scale
+        if self.use_gripper:
+            width = float((action[3] + 1.0) / 2.0 * getattr(self.arm, "max_gripper_width", 0.08))
+        else:
+            width = 0.0  # closed fingers push better than open ones straddling the cube
+        return Command(position=target, gripper_width=width)
+
+    def observe(self, state: ArmState, frames: Mapping[str, Frame]) -> dict[str, np.ndarray]:
+        self.cube = np.asarray(self._object_pose("cube")[:3], dtype=float)
+        ee = np.asarray(state.ee_position, dtype=np.float32)
+        cube = self.cube.astype(np.float32)
+        goal = self.goal.astype(np.float32)
+        return {
+            "ee_position": ee,
+            "cube_position": cube,
+            "goal_position": goal,
+            "cube_to_goal": goal - cube,
+            "ee_to_cube": cube - ee,
+            "gripper_width": np.array([state.gripper_width], dtype=np.float32),
+        }
+
+    # -- outcome (uses the cube pose read by the latest observe) ---------------------------------
+    def cube_distance(self) -> float:
+        return float(np.linalg.norm(self.cube[:2] - self.goal[:2]))
+
+    def reward(self, state: ArmState) -> float:
+        hand = float(np.linalg.norm(np.asarray(state.ee_position) - self.cube))
+        return -(self.cube_distance() + 0.5 * hand) / self.reward_scale
+
+    def success(self, state: ArmState) -> bool:
+        return self.cube_distance() < self.success_m
+
+    def cube_out_of_reach(self) -> bool:
+        xy = self.cube[:2]
+        return bool(np.any(xy < self.ws_low[:2] - OUT_OF_REACH_M) or np.any(xy > self.ws_high[:2] + OUT_OF_REACH_M))
+
+    def terminated(self, state: ArmState) -> bool:
+        return (self.terminate_on_success and self.success(state)) or self.cube_out_of_reach()
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "goal_position": self.goal.tolist(), "cube_position": self.cube.tolist(),
+                "success_m": self.success_m}
