@@ -104,6 +104,7 @@ class ResetConfig(StrictModel):
     speed_factor: float = Field(0.2, allow_inf_nan=False, gt=0, le=0.5, description="relative dynamics of the reset move (fraction of max speed/accel); reduced on purpose")
     timeout_s: float = Field(20.0, allow_inf_nan=False, gt=0, le=120, description="the reset move fails with fault 'timeout' after this")
     randomize_radius_m: float = Field(0.0, allow_inf_nan=False, ge=0, le=0.2, description="after homing, move the hand to a random point within this radius (clipped to the workspace); 0 = off")
+    at_home_tolerance_rad: float = Field(0.01, allow_inf_nan=False, ge=0, le=0.1, description="skip the homing move when every joint is already this close to home_q")
     settle_s: float = Field(1.0, allow_inf_nan=False, gt=0, le=10, description="time given to the randomizing move to settle")
 
     _joints = field_validator("home_q", mode="before")(_vector(7, "(one per joint)"))

@@ -178,8 +178,14 @@ class RobotEnv:
     def _reset_once(self) -> dict[str, float]:
         rc = self.config.reset
         t0 = time.perf_counter()
-        self.safety.move_home(np.array(rc.home_q), rc.speed_factor, rc.timeout_s)
-        state = self._read_state()
+        home = np.array(rc.home_q)
+        # Unchecked read: a joint parked at its limit must not block the move that takes it away.
+        state = self.arm.state()
+        if state.errors or np.max(np.abs(state.q - home)) > rc.at_home_tolerance_rad:
+            self.safety.move_home(home, rc.speed_factor, rc.timeout_s)
+            state = self._read_state()
+        else:
+            self.safety.check_state(state)
         if rc.randomize_radius_m > 0:
             direction = self._rng.normal(size=3)
             offset = direction / max(np.linalg.norm(direction), 1e-9) * rc.randomize_radius_m * self._rng.uniform() ** (1 / 3)

@@ -173,7 +173,6 @@ def make_env(config, robot_rank: int = 0, *, index: int = 0, connect: bool = Tru
             gripper=getattr(hw, "gripper", True),
             controller=getattr(hw, "controller", None),
             timeout_s=env_cfg.driver_timeout_s,
-            name=plan.robot,
         )
     else:
         arm_kwargs: dict[str, Any] = dict(name=f"{plan.robot}.{index}" if index else plan.robot, seed=seed, home_q=tuple(env_cfg.reset.home_q))

@@ -38,12 +38,26 @@ def test_step_before_reset_is_refused_without_motion(mock_env):
     assert env.arm.motions == []
 
 
+def away_from_home(env, offset=0.3):
+    q = np.array(env.config.reset.home_q)
+    q[0] += offset
+    env.arm.set_joint_positions(q)
+
+
 def test_reset_moves_home_with_reduced_dynamics(mock_env):
     env = mock_env(reset={"speed_factor": 0.15})
+    away_from_home(env)
     env.reset()
     kind, q, speed = env.arm.motions[0]
     assert kind == "move_joints" and np.allclose(q, env.config.reset.home_q) and speed == 0.15
     assert len(env.arm.motions) == 1  # no randomization, no gripper: homing only
+
+
+def test_reset_skips_the_homing_move_when_already_home(mock_env):
+    env = mock_env()
+    away_from_home(env, offset=0.005)  # within at_home_tolerance_rad (0.01)
+    env.reset()
+    assert env.arm.motions == []
 
 
 def test_reset_randomization_stays_in_radius_and_workspace(mock_env):
@@ -183,7 +197,7 @@ def test_reflex_truncates_with_the_reason_and_the_arm_recovers(mock_env):
 @pytest.mark.parametrize("kind, on", [("hang", "command_pose"), ("network", "state"), ("timeout", "state")])
 def test_link_faults_truncate_within_the_driver_timeout(mock_env, kind, on):
     env = mock_env(mock_faults=[{"kind": kind, "on": on, "after": 2}], driver_timeout_s=0.2)
-    env.reset()  # state() calls: 1 (after home)
+    env.reset()  # state() calls: 1 (already home: no homing move)
     t0 = time.monotonic()
     for _ in range(3):
         *_, trunc, info = env.step(np.zeros(3, np.float32))
@@ -250,6 +264,7 @@ def test_a_clean_step_clears_the_strikes(mock_env):
 
 def test_a_fault_during_reset_is_recovered_and_the_reset_retried(mock_env):
     env = mock_env(mock_faults=[{"kind": "network", "on": "move_joints"}])
+    away_from_home(env)
     obs, info = env.reset()
     assert info["fault"] is None and len(info["reset_faults"]) == 1 and "network" in info["reset_faults"][0]
     assert env.arm.calls["move_joints"] == 2
@@ -266,3 +281,16 @@ def test_reach_still_works_after_a_fault(mock_env):
                 break
         outcomes.append(info["fault"] or ("success" if info["success"] else "timeout"))
     assert outcomes == ["hang", "success", "success"]
+
+
+def test_a_joint_parked_at_its_limit_does_not_block_the_reset_home(mock_env):
+    env = mock_env()
+    env.reset()
+    q = np.array(env.config.reset.home_q)
+    q[3] = env.config.safety.q_min[3] + 0.01
+    env.arm.set_joint_positions(q)
+    *_, info = env.step(np.zeros(3, np.float32))
+    assert info["fault"] == "limit"
+    obs, info = env.reset()
+    assert info["fault"] is None and env.arm.motions[-1][0] == "move_joints"
+    assert np.allclose(env.arm.q, env.config.reset.home_q)
