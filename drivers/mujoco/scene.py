@@ -21,6 +21,8 @@ each owns only its `MjData`.
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 import threading
 from dataclasses import dataclass
@@ -29,6 +31,8 @@ import mujoco
 import numpy as np
 
 import franky_sim
+
+log = logging.getLogger(__name__)
 
 ASSET_DIR = os.path.join(os.path.dirname(franky_sim.__file__), "assets")
 ARM_XML = os.path.join(ASSET_DIR, "fr3.xml")
@@ -132,12 +136,51 @@ _CACHE: dict[SceneOptions, mujoco.MjModel] = {}
 _LOCK = threading.Lock()
 
 
+def _disk_cache_path(options: SceneOptions) -> str | None:
+    """Where the compiled model is kept between processes, or None when disabled.
+
+    Compiling parses ~40 meshes (seconds; much longer on a busy machine), loading the binary takes
+    a fraction of that, and every env server, test process and benchmark builds the same scene.
+    The key covers everything the model depends on: options, MuJoCo version, the asset file and
+    this module's source. ``RLHW_MUJOCO_CACHE=0`` disables it; ``RLHW_MUJOCO_CACHE=<dir>`` moves it.
+    """
+    where = os.environ.get("RLHW_MUJOCO_CACHE", "")
+    if where.strip() in ("0", "off", "false"):
+        return None
+    root = where or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rlhw", "mujoco")
+    digest = hashlib.sha256()
+    digest.update(repr((options, mujoco.__version__)).encode())
+    for path in (ARM_XML, __file__):
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    return os.path.join(root, f"scene-{digest.hexdigest()[:16]}.mjb")
+
+
+def _compile(options: SceneOptions) -> mujoco.MjModel:
+    path = _disk_cache_path(options)
+    if path is not None and os.path.exists(path):
+        try:
+            return mujoco.MjModel.from_binary_path(path)
+        except Exception as e:  # a truncated or foreign file: rebuild it
+            log.warning("ignoring unreadable cached model %s: %s", path, e)
+    model = _build_spec(options).compile()
+    if path is not None:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            mujoco.mj_saveModel(model, tmp, None)
+            os.replace(tmp, path)  # atomic: concurrent processes never read half a file
+        except OSError as e:
+            log.warning("could not cache the compiled model at %s: %s", path, e)
+    return model
+
+
 def scene_model(options: SceneOptions = SceneOptions()) -> mujoco.MjModel:
-    """The compiled model for ``options``, compiled once per process and shared (treat as read-only)."""
+    """The compiled model for ``options``, built once per process and shared (treat as read-only)."""
     with _LOCK:
         model = _CACHE.get(options)
         if model is None:
-            model = _build_spec(options).compile()
+            model = _compile(options)
             _CACHE[options] = model
         return model
 

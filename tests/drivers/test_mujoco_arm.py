@@ -255,3 +255,21 @@ def test_constructor_rejects_bad_options_naming_the_field():
         MujocoArm(home_q=(0.0, 1.0))
     with pytest.raises(ValueError, match="collision_force_n"):
         MujocoArm(collision_force_n=0)
+
+
+def test_compiled_scene_is_cached_on_disk_and_reloads_identically(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLHW_MUJOCO_CACHE", str(tmp_path))
+    options = scene.SceneOptions(timestep=0.001)  # a scene no other test built
+    monkeypatch.setattr(scene, "_CACHE", {})
+    built = scene.scene_model(options)
+    files = list(tmp_path.glob("scene-*.mjb"))
+    assert len(files) == 1
+    monkeypatch.setattr(scene, "_CACHE", {})
+    loaded = scene.scene_model(options)
+    assert loaded is not built
+    for field in ("nq", "nv", "nu", "nbody", "ngeom", "ncam", "nmesh", "nsite"):
+        assert getattr(loaded, field) == getattr(built, field), field
+    assert loaded.opt.timestep == pytest.approx(0.001)
+    files[0].write_bytes(b"not a model")  # a corrupt cache file is rebuilt, not fatal
+    monkeypatch.setattr(scene, "_CACHE", {})
+    assert scene.scene_model(options).nq == built.nq
