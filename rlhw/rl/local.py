@@ -1,0 +1,146 @@
+"""The in-process runner (`train.runner=local`): env, policy and learner in one process, one loop.
+
+It is the baseline the pipeline benchmark compares against and a quick way to debug a task; the real-robot
+path is the pipeline (rlhw.rl.pipeline). Both share SAC, the replay buffer, episode recording and the session.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from rlhw.rl.episodes import EpisodeRecorder, iter_recorded_transitions
+from rlhw.rl.replay import ReplayBuffer
+from rlhw.rl.rundir import RunDir
+from rlhw.rl.sac import SAC, ObsLayout, resolve_device
+from rlhw.rl.session import Counters, StopReason, TrainingSession
+
+
+def _batched(obs: dict) -> dict:
+    return {k: np.asarray(v)[None] for k, v in obs.items()}
+
+
+def seed_everything(seed: int) -> np.random.Generator:
+    torch.manual_seed(seed)
+    return np.random.default_rng(seed)
+
+
+def make_agent(config, spec, device) -> SAC:
+    layout = ObsLayout.from_spec(spec)
+    low = np.broadcast_to(np.asarray(spec.action.low if spec.action.low is not None else -1.0, np.float32),
+                          spec.action.shape)
+    high = np.broadcast_to(np.asarray(spec.action.high if spec.action.high is not None else 1.0, np.float32),
+                           spec.action.shape)
+    return SAC(layout, low, high, config.train.sac, device=device)
+
+
+def transition(obs: dict, action, reward, terminated, next_obs: dict) -> dict[str, np.ndarray]:
+    """One transition as a batch of 1, in the replay buffer's field names."""
+    out = {f"obs/{k}": np.asarray(v)[None] for k, v in obs.items()}
+    out.update({f"next_obs/{k}": np.asarray(v)[None] for k, v in next_obs.items()})
+    out["action"] = np.asarray(action, np.float32)[None]
+    out["reward"] = np.array([reward], np.float32)
+    out["terminated"] = np.array([float(terminated)], np.float32)
+    return out
+
+
+def run_episode(env, agent: SAC, deterministic: bool, rng, recorder: EpisodeRecorder | None, kind: str,
+                random_actions: bool = False, on_step: Callable | None = None) -> tuple[float, bool, int]:
+    obs, _ = env.reset(seed=int(rng.integers(2**31)))
+    if recorder is not None:
+        recorder.begin(obs, kind=kind)
+    ret, success, length = 0.0, False, 0
+    while True:
+        action = agent.random_actions(1, rng)[0] if random_actions else agent.act(_batched(obs), deterministic)[0]
+        next_obs, reward, terminated, truncated, info = env.step(action)
+        ret += float(reward)
+        length += 1
+        success = success or bool(info.get("success", False))
+        if recorder is not None:
+            recorder.step(action, reward, terminated, truncated, next_obs, bool(info.get("success", False)))
+        if on_step is not None:
+            on_step(obs, action, reward, terminated, next_obs)
+        obs = next_obs
+        if terminated or truncated:
+            break
+    if recorder is not None:
+        recorder.end()
+    return ret, success, length
+
+
+def train_local(config, run_dir: RunDir, env_factory: Callable | None = None, resume: bool = False) -> StopReason:
+    """Train in this process until the target eval success or the step budget. Returns why it stopped."""
+    cfg = config.train
+    if env_factory is None:
+        from rlhw.robot import make_env
+
+        env_factory = make_env
+    rng = seed_everything(cfg.seed)
+    env = env_factory(config, 0)
+    try:
+        device = resolve_device(cfg.device)
+        agent = make_agent(config, env.spec, device)
+        replay = ReplayBuffer(cfg.buffer_size, seed=cfg.seed)
+        counters = Counters()
+        episodes_dir = Path(run_dir.episodes) / "env0"
+        if resume:
+            counters = _resume(run_dir, agent, replay)
+        recorder = EpisodeRecorder(episodes_dir, fsync=False) if cfg.record_episodes else None
+        session = TrainingSession(config, run_dir, counters)
+
+        def learn(obs, action, reward, terminated, next_obs):
+            replay.add_batch(transition(obs, action, reward, terminated, next_obs))
+            session.add_env_steps(1)
+            owed = int(cfg.utd_ratio * (session.c.env_steps - cfg.learning_starts)) - session.c.updates
+            if session.c.env_steps >= cfg.learning_starts and len(replay) >= cfg.sac.batch_size and owed > 0:
+                for _ in range(owed):
+                    metrics = agent.update(replay.sample(cfg.sac.batch_size))
+                session.add_losses(metrics, owed)
+                session.set_extra(**{"losses/alpha": metrics["losses/alpha"]})
+
+        try:
+            while session.stop is None:
+                warmup = session.c.env_steps < cfg.learning_starts
+                ret, success, length = run_episode(env, agent, False, rng, recorder, "train",
+                                                   random_actions=warmup, on_step=learn)
+                session.add_episode(ret, success, length)
+                if session.log_due():
+                    session.log()
+                if session.eval_due():
+                    results = [run_episode(env, agent, True, rng, recorder, "eval") for _ in range(cfg.eval_episodes)]
+                    session.record_eval([r for r, _, _ in results], [s for _, s, _ in results])
+                if session.checkpoint_due() or session.stop is not None:
+                    run_dir.save_checkpoint(_checkpoint(agent, session), session.c.env_steps)
+                session.check_budget()
+            run_dir.save_checkpoint(_checkpoint(agent, session), session.c.env_steps)
+            return session.finish()
+        except BaseException as e:
+            if recorder is not None:
+                recorder.close()
+            run_dir.save_checkpoint(_checkpoint(agent, session), session.c.env_steps)
+            session.finish(StopReason("failed", f"{type(e).__name__}: {e}"))
+            raise
+    finally:
+        env.close()
+
+
+def _checkpoint(agent: SAC, session: TrainingSession) -> dict:
+    return {"sac": agent.state_dict(), "layout": agent.layout.to_dict(), "env_steps": session.c.env_steps,
+            "updates": session.c.updates, "episodes": session.c.episodes, "best_success": session.c.best_success}
+
+
+def _resume(run_dir: RunDir, agent: SAC, replay: ReplayBuffer) -> Counters:
+    ckpt = run_dir.load_checkpoint()
+    counters = Counters()
+    if ckpt is not None:
+        agent.load_state_dict(ckpt["sac"])
+        counters.updates = int(ckpt["updates"])
+        counters.episodes = int(ckpt.get("episodes", 0))
+        counters.best_success = float(ckpt.get("best_success", float("nan")))
+    for batch in iter_recorded_transitions(run_dir.episodes):
+        replay.add_batch(batch)
+    counters.env_steps = replay.total_added
+    return counters

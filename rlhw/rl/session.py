@@ -1,0 +1,147 @@
+"""Bookkeeping shared by both runners: counters, cadence (log / eval / checkpoint), stop rule, progress bar.
+
+The runner decides how env steps and updates happen; the session decides when to log, evaluate, save and
+stop, and writes the run directory's metrics, plot and status. Only the controller process holds one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rlhw.rl.rundir import MetricsLogger, RunDir, plot_learning_curve
+
+
+@dataclass
+class Counters:
+    env_steps: int = 0
+    updates: int = 0
+    episodes: int = 0
+    evals: int = 0
+    best_success: float = float("nan")
+    last_success: float = float("nan")
+
+
+@dataclass
+class StopReason:
+    status: str  # "finished" (target reached), "stopped" (step budget), "failed"
+    reason: str
+
+
+class TrainingSession:
+    def __init__(self, config, run_dir: RunDir, counters: Counters | None = None):
+        self.cfg = config.train
+        self.config = config
+        self.run_dir = run_dir
+        self.c = counters or Counters()
+        self.logger = MetricsLogger(run_dir)
+        self._returns: deque[float] = deque(maxlen=20)
+        self._successes: deque[float] = deque(maxlen=20)
+        self._lengths: deque[int] = deque(maxlen=20)
+        self._losses: dict[str, list[float]] = {}
+        self._extra: dict[str, float] = {}
+        self._next_log = (self.c.env_steps // self.cfg.log_every_steps + 1) * self.cfg.log_every_steps
+        self._next_eval = (self.c.env_steps // self.cfg.eval_every_steps + 1) * self.cfg.eval_every_steps
+        self._next_ckpt = (self.c.env_steps // self.cfg.checkpoint_every_steps + 1) * self.cfg.checkpoint_every_steps
+        self._t0 = time.time()
+        self._steps0 = self.c.env_steps
+        self._last_log_t, self._last_log_steps = self._t0, self.c.env_steps
+        self.stop: StopReason | None = None
+        self._bar = None
+        if self.cfg.progress:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=self.cfg.max_env_steps, initial=self.c.env_steps, unit="step",
+                             dynamic_ncols=True, desc="train")
+        run_dir.write_status("running", env_steps=self.c.env_steps, started=self._t0)
+
+    # ---- inputs from the runner
+    def add_env_steps(self, n: int) -> None:
+        self.c.env_steps += int(n)
+        if self._bar is not None:
+            self._bar.update(int(n))
+
+    def add_episode(self, episode_return: float, success: bool, length: int) -> None:
+        self.c.episodes += 1
+        self._returns.append(float(episode_return))
+        self._successes.append(float(success))
+        self._lengths.append(int(length))
+
+    def add_losses(self, metrics: dict[str, float], n_updates: int) -> None:
+        self.c.updates += int(n_updates)
+        for k, v in metrics.items():
+            self._losses.setdefault(k, []).append(float(v))
+
+    def set_extra(self, **scalars: float) -> None:
+        self._extra.update({k: float(v) for k, v in scalars.items()})
+
+    # ---- cadence
+    def eval_due(self) -> bool:
+        return self.c.env_steps >= self._next_eval or self.c.env_steps >= self.cfg.max_env_steps
+
+    def checkpoint_due(self) -> bool:
+        if self.c.env_steps >= self._next_ckpt:
+            self._next_ckpt = (self.c.env_steps // self.cfg.checkpoint_every_steps + 1) * self.cfg.checkpoint_every_steps
+            return True
+        return False
+
+    def log_due(self) -> bool:
+        return self.c.env_steps >= self._next_log
+
+    def record_eval(self, returns: list[float], successes: list[bool]) -> None:
+        """Log an evaluation and decide whether the target is reached."""
+        self._next_eval = (self.c.env_steps // self.cfg.eval_every_steps + 1) * self.cfg.eval_every_steps
+        self.c.evals += 1
+        rate = float(np.mean(successes)) if successes else float("nan")
+        self.c.last_success = rate
+        self.c.best_success = rate if np.isnan(self.c.best_success) else max(self.c.best_success, rate)
+        self.log({"eval/success_rate": rate, "eval/episode_return": float(np.mean(returns)) if returns else
+                  float("nan"), "eval/episodes": len(successes)})
+        plot_learning_curve(self.run_dir)
+        if self._bar is not None:
+            self._bar.set_postfix(eval_success=f"{rate:.2f}", alpha=self._extra.get("losses/alpha", float("nan")))
+        if successes and rate >= self.cfg.target_success:
+            self.stop = StopReason("finished", f"eval success {rate:.2f} >= target {self.cfg.target_success}")
+
+    def check_budget(self) -> None:
+        if self.stop is None and self.c.env_steps >= self.cfg.max_env_steps:
+            self.stop = StopReason("stopped", f"reached max_env_steps={self.cfg.max_env_steps} "
+                                              f"(best eval success {self.c.best_success:.2f})")
+
+    def log(self, extra: dict[str, float] | None = None) -> dict:
+        """Write one metrics row: training stats since the last row plus ``extra``."""
+        now = time.time()
+        row: dict[str, float] = {
+            "train/episode_return": float(np.mean(self._returns)) if self._returns else float("nan"),
+            "train/success_rate": float(np.mean(self._successes)) if self._successes else float("nan"),
+            "train/episode_length": float(np.mean(self._lengths)) if self._lengths else float("nan"),
+            "train/episodes": self.c.episodes,
+            "train/updates": self.c.updates,
+            "eval/success_rate": float("nan"),
+            "perf/steps_per_s": (self.c.env_steps - self._last_log_steps) / max(now - self._last_log_t, 1e-9),
+            "perf/elapsed_s": now - self._t0,
+        }
+        row.update({k: float(np.mean(v)) for k, v in self._losses.items() if v})
+        row.update(self._extra)
+        row.update(extra or {})
+        self._losses = {}
+        self._last_log_t, self._last_log_steps = now, self.c.env_steps
+        self._next_log = (self.c.env_steps // self.cfg.log_every_steps + 1) * self.cfg.log_every_steps
+        return self.logger.log(self.c.env_steps, row)
+
+    def finish(self, stop: StopReason | None = None) -> StopReason:
+        stop = stop or self.stop or StopReason("stopped", "ended")
+        self.stop = stop
+        if self._bar is not None:
+            self._bar.close()
+        plot_learning_curve(self.run_dir)
+        self.logger.close()
+        self.run_dir.write_status(
+            stop.status, reason=stop.reason, env_steps=self.c.env_steps, updates=self.c.updates,
+            episodes=self.c.episodes, best_eval_success=self.c.best_success, last_eval_success=self.c.last_success,
+            wall_s=time.time() - self._t0,
+        )
+        return stop

@@ -1,0 +1,47 @@
+"""A tiny point-mass reach env that follows the RobotEnv contract (spec, reset, step, info keys).
+
+Used only to unit-test the learner and the run directory quickly; the real tasks come from rlhw.robot.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlhw.robot.spec import EnvSpec, TensorSpec
+
+
+class PointReachEnv:
+    """Move a point in [-1, 1]^dim towards a random goal; success within 0.1; 25 steps per episode."""
+
+    def __init__(self, dim: int = 2, max_steps: int = 25, seed: int = 0):
+        self.dim, self.max_steps = dim, max_steps
+        self.rng = np.random.default_rng(seed)
+        self.spec = EnvSpec(
+            observations={"pos": TensorSpec("pos", "float32", (dim,), -1.0, 1.0),
+                          "goal": TensorSpec("goal", "float32", (dim,), -1.0, 1.0)},
+            action=TensorSpec("action", "float32", (dim,), -1.0, 1.0),
+            control_hz=10.0, robot="point",
+        )
+        self.closed = False
+
+    def _obs(self):
+        return {"pos": self.pos.astype(np.float32), "goal": self.goal.astype(np.float32)}
+
+    def reset(self, seed=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.pos = self.rng.uniform(-1, 1, self.dim)
+        self.goal = self.rng.uniform(-1, 1, self.dim)
+        self.t = 0
+        return self._obs(), {"timestamps": {}, "timing": {}, "success": False, "fault": None}
+
+    def step(self, action):
+        self.pos = np.clip(self.pos + 0.2 * np.clip(action, -1, 1), -1, 1)
+        self.t += 1
+        dist = float(np.linalg.norm(self.pos - self.goal))
+        success = dist < 0.1
+        info = {"timestamps": {}, "timing": {}, "success": success, "fault": None}
+        return self._obs(), -dist, False, self.t >= self.max_steps, info
+
+    def close(self):
+        self.closed = True
