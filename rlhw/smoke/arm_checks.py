@@ -1,0 +1,314 @@
+"""Checks of one arm: reachable, connects, state readable and finite, error flags, recovery, and
+(only when the operator allowed motion) a small bounded motion and back, and the gripper.
+
+Nothing here moves the arm unless ``options.motion_allowed``: the arm is wrapped in `MotionGuard`,
+which refuses every motion command until the motion checks enable it, and counts what was sent, so
+the report can say "0 motion commands" as a measured fact, not a promise.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from rlhw.errors import RobotFault, SafetyViolation
+from rlhw.smoke.bounded import Outcome, TargetRun, call_bounded, failed, passed, skipped
+from rlhw.smoke.hints import REALTIME_KERNEL, ROBOT_UNREACHABLE
+from rlhw.smoke.options import SmokeOptions
+from rlhw.smoke.targets import RobotTarget
+
+FCI_PORT = 1337
+#: A motion counts as arrived within this distance of its target (m).
+ARRIVED_M = 0.003
+#: Resend period of a Cartesian target while waiting (keeps the driver's silence watchdog fed).
+RESEND_S = 0.05
+
+MOTION_METHODS = ("command_pose", "command_gripper", "move_joints", "command_joints")
+
+
+class MotionGuard:
+    """Wraps an `Arm`: motion methods raise SafetyViolation unless ``allow`` is set; counts them."""
+
+    def __init__(self, arm):
+        self._arm = arm
+        self.allow = False
+        self.sent: dict[str, int] = {}
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._arm, name)
+        if name in MOTION_METHODS:
+            def guarded(*args, **kwargs):
+                if not self.allow:
+                    raise SafetyViolation(f"smoke test: {name}() refused: motion was not allowed (--allow-motion)")
+                self.sent[name] = self.sent.get(name, 0) + 1
+                return attr(*args, **kwargs)
+            return guarded
+        return attr
+
+    @property
+    def motion_commands(self) -> int:
+        return sum(self.sent.values())
+
+
+def _tcp_probe(host: str, port: int, timeout_s: float) -> str | None:
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except socket.timeout:
+        return f"no answer on TCP {host}:{port} within {timeout_s:g} s"
+    except OSError as e:
+        return f"TCP {host}:{port}: {e.strerror or e}"
+
+
+def _realtime_kernel() -> tuple[bool, str]:
+    import platform
+
+    try:
+        from drivers.franka.probe import realtime_kernel
+
+        rt = realtime_kernel()
+    except Exception:
+        rt = "PREEMPT_RT" in platform.uname().version
+    return rt, f"{'PREEMPT_RT' if rt else 'no realtime kernel'} ({platform.release()})"
+
+
+def _fmt_xyz(v) -> str:
+    return "[" + ", ".join(f"{float(x):.3f}" for x in v) + "]"
+
+
+def check_arm(run: TargetRun, arm_factory: Callable[[], Any], target: RobotTarget, options: SmokeOptions,
+              env_config, keep_open: bool = False):
+    """Run the arm checks; returns the connected (guarded) arm when ``keep_open`` (sim cameras render
+    it), else closes it and returns None."""
+    entry = target.entry
+    is_franka = target.driver == "franka"
+    timeout = options.timeout_s
+
+    if is_franka:
+        enforce = entry is not None and entry.controller.realtime == "enforce"
+
+        def realtime():
+            ok, text = _realtime_kernel()
+            if ok:
+                return passed("PREEMPT_RT", text)
+            if enforce:
+                return failed(f"{text}; controller.realtime is 'enforce'", "missing", hint=REALTIME_KERNEL)
+            return passed("not needed", f"{text}; controller.realtime: ignore (simulator/test setup only)")
+
+        run.run("realtime_kernel", realtime, required=enforce, needs_ok=False)
+
+    holder: dict[str, Any] = {}
+
+    def connect():
+        t = time.perf_counter()
+        arm = MotionGuard(arm_factory())
+        holder["arm"] = arm
+        arm.connect(timeout_s=timeout)
+        dt = time.perf_counter() - t
+        info = getattr(arm, "info", {}) or {}
+        extra = f"; robot mode {info['robot_mode']}" if "robot_mode" in info else ""
+        if "gripper_max_width" in info:
+            extra += f"; gripper max width {info['gripper_max_width']:.3f} m"
+        what = "FCI connected" if is_franka else f"{target.driver} arm connected (simulated)"
+        return passed(f"{dt:.2f} s", what + extra, connect_s=round(dt, 4))
+
+    if is_franka:
+        # FCI first, a bare TCP probe only to explain a failure: franky-sim takes any TCP connection
+        # for its client and refuses new ones for seconds after it closes (drivers/franka/probe.py).
+        out = run.run("fci_connect", connect)
+        position = len(run.rows) - 1
+        if out.status == "PASS":
+            run.rows.insert(position, _row_like(run, "reachable", passed(f"TCP {FCI_PORT}", f"{entry.robot_ip}:{FCI_PORT} accepted the FCI connection")))
+        else:
+            def reachable():
+                problem = _tcp_probe(entry.robot_ip, FCI_PORT, min(3.0, timeout))
+                if problem:
+                    return failed(problem + " (robot not reachable)", "no", hint=ROBOT_UNREACHABLE)
+                return passed(f"TCP {FCI_PORT}", f"{entry.robot_ip}:{FCI_PORT} accepts TCP, so the FCI handshake itself failed")
+
+            run.run("reachable", reachable, needs_ok=False)
+            run.rows.insert(position, run.rows.pop())
+    else:
+        run.run("connect", connect)
+
+    arm = holder.get("arm")
+    first: dict[str, Any] = {}
+
+    def state_stream():
+        """Read the state for the window: it must keep coming, finite, at a useful rate."""
+        window = options.window_s
+        lat: list[float] = []
+        t_end = time.monotonic() + window
+        st = None
+        while time.monotonic() < t_end:
+            t = time.perf_counter()
+            try:
+                st = arm.state()
+            except RobotFault as e:
+                return failed(f"state read failed after {len(lat)} good reads in {window - (t_end - time.monotonic()):.2f} s: {e}",
+                              f"{len(lat)} reads")
+            lat.append(time.perf_counter() - t)
+            for name in ("q", "dq", "ee_pose"):
+                if not np.all(np.isfinite(np.asarray(getattr(st, name), float))):
+                    return failed(f"state.{name} has non-finite values: {getattr(st, name)}")
+            if "state" not in first:
+                first["state"] = st
+            if arm.realtime:
+                time.sleep(0.01)
+        first["last"] = st
+        rate = len(lat) / window
+        p50 = statistics.median(lat) * 1e3
+        return passed(
+            f"{rate:.0f} reads/s, p50 {p50:.1f} ms",
+            f"ee_xyz={_fmt_xyz(st.ee_pose[:3])} gripper={st.gripper_width:.3f} m; max read {max(lat) * 1e3:.1f} ms",
+            reads=len(lat), p50_ms=round(p50, 3), max_ms=round(max(lat) * 1e3, 3),
+            ee_pose=[float(x) for x in st.ee_pose], q=[float(x) for x in st.q],
+        )
+
+    run.run("state", state_stream, timeout_s=options.window_s + timeout)
+
+    def error_flags():
+        st = arm.state()
+        if not st.errors:
+            return passed("none", "no error flags set")
+        flags = ", ".join(st.errors)
+        ok = arm.recover(timeout_s=timeout)
+        after = arm.state().errors if ok else st.errors
+        if ok and not after:
+            return passed("cleared", f"found {flags}; automatic error recovery cleared them", flags=list(st.errors))
+        why = getattr(arm, "last_error", None) or "errors remain"
+        return failed(f"error flags {flags}; recovery did not clear them: {why}", flags, flags=list(st.errors))
+
+    run.run("error_flags", error_flags)
+
+    def recovery():
+        t = time.perf_counter()
+        ok = arm.recover(timeout_s=timeout)
+        dt = time.perf_counter() - t
+        if not ok:
+            why = getattr(arm, "last_error", None) or "recover() returned False"
+            return failed(f"automatic error recovery failed: {why}", "failed")
+        return passed(f"{dt * 1e3:.0f} ms", "automatic error recovery answered and left no errors (no motion)")
+
+    run.run("recovery", recovery)
+
+    _motion_checks(run, arm, target, options, env_config)
+
+    if arm is not None:
+        run.note(
+            "motion_commands",
+            passed(str(arm.motion_commands), "motion commands sent by the smoke test"
+                   + ("" if arm.motion_commands else " (none: the arm was not moved)"), sent=dict(arm.sent)),
+        )
+    if keep_open and run.hung is None and arm is not None and run.blocked is None:
+        return arm
+    close_arm(arm, timeout)
+    return None
+
+
+def close_arm(arm, timeout_s: float) -> None:
+    if arm is None:
+        return
+    try:
+        call_bounded(arm.close, max(3.0, timeout_s), "close")
+    except Exception:
+        pass  # the driver bounds and kills its own process; nothing else to do here
+
+
+def _row_like(run: TargetRun, check: str, out: Outcome):
+    from rlhw.smoke.results import CheckResult
+
+    return CheckResult(run.node_rank, run.target, check, out.status, out.value, out.detail, out.hint, True, 0.0, dict(out.measured))
+
+
+# -- motion (only when allowed) ----------------------------------------------------------------
+
+
+def _motion_checks(run: TargetRun, arm, target: RobotTarget, options: SmokeOptions, env_config) -> None:
+    has_gripper = target.entry is None or bool(getattr(target.entry, "gripper", True))
+    if not options.motion_allowed:
+        reason = "moves the arm: " + options.motion_refusal()
+        run.note("motion", skipped(reason))
+        if has_gripper:
+            run.note("gripper", skipped(reason))
+        return
+
+    safety = env_config.safety
+    d = options.motion_m
+
+    def wait_pose(goal: np.ndarray, limit_s: float) -> tuple[float, float]:
+        t0 = time.monotonic()
+        while True:
+            arm.command_pose(goal)  # same target again: keeps the driver's watchdog fed, no new motion
+            if arm.realtime:
+                time.sleep(RESEND_S)
+            else:
+                arm.advance(RESEND_S)
+            err = float(np.linalg.norm(np.asarray(arm.state().ee_pose[:3]) - goal[:3]))
+            if err < ARRIVED_M:
+                return time.monotonic() - t0, err
+            if time.monotonic() - t0 > limit_s:
+                raise RobotFault("timeout", f"did not reach the target within {limit_s:g} s (still {err * 1e3:.1f} mm away)")
+
+    def small_motion():
+        start = np.asarray(arm.state().ee_pose, float)
+        p = start[:3]
+        low, high = np.asarray(safety.workspace_low), np.asarray(safety.workspace_high)
+        if np.any(p < low) or np.any(p > high):
+            return failed(f"the hand at {_fmt_xyz(p)} is outside the safety workspace {_fmt_xyz(low)}-{_fmt_xyz(high)}; "
+                          "move it inside (Desk, guiding mode) before a motion test", "refused", hint="")
+        up = p[2] + d <= high[2]
+        goal = start.copy()
+        goal[2] += d if up else -d
+        arm.allow = True
+        try:
+            t_out, _ = wait_pose(goal, options.timeout_s)
+            moved = float(np.linalg.norm(np.asarray(arm.state().ee_pose[:3]) - p))
+            t_back, err = wait_pose(start, options.timeout_s)
+        finally:
+            try:
+                arm.stop()
+            finally:
+                arm.allow = False
+        return passed(
+            f"{d * 100:.1f} cm {'up' if up else 'down'} and back",
+            f"out in {t_out:.2f} s (moved {moved * 100:.2f} cm), back in {t_back:.2f} s, return error {err * 1e3:.1f} mm",
+            moved_m=round(moved, 5), return_error_m=round(err, 5), out_s=round(t_out, 3), back_s=round(t_back, 3),
+        )
+
+    run.run("motion", small_motion, required=True, timeout_s=3 * options.timeout_s)
+
+    if not has_gripper:
+        return
+
+    def wait_width(width: float, limit_s: float) -> float:
+        t0 = time.monotonic()
+        arm.command_gripper(width)
+        while True:
+            if arm.realtime:
+                time.sleep(RESEND_S)
+            else:
+                arm.advance(RESEND_S)
+            w = float(arm.state().gripper_width)
+            if abs(w - width) < 0.004:
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > limit_s:
+                raise RobotFault("timeout", f"gripper did not reach {width * 1e3:.0f} mm within {limit_s:g} s (at {w * 1e3:.1f} mm)")
+
+    def gripper():
+        wmax = float(getattr(arm, "max_gripper_width", 0.08))
+        arm.allow = True
+        try:
+            t_close = wait_width(0.01, options.timeout_s)
+            t_open = wait_width(wmax, options.timeout_s)
+        finally:
+            arm.allow = False
+        return passed(f"closed {t_close:.2f} s, opened {t_open:.2f} s",
+                      f"moved to 10 mm and back to {wmax * 1e3:.0f} mm (open)", close_s=round(t_close, 3), open_s=round(t_open, 3))
+
+    run.run("gripper", gripper, required=True, timeout_s=3 * options.timeout_s)

@@ -1,0 +1,229 @@
+"""Run a smoke test: each check on the node that owns the hardware.
+
+One-machine configs (``num_nodes: 1``) run every check in this process, without Ray. Larger
+clusters connect to the running Ray cluster (``--ray-address``, default ``auto``), find each rlhw
+node by its ``rlhw.node_rank`` label (rlhw.runtime.nodes), and run that node's checks in one Ray
+task pinned to it (node affinity, not soft) and started with the node's env vars, the way workers
+are. A node that is missing, or whose task does not answer within its time budget, shows FAIL
+rows for every one of its checks; nothing waits forever.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+from rlhw.smoke.bounded import TargetRun, failed, skipped
+from rlhw.smoke.options import SmokeOptions
+from rlhw.smoke.results import CheckResult, SmokeReport
+from rlhw.smoke.targets import RobotTarget, Targets, select_targets, _with_images
+
+
+def run_smoke_test(config, options: SmokeOptions, config_name: str = "") -> SmokeReport:
+    """Select the targets of ``config`` and check them; returns the report (never raises for a
+    failed check, only for a config/usage error)."""
+    t0 = time.perf_counter()
+    targets = select_targets(config, options)
+    report = SmokeReport(config=config_name or (options.config_path or "<config>"))
+    remote = config.cluster.num_nodes > 1 or options.ray_address is not None
+    if targets.empty():
+        report.notes.append("nothing to check with these filters")
+    elif not remote:
+        report.mode = "local"
+        report.extend(run_node(config, 0, targets.on_node(0), options))
+        others = [n for n in targets.node_ranks() if n != 0]
+        for n in others:  # a one-node config has none; kept for configs edited by hand
+            report.extend(_unreached(targets.on_node(n), n, "node rank outside this one-machine setup"))
+    else:
+        report.mode = "ray"
+        report.extend(_run_on_ray(config, targets, options, report))
+    report.duration_s = time.perf_counter() - t0
+    return report
+
+
+# -- one node ------------------------------------------------------------------------------------
+
+
+def run_node(config, node_rank: int, targets: Targets, options: SmokeOptions, in_worker_env: bool = False) -> list[CheckResult]:
+    """Every check of one node, in this process (locally, or inside the Ray task pinned to it)."""
+    from rlhw.smoke.node_checks import check_node
+
+    host = socket.gethostname()
+    rows: list[CheckResult] = []
+    timeout = options.timeout_s
+    for n in targets.nodes:
+        run = TargetRun(n, f"node {n}", timeout)
+        check_node(run, config, n, options, in_worker_env=in_worker_env)
+        rows += run.rows
+    for robot in targets.robots:
+        rows += _check_robot(config, robot, options)
+    for cam in targets.cameras:
+        rows += _check_standalone_camera(config, cam, options)
+    for server in targets.env_servers:
+        from rlhw.smoke.env_server import check_env_server
+
+        run = TargetRun(server.node_rank, server.name, timeout)
+        check_env_server(run, server, options, config)
+        rows += run.rows
+    for r in rows:
+        r.measured.setdefault("host", host)
+    return rows
+
+
+def _check_robot(config, robot: RobotTarget, options: SmokeOptions) -> list[CheckResult]:
+    from rlhw.smoke.arm_checks import check_arm, close_arm
+    from rlhw.smoke.camera_checks import check_camera
+
+    timeout = options.timeout_s
+    run = TargetRun(robot.node_rank, robot.name, timeout)
+    rows: list[CheckResult] = []
+    if robot.simulated:
+        # make_env builds the simulated arm and the cameras that render it (mock faults included)
+        from rlhw.robot.factory import make_env
+
+        built: dict[str, Any] = {}
+
+        def arm_factory():
+            env = make_env(_with_images(config), robot.rank, connect=False)
+            built["env"] = env
+            return env.arm
+
+        arm = None
+        if options.wants("robots"):
+            arm = check_arm(run, arm_factory, robot, options, config.env, keep_open=bool(robot.cameras))
+            rows += run.rows
+        else:
+            from rlhw.smoke.arm_checks import MotionGuard
+
+            arm = MotionGuard(arm_factory())
+            arm.connect(timeout_s=timeout)
+        try:
+            env = built.get("env")
+            for cam in robot.cameras:
+                crun = TargetRun(cam.node_rank, cam.name, timeout)
+                if arm is None or env is None:
+                    crun.note("open", skipped(f"skipped: {run.blocked or run.hung or 'its simulated arm did not connect'}"), required=True)
+                else:
+                    check_camera(crun, lambda c=cam: env.cameras[c.serial], cam, options, config.env, advance=arm.advance)
+                rows += crun.rows
+        finally:
+            close_arm(arm, timeout)
+        return rows
+
+    if options.wants("robots"):
+        from rlhw.robot.registry import arm_class
+
+        entry = robot.entry
+
+        def arm_factory():
+            cls = arm_class(robot.driver)
+            return cls(robot_ip=entry.robot_ip, gripper=entry.gripper, controller=entry.controller,
+                       timeout_s=max(1.5, config.env.driver_timeout_s))
+
+        check_arm(run, arm_factory, robot, options, config.env)
+        rows += run.rows
+    for cam in robot.cameras:
+        rows += _check_standalone_camera(config, cam, options)
+    return rows
+
+
+def _check_standalone_camera(config, cam, options: SmokeOptions) -> list[CheckResult]:
+    from rlhw.robot.registry import camera_class
+    from rlhw.smoke.camera_checks import check_camera
+
+    run = TargetRun(cam.node_rank, cam.name, options.timeout_s)
+
+    def factory():
+        cls = camera_class(cam.driver)
+        return cls(serial=cam.serial, timeout_s=max(1.0, config.env.driver_timeout_s), width=cam.width, height=cam.height,
+                   fps=cam.fps, depth=cam.depth)
+
+    if cam.driver in ("mujoco", "mock"):
+        run.note("open", skipped("a simulated camera renders its arm; it is checked with its robot"), required=False)
+    else:
+        check_camera(run, factory, cam, options, config.env)
+    return run.rows
+
+
+# -- Ray -----------------------------------------------------------------------------------------
+
+
+def _unreached(targets: Targets, node_rank: int, why: str, hint: str = "") -> list[CheckResult]:
+    """FAIL rows standing in for every check a node could not run."""
+    rows = []
+    names = [f"node {n}" for n in targets.nodes] + [r.name for r in targets.robots]
+    names += [c.name for r in targets.robots for c in r.cameras] + [c.name for c in targets.cameras]
+    names += [e.name for e in targets.env_servers]
+    for name in names:
+        out = failed(why, "unreached", hint=hint or None)
+        rows.append(CheckResult(node_rank, name, "reached", out.status, out.value, out.detail, out.hint, True))
+    return rows
+
+
+def _node_budget(targets: Targets, options: SmokeOptions) -> float:
+    """Upper bound of one node's checks (each bounded by its own timeout) plus slack."""
+    per_robot = 8 * options.timeout_s + options.window_s + (6 * options.timeout_s if options.motion_allowed else 0)
+    per_camera = 6 * options.timeout_s + options.window_s
+    per_server = options.server_start_s + 10 * options.timeout_s + 30
+    n_cams = sum(len(r.cameras) for r in targets.robots) + len(targets.cameras)
+    return (30 + 3 * options.timeout_s * len(targets.nodes) + per_robot * len(targets.robots) + per_camera * n_cams
+            + per_server * len(targets.env_servers))
+
+
+def _node_job(config, node_rank: int, targets: Targets, options: SmokeOptions) -> list[dict]:
+    return [r.to_json() for r in run_node(config, node_rank, targets, options, in_worker_env=True)]
+
+
+def _run_on_ray(config, targets: Targets, options: SmokeOptions, report: SmokeReport) -> list[CheckResult]:
+    hint = ("start Ray on every node with its rank: `ray start --head --labels rlhw.node_rank=0` on the head, "
+            "`ray start --address HEAD:6379 --labels rlhw.node_rank=N` on node N")
+    try:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from rlhw.runtime.nodes import alive_nodes
+
+        address = options.ray_address or "auto"
+        if not ray.is_initialized():
+            ray.init(address=address, namespace="rlhw", log_to_driver=False, logging_level="ERROR")
+        nodes = alive_nodes()
+    except Exception as e:  # no cluster: every node's checks are unreached
+        why = f"no Ray cluster at {options.ray_address or 'auto'}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        return [row for n in targets.node_ranks() for row in _unreached(targets.on_node(n), n, why, hint)]
+    by_rank = {n.node_rank: n for n in nodes if n.node_rank is not None}
+    if not by_rank and len(nodes) == 1:
+        by_rank = {0: nodes[0]}  # an unlabelled single-node Ray cluster is node 0
+    report.notes.append("ray nodes: " + ", ".join(f"rank {r} = {n.ip}" for r, n in sorted(by_rank.items())))
+    remote = ray.remote(num_cpus=0, max_retries=0)(_node_job)
+    pending: dict[Any, tuple[int, Targets, float]] = {}
+    rows: list[CheckResult] = []
+    start = time.monotonic()
+    for n in targets.node_ranks():
+        sub = targets.on_node(n)
+        node = by_rank.get(n)
+        if node is None:
+            rows += _unreached(sub, n, f"no alive Ray node is labelled rlhw.node_rank={n}", hint)
+            continue
+        env_vars = dict(config.cluster.node_env(n).env_vars)
+        ref = remote.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
+            runtime_env={"env_vars": env_vars} if env_vars else None,
+        ).remote(config, n, sub, options)
+        pending[ref] = (n, sub, start + _node_budget(sub, options))
+    while pending:
+        deadline = min(d for _, _, d in pending.values())
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+        for ref in done:
+            n, sub, _ = pending.pop(ref)
+            try:
+                rows += [CheckResult.from_json(d) for d in ray.get(ref, timeout=10)]
+            except Exception as e:
+                rows += _unreached(sub, n, f"the checks on node {n} failed: {str(e).splitlines()[0]}")
+        now = time.monotonic()
+        for ref, (n, sub, d) in list(pending.items()):
+            if now >= d and ref not in done:
+                pending.pop(ref)
+                ray.cancel(ref, force=True)
+                rows += _unreached(sub, n, f"node {n} did not finish its checks within {d - start:.0f} s; cancelled")
+    return rows
