@@ -27,7 +27,7 @@ values = st.recursive(
 )
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(KEYS), values, max_size=4), st.integers(1, 20))
 def test_random_cluster_sections_load_or_raise_config_error(cluster, num_nodes):
     cluster.setdefault("num_nodes", num_nodes)
@@ -42,7 +42,7 @@ def test_random_cluster_sections_load_or_raise_config_error(cluster, num_nodes):
         assert e.message
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(values)
 def test_random_rank_lists_parse_or_raise_config_error(value):
     try:
@@ -117,7 +117,7 @@ def plausible_clusters(draw):
     return {"num_nodes": num_nodes, "node_groups": groups, "component_placement": placement}
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plausible_clusters(), st.one_of(st.none(), st.dictionaries(st.integers(0, 7), st.integers(0, 3), max_size=8)))
 def test_plausible_clusters_plan_or_raise_config_error(cluster, detected):
     try:
