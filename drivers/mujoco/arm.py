@@ -36,6 +36,7 @@ FR3_MAX_JOINT_VELOCITY = np.array([2.62, 2.62, 2.62, 2.62, 5.26, 4.18, 5.26])
 JOINT_TARGET_MARGIN = 0.03
 #: A joint this close (rad) to its range end raises the "joint_limit" flag.
 JOINT_LIMIT_FLAG_MARGIN = 0.005
+_BAD_QACC = int(mujoco.mjtWarning.mjWARN_BADQACC)
 
 
 def _xyzw(wxyz: np.ndarray) -> np.ndarray:
@@ -159,6 +160,7 @@ class MujocoArm(Arm):
         self._kinematics_time = d.time
         self._errors = []
         self._bad_qacc_seen = 0
+        self._warnings = d.warning.number  # a live view: reading it later costs no binding call
         self._epoch = time.time()
 
     def close(self) -> None:
@@ -403,7 +405,7 @@ class MujocoArm(Arm):
                     faults.append("collision")
                     break
         # MuJoCo resets the state itself when accelerations blow up; it counts that as a warning.
-        bad_qacc = d.warning.number[mujoco.mjtWarning.mjWARN_BADQACC]
+        bad_qacc = self._warnings[_BAD_QACC]
         if bad_qacc > self._bad_qacc_seen:
             self._bad_qacc_seen = bad_qacc
             faults.append("sim_unstable")
