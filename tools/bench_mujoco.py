@@ -1,0 +1,219 @@
+"""Benchmark: the MuJoCo backend at 10 Hz control, side by side with a bare ``mj_step`` loop.
+
+One run measures, interleaved block by block so machine noise hits every variant alike:
+
+- ``bare mj_step``: the same model, the same physics substeps per control step (50 x 2 ms at
+  10 Hz), replaying the exact joint targets the env run produced, so the physics work is identical;
+- ``arm loop``: MujocoArm alone (state -> command_pose -> advance), i.e. the driver's overhead;
+- ``RobotEnv proprio``: the full env (make_env with env.sim=mujoco, task reach): safety layer, task,
+  observation dict, info;
+- ``RobotEnv + 1 camera``: the same with one 128x128 offscreen-rendered camera;
+- memory per simulated arm: RSS growth for N more connected arms sharing one model.
+
+Times are CPU seconds of this process (``time.process_time``), so "steps/s per core" does not
+depend on what else the machine runs; wall-clock figures are printed beside them. The overhead
+ratio is env time / bare time - 1 (goal: <= 20% proprio-only).
+
+    .venv/bin/python tools/bench_mujoco.py            # full run (about a minute on 2 busy cores)
+    .venv/bin/python tools/bench_mujoco.py --quick    # a smoke run
+"""
+
+from __future__ import annotations
+
+import os
+
+# One BLAS thread: per-core figures, and no idle BLAS threads spinning on the CPU time we measure.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import resource  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import drivers.mujoco  # noqa: E402,F401  (picks the GL backend before mujoco is imported)
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+
+from drivers.mujoco import MujocoArm  # noqa: E402
+from drivers.mujoco import _gl  # noqa: E402
+from rlhw.config import load_config  # noqa: E402
+from rlhw.robot import make_env  # noqa: E402
+
+CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "sim_reach.yaml")
+ENDLESS = ["env.sim=mujoco", "env.max_episode_steps=1000000", "env.reach.terminate_on_success=false"]
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class Clock:
+    """CPU and wall time of one block."""
+
+    def __enter__(self):
+        self.cpu0, self.wall0 = time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.cpu = time.process_time() - self.cpu0
+        self.wall = time.perf_counter() - self.wall0
+
+
+def snapshot(d: mujoco.MjData) -> dict:
+    return {k: getattr(d, k).copy() for k in ("qpos", "qvel", "act", "ctrl", "qacc_warmstart")} | {"time": d.time}
+
+
+def restore(d: mujoco.MjData, snap: dict) -> None:
+    for k, v in snap.items():
+        if k == "time":
+            d.time = v
+        else:
+            getattr(d, k)[:] = v
+
+
+def env_block(env, steps: int, rng, record: list | None):
+    """``steps`` env steps with random actions (the safety layer keeps them in the workspace)."""
+    action_dim = env.spec.action.shape[0]
+    actions = rng.uniform(-1, 1, size=(steps, action_dim)).astype(np.float32)
+    timings = []
+    data = env.arm.data
+    with Clock() as c:
+        for a in actions:
+            _, _, _, _, info = env.step(a)
+            timings.append(info["timing"])
+            if record is not None:
+                record.append(data.ctrl.copy())
+    return c, timings
+
+
+def bare_block(model, start: dict, ctrls: list, nstep: int):
+    d = mujoco.MjData(model)
+    restore(d, start)
+    mujoco.mj_forward(model, d)
+    with Clock() as c:
+        for ctrl in ctrls:
+            d.ctrl[:] = ctrl
+            mujoco.mj_step(model, d, nstep)
+    return c
+
+
+def arm_block(arm: MujocoArm, steps: int, rng, period: float):
+    low, high = np.array([0.3, -0.25, 0.15]), np.array([0.65, 0.25, 0.55])
+    noise = rng.uniform(-0.03, 0.03, size=(steps, 3))
+    pose = np.empty(7)
+    with Clock() as c:
+        for dx in noise:
+            st = arm.state()
+            pose[:3] = np.clip(st.ee_pose[:3] + dx, low, high)
+            pose[3:] = st.ee_pose[3:]
+            arm.command_pose(pose)
+            arm.advance(period)
+    return c
+
+
+def memory_per_arm(n: int) -> tuple[float, float]:
+    """RSS growth per connected arm (model already loaded), and per RobotEnv built by make_env."""
+    first = MujocoArm(name="mem0")
+    first.connect()
+    before = rss_bytes()
+    arms = [MujocoArm(name=f"mem{i + 1}") for i in range(n)]
+    for a in arms:
+        a.connect()
+    per_arm = (rss_bytes() - before) / n
+    cfg = load_config(CONFIG, ENDLESS)
+    make_env(cfg, index=999).close()
+    before = rss_bytes()
+    envs = [make_env(cfg, index=i) for i in range(n)]
+    per_env = (rss_bytes() - before) / n
+    for e in envs:
+        e.close()
+    return per_arm, per_env
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=300, help="control steps per block (default 300 = 30 s simulated)")
+    p.add_argument("--reps", type=int, default=5, help="interleaved repetitions; medians are reported (default 5)")
+    p.add_argument("--camera-steps", type=int, default=40, help="steps per block with one camera (default 40)")
+    p.add_argument("--arms", type=int, default=16, help="arms created for the memory figure (default 16)")
+    p.add_argument("--quick", action="store_true", help="tiny run to check the benchmark works")
+    p.add_argument("--json", help="also write the results to this file")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.steps, args.reps, args.camera_steps, args.arms = 50, 2, 5, 4
+
+    rng = np.random.default_rng(0)
+    cfg = load_config(CONFIG, ENDLESS)
+    env = make_env(cfg)
+    env.reset(seed=0)
+    cam_env = make_env(load_config(CONFIG, ENDLESS + ["env.images=true", "env.image_size=[128,128]", "env.sim_cameras=[front]"]))
+    cam_env.reset(seed=0)
+    arm = MujocoArm(name="bench-arm")
+    arm.connect()
+    period = env.period
+    nstep = int(round(period / env.arm.model.opt.timestep))
+
+    rows: dict[str, list[tuple[float, float]]] = {k: [] for k in ("bare", "arm", "env", "camera")}
+    env_timings: list[dict] = []
+    # Warm up every path once (first renders upload meshes to the GL context).
+    env_block(env, 10, rng, None)
+    arm_block(arm, 10, rng, period)
+    env_block(cam_env, 2, rng, None)
+    for _ in range(args.reps):
+        start = snapshot(env.arm.data)
+        ctrls: list = []
+        c_env, timings = env_block(env, args.steps, rng, ctrls)
+        env_timings += timings
+        c_bare = bare_block(env.arm.model, start, ctrls, nstep)
+        c_arm = arm_block(arm, args.steps, rng, period)
+        c_cam, _ = env_block(cam_env, args.camera_steps, rng, None)
+        rows["env"].append((c_env.cpu / args.steps, c_env.wall / args.steps))
+        rows["bare"].append((c_bare.cpu / args.steps, c_bare.wall / args.steps))
+        rows["arm"].append((c_arm.cpu / args.steps, c_arm.wall / args.steps))
+        rows["camera"].append((c_cam.cpu / args.camera_steps, c_cam.wall / args.camera_steps))
+    env.close()
+    cam_env.close()
+
+    med = {k: (statistics.median(c for c, _ in v), statistics.median(w for _, w in v)) for k, v in rows.items()}
+    ratios = {k: statistics.median(rc / rb for (rc, _), (rb, _) in zip(rows[k], rows["bare"])) - 1 for k in ("arm", "env", "camera")}
+    per_arm, per_env = memory_per_arm(args.arms)
+    phase = {k: statistics.median(t.get(k, 0.0) for t in env_timings) for k in ("command", "wait", "observe", "total")}
+
+    labels = {
+        "bare": "bare mj_step (same ctrl, 50 substeps)",
+        "arm": "MujocoArm loop (state+command+advance)",
+        "env": "RobotEnv reach, proprio-only",
+        "camera": "RobotEnv reach + 1 camera 128x128",
+    }
+    print(f"MuJoCo backend at {1 / period:g} Hz control, {nstep} x {env.arm.model.opt.timestep * 1e3:g} ms substeps; "
+          f"medians of {args.reps} interleaved blocks of {args.steps} steps ({args.camera_steps} with a camera)")
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"load {os.getloadavg()[0]:.1f}; mujoco {mujoco.__version__}; {_gl.CHOICE}")
+    print(f"{'variant':42s} {'ms/step CPU':>11s} {'steps/s/core':>12s} {'ms/step wall':>12s} {'overhead':>9s}")
+    for k in ("bare", "arm", "env", "camera"):
+        cpu, wall = med[k]
+        over = "" if k == "bare" else f"{ratios[k] * 100:+.1f}%"
+        print(f"{labels[k]:42s} {cpu * 1e3:11.3f} {1 / cpu:12.1f} {wall * 1e3:12.3f} {over:>9s}")
+    print(f"RobotEnv step phases (median wall ms): command {phase['command'] * 1e3:.3f}, "
+          f"physics (wait) {phase['wait'] * 1e3:.3f}, observe {phase['observe'] * 1e3:.3f}, total {phase['total'] * 1e3:.3f}")
+    print(f"memory: {per_arm / 2**20:.2f} MiB RSS per extra MujocoArm, {per_env / 2**20:.2f} MiB per extra proprio "
+          f"RobotEnv (N={args.arms}, model shared); peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    verdict = "meets" if ratios["env"] <= 0.20 else "misses"
+    print(f"proprio-only env overhead {ratios['env'] * 100:.1f}% {verdict} the 20% goal "
+          f"(driver alone: {ratios['arm'] * 100:.1f}%)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"ms_per_step_cpu": {k: v[0] * 1e3 for k, v in med.items()},
+                       "ms_per_step_wall": {k: v[1] * 1e3 for k, v in med.items()},
+                       "overhead": ratios, "phases_ms": {k: v * 1e3 for k, v in phase.items()},
+                       "rss_per_arm_mib": per_arm / 2**20, "rss_per_env_mib": per_env / 2**20}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
