@@ -389,6 +389,7 @@ class ClusterConfig(StrictModel):
         per_node: dict[tuple[str, int], int] = {}
         identity: dict[tuple[str, str], str] = {}
         cameras: dict[str, str] = {}
+        arm_nodes: dict[str, tuple[int, str]] = {}
         for i, g in enumerate(self.node_groups):
             if g.hardware is None:
                 continue
@@ -417,6 +418,19 @@ class ClusterConfig(StrictModel):
                             f"camera {serial} is already attached to {cameras[serial]}; a camera observes one arm",
                         )
                     cameras[serial] = f"cluster.{where}"
+                    arm_nodes[serial] = (e.node_rank, f"{where}.camera_serials[{s}]")
+        # A camera listed by an arm and declared as a RealSense device must be on the arm's node.
+        for i, g in enumerate(self.node_groups):
+            if g.hardware is None or g.hardware.type != "RealSense":
+                continue
+            for k, cam in enumerate(g.hardware.configs):
+                arm = arm_nodes.get(cam.serial)
+                if arm is not None and arm[0] != cam.node_rank:
+                    raise ConfigError(
+                        f"node_groups[{i}].hardware.configs[{k}].node_rank",
+                        f"camera {cam.serial} is on node {cam.node_rank} here but its arm ({arm[1]}) is on node "
+                        f"{arm[0]}; a camera is read on the node that drives its arm",
+                    )
 
     def _check_component_groups(self, labels: dict[str, int]) -> None:
         known = list(labels) + ["node"]

@@ -269,3 +269,13 @@ def test_realsense_entry_defaults_and_numeric_serial_is_text():
 def test_bad_realsense_stream_is_refused():
     g = {"label": "cams", "node_ranks": 0, "hardware": {"type": "RealSense", "configs": [{"serial": "1", "node_rank": 0, "fps": 0}]}}
     assert err(groups=[g]).path == "cluster.node_groups[0].hardware.configs[0].fps"
+
+
+def test_a_camera_declared_on_another_node_than_its_arm_is_refused():
+    arm = franka_group("arm", "0", [{"robot_ip": "10.0.0.1", "node_rank": 0, "camera_serials": ["42"]}])
+    cams = {"label": "cams", "node_ranks": "0-1", "hardware": {"type": "RealSense", "configs": [{"serial": "42", "node_rank": 1}]}}
+    e = err(groups=[arm, cams])
+    assert e.path == "cluster.node_groups[1].hardware.configs[0].node_rank"
+    assert "its arm" in e.message
+    cams["hardware"]["configs"][0]["node_rank"] = 0
+    assert load(groups=[arm, cams]).cluster.node_groups[1].hardware.configs[0].serial == "42"
