@@ -16,7 +16,7 @@ from rlhw.config.base import StrictModel
 class SacConfig(StrictModel):
     """Soft Actor-Critic hyperparameters (names follow CleanRL's sac_continuous_action)."""
 
-    hidden_sizes: tuple[int, ...] = Field((256, 256), description="MLP widths of actor and each critic")
+    hidden_sizes: tuple[int, ...] = Field((128, 128), description="MLP widths of actor and each critic")
     gamma: float = Field(0.95, gt=0.0, le=1.0, description="discount; short (50-step) episodes like < 0.99")
     tau: float = Field(0.01, gt=0.0, le=1.0, description="Polyak factor of the target critics")
     actor_lr: float = Field(1e-3, gt=0.0)
@@ -24,7 +24,7 @@ class SacConfig(StrictModel):
     alpha_lr: float = Field(1e-3, gt=0.0)
     init_alpha: float = Field(0.1, gt=0.0, description="initial entropy temperature (then tuned automatically)")
     target_entropy: float | None = Field(None, description="default: -action_dim")
-    batch_size: int = Field(256, ge=1)
+    batch_size: int = Field(128, ge=1)
     image_features: int = Field(64, ge=1, description="output width of the CNN per camera (image observations only)")
 
     @field_validator("hidden_sizes")
@@ -48,7 +48,7 @@ class TrainConfig(StrictModel):
     seed: int = Field(0, description="base seed; rank r of every group uses seed + r")
     runner: Literal["pipeline", "local"] = "pipeline"
     mode: Literal["async", "sync"] = "sync"
-    max_env_steps: int = Field(30_000, ge=1, description="stop after this many collected env steps (all robots)")
+    max_env_steps: int = Field(20_000, ge=1, description="stop after this many collected env steps (all robots)")
     target_success: float = Field(0.9, ge=0.0, le=1.0, description="stop when eval success rate reaches this")
     learning_starts: int = Field(1_000, ge=0, description="uniform random actions before the first update")
     utd_ratio: float = Field(0.5, gt=0.0, description="gradient updates per collected env step (all robots)")
@@ -57,7 +57,7 @@ class TrainConfig(StrictModel):
     sac: SacConfig = SacConfig()
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda when the process sees a GPU")
 
-    eval_every_steps: int = Field(2_000, ge=1, description="run evaluation episodes every this many env steps")
+    eval_every_steps: int = Field(1_000, ge=1, description="run evaluation episodes every this many env steps")
     eval_episodes: int = Field(10, ge=1)
     log_every_steps: int = Field(500, ge=1)
     checkpoint_every_steps: int = Field(5_000, ge=1)

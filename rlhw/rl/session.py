@@ -6,6 +6,7 @@ stop, and writes the run directory's metrics, plot and status. Only the controll
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ class TrainingSession:
             from tqdm import tqdm
 
             self._bar = tqdm(total=self.cfg.max_env_steps, initial=self.c.env_steps, unit="step",
-                             dynamic_ncols=True, desc="train")
+                             dynamic_ncols=True, desc="train", mininterval=0.5 if sys.stderr.isatty() else 10.0)
         run_dir.write_status("running", env_steps=self.c.env_steps, started=self._t0)
 
     # ---- inputs from the runner
