@@ -15,6 +15,7 @@ drivers/mujoco/_gl.py). On a CPU-only machine a 128x128 frame takes tens of mill
 
 from __future__ import annotations
 
+import threading
 import time
 
 import mujoco
@@ -25,6 +26,48 @@ from drivers.mujoco import scene as _scene
 from drivers.mujoco.arm import MujocoArm
 from rlhw.errors import RobotFault
 from rlhw.robot.camera import Camera, Frame, Intrinsics
+
+
+class _SharedRenderer:
+    """One offscreen GL context per (model, image size), shared by every camera that renders it.
+
+    A context holds the scene's meshes and textures (about 100 MiB with software GL), and any
+    camera of any arm of the same model can be drawn with it: cameras only differ in which MjData
+    and which scene camera they draw. So N simulated arms with cameras in one process cost one
+    context, not N. A lock serialises renders from several threads.
+    """
+
+    _pool: dict[tuple[int, int, int], "_SharedRenderer"] = {}
+    _pool_lock = threading.Lock()
+
+    def __init__(self, key: tuple[int, int, int], renderer: mujoco.Renderer):
+        self.key = key
+        self.renderer = renderer
+        self.lock = threading.Lock()
+        self.users = 0
+
+    @classmethod
+    def acquire(cls, model: mujoco.MjModel, width: int, height: int) -> "_SharedRenderer":
+        key = (id(model), width, height)
+        with cls._pool_lock:
+            shared = cls._pool.get(key)
+            if shared is None:
+                shared = cls(key, mujoco.Renderer(model, height, width))
+                cls._pool[key] = shared
+            shared.users += 1
+            return shared
+
+    def release(self) -> None:
+        with self._pool_lock:
+            self.users -= 1
+            if self.users == 0:
+                self._pool.pop(self.key, None)
+                self.renderer.close()
+
+    def render(self, data: mujoco.MjData, camera_id: int) -> np.ndarray:
+        with self.lock:
+            self.renderer.update_scene(data, camera=camera_id)
+            return self.renderer.render()  # a fresh HxWx3 uint8 array per call
 
 
 def scene_camera_for(serial: str, index: int = 0) -> str:
@@ -71,7 +114,7 @@ class MujocoCamera(Camera):
                              f"choose one of {list(_scene.CAMERA_NAMES)}")
         self._camera_id = arm.model.camera(self.scene_camera).id
         self._fps = float(fps)
-        self._renderer: mujoco.Renderer | None = None
+        self._renderer: _SharedRenderer | None = None
         self._last: Frame | None = None
         self._last_sim_time = -1.0
         self._returned_index = -1
@@ -89,7 +132,7 @@ class MujocoCamera(Camera):
         model.vis.global_.offwidth = max(model.vis.global_.offwidth, self.width)
         model.vis.global_.offheight = max(model.vis.global_.offheight, self.height)
         try:
-            self._renderer = mujoco.Renderer(model, self.height, self.width)
+            self._renderer = _SharedRenderer.acquire(model, self.width, self.height)
         except Exception as e:  # GL context creation failed: say which backend and how to fix it
             raise RobotFault(
                 "not_connected", f"sim camera {self.serial!r}: cannot create an offscreen GL context "
@@ -103,10 +146,10 @@ class MujocoCamera(Camera):
     def close(self) -> None:
         renderer, self._renderer = self._renderer, None
         if renderer is not None:
-            renderer.close()
+            renderer.release()
 
     # ------------------------------------------------------------------ frames
-    def _check_open(self) -> mujoco.Renderer:
+    def _check_open(self) -> _SharedRenderer:
         if self._renderer is None:
             raise RobotFault("not_connected", f"sim camera {self.serial!r} is not open; call open() first")
         if not self.arm.connected:
@@ -116,8 +159,7 @@ class MujocoCamera(Camera):
     def _render(self) -> Frame:
         renderer = self._check_open()
         data = self.arm.sync(cameras=True)
-        renderer.update_scene(data, camera=self._camera_id)
-        color = renderer.render()  # a fresh HxWx3 uint8 array per call
+        color = renderer.render(data, self._camera_id)
         self._index += 1
         self._last_sim_time = data.time
         self._last = Frame(color=color, timestamp=self.arm.to_wall_clock(data.time), index=self._index)

@@ -123,3 +123,25 @@ def test_registry_builds_mujoco_arm_and_camera_with_the_factorys_arguments():
     cam = make_camera("mujoco", serial="side", arm=arm, width=32, height=32, index=0)
     assert isinstance(arm, MujocoArm) and isinstance(cam, MujocoCamera)
     assert cam.scene_camera == "side"
+
+
+def test_cameras_of_many_arms_share_one_gl_context_yet_show_their_own_arm():
+    still, moving = MujocoArm(name="still"), MujocoArm(name="moving")
+    for a in (still, moving):
+        a.connect()
+    cams = [MujocoCamera("front", a, width=32, height=32) for a in (still, moving)]
+    try:
+        for c in cams:
+            c.open()
+        assert cams[0]._renderer is cams[1]._renderer  # one context (~100 MiB in software GL), not two
+        target = np.concatenate([moving.state().ee_position + [0.1, 0.15, -0.2], DOWN])
+        for _ in range(10):
+            moving.command_pose(target)
+            moving.advance(0.1)
+            still.advance(0.1)
+        a, b = (c.latest().color.astype(int) for c in cams)
+        assert np.abs(a - b).mean() > 1  # each camera drew its own arm's state
+    finally:
+        for c in cams:
+            c.close()
+    assert cams[0]._renderer is None
