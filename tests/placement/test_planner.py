@@ -266,3 +266,23 @@ def test_placement_records_serialise_to_plain_json_types():
     rec = plan(cluster(1, [gpus("g", "0", 2)], {"a": "0"}))["a"][0]
     d = rec.to_json()
     assert d["hardware_ranks"] == [0] and d["visible_accelerators"] == ["0"] and d["component"] == "a"
+
+
+def test_reference_implicit_example_two_blocks_of_four():
+    c = cluster(1, [gpus("g", "0", 8)], {"actor": {"node_group": "g", "placement": "0-3,4-7"}})
+    assert [r.hardware_ranks for r in plan(c)["actor"]] == [(i,) for i in range(8)]
+
+
+def test_reference_eighteen_node_example_gives_each_node_its_software_environment():
+    from rlhw.config import load_config
+
+    c = load_config("configs/hetero_18node.yaml").cluster
+    assert c.node_env(3).env_vars == {"GLOO_SOCKET_IFNAME": "eth0"}
+    assert c.node_env(3).python_interpreter_path == "/opt/venv/openpi/bin/python3"
+    assert c.node_env(9).env_vars == {"GLOO_SOCKET_IFNAME": "eth1"} and c.node_env(9).python_interpreter_path is None
+    assert c.node_env(16).env_vars == {}
+    arms = c.group("franka").hardware.configs
+    assert [(a.robot_ip, a.node_rank, a.camera_serials) for a in arms] == [
+        ("10.10.10.1", 16, ("322142001230", "322142001231")),
+        ("10.10.10.2", 17, ("322142001232", "322142001233")),
+    ]
