@@ -119,6 +119,10 @@ class MujocoArm(Arm):
         self._finger0, self._finger1 = (int(a) for a in self._finger_qadr)
         self._ik_jac = np.zeros((6, 7))
         self._ik_gram = np.zeros((6, 6))
+        self._ik_gram_flat = self._ik_gram.reshape(36)  # views, made once
+        self._ik_damping_flat = (1e-4 * np.eye(6)).reshape(36)
+        self._ik_err_pos = self._ik_err[:3]
+        self._ik_err_rot = self._ik_err[3:]
         self._ik_rhs = np.zeros(6)
         self._ik_x = np.zeros(6)
         self._ik_dq = np.zeros(7)
@@ -276,21 +280,21 @@ class MujocoArm(Arm):
         if k is None:
             raise RobotFault("not_connected", f"sim arm {self.name!r} is not connected; call connect() first")
         q = np.array(q_start, dtype=float)
-        err, jac, tcp = self._ik_err, self._ik_jac, self._tcp
+        jac, tcp, arm = self._ik_jac, self._tcp, self._arm
+        err_pos, err_rot = self._ik_err_pos, self._ik_err_rot
         gram, rhs, x, dq, posture = self._ik_gram, self._ik_rhs, self._ik_x, self._ik_dq, self._ik_posture
-        arm = self._arm
+        quat, quat_inv, quat_err = self._quat, self._quat_inv, self._quat_err
         for _ in range(self.ik_iterations):
             k.qpos[arm] = q
             mujoco.mj_kinematics(m, k)
             mujoco.mj_comPos(m, k)
-            err[:3] = position - k.site_xpos[tcp]
-            mujoco.mju_mat2Quat(self._quat, k.site_xmat[tcp])
-            mujoco.mju_negQuat(self._quat_inv, self._quat)
-            mujoco.mju_mulQuat(self._quat_err, quat_wxyz, self._quat_inv)
-            if self._quat_err[0] < 0:
-                self._quat_err *= -1
-            mujoco.mju_quat2Vel(self._rot_err, self._quat_err, 1.0)
-            err[3:] = self._rot_err
+            mujoco.mju_sub3(err_pos, position, k.site_xpos[tcp])
+            mujoco.mju_mat2Quat(quat, k.site_xmat[tcp])
+            mujoco.mju_negQuat(quat_inv, quat)
+            mujoco.mju_mulQuat(quat_err, quat_wxyz, quat_inv)
+            if quat_err[0] < 0:  # the short way round
+                mujoco.mju_scl(quat_err, quat_err, -1.0)
+            mujoco.mju_quat2Vel(err_rot, quat_err, 1.0)
             mujoco.mj_jacSite(m, k, self._jacp, self._jacr, tcp)
             jac[:3] = self._jacp[:, arm]
             jac[3:] = self._jacr[:, arm]
@@ -300,16 +304,15 @@ class MujocoArm(Arm):
             mujoco.mju_sub(posture, self.home_q, q)
             mujoco.mju_scl(posture, posture, 0.2)
             mujoco.mju_mulMatMatT(gram, jac, jac)
-            gram.flat[::7] += 1e-4
+            mujoco.mju_addTo(self._ik_gram_flat, self._ik_damping_flat)
             mujoco.mju_cholFactor(gram, 0.0)
             mujoco.mju_mulMatVec(rhs, jac, posture)
-            mujoco.mju_sub(rhs, err, rhs)
+            mujoco.mju_sub(rhs, self._ik_err, rhs)
             mujoco.mju_cholSolve(x, gram, rhs)
             mujoco.mju_mulMatTVec(dq, jac, x)
             mujoco.mju_addTo(q, dq)
             mujoco.mju_addTo(q, posture)
-            np.maximum(q, self._ctrl_low, out=q)
-            np.minimum(q, self._ctrl_high, out=q)
+            np.clip(q, self._ctrl_low, self._ctrl_high, out=q)
         return q
 
     def command_joints(self, q: np.ndarray) -> None:
