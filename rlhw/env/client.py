@@ -112,16 +112,16 @@ class _Stream:
     """One Session stream. Requests go through a queue; a shared deadline watcher cancels a call
     whose answer is late (grpc's blocking stream iterator has no per-message timeout)."""
 
-    def __init__(self, stub, metadata, watcher: "_DeadlineWatcher"):
+    def __init__(self, session_method, metadata, watcher: "_DeadlineWatcher"):
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
-        self._call = stub.Session(iter(self._requests.get, None), metadata=metadata)
+        self._call = session_method(iter(self._requests.get, None), metadata=metadata)
         self._watcher = watcher
         self.timed_out = False
 
-    def send(self, message: pb.SessionRequest) -> None:
+    def send(self, message: bytes) -> None:
         self._requests.put(message)
 
-    def receive(self, timeout_s: float) -> pb.SessionResponse:
+    def receive(self, timeout_s: float) -> bytes:
         self._watcher.arm(self, time.monotonic() + timeout_s)
         try:
             return next(self._call)
@@ -251,6 +251,11 @@ class RemoteEnv(gym.Env):
         else:
             self._channel = grpc.insecure_channel(address, options)
         self._stub = env_pb2_grpc.EnvStub(self._channel)
+        # Steps, resets and the Session stream move raw bytes: requests are written by hand and
+        # responses read with rlhw.env.codec, so images arrive as numpy views of the message.
+        self._raw_step = self._channel.unary_unary("/rlhw.env.v1.Env/Step")
+        self._raw_reset = self._channel.unary_unary("/rlhw.env.v1.Env/Reset")
+        self._raw_session = self._channel.stream_stream("/rlhw.env.v1.Env/Session")
         self._watcher = _DeadlineWatcher()
         self._stream: _Stream | None = None
         self._closed = False
@@ -281,16 +286,18 @@ class RemoteEnv(gym.Env):
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
-    def _session_call(self, request: pb.SessionRequest, timeout_s: float) -> pb.SessionResponse:
+    def _session_call(self, request: bytes, timeout_s: float):
         self._send(request)
         return self._receive(timeout_s)
 
-    def _send(self, request: pb.SessionRequest) -> None:
+    def _send(self, request: bytes) -> None:
+        """Queue a serialised SessionRequest on the stream (opened on first use)."""
         if self._stream is None:
-            self._stream = _Stream(self._stub, self._metadata, self._watcher)
+            self._stream = _Stream(self._raw_session, self._metadata, self._watcher)
         self._stream.send(request)
 
-    def _receive(self, timeout_s: float) -> pb.SessionResponse:
+    def _receive(self, timeout_s: float):
+        """The next SessionResponse as (kind, head message, observations); errors raised."""
         stream = self._stream
         try:
             response = stream.receive(timeout_s)
@@ -302,10 +309,10 @@ class RemoteEnv(gym.Env):
             if isinstance(e, StopIteration):
                 raise EnvServerUnavailable(self.address, "the server closed the session stream", "UNAVAILABLE") from None
             raise _from_rpc_error(self.address, e) from None
-        if response.WhichOneof("kind") == "error":
-            err = response.error
-            raise _error(self.address, _CODES.get(err.code), err.message, err.field)
-        return response
+        kind, head, observations = codec.read_session_response(response)
+        if kind == "error":
+            raise _error(self.address, _CODES.get(head.code), head.message, head.field)
+        return kind, head, observations
 
     def _drop_stream(self) -> None:
         if self._stream is not None:
@@ -319,9 +326,10 @@ class RemoteEnv(gym.Env):
         if self.use_session:
             give_up = time.monotonic() + self.reconnect_s
             delay = 0.05
+            wire = pb.SessionRequest(reset=request).SerializeToString()
             while True:
                 try:
-                    response = self._session_call(pb.SessionRequest(reset=request), self.reset_timeout_s).reset
+                    _, response, observations = self._session_call(wire, self.reset_timeout_s)
                     break
                 except EnvServerUnavailable:
                     if time.monotonic() + delay > give_up:
@@ -329,8 +337,9 @@ class RemoteEnv(gym.Env):
                     time.sleep(delay)
                     delay = min(delay * 2, 1.0)
         else:
-            response = self._retrying(self._stub.Reset, request, self.reset_timeout_s)
-        obs, stamps = codec.observation_from_message(response.observation)
+            data = self._retrying(self._raw_reset, request.SerializeToString(), self.reset_timeout_s)
+            response, observations = codec.read_response(data, pb.ResetResponse)
+        obs, stamps = observations.get("observation", ({}, {}))
         info = {"timestamps": _stamps(stamps), "timing": dict(response.timing), "success": _flags(response.success, self.num_envs)}
         return obs, info
 
@@ -338,19 +347,19 @@ class RemoteEnv(gym.Env):
         arr = np.asarray(action)
         if arr.dtype != self._action_dtype:
             arr = arr.astype(self._action_dtype)  # the server checks bounds and finiteness
-        arr = np.require(arr, requirements="C")
-        tensor = pb.Tensor(dtype=self._action_code, shape=arr.shape, data=arr.tobytes())
         if self.use_session:
-            response = self._session_call(pb.SessionRequest(step=pb.StepRequest(action=tensor)), self.timeout_s).step
+            _, response, observations = self._session_call(codec.encode_step_request(arr, True), self.timeout_s)
         else:
             try:
-                response = self._stub.Step(pb.StepRequest(action=tensor), timeout=self.timeout_s, metadata=self._metadata)
+                data = self._raw_step(codec.encode_step_request(arr, False), timeout=self.timeout_s,
+                                      metadata=self._metadata)
             except grpc.RpcError as e:
                 raise _from_rpc_error(self.address, e) from None
-        return self._unpack_step(response)
+            response, observations = codec.read_response(data, pb.StepResponse)
+        return self._unpack_step(response, observations)
 
-    def _unpack_step(self, response: pb.StepResponse):
-        obs, stamps = codec.observation_from_message(response.observation)
+    def _unpack_step(self, response: pb.StepResponse, observations: dict):
+        obs, stamps = observations.get("observation", ({}, {}))
         n = self.num_envs
         info: dict[str, Any] = {
             "timestamps": _stamps(stamps),
@@ -360,7 +369,7 @@ class RemoteEnv(gym.Env):
             "fault_message": (response.fault_message[0] if n == 1 and response.fault_message else list(response.fault_message)),
         }
         if response.final_mask:
-            info["final_observation"], _ = codec.observation_from_message(response.final_observation)
+            info["final_observation"] = observations.get("final_observation", ({}, {}))[0]
             info["_final_observation"] = np.asarray(response.final_mask, dtype=bool)
         if n == 1:
             return obs, float(response.reward[0]), bool(response.terminated[0]), bool(response.truncated[0]), info
@@ -442,7 +451,7 @@ class RemoteVectorEnv(gym.vector.VectorEnv):
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
         self._offsets = np.cumsum([0] + self.counts)
 
-    def _parallel(self, calls: list[tuple[RemoteEnv, pb.SessionRequest]], timeout_s: float) -> list:
+    def _parallel(self, calls: list[tuple[RemoteEnv, bytes]], timeout_s: float) -> list:
         """Send every request first, then collect: the servers work at the same time."""
         for env, req in calls:
             env._send(req)
@@ -472,11 +481,9 @@ class RemoteVectorEnv(gym.vector.VectorEnv):
         for i, env in enumerate(self.envs):
             a = actions[self._offsets[i]: self._offsets[i + 1]]
             a = a[0] if env.num_envs == 1 else a
-            a = np.require(a, requirements="C")
-            tensor = pb.Tensor(dtype=env._action_code, shape=a.shape, data=a.tobytes())
-            requests.append((env, pb.SessionRequest(step=pb.StepRequest(action=tensor))))
+            requests.append((env, codec.encode_step_request(a, True)))
         responses = self._parallel(requests, max(e.timeout_s for e in self.envs))
-        steps = [env._unpack_step(r.step) for env, r in zip(self.envs, responses)]
+        steps = [env._unpack_step(head, observations) for env, (_, head, observations) in zip(self.envs, responses)]
         obs_parts, rewards, terms, truncs, final_obs, final_mask = [], [], [], [], [], []
         done_single = []
         for i, (env, (obs, rew, term, trunc, info)) in enumerate(zip(self.envs, steps)):
@@ -492,10 +499,11 @@ class RemoteVectorEnv(gym.vector.VectorEnv):
                 final_mask.append(info.get("_final_observation", np.zeros(env.num_envs, bool)))
             obs_parts.append(obs)
         if done_single:  # same-step autoreset for single-instance servers, in parallel
-            resets = self._parallel([(self.envs[i], pb.SessionRequest(reset=pb.ResetRequest())) for i in done_single],
+            reset = pb.SessionRequest(reset=pb.ResetRequest()).SerializeToString()
+            resets = self._parallel([(self.envs[i], reset) for i in done_single],
                                     max(self.envs[i].reset_timeout_s for i in done_single))
-            for i, r in zip(done_single, resets):
-                obs_parts[i], _ = codec.observation_from_message(r.reset.observation)
+            for i, (_, _, observations) in zip(done_single, resets):
+                obs_parts[i] = observations.get("observation", ({}, {}))[0]
         mask = np.concatenate(final_mask)
         info = {"timing": [s[4]["timing"] for s in steps]}
         if mask.any():

@@ -74,7 +74,7 @@ class FakeEnv:
     def _info(self, t0: float) -> dict:
         now = time.time()
         return {
-            "timestamps": {name: now for name in self._obs},
+            "timestamps": dict.fromkeys(self._obs, now),
             "timing": {"env": time.perf_counter() - t0},
             "success": np.zeros(self.num_envs, bool) if self.num_envs > 1 else False,
             "fault": None,
@@ -101,7 +101,10 @@ class FakeEnv:
         self.last_action = action
         self._t += 1
         # The joint position follows the action a little, so tests can see actions arrive.
-        self._obs["joint_pos"][...] = np.clip(self._obs["joint_pos"] + 0.01 * action, -3.0, 3.0)
+        if action.any():
+            jp = self._obs["joint_pos"]
+            jp += 0.01 * action
+            np.clip(jp, -3.0, 3.0, out=jp)
         truncated = self._t >= self.episode_length
         info = self._info(t0)
         if self.num_envs == 1:
@@ -112,6 +115,7 @@ class FakeEnv:
             info["final_observation"] = {k: v.copy() for k, v in self._obs.items()}
             info["_final_observation"] = truncated.copy()
             self._t[truncated] = 0
+            self._obs["joint_pos"][truncated] = 0.0  # same-step autoreset: rows start a new episode
         return self._obs, reward, terminated, truncated, info
 
     def stop(self) -> None:

@@ -54,6 +54,8 @@ class StepResult:
 
 
 def _per_instance(value, n: int, dtype) -> list:
+    if n == 1 and isinstance(value, (bool, float, int, np.bool_, np.floating, np.integer)):
+        return [float(value)] if dtype is np.float32 else [bool(value)]
     arr = np.asarray(value if value is not None else 0, dtype=dtype).reshape(-1)
     if arr.size == 1 and n > 1:
         arr = np.repeat(arr, n)
@@ -179,6 +181,11 @@ class EnvHost:
         dt = time.perf_counter() - t0
         self.steps += 1
         n = self.num_envs
+        if n == 1 and info.get("fault") is None:  # the common case, without the general normalisation
+            timing = {"env": dt}
+            timing.update(_timing(info.get("timing")))
+            return StepResult(obs, _stamps(info.get("timestamps")), [float(reward)], [bool(terminated)],
+                              [bool(truncated)], [bool(info.get("success", False))], [""], [""], timing)
         timing = {"env": dt}
         timing.update(_timing(info.get("timing")))
         fault, fmsg = _faults(info, n)

@@ -106,13 +106,13 @@ class EnvService:
         timing = result.timing
         timing["validate"] = t1 - t0
         timing["server"] = time.perf_counter() - t0
-        head = pb.StepResponse(
-            reward=result.reward, terminated=result.terminated, truncated=result.truncated,
-            success=result.success, fault=result.fault, fault_message=result.fault_message,
-            timing=timing, final_mask=result.final_mask or (),
-        )
         t2 = time.perf_counter()
-        data = _encode_step(head, result, wrap_field)
+        head = codec.encode_step_head(result.reward, result.terminated, result.truncated, result.success,
+                                      result.fault, result.fault_message, timing, result.final_mask or ())
+        observations = [(1, result.obs, result.stamps)]
+        if result.final_obs is not None:
+            observations.append((9, result.final_obs, None))
+        data = codec.encode_with_observations(head, observations, wrap_field)
         timing["encode"] = time.perf_counter() - t2
         self.host.record(timing)
         return data

@@ -36,6 +36,11 @@ class ActionChecker:
         self.low = None if spec.low is None else np.broadcast_to(np.asarray(spec.low, dtype=np.float64), spec.shape)
         self.high = None if spec.high is None else np.broadcast_to(np.asarray(spec.high, dtype=np.float64), spec.shape)
         self.is_float = np.issubdtype(self.dtype, np.floating)
+        # Fast path for the common case (finite bounds on both sides): one combined comparison,
+        # which NaN and inf also fail; the detailed checks run only to explain a rejection.
+        self._fast = None
+        if self.low is not None and self.high is not None and np.isfinite(self.low).all() and np.isfinite(self.high).all():
+            self._fast = (np.ascontiguousarray(self.low, dtype=self.dtype), np.ascontiguousarray(self.high, dtype=self.dtype))
 
     def check(self, tensor: pb.Tensor, field: str = "action") -> np.ndarray:
         """The action as a read-only array of the spec's dtype and shape, or InvalidRequest."""
@@ -58,6 +63,10 @@ class ActionChecker:
 
     def check_array(self, arr: np.ndarray, field: str = "action") -> np.ndarray:
         """Finite and within bounds (dtype and shape already right)."""
+        if self._fast is not None and self.is_float:
+            low, high = self._fast
+            if (arr >= low).all() and (arr <= high).all():
+                return arr
         if self.is_float:
             finite = np.isfinite(arr)
             if not finite.all():

@@ -78,3 +78,33 @@ def test_env_spec_round_trips_with_scalar_and_array_bounds():
     np.testing.assert_array_equal(back.observations["q"].high, np.arange(7.0) + 1)
     assert back.observations["img"].low is None and back.action.low == -1.0
     assert back.control_hz == 15.0 and back.cameras == ("img",) and back.robot == "fake"
+
+
+def test_the_hand_written_step_head_parses_to_the_same_message_protobuf_would_build():
+    fields = dict(reward=[1.5, -2.0], terminated=[False, True], truncated=[True, False], success=[False, True],
+                  fault=["", "reflex"], fault_message=["", "joint 4 reflex"], timing={"env": 0.25, "validate": 1e-5},
+                  final_mask=[True, False])
+    assert pb.StepResponse.FromString(codec.encode_step_head(**fields)) == pb.StepResponse(**fields)
+
+
+def test_the_client_reader_returns_views_into_the_received_bytes():
+    img = np.arange(128 * 128 * 3, dtype=np.uint32).astype(np.uint8).reshape(128, 128, 3)  # above ZERO_COPY_MIN_BYTES
+    data = codec.encode_with_observations(codec.encode_step_head([0.5], [False], [False], [False], [""], [""], {}),
+                                          [(1, {"cam": img}, {"cam": 3.0})], 2)
+    kind, head, observations = codec.read_session_response(data)
+    got = observations["observation"][0]["cam"]
+    assert kind == "step" and list(head.reward) == [0.5]
+    np.testing.assert_array_equal(got, img)
+    assert np.shares_memory(got, np.frombuffer(data, np.uint8))  # no copy after the bytes arrived
+
+
+def test_small_responses_take_the_protobuf_parser_and_decode_the_same():
+    q = np.arange(7, dtype=np.float32)
+    data = codec.encode_with_observations(codec.encode_step_head([0.5], [False], [True], [False], [""], [""], {"env": 1e-4}),
+                                          [(1, {"q": q}, {"q": 3.0})], 2)
+    assert len(data) < codec.ZERO_COPY_MIN_BYTES
+    kind, head, observations = codec.read_session_response(data)
+    tensors, stamps = observations["observation"]
+    assert kind == "step" and list(head.truncated) == [True] and head.timing["env"] == 1e-4
+    np.testing.assert_array_equal(tensors["q"], q)
+    assert float(stamps["q"]) == 3.0

@@ -1,0 +1,245 @@
+"""Env service round-trip latency against a bare gRPC echo of the same bytes, in one run.
+
+    .venv/bin/python tools/bench_env_service.py            # all scenarios
+    .venv/bin/python tools/bench_env_service.py --quick    # fewer steps
+
+For each observation payload (proprio only; two 128x128x3 images; two 640x480x3 images) it starts,
+in one child process, an env server hosting `FakeEnv` (returns preallocated arrays, so the env
+costs ~0) and, on the same gRPC stack and options, a bare echo server whose handlers do nothing but
+return a preallocated payload of exactly the size of the real Step response for a request of the
+size of the real Step request (raw bytes in and out: no protobuf, no validation, no env). The client
+runs in this process and alternates blocks of calls between the two, so machine load hits both.
+
+Reported per scenario (p50 / p99 microseconds, and the ratio to the matching echo):
+- unary Step vs unary echo;
+- Session stream step vs streaming echo;
+- dm_env_rpc Process-stream step (all observations requested) on the same env and port.
+The goals (issue 5): Step <= 1.3x echo proprio-only, <= 1.5x with images; Session faster than dm_env_rpc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import subprocess
+import sys
+import time
+from concurrent import futures
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+SCENARIOS = {
+    "proprio": dict(cameras=0, h=0, w=0, steps=3000),
+    "2x128x128x3": dict(cameras=2, h=128, w=128, steps=2000),
+    "2x640x480x3": dict(cameras=2, h=480, w=640, steps=400),
+}
+ECHO_SERVICE = "rlhw.bench.Echo"
+MAX_BYTES = 64 * 1024 * 1024
+OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_BYTES),
+    ("grpc.max_send_message_length", MAX_BYTES),
+    ("grpc.so_reuseport", 0),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# child: env server + echo server
+
+
+def serve(cameras: int, h: int, w: int) -> None:
+    import grpc
+
+    from rlhw.config.server import ServerConfig
+    from rlhw.env.fake_env import FakeEnv
+    from rlhw.env.server import EnvServer
+
+    env = FakeEnv(cameras=cameras, image_hw=(h or 1, w or 1), episode_length=10**9)
+    env_server = EnvServer(env, ServerConfig(port=0, watchdog_s=60.0, max_workers=8)).start()
+
+    payloads: dict[int, bytes] = {}
+
+    def payload(request: bytes) -> bytes:
+        size = int.from_bytes(request[:4], "little")
+        out = payloads.get(size)
+        if out is None:
+            out = payloads[size] = os.urandom(size)
+        return out
+
+    def unary(request, context):
+        return payload(request)
+
+    def stream(requests, context):
+        for request in requests:
+            yield payload(request)
+
+    echo = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=OPTIONS)
+    echo.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(ECHO_SERVICE, {
+        "Unary": grpc.unary_unary_rpc_method_handler(unary),
+        "Stream": grpc.stream_stream_rpc_method_handler(stream),
+    }),))
+    echo_port = echo.add_insecure_port("127.0.0.1:0")
+    echo.start()
+    print(json.dumps({"env": env_server.address, "echo": f"127.0.0.1:{echo_port}"}), flush=True)
+    sys.stdin.read()  # until the parent closes our stdin
+    echo.stop(0)
+    env_server.stop(0.5)
+
+
+# ---------------------------------------------------------------------------------------------
+# parent: clients
+
+
+def _pct(samples: list[float]) -> tuple[float, float]:
+    a = np.asarray(samples) * 1e6
+    return float(np.percentile(a, 50)), float(np.percentile(a, 99))
+
+
+class EchoClient:
+    def __init__(self, address: str, request_size: int, response_size: int):
+        import grpc
+
+        self.channel = grpc.insecure_channel(address, OPTIONS[:2])
+        self.unary = self.channel.unary_unary(f"/{ECHO_SERVICE}/Unary")
+        self.request = response_size.to_bytes(4, "little") + b"\0" * max(0, request_size - 4)
+        self.requests: queue.SimpleQueue = queue.SimpleQueue()
+        self.responses = self.channel.stream_stream(f"/{ECHO_SERVICE}/Stream")(iter(self.requests.get, None))
+
+    def call(self) -> int:
+        return len(self.unary(self.request, timeout=10))
+
+    def stream_call(self) -> int:
+        self.requests.put(self.request)
+        return len(next(self.responses))
+
+    def close(self) -> None:
+        self.requests.put(None)
+        self.channel.close()
+
+
+def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int = 50) -> dict:
+    import grpc
+    from dm_env_rpc.v1 import connection as dm_connection
+    from dm_env_rpc.v1 import dm_env_rpc_pb2 as dm
+    from dm_env_rpc.v1 import tensor_utils
+
+    from rlhw.env import codec
+    from rlhw.env.client import RemoteEnv
+    from rlhw.env.v1 import env_pb2 as pb
+    from rlhw.env.v1 import env_pb2_grpc
+
+    child = subprocess.Popen([sys.executable, __file__, "--serve", str(cameras), str(h), str(w)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        addresses = json.loads(child.stdout.readline())
+        action = np.zeros(7, np.float32)
+        step_request = pb.StepRequest(action=codec.to_tensor(action))
+
+        # Sizes of the real messages, for the echo.
+        channel = grpc.insecure_channel(addresses["env"], OPTIONS[:2])
+        stub = env_pb2_grpc.EnvStub(channel)
+        stub.Reset(pb.ResetRequest(), timeout=10)
+        raw_step = channel.unary_unary("/rlhw.env.v1.Env/Step")  # bytes in, bytes out: sizes only
+        response_size = len(raw_step(step_request.SerializeToString(), timeout=10))
+        request_size = step_request.ByteSize()
+        stub.Stop(pb.StopRequest(release=True), timeout=10)
+        channel.close()
+
+        echo = EchoClient(addresses["echo"], request_size, response_size)
+        unary_env = RemoteEnv(addresses["env"], use_session=False, session_id="bench-unary")
+        unary_env.reset()
+        results: dict[str, list[float]] = {k: [] for k in ("echo_unary", "step_unary", "echo_stream", "step_session", "dm_env_rpc")}
+
+        def timed(key, fn, n):
+            out = results[key]
+            for _ in range(n):
+                t0 = time.perf_counter()
+                fn()
+                out.append(time.perf_counter() - t0)
+
+        # Warm-up, then alternate blocks so that load changes hit both sides alike.
+        for fn in (echo.call, lambda: unary_env.step(action)):
+            for _ in range(min(200, steps // 5)):
+                fn()
+        for _ in range(steps // block):
+            timed("echo_unary", echo.call, block)
+            timed("step_unary", lambda: unary_env.step(action), block)
+        unary_env.close()
+
+        session_env = RemoteEnv(addresses["env"], use_session=True, session_id="bench-session")
+        session_env.reset()
+        for fn in (echo.stream_call, lambda: session_env.step(action)):
+            for _ in range(min(200, steps // 5)):
+                fn()
+        for _ in range(steps // block):
+            timed("echo_stream", echo.stream_call, block)
+            timed("step_session", lambda: session_env.step(action), block)
+        session_env.close()
+        time.sleep(0.2)  # the server releases control when the stream ends
+
+        dm_channel = grpc.insecure_channel(addresses["env"], OPTIONS[:2])
+        conn = dm_connection.Connection(dm_channel)
+        world = conn.send(dm.CreateWorldRequest()).world_name
+        specs = conn.send(dm.JoinWorldRequest(world_name=world)).specs
+        uids = list(specs.observations)
+        dm_action = {1: tensor_utils.pack_tensor(action)}
+        conn.send(dm.StepRequest(requested_observations=uids, actions=dm_action))
+        for _ in range(min(200, steps // 5)):
+            conn.send(dm.StepRequest(requested_observations=uids, actions=dm_action))
+        timed("dm_env_rpc", lambda: conn.send(dm.StepRequest(requested_observations=uids, actions=dm_action)),
+              (steps // block) * block)
+        conn.send(dm.LeaveWorldRequest())
+        conn.send(dm.DestroyWorldRequest(world_name=world))
+        dm_channel.close()
+        echo.close()
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+
+    stats = {k: _pct(v) for k, v in results.items()}
+    return {"scenario": name, "request_bytes": request_size, "response_bytes": response_size, "n": steps, **stats}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--serve", nargs=3, type=int, metavar=("CAMERAS", "H", "W"), help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="a fifth of the steps")
+    parser.add_argument("--only", choices=list(SCENARIOS), help="one scenario")
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args(argv)
+    if args.serve:
+        serve(*args.serve)
+        return 0
+    rows = []
+    for name, sc in SCENARIOS.items():
+        if args.only and name != args.only:
+            continue
+        steps = sc["steps"] // 5 if args.quick else sc["steps"]
+        rows.append(run_scenario(name, sc["cameras"], sc["h"], sc["w"], steps))
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
+    header = f"{'payload':<13}{'resp bytes':>11}  {'path':<15}{'p50 us':>9}{'p99 us':>9}{'p50 x':>8}{'p99 x':>8}"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        lines = [
+            ("echo unary", r["echo_unary"], r["echo_unary"]),
+            ("Step unary", r["step_unary"], r["echo_unary"]),
+            ("echo stream", r["echo_stream"], r["echo_stream"]),
+            ("Session step", r["step_session"], r["echo_stream"]),
+            ("dm_env_rpc step", r["dm_env_rpc"], r["echo_stream"]),
+        ]
+        for i, (label, (p50, p99), (b50, b99)) in enumerate(lines):
+            first = f"{r['scenario']:<13}{r['response_bytes']:>11}" if i == 0 else " " * 24
+            print(f"{first}  {label:<15}{p50:>9.0f}{p99:>9.0f}{p50 / b50:>8.2f}{p99 / b99:>8.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
