@@ -26,7 +26,9 @@ class Check:
 
 @dataclass
 class ProbeReport:
-    robot_ip: str
+    """Checks on one device (``target``: a robot IP or a camera serial), in the order they ran."""
+
+    target: str
     checks: list[Check] = field(default_factory=list)
 
     @property
@@ -42,7 +44,7 @@ class ProbeReport:
         mark = {True: "ok  ", False: "FAIL", None: "skip"}
         out = []
         for c in self.checks:
-            out.append(f"[{mark[c.ok]}] {self.robot_ip} {c.name}: {c.detail}" + (f"  -> {c.hint}" if c.hint else ""))
+            out.append(f"[{mark[c.ok]}] {self.target} {c.name}: {c.detail}" + (f"  -> {c.hint}" if c.hint else ""))
         return out
 
 
