@@ -9,6 +9,7 @@ when one failed, 2 for a usage or config error.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from rlhw.cli.common import add_config_arguments
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     base = dict(
         node_group=args.node_group, robot=args.robot, timeout_s=args.timeout, window_s=args.window,
         server_start_s=args.server_start_timeout, env_server=args.env_server, checks=tuple(args.checks),
-        config_path=args.config, overrides=tuple(args.overrides or ()), motion_m=args.motion_cm / 100.0,
+        config_path=os.path.abspath(args.config), overrides=tuple(args.overrides or ()), motion_m=args.motion_cm / 100.0,
         ray_address=args.ray_address,
     )
     options = SmokeOptions(**base)

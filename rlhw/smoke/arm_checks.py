@@ -207,7 +207,10 @@ def check_arm(run: TargetRun, arm_factory: Callable[[], Any], target: RobotTarge
         )
     if keep_open and run.hung is None and arm is not None and run.blocked is None:
         return arm
-    close_arm(arm, timeout)
+    if run.hung is None:
+        close_arm(arm, timeout)
+    else:
+        close_arm(arm, min(timeout, 3.0))  # a stuck driver: a bounded try, its process dies with us
     return None
 
 
@@ -242,16 +245,19 @@ def _motion_checks(run: TargetRun, arm, target: RobotTarget, options: SmokeOptio
     d = options.motion_m
 
     def wait_pose(goal: np.ndarray, limit_s: float) -> tuple[float, float]:
+        """Seconds to arrive (simulated seconds for a simulated arm) and the remaining error."""
         t0 = time.monotonic()
+        sim_t = 0.0
         while True:
             arm.command_pose(goal)  # same target again: keeps the driver's watchdog fed, no new motion
             if arm.realtime:
                 time.sleep(RESEND_S)
             else:
                 arm.advance(RESEND_S)
+                sim_t += RESEND_S
             err = float(np.linalg.norm(np.asarray(arm.state().ee_pose[:3]) - goal[:3]))
             if err < ARRIVED_M:
-                return time.monotonic() - t0, err
+                return (time.monotonic() - t0 if arm.realtime else sim_t), err
             if time.monotonic() - t0 > limit_s:
                 raise RobotFault("timeout", f"did not reach the target within {limit_s:g} s (still {err * 1e3:.1f} mm away)")
 
@@ -277,7 +283,7 @@ def _motion_checks(run: TargetRun, arm, target: RobotTarget, options: SmokeOptio
                 arm.allow = False
         return passed(
             f"{d * 100:.1f} cm {'up' if up else 'down'} and back",
-            f"out in {t_out:.2f} s (moved {moved * 100:.2f} cm), back in {t_back:.2f} s, return error {err * 1e3:.1f} mm",
+            ("" if arm.realtime else "simulated time: ") + f"out in {t_out:.2f} s (moved {moved * 100:.2f} cm), back in {t_back:.2f} s, return error {err * 1e3:.1f} mm",
             moved_m=round(moved, 5), return_error_m=round(err, 5), out_s=round(t_out, 3), back_s=round(t_back, 3),
         )
 
@@ -288,15 +294,17 @@ def _motion_checks(run: TargetRun, arm, target: RobotTarget, options: SmokeOptio
 
     def wait_width(width: float, limit_s: float) -> float:
         t0 = time.monotonic()
+        sim_t = 0.0
         arm.command_gripper(width)
         while True:
             if arm.realtime:
                 time.sleep(RESEND_S)
             else:
                 arm.advance(RESEND_S)
+                sim_t += RESEND_S
             w = float(arm.state().gripper_width)
             if abs(w - width) < 0.004:
-                return time.monotonic() - t0
+                return time.monotonic() - t0 if arm.realtime else sim_t
             if time.monotonic() - t0 > limit_s:
                 raise RobotFault("timeout", f"gripper did not reach {width * 1e3:.0f} mm within {limit_s:g} s (at {w * 1e3:.1f} mm)")
 

@@ -9,6 +9,7 @@ their driver process, so nothing is left running past the command.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 import traceback
@@ -50,23 +51,51 @@ class Hung(Exception):
 
 
 def call_bounded(fn: Callable[[], Any], timeout_s: float, name: str = "check") -> Any:
-    """``fn()`` in a daemon thread; its result, its exception, or `Hung` after ``timeout_s``."""
-    box: dict[str, Any] = {}
+    """``fn()`` in a fresh daemon thread; its result, its exception, or `Hung` after ``timeout_s``."""
+    return _Worker(name).call(fn, timeout_s, close=True)
 
-    def body() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = e
 
-    t = threading.Thread(target=body, name=f"smoke-{name}", daemon=True)
-    t.start()
-    t.join(timeout_s)
-    if t.is_alive():
-        raise Hung(f"did not finish within {timeout_s:g} s")
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
+class _Worker:
+    """One daemon thread that runs calls in order. A target's checks share one, because some
+    drivers are bound to the thread that opened them (an OpenGL context is current per thread)."""
+
+    def __init__(self, name: str):
+        self._jobs: "queue.SimpleQueue[tuple[Callable[[], Any], dict, threading.Event] | None]" = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name=f"smoke-{name}", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, box, done = job
+            try:
+                box["value"] = fn()
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                box["error"] = e
+            done.set()
+
+    def call(self, fn: Callable[[], Any], timeout_s: float, close: bool = False) -> Any:
+        box: dict[str, Any] = {}
+        done = threading.Event()
+        self._jobs.put((fn, box, done))
+        if close:
+            self._jobs.put(None)
+        if not done.wait(timeout_s):
+            self._jobs.put(None)  # the thread ends after the stuck call returns, if it ever does
+            raise Hung(f"did not finish within {timeout_s:g} s")
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
+
+    def close(self) -> None:
+        self._jobs.put(None)
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class TargetRun:
@@ -84,6 +113,18 @@ class TargetRun:
         self.rows: list[CheckResult] = []
         self.blocked: str | None = None
         self.hung: str | None = None
+        self._worker: _Worker | None = None
+
+    def call(self, fn: Callable[[], Any], timeout_s: float | None = None) -> Any:
+        """Run ``fn`` on this target's worker thread (for cleanup that must happen there)."""
+        if self._worker is None:
+            self._worker = _Worker(self.target)
+        return self._worker.call(fn, self.timeout_s if timeout_s is None else timeout_s)
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
 
     def run(
         self,
@@ -101,17 +142,18 @@ class TargetRun:
         limit = self.timeout_s if timeout_s is None else timeout_s
         t0 = time.perf_counter()
         try:
-            out = call_bounded(fn, limit, check)
+            out = self.call(fn, limit)
             if not isinstance(out, Outcome):
                 raise TypeError(f"check {check!r} returned {type(out).__name__}, not an Outcome")
         except Hung as e:
             out = failed(f"{check} {e}; the device stopped answering")
             self.hung = f"{check} did not finish within {limit:g} s"
+            self._worker = None  # stuck in the call; it exits by itself if the call ever returns
         except RlhwError as e:
-            out = failed(str(e).splitlines()[0])
+            out = failed(_one_line(e))
         except Exception as e:  # a driver bug still makes a FAIL row, with where it happened
             where = traceback.extract_tb(e.__traceback__)[-1]
-            out = failed(f"{type(e).__name__}: {e} (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})")
+            out = failed(_one_line(f"{type(e).__name__}: {e}") + f" (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})")
         duration = time.perf_counter() - t0
         if out.status == FAIL and required and self.blocked is None:
             self.blocked = f"{check} failed"

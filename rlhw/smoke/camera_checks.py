@@ -111,10 +111,13 @@ def check_camera(run: TargetRun, camera_factory: Callable[[], Any], target: Came
 
     def collect():
         frames = []
-        t_end = time.monotonic() + options.window_s
+        # A real camera is watched for the window in wall time; a simulated one for the window in
+        # simulated time (window * fps frames), bounded in wall time by the check's timeout.
+        t_end = time.monotonic() + (options.window_s if not simulated else options.window_s + timeout)
+        wanted = max(2, int(round(options.window_s * fps_cfg))) if simulated else None
         stale = 0
         last_index = None
-        while time.monotonic() < t_end:
+        while time.monotonic() < t_end and (wanted is None or len(frames) < wanted):
             f = next_frame()
             now = time.time()
             if last_index is not None and f.index <= last_index:
@@ -133,7 +136,8 @@ def check_camera(run: TargetRun, camera_factory: Callable[[], Any], target: Came
         stream["wall_fps"] = (len(frames) - 1) / wall if wall > 0 else float("inf")
         stream["sensor_fps"] = (len(frames) - 1) / sensor if sensor > 0 else float("inf")
         expected = frames[-1][2] - frames[0][2] + 1
-        return passed(f"{len(frames)} frames in {options.window_s:g} s", f"frame indices {frames[0][2]}..{frames[-1][2]}",
+        span = "simulated " if simulated else ""
+        return passed(f"{len(frames)} frames in {options.window_s:g} {span}s", f"frame indices {frames[0][2]}..{frames[-1][2]}",
                       frames=len(frames), expected=expected)
 
     run.run("stream", collect, timeout_s=options.window_s + 2 * timeout)
@@ -185,11 +189,12 @@ def check_camera(run: TargetRun, camera_factory: Callable[[], Any], target: Came
 
     run.run("dropped_frames", dropped)
 
-    if cam is not None:
+    if cam is not None and run.hung is None:
         try:
-            call_bounded(cam.close, max(2.0, timeout), "camera-close")
+            run.call(cam.close, max(2.0, timeout))  # on the thread that opened it (GL contexts are per thread)
         except Exception:
             pass
+    run.close()
 
 
 def skip_camera(run: TargetRun, reason: str) -> None:

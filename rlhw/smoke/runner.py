@@ -55,6 +55,7 @@ def run_node(config, node_rank: int, targets: Targets, options: SmokeOptions, in
     for n in targets.nodes:
         run = TargetRun(n, f"node {n}", timeout)
         check_node(run, config, n, options, in_worker_env=in_worker_env)
+        run.close()
         rows += run.rows
     for robot in targets.robots:
         rows += _check_robot(config, robot, options)
@@ -65,6 +66,7 @@ def run_node(config, node_rank: int, targets: Targets, options: SmokeOptions, in
 
         run = TargetRun(server.node_rank, server.name, timeout)
         check_env_server(run, server, options, config)
+        run.close()
         rows += run.rows
     for r in rows:
         r.measured.setdefault("host", host)
@@ -109,6 +111,7 @@ def _check_robot(config, robot: RobotTarget, options: SmokeOptions) -> list[Chec
                 rows += crun.rows
         finally:
             close_arm(arm, timeout)
+            run.close()
         return rows
 
     if options.wants("robots"):
@@ -122,6 +125,7 @@ def _check_robot(config, robot: RobotTarget, options: SmokeOptions) -> list[Chec
                        timeout_s=max(1.5, config.env.driver_timeout_s))
 
         check_arm(run, arm_factory, robot, options, config.env)
+        run.close()
         rows += run.rows
     for cam in robot.cameras:
         rows += _check_standalone_camera(config, cam, options)
@@ -179,22 +183,15 @@ def _run_on_ray(config, targets: Targets, options: SmokeOptions, report: SmokeRe
     hint = ("start Ray on every node with its rank: `ray start --head --labels rlhw.node_rank=0` on the head, "
             "`ray start --address HEAD:6379 --labels rlhw.node_rank=N` on node N")
     try:
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        from rlhw.runtime.nodes import alive_nodes
-
-        address = options.ray_address or "auto"
-        if not ray.is_initialized():
-            ray.init(address=address, namespace="rlhw", log_to_driver=False, logging_level="ERROR")
-        nodes = alive_nodes()
+        by_rank = _ray_nodes(config, options, report)
     except Exception as e:  # no cluster: every node's checks are unreached
-        why = f"no Ray cluster at {options.ray_address or 'auto'}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        text = " ".join(str(e).split()) or type(e).__name__
+        why = f"no Ray cluster at {options.ray_address or 'auto'}: {text[:300]}"
         return [row for n in targets.node_ranks() for row in _unreached(targets.on_node(n), n, why, hint)]
-    by_rank = {n.node_rank: n for n in nodes if n.node_rank is not None}
-    if not by_rank and len(nodes) == 1:
-        by_rank = {0: nodes[0]}  # an unlabelled single-node Ray cluster is node 0
-    report.notes.append("ray nodes: " + ", ".join(f"rank {r} = {n.ip}" for r, n in sorted(by_rank.items())))
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    report.notes.append("ray nodes: " + ", ".join(f"rank {r} = {ip}" for r, (_, ip) in sorted(by_rank.items())))
     remote = ray.remote(num_cpus=0, max_retries=0)(_node_job)
     pending: dict[Any, tuple[int, Targets, float]] = {}
     rows: list[CheckResult] = []
@@ -207,7 +204,7 @@ def _run_on_ray(config, targets: Targets, options: SmokeOptions, report: SmokeRe
             continue
         env_vars = dict(config.cluster.node_env(n).env_vars)
         ref = remote.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node[0], soft=False),
             runtime_env={"env_vars": env_vars} if env_vars else None,
         ).remote(config, n, sub, options)
         pending[ref] = (n, sub, start + _node_budget(sub, options))
@@ -227,3 +224,21 @@ def _run_on_ray(config, targets: Targets, options: SmokeOptions, report: SmokeRe
                 ray.cancel(ref, force=True)
                 rows += _unreached(sub, n, f"node {n} did not finish its checks within {d - start:.0f} s; cancelled")
     return rows
+
+
+def _ray_nodes(config, options: SmokeOptions, report: SmokeReport) -> dict[int, tuple[str, str]]:
+    """node rank -> (Ray node id, ip), through the runtime's rank discovery (labels, or
+    RLHW_NODE_RANK). When the cluster does not match the config (a node missing), the runtime
+    refuses it as a whole; the smoke test still checks the nodes that are there, by label."""
+    from rlhw.errors import ConfigError
+    from rlhw.runtime.cluster import Cluster
+    from rlhw.runtime.nodes import alive_nodes
+
+    ray_init = {"log_to_driver": False, "logging_level": "ERROR"}
+    try:
+        cluster = Cluster(config, address=options.ray_address or "auto", probe_hardware=False,
+                          attach_timeout_s=max(30.0, 3 * options.timeout_s), ray_init=ray_init)
+    except ConfigError as e:
+        report.notes.append(" ".join(str(e).split()))
+        return {n.node_rank: (n.node_id, n.ip) for n in alive_nodes() if n.node_rank is not None}
+    return {r: (cluster.node_id(r), cluster.node_ip(r)) for r in cluster.nodes}
