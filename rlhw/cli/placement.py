@@ -23,6 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="plan from the config alone (accelerators_per_node), without looking at a live cluster",
     )
+    parser.add_argument(
+        "--address",
+        metavar="RAY_ADDRESS",
+        help="attach to a running Ray cluster ('auto' or head-ip:6379), check node ranks and hardware, "
+        "and plan with the GPUs Ray sees on each node",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON: {num_nodes, components: {name: {world_size, processes}}}")
     parser.add_argument(
         "--per-process",
@@ -33,28 +39,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rlhw.config import load_config
+    from rlhw.errors import ConfigError
     from rlhw.placement import plan
 
+    if args.dry_run and args.address:
+        raise ConfigError("--address", "--dry-run plans from the config alone; drop one of --dry-run and --address")
     config = load_config(args.config, args.overrides)
-    accelerators = None if args.dry_run else detect_accelerators(config)
+    if args.address:
+        accelerators = detect_accelerators(config, args.address)
+        source = f"live cluster at {args.address}: GPUs per node " + ", ".join(f"{r}:{n}" for r, n in sorted(accelerators.items()))
+    else:
+        accelerators = None
+        source = "dry run: accelerators from accelerators_per_node"
+        if not args.dry_run:
+            source = "planned from the config; pass --address to detect on a live Ray cluster"
     placements = plan(config.cluster, accelerators)
     if args.json:
         json.dump(to_json(config.cluster.num_nodes, placements), sys.stdout, indent=None, separators=(",", ":"))
         sys.stdout.write("\n")
         return 0
-    source = "dry run: accelerators from accelerators_per_node" if accelerators is None else "accelerators detected on the live cluster"
-    if accelerators is None and not args.dry_run:
-        source = "planned from the config: this command does no live detection, same as --dry-run"
     print_table(config.cluster.num_nodes, placements, source, per_process=args.per_process)
     return 0
 
 
-def detect_accelerators(config) -> dict[int, int] | None:
-    """GPU counts per node rank of a live cluster, or None to plan from the config.
+def detect_accelerators(config, address: str) -> dict[int, int]:
+    """GPUs per node rank of the running Ray cluster at ``address``, after the runtime has checked
+    node ranks and probed every node's hardware against the config (HardwareError otherwise).
+    Only this path imports Ray."""
+    import ray
 
-    Live detection belongs to the runtime (rlhw.runtime.Cluster probes every node); this command
-    does not start or attach to Ray, so it plans from the config and says so."""
-    return None
+    from rlhw.runtime.cluster import Cluster
+
+    was_connected = ray.is_initialized()
+    cluster = Cluster(config, address=address)
+    try:
+        return dict(cluster.accelerators)
+    finally:
+        cluster.shutdown()  # stops nothing it did not start; an attached cluster keeps running
+        if not was_connected and ray.is_initialized():
+            ray.shutdown()  # disconnect this driver only
 
 
 def to_json(num_nodes: int, placements) -> dict:
