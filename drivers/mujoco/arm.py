@@ -32,8 +32,10 @@ from rlhw.robot.arm import HOME_Q, Arm, ArmState
 
 #: FR3 joint velocity limits (rad/s), used to time `move_joints`.
 FR3_MAX_JOINT_VELOCITY = np.array([2.62, 2.62, 2.62, 2.62, 5.26, 4.18, 5.26])
-#: Joint targets stay this far (rad) inside the model's joint ranges.
-JOINT_TARGET_MARGIN = 0.03
+#: Joint targets stay this far (rad) inside the model's joint ranges: more than the safety layer's
+#: default margin (env.safety.joint_limit_margin_rad = 0.05), so Cartesian tracking near the edge of
+#: the reachable space stops short of a joint limit instead of tripping the safety layer's check.
+JOINT_TARGET_MARGIN = 0.1
 #: A joint this close (rad) to its range end raises the "joint_limit" flag.
 JOINT_LIMIT_FLAG_MARGIN = 0.005
 _BAD_QACC = int(mujoco.mjtWarning.mjWARN_BADQACC)

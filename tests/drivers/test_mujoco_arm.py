@@ -273,3 +273,13 @@ def test_compiled_scene_is_cached_on_disk_and_reloads_identically(tmp_path, monk
     files[0].write_bytes(b"not a model")  # a corrupt cache file is rebuilt, not fatal
     monkeypatch.setattr(scene, "_CACHE", {})
     assert scene.scene_model(options).nq == built.nq
+
+
+def test_tracking_an_unreachable_corner_stops_short_of_the_joint_limits(arm):
+    # Close to the base and low: the elbow (joint 4) would have to fold past its limit.
+    corner = np.concatenate([[0.22, 0.10, 0.12], DOWN])
+    track(arm, corner, seconds=3.0)
+    st = arm.state()
+    margin_to_limit = np.minimum(st.q - arm.joint_low, arm.joint_high - st.q)
+    assert margin_to_limit.min() > 0.05  # outside the safety layer's default margin: no "limit" fault
+    assert st.errors == ()
