@@ -32,6 +32,10 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
         base = OmegaConf.create(text) if text.strip() else OmegaConf.create({})
     except Exception as e:
         what = getattr(e, "problem", None) or _first_line(e)
+        mark = getattr(e, "problem_mark", None)
+        lines = text.splitlines()
+        if mark is not None and mark.line < len(lines) and "\t" in lines[mark.line]:
+            what += " (a tab: indent YAML with spaces)"
         raise ConfigError("", f"{p}: invalid YAML{_yaml_where(e)}: {what}") from None
     if not isinstance(base, Mapping) and not OmegaConf.is_dict(base):
         raise ConfigError("", f"{p}: the top level must be a map of sections (cluster:, env:, ...), not a list")

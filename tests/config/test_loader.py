@@ -97,6 +97,16 @@ def test_yaml_syntax_error_gives_the_line(tmp_path):
     assert "Traceback" not in str(e.value)
 
 
+def test_tab_indentation_gets_a_hint(tmp_path):
+    with pytest.raises(ConfigError, match="indent YAML with spaces"):
+        load_config(write(tmp_path, "cluster:\n\tnum_nodes: 2\n"))
+
+
+def test_duplicate_yaml_key_is_refused_with_its_line(tmp_path):
+    with pytest.raises(ConfigError, match="line 3.*duplicate key num_nodes"):
+        load_config(write(tmp_path, "cluster:\n  num_nodes: 2\n  num_nodes: 3\n"))
+
+
 def test_top_level_list_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="top level must be a map"):
         load_config(write(tmp_path, "- 1\n- 2\n"))
