@@ -18,11 +18,13 @@ from rlhw.env.client import RemoteEnv
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _start(*args, env_vars=None):
+def _start(*args, env_vars=None, via_main=False):
+    """serve-env as a child process (through the `rlhw` dispatcher when ``via_main``)."""
     env = dict(os.environ, **(env_vars or {}))
     env.pop("RLHW_ENV_TOKEN", None)
+    command = ["rlhw.cli.main", "serve-env"] if via_main else ["rlhw.cli.serve_env"]
     return subprocess.Popen(
-        [sys.executable, "-m", "rlhw.cli.serve_env", *args],
+        [sys.executable, "-m", *command, *args],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
 
@@ -53,7 +55,7 @@ def _finish(proc, sig, timeout_s=30.0):
 
 @pytest.mark.timeout(180)
 def test_serve_env_sim_reach_on_port_0_serves_mujoco_and_sigterm_stops_the_arm_first():
-    proc = _start("configs/sim_reach.yaml", "--port", "0")
+    proc = _start("configs/sim_reach.yaml", "--port", "0", via_main=True)  # `rlhw serve-env ...`
     try:
         address = _address(proc)
         host, port = address.rsplit(":", 1)

@@ -53,3 +53,26 @@ def test_remote_env_spaces_come_from_the_spec_and_contain_what_the_server_return
     for _ in range(5):
         obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
         assert env.observation_space.contains(obs) and isinstance(reward, float)
+
+
+@pytest.mark.timeout(120)
+def test_a_batched_mujoco_server_autoresets_in_the_same_step_and_ships_final_observations(serve, clients):
+    from rlhw.config import load_config
+    from rlhw.robot import make_batched_env
+
+    config = load_config("configs/sim_reach.yaml", ["env.sim=mujoco", "env.num_envs=2", "env.max_episode_steps=3"])
+    server = serve(make_batched_env(config))
+    env = clients(RemoteEnv(server.address))
+    assert env.num_envs == 2 and env.action_space.shape == (2, 3)
+    assert env.observation_space["ee_position"].shape == (2, 3)
+    obs, _ = env.reset(seed=0)
+    action = np.full((2, 3), 0.5, np.float32)
+    for _ in range(2):
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert reward.shape == (2,) and not (terminated | truncated).any()
+    last_target = obs["target_position"].copy()
+    obs, reward, terminated, truncated, info = env.step(action)
+    assert (terminated | truncated).all() and info["_final_observation"].all()
+    final = info["final_observation"]
+    assert final["ee_position"].shape == (2, 3)
+    np.testing.assert_allclose(final["target_position"], last_target)  # the finished episode's target
