@@ -1,0 +1,128 @@
+"""Actor worker (placement component ``actor``): SAC updates, data-parallel over the group.
+
+Every rank keeps its own replay buffer, filled from the ``replay`` channel (key = its rank: rollout workers
+spread transitions over the ranks), and samples its own batches; gradients are averaged over ranks with
+torch.distributed all-reduce (gloo on CPU, NCCL on GPU) inside `SAC.update`, after rank 0's initial
+weights were broadcast, so the ranks' weights stay identical. Each rank seeds with ``seed + rank``.
+Rank 0 publishes policy weights to the rollout workers, returns the metrics the controller logs and
+writes checkpoints.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from rlhw.rl.episodes import episode_files, episode_transitions, load_episode
+from rlhw.rl.pipeline.env_worker import REPLAY_CHANNEL, WEIGHTS_CHANNEL
+from rlhw.rl.replay import ReplayBuffer
+from rlhw.rl.rundir import RunDir
+from rlhw.rl.sac import SAC, ObsLayout, resolve_device
+from rlhw.runtime.worker import Worker
+
+
+class ActorWorker(Worker):
+    def __init__(self, config, run_dir: str, num_rollout: int, channel_prefix: str = ""):
+        torch.set_num_threads(1)
+        from rlhw.runtime.channel import Channel
+
+        self.config, self.cfg = config, config.train
+        self.run_dir = RunDir(run_dir) if self.rank == 0 else None
+        self.run_path = Path(run_dir)
+        self.num_rollout = num_rollout
+        self.replay_ch = Channel.connect(channel_prefix + REPLAY_CHANNEL, timeout_s=60)
+        self.weights_ch = Channel.connect(channel_prefix + WEIGHTS_CHANNEL, timeout_s=60)
+        seed = self.cfg.seed + self.rank
+        torch.manual_seed(seed)
+        self.replay = ReplayBuffer(self.cfg.buffer_size, seed=seed)
+        self.device = resolve_device(self.cfg.device)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(0)  # the placement's CUDA_VISIBLE_DEVICES already narrowed it
+        self.agent: SAC | None = None
+        self.version = 0
+
+    def setup(self, spec: dict, resume: bool = False) -> dict:
+        """Build SAC from the env spec; on resume load the checkpoint and this rank's share of the recorded
+        episodes; then make every rank start from rank 0's weights. Returns the resumed counters."""
+        layout = ObsLayout.from_shapes({k: v[0] for k, v in spec["observations"].items()},
+                                       {k: v[1] for k, v in spec["observations"].items()})
+        shape = spec["action_shape"]
+        low = np.asarray(spec["action_low"] if spec["action_low"] is not None else -np.ones(shape), np.float32)
+        high = np.asarray(spec["action_high"] if spec["action_high"] is not None else np.ones(shape), np.float32)
+        self.agent = SAC(layout, low, high, self.cfg.sac, device=self.device)
+        counters = {"env_steps": 0, "updates": 0, "episodes": 0, "best_success": float("nan")}
+        if resume:
+            ckpt = RunDir(self.run_path).load_checkpoint()
+            if ckpt is not None:
+                self.agent.load_state_dict(ckpt["sac"])
+                counters.update({k: ckpt[k] for k in counters if k in ckpt})
+            recorded = 0
+            for i, path in enumerate(episode_files(self.run_path / "episodes", "train")):
+                ep = load_episode(path)
+                if not ep or not len(ep["action"]):
+                    continue
+                recorded += len(ep["action"])
+                if i % self.world_size == self.rank:
+                    self.replay.add_batch(episode_transitions(ep))
+            counters["env_steps"] = recorded
+        self.agent.broadcast_weights(0)
+        self.publish_weights()
+        return counters
+
+    def _drain(self) -> int:
+        """Move every transition batch waiting for this rank into the replay buffer."""
+        added = 0
+        while True:
+            waiting = self.replay_ch.qsize(key=self.rank)
+            if not waiting:
+                return added
+            for batch in self.replay_ch.get_batch(count=waiting, key=self.rank, timeout=10.0):
+                self.replay.add_batch(batch)
+                added += len(batch["reward"])
+
+    def train(self, updates: int) -> dict:
+        """``updates`` SAC steps in lockstep with the other ranks (every rank gets the same call)."""
+        self._drain()
+        # All ranks must agree to train: one rank with an empty buffer would deadlock the all-reduce.
+        ready = torch.tensor([float(len(self.replay))])
+        if dist.is_initialized():
+            dist.all_reduce(ready, op=dist.ReduceOp.MIN)
+        if ready.item() < 1 or updates <= 0:
+            return {"updates": 0, "replay": len(self.replay)}
+        sums: dict[str, float] = {}
+        for _ in range(updates):
+            m = self.agent.update(self.replay.sample(self.cfg.sac.batch_size))
+            for k, v in m.items():
+                sums[k] = sums.get(k, 0.0) + v
+            if self.agent.updates % self.cfg.weights_every_updates == 0:
+                self.publish_weights()
+        out = {k: v / updates for k, v in sums.items()}
+        out.update({"updates": updates, "replay": len(self.replay)})
+        return out
+
+    def publish_weights(self) -> None:
+        """Rank 0 puts the policy weights on the weights channel, once per rollout worker."""
+        if self.rank != 0:
+            return
+        self.version += 1
+        state = {k: v.numpy() for k, v in self.agent.policy_state().items()}
+        for r in range(self.num_rollout):
+            self.weights_ch.put({"version": self.version, "state": state}, key=r, timeout=30)
+
+    def save_checkpoint(self, counters: dict) -> str | None:
+        if self.rank != 0:
+            return None
+        state = {"sac": self.agent.state_dict(), "layout": self.agent.layout.to_dict(), **counters,
+                 "updates": self.agent.updates}
+        return str(self.run_dir.save_checkpoint(state, int(counters.get("env_steps", 0))))
+
+    def weights_digest(self) -> float:
+        return self.agent.weights_digest()
+
+    def stats(self) -> dict:
+        return {"rank": self.rank, "replay": len(self.replay), "updates": self.agent.updates if self.agent else 0,
+                "pid": os.getpid()}

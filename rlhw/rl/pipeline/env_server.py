@@ -1,0 +1,127 @@
+"""Start `rlhw serve-env` as a child process of an env worker and wait until it serves.
+
+Why a child process: franky can block forever when the robot link dies and a driver can crash; the env
+worker (and the whole run) must survive that and be able to kill and restart the server. The child gets
+the node's interpreter (the worker's own ``sys.executable``, set by the node's env_configs) and the
+worker's environment, and dies with its parent (PR_SET_PDEATHSIG), so a killed worker never leaves a
+server holding an arm.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+from rlhw.errors import RlhwError
+
+_LISTENING = re.compile(r"listening on (\S+)")
+
+
+class EnvServerError(RlhwError):
+    """The env server child did not start, or died."""
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def config_to_yaml(config, path: Path) -> Path:
+    """The resolved config as YAML for the child (the token travels in the environment, not on disk)."""
+    data = config.model_dump(mode="json")
+    data.get("server", {}).pop("token", None)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+class EnvServerProcess:
+    """One `rlhw serve-env` child: ``start()`` returns its address; ``stop()`` is SIGTERM then SIGKILL."""
+
+    def __init__(self, config, robot_rank: int, log_path: Path | None = None, start_timeout_s: float = 90.0):
+        self.config = config
+        self.robot_rank = robot_rank
+        self.start_timeout_s = start_timeout_s
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+        self.address: str | None = None
+        self._tmp = tempfile.TemporaryDirectory(prefix="rlhw-env-")
+        self._lines: "queue.Queue[str]" = queue.Queue()
+        self._tail: list[str] = []
+
+    def start(self) -> str:
+        cfg_path = config_to_yaml(self.config, Path(self._tmp.name) / "config.yaml")
+        cmd = [sys.executable, "-m", "rlhw.cli.serve_env", str(cfg_path), "--port", "0",
+               "--robot", str(self.robot_rank), "--no-dm-env-rpc"]
+        env = dict(os.environ)
+        token = self.config.server.token
+        if token is not None:
+            env[self.config.server.token_env] = token.get_secret_value()
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                     preexec_fn=_die_with_parent, start_new_session=True)
+        threading.Thread(target=self._pump, daemon=True, name="env-server-log").start()
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.stop()
+                raise EnvServerError(f"env server for robot {self.robot_rank} did not report 'listening on' within "
+                                     f"{self.start_timeout_s:g}s (train.env_start_timeout_s); last output: "
+                                     f"{self.tail()}")
+            try:
+                line = self._lines.get(timeout=min(remaining, 0.5))
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    raise EnvServerError(f"env server for robot {self.robot_rank} exited with code "
+                                         f"{self.proc.returncode} before serving: {self.tail()}") from None
+                continue
+            m = _LISTENING.search(line)
+            if m:
+                self.address = m.group(1)
+                return self.address
+
+    def _pump(self) -> None:
+        log = open(self.log_path, "a") if self.log_path else None
+        try:
+            for line in self.proc.stdout:
+                self._tail = (self._tail + [line.rstrip()])[-20:]
+                self._lines.put(line)
+                if log:
+                    log.write(line)
+                    log.flush()
+        finally:
+            if log:
+                log.close()
+
+    def tail(self) -> str:
+        return " | ".join(self._tail[-6:]) or "(no output)"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM (the server stops the arm first), then SIGKILL if it does not exit in time."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
