@@ -13,7 +13,8 @@ runs in this process and alternates blocks of calls between the two, so machine 
 Reported per scenario (p50 / p99 microseconds, and the ratio to the matching echo):
 - unary Step vs unary echo;
 - Session stream step vs streaming echo;
-- dm_env_rpc Process-stream step (all observations requested) on the same env and port.
+- dm_env_rpc Process-stream step (all observations requested and unpacked with its tensor_utils)
+  on the same env and port.
 The goals (issue 5): Step <= 1.3x echo proprio-only, <= 1.5x with images; Session faster than dm_env_rpc.
 """
 
@@ -171,31 +172,33 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
             timed("step_unary", lambda: unary_env.step(action), block)
         unary_env.close()
 
-        session_env = RemoteEnv(addresses["env"], use_session=True, session_id="bench-session")
+        # Streams: the native Session and dm_env_rpc's Process stream share one session id, so both
+        # may control the env at once and their blocks can alternate with the echo's.
+        session_env = RemoteEnv(addresses["env"], use_session=True, session_id="bench-stream")
         session_env.reset()
-        for fn in (echo.stream_call, lambda: session_env.step(action)):
+        dm_channel = grpc.insecure_channel(addresses["env"], OPTIONS[:2])
+        conn = dm_connection.Connection(dm_channel, metadata=[("rlhw-session", "bench-stream")])
+        world = conn.send(dm.CreateWorldRequest()).world_name
+        specs = conn.send(dm.JoinWorldRequest(world_name=world)).specs
+        uids = list(specs.observations)
+        dm_action = {1: tensor_utils.pack_tensor(action)}
+
+        def dm_step():
+            # What a dm_env_rpc client does per step: send, then unpack every observation.
+            response = conn.send(dm.StepRequest(requested_observations=uids, actions=dm_action))
+            return {uid: tensor_utils.unpack_tensor(t) for uid, t in response.observations.items()}
+
+        for fn in (echo.stream_call, lambda: session_env.step(action), dm_step):
             for _ in range(min(200, steps // 5)):
                 fn()
         for _ in range(steps // block):
             timed("echo_stream", echo.stream_call, block)
             timed("step_session", lambda: session_env.step(action), block)
-        session_env.close()
-        time.sleep(0.2)  # the server releases control when the stream ends
-
-        dm_channel = grpc.insecure_channel(addresses["env"], OPTIONS[:2])
-        conn = dm_connection.Connection(dm_channel)
-        world = conn.send(dm.CreateWorldRequest()).world_name
-        specs = conn.send(dm.JoinWorldRequest(world_name=world)).specs
-        uids = list(specs.observations)
-        dm_action = {1: tensor_utils.pack_tensor(action)}
-        conn.send(dm.StepRequest(requested_observations=uids, actions=dm_action))
-        for _ in range(min(200, steps // 5)):
-            conn.send(dm.StepRequest(requested_observations=uids, actions=dm_action))
-        timed("dm_env_rpc", lambda: conn.send(dm.StepRequest(requested_observations=uids, actions=dm_action)),
-              (steps // block) * block)
+            timed("dm_env_rpc", dm_step, block)
         conn.send(dm.LeaveWorldRequest())
         conn.send(dm.DestroyWorldRequest(world_name=world))
         dm_channel.close()
+        session_env.close()
         echo.close()
     finally:
         child.stdin.close()

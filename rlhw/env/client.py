@@ -407,8 +407,8 @@ class RemoteEnv(gym.Env):
             pass
 
 
-def _stamps(stamps: dict[str, np.ndarray]) -> dict[str, Any]:
-    return {k: (float(v) if v.ndim == 0 else v) for k, v in stamps.items()}
+def _stamps(stamps: dict[str, Any]) -> dict[str, Any]:
+    return {k: (float(v) if not isinstance(v, float) and np.ndim(v) == 0 else v) for k, v in stamps.items()}
 
 
 def _flags(values, n: int):

@@ -65,15 +65,33 @@ def to_tensor(array) -> pb.Tensor:
     return pb.Tensor(dtype=dtype_code(arr.dtype), shape=arr.shape, data=arr.tobytes())
 
 
+_LAYOUTS: dict[tuple, tuple[np.dtype, int]] = {}
+
+
 def from_tensor(tensor: pb.Tensor) -> np.ndarray:
     """A read-only numpy view of the tensor's bytes (no copy). Raises ValueError on a size mismatch."""
-    dt = numpy_dtype(tensor.dtype)
     shape = tuple(tensor.shape)
+    key = (tensor.dtype, shape)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        dt = numpy_dtype(tensor.dtype)
+        layout = (dt, math.prod(shape) * dt.itemsize)
+        if len(_LAYOUTS) < 4096:
+            _LAYOUTS[key] = layout
+    dt, expected = layout
     data = tensor.data  # each access of a bytes field makes a new bytes object: read it once
-    expected = math.prod(shape) * dt.itemsize
     if len(data) != expected:
         raise ValueError(f"tensor has {len(data)} bytes but shape {list(shape)} of {dt.name} needs {expected}")
     return np.frombuffer(data, dtype=dt).reshape(shape)
+
+
+def _stamp(tensor: pb.Tensor):
+    """A capture time: a float for a scalar float64 tensor (the common case), else an array."""
+    if tensor.dtype == pb.FLOAT64 and not tensor.shape:
+        data = tensor.data
+        if len(data) == 8:
+            return _struct_d.unpack(data)[0]
+    return from_tensor(tensor)
 
 
 def _wire_array(array) -> np.ndarray:
@@ -282,7 +300,7 @@ def observation_to_message(tensors: Mapping[str, np.ndarray], capture_time: Mapp
 
 def observation_from_message(message: pb.Observation) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     tensors = {name: from_tensor(t) for name, t in message.tensors.items()}
-    stamps = {name: from_tensor(t) for name, t in message.capture_time.items()}
+    stamps = {name: _stamp(t) for name, t in message.capture_time.items()}
     return tensors, stamps
 
 
