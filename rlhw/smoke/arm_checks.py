@@ -120,7 +120,7 @@ def check_arm(run: TargetRun, arm_factory: Callable[[], Any], target: RobotTarge
     if is_franka:
         # FCI first, a bare TCP probe only to explain a failure: franky-sim takes any TCP connection
         # for its client and refuses new ones for seconds after it closes (drivers/franka/probe.py).
-        out = run.run("fci_connect", connect)
+        out = run.run("fci_connect", connect, timeout_s=timeout + 3.0)  # the driver's own bound fires first
         position = len(run.rows) - 1
         if out.status == "PASS":
             run.rows.insert(position, _row_like(run, "reachable", passed(f"TCP {FCI_PORT}", f"{entry.robot_ip}:{FCI_PORT} accepted the FCI connection")))
@@ -131,10 +131,10 @@ def check_arm(run: TargetRun, arm_factory: Callable[[], Any], target: RobotTarge
                     return failed(problem + " (robot not reachable)", "no", hint=ROBOT_UNREACHABLE)
                 return passed(f"TCP {FCI_PORT}", f"{entry.robot_ip}:{FCI_PORT} accepts TCP, so the FCI handshake itself failed")
 
-            run.run("reachable", reachable, needs_ok=False)
+            run.run("reachable", reachable, needs_ok=False, uses_driver=False)
             run.rows.insert(position, run.rows.pop())
     else:
-        run.run("connect", connect)
+        run.run("connect", connect, timeout_s=timeout + 3.0)
 
     arm = holder.get("arm")
     first: dict[str, Any] = {}

@@ -134,15 +134,18 @@ class TargetRun:
         required: bool = True,
         timeout_s: float | None = None,
         needs_ok: bool = True,
+        uses_driver: bool = True,
     ) -> Outcome:
-        if self.hung is not None or (needs_ok and self.blocked is not None):
+        """``uses_driver=False``: the check does not touch the (possibly stuck) driver, so it runs
+        even after a hang, on a fresh thread."""
+        if (self.hung is not None and uses_driver) or (needs_ok and self.blocked is not None):
             out = skipped(f"skipped: {self.hung or self.blocked}")
             self._record(check, out, required, 0.0)
             return out
         limit = self.timeout_s if timeout_s is None else timeout_s
         t0 = time.perf_counter()
         try:
-            out = self.call(fn, limit)
+            out = self.call(fn, limit) if uses_driver else call_bounded(fn, limit, check)
             if not isinstance(out, Outcome):
                 raise TypeError(f"check {check!r} returned {type(out).__name__}, not an Outcome")
         except Hung as e:

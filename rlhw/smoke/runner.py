@@ -176,7 +176,13 @@ def _node_budget(targets: Targets, options: SmokeOptions) -> float:
 
 
 def _node_job(config, node_rank: int, targets: Targets, options: SmokeOptions) -> list[dict]:
-    return [r.to_json() for r in run_node(config, node_rank, targets, options, in_worker_env=True)]
+    import ray
+
+    node_id = ray.get_runtime_context().get_node_id()
+    rows = run_node(config, node_rank, targets, options, in_worker_env=True)
+    for r in rows:
+        r.measured.setdefault("ray_node_id", node_id)
+    return [r.to_json() for r in rows]
 
 
 def _run_on_ray(config, targets: Targets, options: SmokeOptions, report: SmokeReport) -> list[CheckResult]:
