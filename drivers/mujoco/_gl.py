@@ -37,10 +37,39 @@ def choose_backend() -> str:
     return ""
 
 
+def _late_switch() -> bool:
+    """mujoco was imported first with MUJOCO_GL unset (it chose GLFW). If PyOpenGL is not loaded
+    yet, the backend can still be switched: point the bindings' GLContext at EGL or OSMesa."""
+    global CHOICE
+    if "OpenGL" in sys.modules:
+        return False  # PyOpenGL already bound to a platform; switching now would break it
+    try:
+        from mujoco.rendering.classic import gl_context
+    except ImportError:
+        return False
+    for backend, library in (("egl", "EGL"), ("osmesa", "OSMesa")):
+        if not ctypes.util.find_library(library):
+            continue
+        try:
+            os.environ["MUJOCO_GL"] = backend
+            module = __import__(f"mujoco.{backend}", fromlist=["GLContext"])
+        except Exception:  # noqa: BLE001 - try the next backend
+            os.environ.pop("MUJOCO_GL", None)
+            os.environ.pop("PYOPENGL_PLATFORM", None)
+            continue
+        gl_context.GLContext = module.GLContext
+        CHOICE = f"MUJOCO_GL={backend} (switched after mujoco was imported first: lib{library} found)"
+        return True
+    return False
+
+
 def headless_ready() -> tuple[bool, str]:
-    """Whether the imported bindings can render offscreen, and a fix when they cannot."""
+    """Whether the imported bindings can render offscreen (switching to EGL/OSMesa if mujoco was
+    imported before drivers.mujoco and picked GLFW), and a fix when they cannot."""
     backend = os.environ.get("MUJOCO_GL", "").strip().lower()
     if backend in ("egl", "osmesa"):
+        return True, CHOICE
+    if not backend and not os.environ.get("DISPLAY") and _late_switch():
         return True, CHOICE
     if backend in ("glfw", "glx") and os.environ.get("DISPLAY"):
         return True, CHOICE

@@ -145,3 +145,23 @@ def test_cameras_of_many_arms_share_one_gl_context_yet_show_their_own_arm():
         for c in cams:
             c.close()
     assert cams[0]._renderer is None
+
+
+def test_camera_renders_even_when_mujoco_was_imported_before_the_driver_chose_a_backend():
+    # A fresh interpreter: mujoco first with MUJOCO_GL unset (it picks GLFW, which needs a display).
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import mujoco\n"
+        "from drivers.mujoco import MujocoArm, MujocoCamera, _gl\n"
+        "a = MujocoArm(); a.connect(); a.advance(0.1)\n"
+        "c = MujocoCamera('front', a, width=16, height=16); c.open()\n"
+        "f = c.latest(); c.close()\n"
+        "print(f.color.shape, float(f.color.std()) > 1, _gl.CHOICE)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY")}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=150)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "(16, 16, 3) True" in out.stdout and "switched after mujoco was imported first" in out.stdout
