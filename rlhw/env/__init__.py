@@ -1,0 +1,34 @@
+"""The env service: gRPC step/reset in front of one arm, with Gymnasium and dm_env_rpc clients.
+
+- `EnvServer` (rlhw.env.server) serves a RobotEnv over rlhw.env.v1 and dm_env_rpc on one port;
+- `RemoteEnv` / `RemoteVectorEnv` (rlhw.env.client) are the Gymnasium clients;
+- the wire protocol is proto/rlhw/env/v1/env.proto (generated code in rlhw/env/v1/).
+
+Names are imported lazily so that importing rlhw.env does not load gRPC.
+"""
+
+from __future__ import annotations
+
+_LAZY = {
+    "EnvServer": "rlhw.env.server",
+    "RemoteEnv": "rlhw.env.client",
+    "RemoteVectorEnv": "rlhw.env.client",
+    "EnvServiceError": "rlhw.env.client",
+    "EnvServerUnavailable": "rlhw.env.client",
+    "EnvTimeout": "rlhw.env.client",
+    "InvalidAction": "rlhw.env.client",
+    "ControlConflictError": "rlhw.env.client",
+    "SafetyLocked": "rlhw.env.client",
+    "Unauthenticated": "rlhw.env.client",
+    "RemoteRobotFault": "rlhw.env.client",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'rlhw.env' has no attribute {name!r}")

@@ -65,6 +65,10 @@ class ControlConflictError(EnvServiceError, ControlConflict):
     """Another session controls the arm (FAILED_PRECONDITION from the server)."""
 
 
+class SafetyLocked(EnvServiceError):
+    """The env's safety layer refused (e.g. it locked itself after a fault); see the message for the fix."""
+
+
 class Unauthenticated(EnvServiceError):
     """Missing or wrong token."""
 
@@ -83,7 +87,11 @@ def _error(address: str, code: grpc.StatusCode | None, message: str, field: str 
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return InvalidAction(address, message, field or _field_of(message))
     if code == grpc.StatusCode.FAILED_PRECONDITION:
-        return ControlConflictError(address, message, name)
+        if message.startswith("arm is controlled by session"):
+            return ControlConflictError(address, message, name)
+        if message.startswith("safety:"):
+            return SafetyLocked(address, message, name)
+        return EnvServiceError(address, message, name)
     if code == grpc.StatusCode.UNAVAILABLE:
         return EnvServerUnavailable(address, message, name)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:

@@ -153,3 +153,17 @@ def test_multi_camera_640x480_frames_fit_the_message_limits(serve, clients):
     remote = clients(RemoteEnv(server.address))
     obs, _ = remote.reset()
     assert [obs[f"cam{i}"].shape for i in range(4)] == [(480, 640, 3)] * 4
+
+
+@pytest.mark.timeout(60)
+def test_a_safety_lock_in_the_env_is_reported_as_such_not_as_a_control_conflict(serve, clients):
+    from rlhw.env.client import SafetyLocked
+    from rlhw.errors import SafetyViolation
+
+    env = FakeEnv()
+    server = serve(env)
+    remote = clients(RemoteEnv(server.address))
+    remote.reset()
+    env.fail_next = SafetyViolation("env locked after 3 reflex faults; call recover()")
+    with pytest.raises(SafetyLocked, match="safety: env locked after 3 reflex faults"):
+        remote.step(GOOD)
