@@ -129,3 +129,23 @@ def test_env_with_images_returns_rendered_camera_observations_in_sim_time():
             assert info2["timestamps"][key] - info["timestamps"][key] == pytest.approx(env.period, abs=1e-6)
     finally:
         env.close()
+
+
+def test_batched_mujoco_envs_in_one_process_share_the_model_and_step_independently():
+    from rlhw.robot import make_batched_env
+
+    batch = make_batched_env(load_config(SIM, ["env.sim=mujoco", "env.num_envs=3"]))
+    try:
+        arms = [e.arm for e in batch.envs]
+        assert len({id(a.data) for a in arms}) == 3 and all(a.model is arms[0].model for a in arms)
+        obs, _ = batch.reset(seed=0)
+        assert obs["ee_position"].shape == (3, 3)
+        assert len({tuple(t) for t in obs["target_position"].round(4)}) == 3  # own seeds, own goals
+        actions = np.zeros((3, 3), np.float32)
+        actions[0] = [1.0, 0.0, 0.0]  # only env 0 moves
+        for _ in range(5):
+            obs, *_ = batch.step(actions)
+        moved = np.linalg.norm(obs["ee_position"] - obs["ee_position"][1], axis=1)
+        assert moved[0] > 0.05 and moved[2] < 1e-3
+    finally:
+        batch.close()
