@@ -24,23 +24,20 @@ def render(report: SmokeReport, console: Console | None = None) -> None:
     table.add_column("value", min_width=14)
     table.add_column("detail", ratio=1)
     last = None
-    for r in report.results:
+    for r, checks in _collapse(report.results):
         key = (r.node_rank, r.target)
         status = Text(r.status + ("" if r.required or r.status == PASS else " (optional)"), style=_STYLE[r.status])
-        table.add_row(
-            str(r.node_rank) if key != last else "", r.target if key != last else "", r.check, status, r.value, r.detail,
-            end_section=False,
-        )
+        table.add_row(str(r.node_rank) if key != last else "", r.target if key != last else "", checks, status, r.value, r.detail)
         last = key
     console.print(table)
-    hints = []
+    hints: dict[str, list[str]] = {}
     for r in report.failures():
-        if r.hint and (r.target, r.hint) not in {(t, h) for t, h, _ in hints}:
-            hints.append((r.target, r.hint, r.check))
+        if r.hint:
+            hints.setdefault(r.hint, []).append(f"{r.target} {r.check}")
     if hints:
         console.print("[bold]Hints[/bold]")
-        for target, hint, check in hints:
-            console.print(f"  - {target} {check}: {hint}")
+        for hint, where in hints.items():
+            console.print(f"  - {', '.join(where)}: {hint}")
     for note in report.notes:
         console.print(f"[dim]{note}[/dim]")
     c = report.counts()
@@ -50,3 +47,22 @@ def render(report: SmokeReport, console: Console | None = None) -> None:
         f"{verdict}: {c[PASS]} passed, {c[FAIL]} failed ({required_failed} required), {c[SKIP]} skipped "
         f"in {report.duration_s:.1f} s; exit status {report.exit_code}"
     )
+
+
+def _collapse(results):
+    """(row, check label) pairs; consecutive SKIPs of one target for the same reason become one
+    row ("open .. dropped_frames (6)"), since they all say "skipped: <the failure above>"."""
+    out = []
+    i = 0
+    while i < len(results):
+        r = results[i]
+        j = i + 1
+        if r.status == SKIP and r.detail.startswith("skipped:"):
+            while (j < len(results) and results[j].status == SKIP and results[j].target == r.target
+                   and results[j].detail == r.detail):
+                j += 1
+        n = j - i
+        label = r.check if n == 1 else f"{r.check} .. {results[j - 1].check} ({n})"
+        out.append((r, label))
+        i = j
+    return out
