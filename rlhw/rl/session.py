@@ -51,6 +51,7 @@ class TrainingSession:
         self._steps0 = self.c.env_steps
         self._last_log_t, self._last_log_steps = self._t0, self.c.env_steps
         self.stop: StopReason | None = None
+        self.status_extra: dict = {}  # more fields for run.json (e.g. the actor ranks' weight digests)
         self._bar = None
         if self.cfg.progress:
             from tqdm import tqdm
@@ -143,6 +144,6 @@ class TrainingSession:
         self.run_dir.write_status(
             stop.status, reason=stop.reason, env_steps=self.c.env_steps, updates=self.c.updates,
             episodes=self.c.episodes, best_eval_success=self.c.best_success, last_eval_success=self.c.last_success,
-            wall_s=time.time() - self._t0,
+            wall_s=time.time() - self._t0, **self.status_extra,
         )
         return stop

@@ -72,7 +72,7 @@ class Pipeline:
             self.actors = ActorWorker.create_group(config, str(run_dir.path), self.n_rollout, prefix).launch(
                 self.cluster, placement="actor", ready_timeout_s=CALL_TIMEOUT_S)
             self.groups.append(self.actors)
-            self.rollouts = RolloutWorker.create_group(config, self.n_actor, prefix).launch(
+            self.rollouts = RolloutWorker.create_group(config, self.n_actor, self.n_env, prefix).launch(
                 self.cluster, placement="rollout", ready_timeout_s=CALL_TIMEOUT_S)
             self.groups.append(self.rollouts)
             start_s = config.train.env_start_timeout_s + 30
@@ -211,6 +211,9 @@ def train_pipeline(config, run_dir: RunDir, resume: bool = False, cluster=None) 
                 checkpoint()
             session.check_budget()
         checkpoint()
+        # Data-parallel ranks must hold identical weights; run.json records the evidence.
+        session.status_extra["actor_weight_digests"] = pipe.actors.weights_digest().wait(CALL_TIMEOUT_S)
+        session.status_extra["loop_health"] = pipe.envs.loop_health().wait(CALL_TIMEOUT_S)
         return session.finish()
     except (PipelineFailure, WorkerError) as e:
         who = e.who if isinstance(e, PipelineFailure) else e.address

@@ -28,12 +28,14 @@ _REPLAY_FLUSH_N = 64
 
 
 class RolloutWorker(Worker):
-    def __init__(self, config, num_actor: int, channel_prefix: str = ""):
+    def __init__(self, config, num_actor: int, num_env: int, channel_prefix: str = ""):
         torch.set_num_threads(1)
         from rlhw.runtime.channel import Channel
 
         self.config, self.cfg = config, config.train
         self.num_actor = num_actor
+        # Env rank e is served by rollout rank e % num_rollout; batching only helps with several.
+        self.serves_several = len(range(self.rank, num_env, self.world_size)) > 1
         self.obs_ch = Channel.connect(channel_prefix + OBS_CHANNEL, timeout_s=60)
         self.act_ch = Channel.connect(channel_prefix + ACTION_CHANNEL, timeout_s=60)
         self.replay_ch = Channel.connect(channel_prefix + REPLAY_CHANNEL, timeout_s=60)
@@ -99,7 +101,7 @@ class RolloutWorker(Worker):
                     self._flush_replay(force=True)
                     continue
                 msgs = [first]
-                waiting = self.obs_ch.qsize(key=self.rank)
+                waiting = self.obs_ch.qsize(key=self.rank) if self.serves_several else 0
                 if waiting:
                     msgs += self.obs_ch.get_batch(count=waiting, key=self.rank, timeout=1.0)
                 self._serve(msgs)
