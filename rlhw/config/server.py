@@ -51,8 +51,12 @@ class ServerConfig(StrictModel):
         2.0, gt=0, le=600, description="stop the arm and release control when the controller is silent this long"
     )
     max_message_mb: int = Field(64, ge=1, le=1024, description="largest request/response in MiB (images!)")
-    step_deadline_s: float = Field(5.0, gt=0, description="client deadline for one Step")
-    reset_deadline_s: float = Field(60.0, gt=0, description="client deadline for one Reset (moves home)")
+    step_deadline_s: float = Field(
+        5.0, gt=0, le=600, description="client deadline for one Step; a Step still running after this stops the arm"
+    )
+    reset_deadline_s: float = Field(
+        60.0, gt=0, le=3600, description="client deadline for one Reset (moves home); longer stops the arm"
+    )
     max_workers: int = Field(8, ge=2, le=256, description="gRPC handler threads")
 
     @field_validator("host")

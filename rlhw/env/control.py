@@ -26,6 +26,9 @@ class ControlState:
     since: float = 0.0
     last_seen: float = 0.0
     busy: int = 0
+    busy_since: float = 0.0      # start of the oldest call in progress
+    limit_s: float | None = None  # how long that call may take before the arm is stopped
+    overrun_reported: bool = False
 
 
 def _clock_time(t: float) -> str:
@@ -35,9 +38,11 @@ def _clock_time(t: float) -> str:
 class ControlLease:
     """The single-controller rule, plus the watchdog thread that enforces ``watchdog_s``."""
 
-    def __init__(self, watchdog_s: float, on_silence: Callable[[str, float], None]):
+    def __init__(self, watchdog_s: float, on_silence: Callable[[str, float], None],
+                 on_overrun: Callable[[str, float], None] | None = None):
         self.watchdog_s = float(watchdog_s)
         self._on_silence = on_silence
+        self._on_overrun = on_overrun
         self._lock = threading.Lock()
         self._state = ControlState()
         self._closed = threading.Event()
@@ -52,11 +57,15 @@ class ControlLease:
     def snapshot(self) -> ControlState:
         with self._lock:
             s = self._state
-            return ControlState(s.session, s.since, s.last_seen, s.busy)
+            return ControlState(s.session, s.since, s.last_seen, s.busy, s.busy_since, s.limit_s, s.overrun_reported)
 
     # -- the rule -----------------------------------------------------------------------------
-    def acquire(self, session: str) -> None:
-        """Take control for ``session`` (or confirm it has it) and mark it busy until `done`."""
+    def acquire(self, session: str, limit_s: float | None = None) -> None:
+        """Take control for ``session`` (or confirm it has it) and mark it busy until `done`.
+
+        ``limit_s`` bounds the call: if it is still running after that long (a hung driver), the
+        watchdog stops the arm (control stays with the session, whose call has not returned).
+        """
         now = time.time()
         with self._lock:
             s = self._state
@@ -68,6 +77,8 @@ class ControlLease:
                 )
             if not s.session:
                 self._state = s = ControlState(session=session, since=now, last_seen=now)
+            if not s.busy:
+                s.busy_since, s.limit_s, s.overrun_reported = now, limit_s, False
             s.busy += 1
             s.last_seen = now
 
@@ -94,14 +105,20 @@ class ControlLease:
     def _watch(self) -> None:
         period = min(0.25, self.watchdog_s / 4)
         while not self._closed.wait(period):
+            callback = None
             with self._lock:
                 s = self._state
-                silent = time.time() - s.last_seen
-                if not s.session or s.busy or silent < self.watchdog_s:
-                    continue
-                session = s.session
-                self._state = ControlState()
-            try:
-                self._on_silence(session, silent)
-            except Exception:  # the watchdog must outlive a failing stop; the callback logs it
-                pass
+                now = time.time()
+                if s.session and s.busy:
+                    running = now - s.busy_since
+                    if s.limit_s is not None and running > s.limit_s and not s.overrun_reported:
+                        s.overrun_reported = True
+                        callback, args = self._on_overrun, (s.session, running)
+                elif s.session and now - s.last_seen >= self.watchdog_s:
+                    callback, args = self._on_silence, (s.session, now - s.last_seen)
+                    self._state = ControlState()
+            if callback is not None:
+                try:
+                    callback(*args)
+                except Exception:  # the watchdog must outlive a failing stop; the callback logs it
+                    pass

@@ -220,7 +220,7 @@ class _Stream:
     def reset(self, req: dm.ResetRequest) -> dm.ResetResponse:
         _no_settings(req.settings, "Reset")
         self._require_joined("Reset")
-        result = self.native._controlled(self.session, self.host.reset, None)
+        result = self.native._controlled(self.session, self.host.reset, None, limit_s=self.native.reset_limit_s)
         self.pending = result
         self.need_start = True
         return dm.ResetResponse(specs=self.svc.specs)
@@ -236,13 +236,13 @@ class _Stream:
             if uid not in requested:
                 requested.append(uid)
         if self.need_start:
-            result = self.pending or self.native._controlled(self.session, self.host.reset, None)
+            result = self.pending or self.native._controlled(self.session, self.host.reset, None, limit_s=self.native.reset_limit_s)
             self.pending = None
             self.need_start = False
             state, reward, discount = dm.EnvironmentStateType.RUNNING, 0.0, 1.0
         else:
             action = self._action(req.actions)
-            result = self.native._controlled(self.session, self.host.step, action)
+            result = self.native._controlled(self.session, self.host.step, action, limit_s=self.native.step_limit_s)
             self.last_action = action
             reward = result.reward[0]
             if result.terminated[0]:

@@ -132,7 +132,7 @@ class EnvHost:
         self.faults: deque[str] = deque(maxlen=50)
         self._timings: dict[str, deque] = {}
         self._timing_window = timing_window
-        self.control = ControlLease(watchdog_s, self._on_silence)
+        self.control = ControlLease(watchdog_s, self._on_silence, self._on_overrun)
         self._closed = False
 
     # -- control ------------------------------------------------------------------------------
@@ -140,6 +140,11 @@ class EnvHost:
         self.stop_arm(f"watchdog: controller {session} silent for {silent_s:.1f} s")
         self.faults.append(f"{time.time():.3f} watchdog: stopped the arm and released control of {session} "
                            f"after {silent_s:.1f} s without a call")
+
+    def _on_overrun(self, session: str, running_s: float) -> None:
+        self.faults.append(f"{time.time():.3f} overrun: a call by {session} has run {running_s:.1f} s, past its "
+                           f"limit; stopped the arm (is a driver hung?)")
+        self.stop_arm(f"call by {session} running for {running_s:.1f} s")
 
     def release(self, session: str, reason: str) -> bool:
         """Release control held by ``session`` and stop the arm (nobody is steering it any more)."""

@@ -52,7 +52,7 @@ class EnvServer:
         self.token = config.resolve_token()
         check_exposure(config, self.token)
         self.host = EnvHost(env, watchdog_s=config.watchdog_s)
-        self.native = EnvService(self.host, config.watchdog_s)
+        self.native = EnvService(self.host, config.watchdog_s, config.step_deadline_s, config.reset_deadline_s)
         self.close_env = close_env
         interceptors = [TokenAuthInterceptor(self.token)] if self.token else []
         max_bytes = config.max_message_bytes

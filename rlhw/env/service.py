@@ -72,17 +72,20 @@ def _encode_step(head_msg, result: StepResult, wrap_field: int | None) -> bytes:
 class EnvService:
     """Handlers of the native service, bound to one EnvHost."""
 
-    def __init__(self, host: EnvHost, watchdog_s: float):
+    def __init__(self, host: EnvHost, watchdog_s: float, step_limit_s: float | None = None,
+                 reset_limit_s: float | None = None):
         self.host = host
         self.watchdog_s = watchdog_s
+        self.step_limit_s = step_limit_s
+        self.reset_limit_s = reset_limit_s
         self.spec_message = codec.env_spec_to_message(host.spec)
         self.shutting_down = False
 
     # -- operations shared by unary calls and the Session stream ----------------------------------
-    def _controlled(self, session: str, fn, *args):
+    def _controlled(self, session: str, fn, *args, limit_s: float | None = None):
         if self.shutting_down:
             raise CallFailed(grpc.StatusCode.UNAVAILABLE, "server is shutting down; the arm is stopped")
-        run_guarded(self.host.control.acquire, session)
+        run_guarded(self.host.control.acquire, session, limit_s)
         try:
             return run_guarded(fn, *args)
         finally:
@@ -123,13 +126,13 @@ class EnvService:
 
     def Reset(self, request, context):
         try:
-            return self._controlled(session_id(context), self._reset, request, None)
+            return self._controlled(session_id(context), self._reset, request, None, limit_s=self.reset_limit_s)
         except CallFailed as e:
             context.abort(e.code, e.message)
 
     def Step(self, request, context):
         try:
-            return self._controlled(session_id(context), self._step, request, None)
+            return self._controlled(session_id(context), self._step, request, None, limit_s=self.step_limit_s)
         except CallFailed as e:
             context.abort(e.code, e.message)
 
@@ -171,9 +174,9 @@ class EnvService:
                 kind = request.WhichOneof("kind")
                 try:
                     if kind == "step":
-                        out = self._controlled(session, self._step, request.step, 2)
+                        out = self._controlled(session, self._step, request.step, 2, limit_s=self.step_limit_s)
                     elif kind == "reset":
-                        out = self._controlled(session, self._reset, request.reset, 1)
+                        out = self._controlled(session, self._reset, request.reset, 1, limit_s=self.reset_limit_s)
                     else:
                         raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, "empty SessionRequest; set reset or step",
                                          "kind")

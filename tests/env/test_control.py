@@ -113,3 +113,16 @@ def test_watchdog_does_not_fire_during_a_slow_call_by_the_controller(serve, clie
     assert env.stops == 0
     alice.step(GOOD)
     assert server.host.control.controller == "alice"
+
+
+@pytest.mark.timeout(60)
+def test_a_step_running_past_its_limit_stops_the_arm_while_control_stays(serve, clients):
+    env = FakeEnv(step_delay_s=1.0)  # a driver that hangs for a second
+    server = serve(env, step_deadline_s=0.3, watchdog_s=5.0)
+    alice = clients(RemoteEnv(server.address, session_id="alice", timeout_s=5.0))
+    alice.reset()
+    alice.step(GOOD)  # answers after 1 s; the arm was stopped at ~0.3 s, while the step still ran
+    assert env.events == ["reset", "stop"] and env.steps == 1  # silence (5 s) cannot have caused it
+    status = alice.status()
+    assert any("overrun" in f and "alice" in f for f in status.faults)
+    assert status.controller == "alice"
