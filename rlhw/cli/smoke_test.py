@@ -38,6 +38,13 @@ def _checks(text: str) -> tuple[str, ...]:
     return names
 
 
+def _playback(text: str) -> tuple[str, str]:
+    serial, sep, path = text.partition("=")
+    if not sep or not serial.strip() or not path.strip():
+        raise argparse.ArgumentTypeError(f"--camera-playback wants SERIAL=FILE, got {text!r}")
+    return serial.strip(), path.strip()
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
     parser.add_argument("--node-group", metavar="G", help="only the robots, cameras and nodes of node group G")
@@ -56,6 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-start-timeout", type=_positive("--server-start-timeout"), default=60.0, metavar="S",
                         help="bound on starting `rlhw serve-env` (default 60)")
     parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster for multi-node configs (default: auto)")
+    parser.add_argument("--camera-playback", action="append", type=_playback, default=[], metavar="SERIAL=FILE",
+                        help="check camera SERIAL's pipeline on a recording (.db3) instead of the device (repeatable)")
     parser.add_argument("--motion-cm", type=float, default=1.5, metavar="CM", help="size of the test motion, 0.2-3 cm (default 1.5)")
 
 
@@ -93,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         node_group=args.node_group, robot=args.robot, timeout_s=args.timeout, window_s=args.window,
         server_start_s=args.server_start_timeout, env_server=args.env_server, checks=tuple(args.checks),
         config_path=os.path.abspath(args.config), overrides=tuple(args.overrides or ()), motion_m=args.motion_cm / 100.0,
-        ray_address=args.ray_address,
+        ray_address=args.ray_address, camera_playback=tuple(args.camera_playback),
     )
     options = SmokeOptions(**base)
     targets = select_targets(config, options)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass
 
 from rlhw.errors import ConfigError
 
@@ -31,7 +32,8 @@ class SmokeOptions:
     overrides: tuple[str, ...] = ()
     motion_m: float = 0.015
     ray_address: str | None = None
-    extra: dict = field(default_factory=dict)
+    #: (serial, recording) pairs: check that camera's pipeline on a recording (.db3) instead of the device
+    camera_playback: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
         if not self.timeout_s > 0:
@@ -44,6 +46,9 @@ class SmokeOptions:
             raise ConfigError("--robot", f"must be >= 0 (a Franka rank within its node group), got {self.robot}")
         if not 0.002 <= self.motion_m <= 0.03:
             raise ConfigError("--motion-cm", f"the test motion must be 0.2-3 cm, got {self.motion_m * 100:g} cm")
+        for serial, path in self.camera_playback:
+            if not os.path.isfile(path):
+                raise ConfigError("--camera-playback", f"{serial}={path}: no such file (record one with pyrealsense2's recorder, .db3)")
         unknown = [c for c in self.checks if c not in CHECK_GROUPS]
         if unknown or not self.checks:
             raise ConfigError("--checks", f"unknown check group(s) {unknown}; choose from {', '.join(CHECK_GROUPS)}")

@@ -139,9 +139,11 @@ def _check_standalone_camera(config, cam, options: SmokeOptions) -> list[CheckRe
     run = TargetRun(cam.node_rank, cam.name, options.timeout_s)
 
     def factory():
-        cls = camera_class(cam.driver)
-        return cls(serial=cam.serial, timeout_s=max(1.0, config.env.driver_timeout_s), width=cam.width, height=cam.height,
-                   fps=cam.fps, depth=cam.depth)
+        from rlhw.robot.factory import _call
+
+        extra = {"playback_file": cam.playback_file} if cam.playback_file else {}
+        return _call(camera_class(cam.driver), serial=cam.serial, timeout_s=max(1.0, config.env.driver_timeout_s),
+                     width=cam.width, height=cam.height, fps=int(cam.fps), depth=cam.depth, **extra)
 
     if cam.driver in ("mujoco", "mock"):
         run.note("open", skipped("a simulated camera renders its arm; it is checked with its robot"), required=False)

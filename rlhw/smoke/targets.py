@@ -34,6 +34,7 @@ class CameraTarget:
     depth: bool = False
     robot: str | None = None  # the robot target it observes (sim cameras render that arm)
     group: str | None = None
+    playback_file: str | None = None  # check the pipeline on this recording instead of the device
 
     @property
     def name(self) -> str:
@@ -146,6 +147,7 @@ def select_targets(config, options: SmokeOptions) -> Targets:
         _real_targets(config, options, targets)
     else:
         _sim_targets(config, options, sim, targets)
+    _apply_playback(targets, options)
     if options.robot is not None and not targets.robots:
         groups = [g.label for g in _franka_groups(cluster)]
         raise ConfigError(
@@ -244,3 +246,27 @@ def _sim_targets(config, options: SmokeOptions, sim: str, targets: Targets) -> N
             for n in env_plan.camera_names
         )
         targets.robots.append(RobotTarget(name, node, rank, sim, label, entry, cams))
+
+
+def _apply_playback(targets: Targets, options: SmokeOptions) -> None:
+    import dataclasses
+    import os
+
+    wanted = dict(options.camera_playback)
+    if not wanted:
+        return
+    known = [c.serial for r in targets.robots for c in r.cameras] + [c.serial for c in targets.cameras]
+    unknown = [s for s in wanted if s not in known]
+    if unknown:
+        raise ConfigError("--camera-playback", f"camera {unknown[0]} is not among the selected cameras "
+                          f"({', '.join(known) or 'none'})")
+
+    def swap(c: CameraTarget) -> CameraTarget:
+        if c.serial not in wanted:
+            return c
+        if c.driver != "realsense":
+            raise ConfigError("--camera-playback", f"camera {c.serial} uses the {c.driver} driver; recordings are RealSense (.db3)")
+        return dataclasses.replace(c, playback_file=os.path.abspath(wanted[c.serial]))
+
+    targets.cameras = [swap(c) for c in targets.cameras]
+    targets.robots = [dataclasses.replace(r, cameras=tuple(swap(c) for c in r.cameras)) for r in targets.robots]
