@@ -183,6 +183,12 @@ class _ChannelActor:
 _RemoteChannelActor = ray.remote(num_cpus=0, max_restarts=0)(_ChannelActor)
 
 
+#: Handles of channels this process created. A named, non-detached Ray actor dies when its creator's
+#: last handle goes away; keeping one here makes a channel live as long as the process that created
+#: it (or until ``destroy()``), even when the caller drops the returned Channel object.
+_CREATED: dict[str, Any] = {}
+
+
 def _actor_name(name: str) -> str:
     return _ACTOR_PREFIX + name
 
@@ -243,6 +249,7 @@ class Channel:
             if "already" in str(e).lower():
                 raise ChannelError(f"channel {name!r} already exists; use Channel.connect({name!r})") from e
             raise
+        _CREATED[name] = actor
         return cls(name, actor, maxsize, large_payload_bytes)
 
     @classmethod
@@ -270,6 +277,7 @@ class Channel:
 
     def destroy(self) -> None:
         """Kill the channel actor; blocked callers get ChannelError."""
+        _CREATED.pop(self.name, None)
         ray.kill(self._actor, no_restart=True)
 
     # ----------------------------------------------------------------- helpers
