@@ -205,7 +205,8 @@ def check_arm(run: TargetRun, arm_factory: Callable[[], Any], target: RobotTarge
             passed(str(arm.motion_commands), "motion commands sent by the smoke test"
                    + ("" if arm.motion_commands else " (none: the arm was not moved)"), sent=dict(arm.sent)),
         )
-    if keep_open and run.hung is None and arm is not None and run.blocked is None:
+    connected = any(r.check in ("connect", "fci_connect") and r.status == "PASS" for r in run.rows)
+    if keep_open and run.hung is None and arm is not None and connected:
         return arm
     if run.hung is None:
         close_arm(arm, timeout)

@@ -95,11 +95,18 @@ def _check_robot(config, robot: RobotTarget, options: SmokeOptions) -> list[Chec
         if options.wants("robots"):
             arm = check_arm(run, arm_factory, robot, options, config.env, keep_open=bool(robot.cameras))
             rows += run.rows
-        else:
+        else:  # cameras only: the simulated arm is still needed, as the scene they render
             from rlhw.smoke.arm_checks import MotionGuard
 
-            arm = MotionGuard(arm_factory())
-            arm.connect(timeout_s=timeout)
+            def connect():
+                guard = MotionGuard(arm_factory())
+                guard.connect(timeout_s=timeout)
+                return guard
+
+            try:
+                arm = run.call(connect, timeout + 3.0)
+            except Exception as e:
+                run.blocked = f"its simulated arm did not connect: {' '.join(str(e).split())[:200]}"
         try:
             env = built.get("env")
             for cam in robot.cameras:
