@@ -346,8 +346,9 @@ def tensor_spec_from_message(message: pb.TensorSpec) -> TensorSpec:
 def env_spec_to_message(spec: EnvSpec) -> pb.EnvSpec:
     cameras = []
     for cam in spec.cameras:
-        obs = spec.observations.get(cam)
-        cameras.append(pb.CameraInfo(name=cam, shape=tuple(obs.shape) if obs is not None else ()))
+        key = next((k for k in (cam, f"image_{cam}") if k in spec.observations), "")
+        shape = tuple(spec.observations[key].shape) if key else ()
+        cameras.append(pb.CameraInfo(name=cam, shape=shape, observation=key))
     return pb.EnvSpec(
         observations=[tensor_spec_to_message(s) for s in spec.observations.values()],
         action=tensor_spec_to_message(spec.action),

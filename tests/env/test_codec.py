@@ -73,6 +73,7 @@ def test_env_spec_round_trips_with_scalar_and_array_bounds():
     )
     msg = codec.env_spec_to_message(spec)
     assert msg.cameras[0].name == "img" and list(msg.cameras[0].shape) == [4, 5, 3]
+    assert msg.cameras[0].observation == "img"
     assert msg.autoreset == "none"
     back = codec.env_spec_from_message(pb.EnvSpec.FromString(msg.SerializeToString()))
     np.testing.assert_array_equal(back.observations["q"].high, np.arange(7.0) + 1)
@@ -108,3 +109,15 @@ def test_small_responses_take_the_protobuf_parser_and_decode_the_same():
     assert kind == "step" and list(head.truncated) == [True] and head.timing["env"] == 1e-4
     np.testing.assert_array_equal(tensors["q"], q)
     assert float(stamps["q"]) == 3.0
+
+
+def test_camera_info_points_at_the_image_observation_of_each_camera():
+    spec = EnvSpec(
+        observations={"q": TensorSpec("q", "float32", (7,)), "image_wrist": TensorSpec("image_wrist", "uint8", (8, 8, 3))},
+        action=TensorSpec("action", "float32", (3,)),
+        control_hz=10.0,
+        cameras=("wrist", "front"),
+    )
+    wrist, front = codec.env_spec_to_message(spec).cameras
+    assert (wrist.name, wrist.observation, list(wrist.shape)) == ("wrist", "image_wrist", [8, 8, 3])
+    assert (front.name, front.observation, list(front.shape)) == ("front", "", [])

@@ -59,12 +59,14 @@ class TensorSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[_Union[DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., low: _Optional[_Iterable[float]] = ..., high: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class CameraInfo(_message.Message):
-    __slots__ = ("name", "shape")
+    __slots__ = ("name", "shape", "observation")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
+    OBSERVATION_FIELD_NUMBER: _ClassVar[int]
     name: str
     shape: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ...) -> None: ...
+    observation: str
+    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., observation: _Optional[str] = ...) -> None: ...
 
 class EnvSpec(_message.Message):
     __slots__ = ("observations", "action", "control_hz", "num_envs", "robot", "cameras", "description", "autoreset")
