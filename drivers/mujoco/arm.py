@@ -38,6 +38,8 @@ FR3_MAX_JOINT_VELOCITY = np.array([2.62, 2.62, 2.62, 2.62, 5.26, 4.18, 5.26])
 JOINT_TARGET_MARGIN = 0.1
 #: A joint this close (rad) to its range end raises the "joint_limit" flag.
 JOINT_LIMIT_FLAG_MARGIN = 0.005
+#: Largest joint change (rad) one IK iteration may ask for.
+MAX_IK_STEP = 0.25
 _BAD_QACC = int(mujoco.mjtWarning.mjWARN_BADQACC)
 
 
@@ -129,6 +131,8 @@ class MujocoArm(Arm):
         self._ik_x = np.zeros(6)
         self._ik_dq = np.zeros(7)
         self._ik_posture = np.zeros(7)
+        self._ik_step = np.zeros(7)
+        self._ik_q_next = np.zeros(7)
         self._arm = slice(int(self._arm_qadr[0]), int(self._arm_qadr[0]) + 7)
         if not np.array_equal(self._arm_qadr, np.arange(self._arm_qadr[0], self._arm_qadr[0] + 7)) or \
                 not np.array_equal(self._arm_dadr, self._arm_qadr) or \
@@ -284,7 +288,7 @@ class MujocoArm(Arm):
         q = np.array(q_start, dtype=float)
         jac, tcp, arm = self._ik_jac, self._tcp, self._arm
         err_pos, err_rot = self._ik_err_pos, self._ik_err_rot
-        gram, rhs, x, dq, posture = self._ik_gram, self._ik_rhs, self._ik_x, self._ik_dq, self._ik_posture
+        dq, posture, step, q_next = self._ik_dq, self._ik_posture, self._ik_step, self._ik_q_next
         quat, quat_inv, quat_err = self._quat, self._quat_inv, self._quat_err
         for _ in range(self.ik_iterations):
             k.qpos[arm] = q
@@ -305,17 +309,34 @@ class MujocoArm(Arm):
             # per-call overhead on 6x7 matrices costs more than the arithmetic.
             mujoco.mju_sub(posture, self.home_q, q)
             mujoco.mju_scl(posture, posture, 0.2)
-            mujoco.mju_mulMatMatT(gram, jac, jac)
-            mujoco.mju_addTo(self._ik_gram_flat, self._ik_damping_flat)
-            mujoco.mju_cholFactor(gram, 0.0)
-            mujoco.mju_mulMatVec(rhs, jac, posture)
-            mujoco.mju_sub(rhs, self._ik_err, rhs)
-            mujoco.mju_cholSolve(x, gram, rhs)
-            mujoco.mju_mulMatTVec(dq, jac, x)
-            mujoco.mju_addTo(q, dq)
-            mujoco.mju_addTo(q, posture)
+            self._dls_step(jac, posture, dq)
+            mujoco.mju_add(step, dq, posture)
+            mujoco.mju_add(q_next, q, step)
+            blocked = (q_next < self._ctrl_low) | (q_next > self._ctrl_high)
+            if blocked.any():
+                # Joints pushed past their range are held there: solve again without them, so the
+                # others do what they can instead of compensating for motion that never happens.
+                jac[:, blocked] = 0.0
+                posture[blocked] = 0.0
+                self._dls_step(jac, posture, dq)
+                mujoco.mju_add(step, dq, posture)
+            largest = np.abs(step).max()
+            if largest > MAX_IK_STEP:  # near singularities DLS can ask for big jumps: scale down
+                mujoco.mju_scl(step, step, MAX_IK_STEP / largest)
+            mujoco.mju_addTo(q, step)
             np.clip(q, self._ctrl_low, self._ctrl_high, out=q)
         return q
+
+    def _dls_step(self, jac: np.ndarray, posture: np.ndarray, out: np.ndarray) -> None:
+        """out = J^T (J J^T + lambda^2 I)^-1 (err - J posture): the task-space part of the IK step."""
+        gram, rhs, x = self._ik_gram, self._ik_rhs, self._ik_x
+        mujoco.mju_mulMatMatT(gram, jac, jac)
+        mujoco.mju_addTo(self._ik_gram_flat, self._ik_damping_flat)
+        mujoco.mju_cholFactor(gram, 0.0)
+        mujoco.mju_mulMatVec(rhs, jac, posture)
+        mujoco.mju_sub(rhs, self._ik_err, rhs)
+        mujoco.mju_cholSolve(x, gram, rhs)
+        mujoco.mju_mulMatTVec(out, jac, x)
 
     def command_joints(self, q: np.ndarray) -> None:
         """Servo to joint target ``q`` (non-blocking; tracked during `advance`)."""

@@ -283,3 +283,19 @@ def test_tracking_an_unreachable_corner_stops_short_of_the_joint_limits(arm):
     margin_to_limit = np.minimum(st.q - arm.joint_low, arm.joint_high - st.q)
     assert margin_to_limit.min() > 0.05  # outside the safety layer's default margin: no "limit" fault
     assert st.errors == ()
+
+
+def test_an_out_of_reach_target_is_approached_as_far_as_possible_without_diving(arm):
+    # The safety workspace's far upper corner is beyond reach with the hand pointing down: joints
+    # saturate. The arm must stop near the target, not swing the hand into the table.
+    corner = np.array([0.70, -0.30, 0.60])
+    for _ in range(60):
+        here = arm.state().ee_position
+        delta = corner - here
+        step = here + delta * min(1.0, 0.03 / max(np.linalg.norm(delta), 1e-9))  # as the safety layer bounds it
+        arm.command_pose(np.concatenate([step, DOWN]))
+        arm.advance(0.1)
+        assert arm.state().ee_position[2] > 0.3  # never heads for the table
+    st = arm.state()
+    assert st.errors == ()
+    assert np.linalg.norm(st.ee_position - corner) < 0.15
