@@ -29,6 +29,8 @@ from rlhw.robot.arm import Arm, ArmState
 from rlhw.robot.registry import register_arm
 
 ROBOT_PORT = 1337
+#: Mirrors drivers.franka.child.STOP_TIMEOUT_S (not imported: the child module is for the driver process).
+STOP_TIMEOUT_S = 2.0
 
 #: robot_ip -> the FrankaArm that owns it in this process (one controller per arm).
 _owners: "weakref.WeakValueDictionary[str, FrankaArm]" = weakref.WeakValueDictionary()
@@ -138,6 +140,8 @@ class FrankaArm(Arm):
         self._wanted = False  # connect() called and close() not: recover() may reconnect
         self.info: dict = {}
         self.last_error: str | None = None
+        self.robot_time_s: float | None = None
+        self.robot_mode: str | None = None
         self._claim()
         self._finalizer = weakref.finalize(self, _kill_proc, None)
 
@@ -262,6 +266,9 @@ class FrankaArm(Arm):
     # -- Arm interface -----------------------------------------------------------------------------
     def state(self) -> ArmState:
         d = self._call("state", self.options.timeout_s)
+        # The controller's own clock: against wall time it shows a simulator's real-time factor.
+        self.robot_time_s = d["robot_time_s"]
+        self.robot_mode = d["robot_mode"]
         return ArmState(
             timestamp=d["timestamp"], q=d["q"], dq=d["dq"], ee_pose=d["ee_pose"],
             gripper_width=d["gripper_width"], errors=tuple(d["errors"]),
@@ -290,8 +297,9 @@ class FrankaArm(Arm):
             raise ValueError(f"q must be 7 finite joint angles (rad), got {q!r}")
         if not 0 < speed_factor <= 1:
             raise ValueError(f"speed_factor must be in (0, 1], got {speed_factor}")
-        # The child stops the arm itself at timeout_s; the extra margin is for that stop.
-        self._call("move_joints", timeout_s + self.options.timeout_s, q=q, speed_factor=float(speed_factor), timeout_s=float(timeout_s))
+        # The child stops the arm itself at timeout_s (a bounded stop motion, STOP_TIMEOUT_S); the
+        # margin covers that stop plus one ordinary call.
+        self._call("move_joints", timeout_s + STOP_TIMEOUT_S + self.options.timeout_s, q=q, speed_factor=float(speed_factor), timeout_s=float(timeout_s))
 
     def stop(self) -> None:
         if not self.connected:

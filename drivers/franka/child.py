@@ -30,6 +30,8 @@ import numpy as np
 #: Closing commands at or below this width grasp (hold whatever is between the fingers) instead
 #: of moving to a width, which would fail as soon as an object blocks the fingers.
 GRASP_BELOW_M = 0.005
+#: Bound on waiting for a stop motion to bring the arm to rest (s, wall time).
+STOP_TIMEOUT_S = 2.0
 
 
 def fault_kind(exc: BaseException) -> str:
@@ -125,6 +127,7 @@ class Driver:
         self.options: dict = {}
         self.tracker = None
         self.last_target: np.ndarray | None = None
+        self.motion_kind = "cartesian"
         self.last_pose_cmd = 0.0
         self.streaming = False
         self.watchdog_stops = 0
@@ -166,6 +169,7 @@ class Driver:
             "gripper_width": width,
             "errors": tuple(errors),
             "robot_mode": mode,
+            "robot_time_s": float(s.time.to_sec()),
         }
 
     def op_command_pose(self, pose: np.ndarray) -> None:
@@ -189,6 +193,7 @@ class Driver:
                 # unchanged target would restart the trajectory and slow the arm down, so skip it.
                 motion = franky.CartesianMotion(target, franky.ReferenceType.Absolute)
                 self.robot.move(motion, asynchronous=True)
+                self.motion_kind = "cartesian"
                 self.last_target = np.array(pose, dtype=float)
         self.last_pose_cmd = time.monotonic()
         self.streaming = True
@@ -211,6 +216,7 @@ class Driver:
         self.last_target = None
         motion = franky.JointMotion(np.asarray(q, float), relative_dynamics_factor=speed_factor)
         self.robot.move(motion, asynchronous=True)
+        self.motion_kind = "joint"
         self.streaming = False
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -245,26 +251,40 @@ class Driver:
 
     # -- helpers -------------------------------------------------------------------------------
     def _stop_tracker(self) -> None:
-        if self.tracker is not None:
-            try:
-                self.tracker.stop()
-            except Exception:
-                pass
-            self.tracker = None
-
-    def _halt(self) -> None:
-        """Stop any motion; a "preempted" error from the stopped motion is the expected outcome."""
-        self.streaming = False
-        self.last_target = None
-        self._stop_tracker()
-        if self.robot is None:
+        """End impedance tracking with franky's TorqueStopMotion (damps the arm to rest), bounded."""
+        if self.tracker is None:
             return
-        self.robot.stop()
+        self.tracker = None
+        import franky
+
+        self._stop_with(franky.TorqueStopMotion())
+
+    def _stop_with(self, stop_motion) -> None:
+        if self.robot is None or not self.robot.is_in_control:
+            return
         try:
-            self.robot.join_motion(1.0)
+            self.robot.move(stop_motion, asynchronous=True)
+            if not self.robot.join_motion(STOP_TIMEOUT_S):
+                self.robot.stop()  # the stop motion itself did not finish: preempt everything
         except Exception as e:
             if fault_kind(e) == "network":
                 raise
+            if "preempted" not in str(e):
+                self.robot.stop()
+
+    def _halt(self) -> None:
+        """Bring the arm to rest: a decelerating stop motion of the running kind, not an abrupt cut."""
+        import franky
+
+        self.streaming = False
+        self.last_target = None
+        if self.tracker is not None:
+            self._stop_tracker()
+            return
+        if self.robot is None:
+            return
+        stop = franky.JointStopMotion() if self.motion_kind == "joint" else franky.CartesianStopMotion()
+        self._stop_with(stop)
 
     def watchdog(self) -> None:
         watchdog_s = self.options.get("watchdog_s")
