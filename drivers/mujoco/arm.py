@@ -2,7 +2,8 @@
 
 Control scheme (why it is cheap): a Cartesian target is turned into a joint target ONCE per
 control step by damped-least-squares inverse kinematics (jacobian from ``mj_jacSite`` on a scratch
-MjData, a few Newton iterations, null-space pull toward the home posture). The model's own joint
+MjData, one Newton iteration warm-started from the previous joint target, null-space pull toward
+the home posture, saturated joints held and re-solved around). The model's own joint
 position servos (kp 2000-4500, overdamped, ~0.1 s time constant, like a stiff impedance
 controller) then track that joint target for all physics substeps inside one ``mj_step(nstep=n)``
 call, so no Python runs per substep. The arm's links are gravity compensated, like the real
