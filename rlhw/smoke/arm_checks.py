@@ -197,6 +197,24 @@ def check_arm(run: TargetRun, arm_factory: Callable[[], Any], target: RobotTarge
 
     run.run("recovery", recovery)
 
+    if is_franka:
+        def versions():
+            info = dict(arm.robot_info())
+            if info.get("franky_version") in (None, "unknown"):
+                from importlib.metadata import PackageNotFoundError, version
+
+                try:
+                    info["franky_version"] = version("franky-control")
+                except PackageNotFoundError:
+                    pass
+            rate = info.get("control_command_success_rate")
+            return passed(f"franky {info.get('franky_version')}",
+                          f"gripper server v{info.get('gripper_server_version', '?')}"
+                          + (f"; command success rate {rate:.2f}" if isinstance(rate, (int, float)) else ""),
+                          **{k: v for k, v in info.items() if isinstance(v, (int, float, str))})
+
+        run.run("versions", versions, required=False)
+
     _motion_checks(run, arm, target, options, env_config)
 
     if arm is not None:

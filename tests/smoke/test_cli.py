@@ -86,3 +86,11 @@ def test_options_refuse_a_nonsense_value_naming_the_flag():
     with pytest.raises(ConfigError) as e:
         SmokeOptions(window_s=120)
     assert e.value.path == "--window"
+
+
+def test_the_rlhw_command_dispatches_smoke_test_and_returns_its_exit_status(capsys):
+    from rlhw.cli.main import main as rlhw_main
+
+    assert rlhw_main(["smoke-test", SIM_CONFIG, "--checks", "nodes", "--timeout", "20"]) == 0
+    assert "node 0" in capsys.readouterr().out
+    assert rlhw_main(["smoke-test", SIM_CONFIG, "--robot", "3"]) == 2
