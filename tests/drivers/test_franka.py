@@ -293,30 +293,109 @@ def test_a_hung_driver_process_is_killed_reported_as_hang_and_replaced_on_reconn
     assert arm.state().errors == ()
 
 
-# -- the link dies mid-motion ------------------------------------------------------------------------
+# -- a second simulator: impedance control, a dying controller process, a dying link ---------------------
+
+
+@pytest.fixture(scope="module")
+def sim2():
+    with FrankySim(start_timeout_s=90) as s:
+        yield s
 
 
 @pytest.mark.timeout(120)
-def test_killing_the_simulator_mid_motion_raises_a_fault_within_the_driver_timeout():
-    with FrankySim(start_timeout_s=90) as sim:
-        a = FrankaArm(sim.host, realtime="ignore", relative_dynamics_factor=0.05, timeout_s=CALL_TIMEOUT_S, gripper=False)
+def test_impedance_control_pulls_the_hand_toward_streamed_targets(sim2):
+    # Compliant by design: at the default 500 N/m franky-sim settles ~1-1.5 cm short of the target
+    # (no integral action against its friction/gravity model), so this checks the pull, not precision.
+    a = FrankaArm(sim2.host, realtime="ignore", control="impedance", gripper=False, timeout_s=CALL_TIMEOUT_S)
+    try:
+        a.connect(timeout_s=30)
+        target = a.state().ee_pose.copy()
+        target[0] += 0.03
+
+        def reached():
+            a.command_pose(target)
+            return np.linalg.norm(a.state().ee_pose[:3] - target[:3]) < 0.02
+
+        assert wait_until(reached, timeout_s=20, period_s=0.1)
+        a.stop()  # TorqueStopMotion: damped to rest
+        p = a.state().ee_pose[:3]
+        time.sleep(0.5)
+        assert np.linalg.norm(a.state().ee_pose[:3] - p) < 2e-3
+    finally:
+        a.close()
+
+
+CONTROLLER_SCRIPT = """
+import sys, time
+from drivers.franka import FrankaArm
+arm = FrankaArm(sys.argv[1], realtime="ignore", gripper=False, watchdog_s=0, relative_dynamics_factor=0.05)
+arm.connect(timeout_s=30)
+target = arm.state().ee_pose.copy()
+target[1] += 0.25
+arm.command_pose(target)
+print(arm._proc.pid, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_when_the_controlling_process_dies_its_driver_process_stops_the_arm_and_exits(sim2):
+    import subprocess
+    import sys
+
+    # watchdog_s=0 isolates the other guard: the driver process sees EOF when its parent dies.
+    proc = subprocess.Popen([sys.executable, "-c", CONTROLLER_SCRIPT, sim2.host], stdout=subprocess.PIPE, text=True)
+    try:
+        child_pid = int(proc.stdout.readline())
+        time.sleep(0.5)  # the arm is now moving toward a target 25 cm away
+        proc.kill()
+        proc.wait(timeout=10)
+
+        def gone():
+            try:
+                os.kill(child_pid, 0)
+            except ProcessLookupError:
+                return True
+            try:  # reaped by init, or a zombie whose parent is gone
+                with open(f"/proc/{child_pid}/stat") as f:
+                    return f.read().split()[2] == "Z"
+            except OSError:
+                return True
+
+        assert wait_until(gone, timeout_s=10), "driver process outlived its controller"
+        observer = FrankaArm(sim2.host, realtime="ignore", gripper=False)
         try:
-            a.connect(timeout_s=30)
-            q = a.state().q
-            q[0] += 1.0  # a long, slow move
-            threading.Timer(1.0, sim.kill).start()
-            t = time.monotonic()
-            with pytest.raises(RobotFault) as e:
-                a.move_joints(q, speed_factor=0.05, timeout_s=20)
-            elapsed = time.monotonic() - t
-            assert e.value.kind in ("network", "hang", "reflex"), e.value
-            assert elapsed < 1.0 + CALL_TIMEOUT_S + 3.0, f"fault took {elapsed:.1f}s to surface"
-            # Later calls fail fast and clearly; recovery fails (nothing to reconnect to) without hanging.
-            t = time.monotonic()
-            with pytest.raises(RobotFault):
-                a.state()
-            assert a.recover(timeout_s=5) is False
-            assert a.last_error
-            assert time.monotonic() - t < 5 + CALL_TIMEOUT_S + 2
+            observer.connect(timeout_s=30)
+            p = observer.state().ee_pose[:3]
+            time.sleep(0.5)
+            assert np.linalg.norm(observer.state().ee_pose[:3] - p) < 1e-3, "arm still moving after its controller died"
         finally:
-            a.close()
+            observer.close()
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.timeout(120)
+def test_killing_the_simulator_mid_motion_raises_a_fault_within_the_driver_timeout(sim2):
+    a = FrankaArm(sim2.host, realtime="ignore", relative_dynamics_factor=0.05, timeout_s=CALL_TIMEOUT_S, gripper=False)
+    try:
+        a.connect(timeout_s=30)
+        q = a.state().q
+        q[0] += 1.0  # a long, slow move
+        threading.Timer(1.0, sim2.kill).start()
+        t = time.monotonic()
+        with pytest.raises(RobotFault) as e:
+            a.move_joints(q, speed_factor=0.05, timeout_s=20)
+        elapsed = time.monotonic() - t
+        assert e.value.kind in ("network", "hang", "reflex"), e.value
+        assert elapsed < 1.0 + CALL_TIMEOUT_S + 3.0, f"fault took {elapsed:.1f}s to surface"
+        # Later calls fail fast and clearly; recovery fails (nothing to reconnect to) without hanging.
+        t = time.monotonic()
+        with pytest.raises(RobotFault):
+            a.state()
+        assert a.recover(timeout_s=5) is False
+        assert a.last_error
+        assert time.monotonic() - t < 5 + CALL_TIMEOUT_S + 2
+    finally:
+        a.close()
