@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import time
 
-import numpy as np
 import pytest
 
 from rlhw.cli.smoke_test import main
