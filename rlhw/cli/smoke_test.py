@@ -63,6 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-start-timeout", type=_positive("--server-start-timeout"), default=60.0, metavar="S",
                         help="bound on starting `rlhw serve-env` (default 60)")
     parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster for multi-node configs (default: auto)")
+    parser.add_argument("--local-node", type=int, metavar="N",
+                        help="run only node N's checks, here, without Ray (e.g. on the robot PC of a larger cluster)")
     parser.add_argument("--camera-playback", action="append", type=_playback, default=[], metavar="SERIAL=FILE",
                         help="check camera SERIAL's pipeline on a recording (.db3) instead of the device (repeatable)")
     parser.add_argument("--motion-cm", type=float, default=1.5, metavar="CM", help="size of the test motion, 0.2-3 cm (default 1.5)")
@@ -102,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         node_group=args.node_group, robot=args.robot, timeout_s=args.timeout, window_s=args.window,
         server_start_s=args.server_start_timeout, env_server=args.env_server, checks=tuple(args.checks),
         config_path=os.path.abspath(args.config), overrides=tuple(args.overrides or ()), motion_m=args.motion_cm / 100.0,
-        ray_address=args.ray_address, camera_playback=tuple(args.camera_playback),
+        ray_address=args.ray_address, local_node=args.local_node, camera_playback=tuple(args.camera_playback),
     )
     options = SmokeOptions(**base)
     targets = select_targets(config, options)

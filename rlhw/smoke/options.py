@@ -34,6 +34,8 @@ class SmokeOptions:
     ray_address: str | None = None
     #: (serial, recording) pairs: check that camera's pipeline on a recording (.db3) instead of the device
     camera_playback: tuple[tuple[str, str], ...] = ()
+    #: run node N's checks in this process, without Ray (an operator on the robot PC of a big cluster)
+    local_node: int | None = None
 
     def __post_init__(self):
         if not self.timeout_s > 0:
@@ -46,6 +48,8 @@ class SmokeOptions:
             raise ConfigError("--robot", f"must be >= 0 (a Franka rank within its node group), got {self.robot}")
         if not 0.002 <= self.motion_m <= 0.03:
             raise ConfigError("--motion-cm", f"the test motion must be 0.2-3 cm, got {self.motion_m * 100:g} cm")
+        if self.local_node is not None and self.local_node < 0:
+            raise ConfigError("--local-node", f"must be a node rank >= 0, got {self.local_node}")
         for serial, path in self.camera_playback:
             if not os.path.isfile(path):
                 raise ConfigError("--camera-playback", f"{serial}={path}: no such file (record one with pyrealsense2's recorder, .db3)")

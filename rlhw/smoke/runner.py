@@ -27,7 +27,21 @@ def run_smoke_test(config, options: SmokeOptions, config_name: str = "") -> Smok
     targets = select_targets(config, options)
     report = SmokeReport(config=config_name or (options.config_path or "<config>"))
     remote = config.cluster.num_nodes > 1 or options.ray_address is not None
-    if targets.empty():
+    if options.local_node is not None:
+        n = options.local_node
+        if n >= config.cluster.num_nodes:
+            from rlhw.errors import ConfigError
+
+            raise ConfigError("--local-node", f"node rank {n} is outside the cluster's 0-{config.cluster.num_nodes - 1}")
+        report.mode = f"local node {n}"
+        report.notes.append(f"--local-node {n}: only node {n}'s checks, run here without Ray")
+        targets = targets.on_node(n)
+        remote = False
+        if targets.empty():
+            report.notes.append("nothing to check on this node with these filters")
+        else:
+            report.extend(run_node(config, n, targets, options))
+    elif targets.empty():
         report.notes.append("nothing to check with these filters")
     elif not remote:
         report.mode = "local"

@@ -94,3 +94,17 @@ def test_the_rlhw_command_dispatches_smoke_test_and_returns_its_exit_status(caps
     assert rlhw_main(["smoke-test", SIM_CONFIG, "--checks", "nodes", "--timeout", "20"]) == 0
     assert "node 0" in capsys.readouterr().out
     assert rlhw_main(["smoke-test", SIM_CONFIG, "--robot", "3"]) == 2
+
+
+def test_local_node_runs_only_that_nodes_checks_here_without_ray():
+    from tests.smoke.conftest import smoke
+
+    report = smoke(HETERO, checks=("nodes",), local_node=16, timeout_s=20.0)
+    assert report.mode == "local node 16"
+    assert {r.target for r in report.results} == {"node 16"}
+    assert {r.check: r.status for r in report.results} == {"python": "PASS", "env_vars": "SKIP", "accelerators": "PASS"}
+
+
+def test_local_node_outside_the_cluster_exits_2(capsys):
+    assert main([HETERO, "--local-node", "18"]) == 2
+    assert "--local-node: node rank 18 is outside the cluster's 0-17" in capsys.readouterr().err
