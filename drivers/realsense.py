@@ -43,6 +43,11 @@ def _rs():
     return rs
 
 
+#: serials of live cameras open in this process: one pipeline per camera.
+_open_serials: set[str] = set()
+_open_lock = threading.Lock()
+
+
 def list_serials(context: Any = None) -> list[str]:
     """Serial numbers of the RealSense cameras attached to this machine (empty without one)."""
     rs = _rs()
@@ -111,6 +116,7 @@ class RealSenseCamera(Camera):
         self._profile = None
         self._intrinsics: Intrinsics | None = None
         self._last_fn: int | None = None
+        self._claimed = False
         self._arrivals: collections.deque[float] = collections.deque(maxlen=120)
         self.stats = {"frames": 0, "dropped": 0, "failed_waits": 0, "reconnects": 0, "hardware_resets": 0}
 
@@ -118,6 +124,12 @@ class RealSenseCamera(Camera):
     def open(self, timeout_s: float = 10.0) -> None:
         if self._thread is not None and self._thread.is_alive():
             return
+        if not self.playback_file:
+            with _open_lock:
+                if self.serial in _open_serials:
+                    raise ConfigError("serial", f"camera {self.serial} is already open in this process (one pipeline per camera); close the other RealSenseCamera first")
+                _open_serials.add(self.serial)
+            self._claimed = True
         self._stopping.clear()
         self._started.clear()
         self._fault = None
@@ -152,6 +164,10 @@ class RealSenseCamera(Camera):
             thread.join(timeout=self.wait_timeout_s + 1.0)  # a try_wait_for_frames() at most
         self._thread = None
         self._stop_pipeline()
+        if self._claimed:
+            with _open_lock:
+                _open_serials.discard(self.serial)
+            self._claimed = False
 
     @property
     def name(self) -> str:

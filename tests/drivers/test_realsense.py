@@ -83,6 +83,17 @@ def test_opening_an_absent_serial_raises_not_connected_and_lists_what_is_attache
 
 
 @pytest.mark.timeout(30)
+def test_a_failed_open_releases_the_serial_so_a_retry_is_not_taken_for_a_second_camera():
+    # (Refusing a second camera object while the first streams needs a live camera: not covered here.)
+    first = RealSenseCamera("999999999997", warmup_frames=1)
+    with pytest.raises(RobotFault):  # no such camera here; the serial was claimed while opening
+        first.open(timeout_s=2)
+    second = RealSenseCamera("999999999997", warmup_frames=1)
+    with pytest.raises(RobotFault, match="not_connected|attached"):
+        second.open(timeout_s=2)
+
+
+@pytest.mark.timeout(30)
 def test_playback_delivers_every_frame_in_order_with_indices_following_frame_numbers(recording):
     # real_time=False: the playback waits for the reader, so a loaded CI machine drops (almost) nothing.
     cam = RealSenseCamera(playback_file=recording, depth=False, warmup_frames=1, reconnect_after=0, real_time=False)
