@@ -61,6 +61,7 @@ class FakeEnv:
             for name, s in obs.items()
         }
         self._t = np.zeros(num_envs, dtype=np.int64)
+        self._t1 = 0
         self.events: list[str] = []
         self.stops = 0
         self.closed = False
@@ -87,6 +88,7 @@ class FakeEnv:
             time.sleep(self.reset_delay_s)
         self.resets += 1
         self._t[:] = 0
+        self._t1 = 0
         self._obs["joint_pos"][...] = 0.0
         return self._obs, self._info(t0)
 
@@ -99,6 +101,13 @@ class FakeEnv:
             time.sleep(self.step_delay_s)
         self.steps += 1
         self.last_action = action
+        if self.num_envs == 1:  # the benchmark's path: keep the env's own cost near zero
+            self._t1 += 1
+            if action.any():
+                jp = self._obs["joint_pos"]
+                jp += 0.01 * action
+                np.clip(jp, -3.0, 3.0, out=jp)
+            return self._obs, -float(np.abs(action).sum()), False, self._t1 >= self.episode_length, self._info(t0)
         self._t += 1
         # The joint position follows the action a little, so tests can see actions arrive.
         if action.any():
@@ -107,8 +116,6 @@ class FakeEnv:
             np.clip(jp, -3.0, 3.0, out=jp)
         truncated = self._t >= self.episode_length
         info = self._info(t0)
-        if self.num_envs == 1:
-            return self._obs, float(-np.abs(action).sum()), False, bool(truncated[0]), info
         reward = -np.abs(action).sum(axis=-1).astype(np.float32)
         terminated = np.zeros(self.num_envs, bool)
         if truncated.any():
