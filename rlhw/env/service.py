@@ -94,6 +94,8 @@ class EnvService:
     def _reset(self, request: pb.ResetRequest, wrap_field: int | None) -> bytes:
         t0 = time.perf_counter()
         seed = request.seed if request.HasField("seed") else None
+        if seed is not None and not 0 <= seed < 2**63:
+            raise InvalidRequest("seed", f"must be between 0 and 2**63-1, got {seed}; leave it unset for an unseeded reset")
         result = self.host.reset(seed)
         result.timing["server"] = time.perf_counter() - t0
         head = pb.ResetResponse(timing=result.timing, success=result.success)

@@ -111,3 +111,15 @@ def test_batched_actions_need_the_batch_dimension_and_errors_name_the_instance(s
         with pytest.raises(grpc.RpcError) as err:
             stub.Step(pb.StepRequest(action=codec.to_tensor(bad)), timeout=5)
         assert err.value.details().startswith("action[2, 5]:")
+
+
+@pytest.mark.timeout(60)
+def test_a_negative_reset_seed_is_rejected_naming_the_field(serve):
+    env = FakeEnv()
+    server = serve(env)
+    with grpc.insecure_channel(server.address) as channel:
+        with pytest.raises(grpc.RpcError) as err:
+            env_pb2_grpc.EnvStub(channel).Reset(pb.ResetRequest(seed=-5), timeout=5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details().startswith("seed: must be between 0 and 2**63-1, got -5")
+    assert env.resets == 0
