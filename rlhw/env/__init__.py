@@ -21,6 +21,7 @@ _LAZY = {
     "SafetyLocked": "rlhw.env.client",
     "Unauthenticated": "rlhw.env.client",
     "RemoteRobotFault": "rlhw.env.client",
+    "probe_env_server": "rlhw.env.client",
 }
 
 __all__ = list(_LAZY)

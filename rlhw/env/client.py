@@ -544,3 +544,56 @@ def _shape_sig(spec: EnvSpec):
         tuple((n, s.dtype, tuple(s.shape)) for n, s in spec.observations.items()),
         (spec.action.dtype, tuple(spec.action.shape)),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Read-only probe (for the smoke test and operators)
+
+
+def probe_env_server(
+    address: str,
+    token: str | None = None,
+    *,
+    tls_root_cert: str | Path | bytes | None = None,
+    timeout_s: float = 3.0,
+) -> dict[str, Any]:
+    """Check an env server without moving anything: health, spec and status, with round-trip times.
+
+    Returns ``{"address", "healthy", "health_status", "spec" (EnvSpec), "controller", "steps",
+    "faults", "env_status" (dict), "rtt_ms"}``; raises an `EnvServiceError` subclass when the server
+    cannot be reached or refuses (wrong token, ...). Takes no control and sends no Reset/Step.
+    """
+    import json
+
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    metadata = (bearer(token),) if token else ()
+    if tls_root_cert is not None:
+        pem = tls_root_cert if isinstance(tls_root_cert, bytes) else Path(tls_root_cert).read_bytes()
+        channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=pem))
+    else:
+        channel = grpc.insecure_channel(address)
+    try:
+        t0 = time.perf_counter()
+        health = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="rlhw.env.v1.Env"), timeout=timeout_s, metadata=metadata
+        )
+        rtt_ms = (time.perf_counter() - t0) * 1e3
+        stub = env_pb2_grpc.EnvStub(channel)
+        spec = codec.env_spec_from_message(stub.GetSpec(pb.GetSpecRequest(), timeout=timeout_s, metadata=metadata).spec)
+        status = stub.GetStatus(pb.GetStatusRequest(), timeout=timeout_s, metadata=metadata)
+    except grpc.RpcError as e:
+        raise _from_rpc_error(address, e) from None
+    finally:
+        channel.close()
+    return {
+        "address": address,
+        "healthy": health.status == health_pb2.HealthCheckResponse.SERVING,
+        "health_status": health_pb2.HealthCheckResponse.ServingStatus.Name(health.status),
+        "spec": spec,
+        "controller": status.controller,
+        "steps": status.steps,
+        "faults": list(status.faults),
+        "env_status": json.loads(status.env_status_json or "{}"),
+        "rtt_ms": rtt_ms,
+    }

@@ -167,3 +167,23 @@ def test_a_safety_lock_in_the_env_is_reported_as_such_not_as_a_control_conflict(
     env.fail_next = SafetyViolation("env locked after 3 reflex faults; call recover()")
     with pytest.raises(SafetyLocked, match="safety: env locked after 3 reflex faults"):
         remote.step(GOOD)
+
+
+@pytest.mark.timeout(60)
+def test_probe_reports_health_spec_and_status_without_taking_control(serve):
+    from rlhw.env import probe_env_server
+    from rlhw.env.client import EnvServerUnavailable, Unauthenticated
+
+    env = FakeEnv(cameras=1)
+    server = serve(env, token="tk")
+    report = probe_env_server(server.address, token="tk")
+    assert report["healthy"] and report["health_status"] == "SERVING"
+    assert report["spec"].cameras == ("cam0",) and report["controller"] == "" and report["rtt_ms"] > 0
+    assert report["env_status"]["steps"] == 0 and env.events == []  # nothing moved, nothing stopped
+    with pytest.raises(Unauthenticated):
+        probe_env_server(server.address)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    with pytest.raises(EnvServerUnavailable):
+        probe_env_server(f"127.0.0.1:{free}", timeout_s=1.0)
