@@ -1,13 +1,13 @@
 """`MujocoArm`: a simulated Franka FR3 + hand behind the `Arm` interface.
 
 Control scheme (why it is cheap): a Cartesian target is turned into a joint target ONCE per
-control step by damped-least-squares inverse kinematics (jacobian from ``mj_jacSite`` on a scratch
-MjData, one Newton iteration warm-started from the previous joint target, null-space pull toward
-the home posture, saturated joints held and re-solved around). The model's own joint
-position servos (kp 2000-4500, overdamped, ~0.1 s time constant, like a stiff impedance
-controller) then track that joint target for all physics substeps inside one ``mj_step(nstep=n)``
-call, so no Python runs per substep. The arm's links are gravity compensated, like the real
-controller does.
+control step by one damped-least-squares inverse-kinematics iteration, linearised at the measured
+state on the arm's own MjData (jacobian from ``mj_jacSite``; null-space pull toward the home
+posture; saturated joints held and the others re-solved). The model's own joint position servos
+(kp 2000-4500, overdamped, ~0.1 s time constant, like a stiff impedance controller) then track
+that joint target for all physics substeps inside one ``mj_step(nstep=n)`` call, so no Python runs
+per substep. Re-linearising every step closes the loop on the measured pose. The arm's links are
+gravity compensated, like the real controller does.
 
 Time: the simulation does not run by itself. ``realtime = False`` tells the env to call
 ``advance(dt)`` (which steps physics for ``dt`` seconds of simulated time) instead of sleeping.
@@ -70,13 +70,10 @@ class MujocoArm(Arm):
         timestep: float = 0.002,
         home_q: np.ndarray | None = None,
         collision_force_n: float = 30.0,
-        ik_iterations: int = 1,
         seed: int | None = None,
     ):
         if collision_force_n <= 0:
             raise ValueError(f"collision_force_n: must be > 0 newtons, got {collision_force_n}")
-        if ik_iterations < 1:
-            raise ValueError(f"ik_iterations: must be >= 1, got {ik_iterations}")
         self.name = name
         self.options = _scene.SceneOptions(cube=cube, timestep=timestep)
         self.model = _scene.scene_model(self.options)
@@ -84,7 +81,6 @@ class MujocoArm(Arm):
         if self.home_q.shape != (7,):
             raise ValueError(f"home_q: expected 7 joint angles, got shape {self.home_q.shape}")
         self.collision_force_n = float(collision_force_n)
-        self.ik_iterations = int(ik_iterations)
         self.rng = np.random.default_rng(seed)
 
         m = self.model
@@ -272,60 +268,73 @@ class MujocoArm(Arm):
         if mujoco.mju_normalize4(quat) < 1e-6:
             raise ValueError(f"pose: quaternion {pose[3:]} has zero norm")
         self._refuse_if_faulted()
-        # Warm start from the previous joint target: successive targets are close, so one
-        # iteration per control step refines a solution that follows the target.
-        self._q_des = self.solve_ik(pose[:3], quat, self._q_des)
+        # One IK iteration per control step, linearised at the measured state: closed loop on the
+        # measured pose, so successive steps converge while the servos move. It uses the live
+        # MjData (its kinematics brought up to date), which physics just touched: much cheaper
+        # than a scratch MjData that is cache-cold after 50 substeps.
+        self.sync()
+        mujoco.mj_comPos(self.model, d)
+        self._q_des = self._ik_iteration(d, d.qpos[self._arm].copy(), pose[:3], quat)
         d.ctrl[self._arm_ctrl] = self._q_des
 
-    def solve_ik(self, position: np.ndarray, quat_wxyz: np.ndarray, q_start: np.ndarray) -> np.ndarray:
-        """Joint angles (within the ranges, minus a margin) that put the TCP at the given pose.
-
-        Damped least squares on the 6-D pose error, from ``q_start``; a small null-space term
-        keeps the elbow near the home posture so the redundant 7th DoF does not drift.
-        """
+    def solve_ik(self, position: np.ndarray, quat_wxyz: np.ndarray, q_start: np.ndarray,
+                 iterations: int = 20) -> np.ndarray:
+        """Joint angles (within the ranges, minus a margin) that put the TCP at the pose
+        (``quat_wxyz`` is MuJoCo's w-first order), from ``q_start``, on a scratch MjData: the
+        arm's own state is untouched. For planning; `command_pose` does one iteration per step."""
         m, k = self.model, self._ik_data
         if k is None:
             raise RobotFault("not_connected", f"sim arm {self.name!r} is not connected; call connect() first")
         q = np.array(q_start, dtype=float)
-        jac, tcp, arm = self._ik_jac, self._tcp, self._arm
-        err_pos, err_rot = self._ik_err_pos, self._ik_err_rot
-        dq, posture, step, q_next = self._ik_dq, self._ik_posture, self._ik_step, self._ik_q_next
-        quat, quat_inv, quat_err = self._quat, self._quat_inv, self._quat_err
-        for _ in range(self.ik_iterations):
-            k.qpos[arm] = q
+        for _ in range(iterations):
+            k.qpos[self._arm] = q
             mujoco.mj_kinematics(m, k)
             mujoco.mj_comPos(m, k)
-            mujoco.mju_sub3(err_pos, position, k.site_xpos[tcp])
-            mujoco.mju_mat2Quat(quat, k.site_xmat[tcp])
-            mujoco.mju_negQuat(quat_inv, quat)
-            mujoco.mju_mulQuat(quat_err, quat_wxyz, quat_inv)
-            if quat_err[0] < 0:  # the short way round
-                mujoco.mju_scl(quat_err, quat_err, -1.0)
-            mujoco.mju_quat2Vel(err_rot, quat_err, 1.0)
-            mujoco.mj_jacSite(m, k, self._jacp, self._jacr, tcp)
-            jac[:3] = self._jacp[:, arm]
-            jac[3:] = self._jacr[:, arm]
-            # dq = J+ err + (I - J+ J) posture, J+ = J^T (J J^T + lambda^2 I)^-1: one 6x6 Cholesky
-            # solve. mju_* calls instead of numpy: this runs every control step, and numpy's
-            # per-call overhead on 6x7 matrices costs more than the arithmetic.
-            mujoco.mju_sub(posture, self.home_q, q)
-            mujoco.mju_scl(posture, posture, 0.2)
+            q = self._ik_iteration(k, q, position, quat_wxyz)
+        return q
+
+    def _ik_iteration(self, data: mujoco.MjData, q: np.ndarray, position: np.ndarray,
+                      quat_wxyz: np.ndarray) -> np.ndarray:
+        """One damped-least-squares step from ``q`` (``data`` holds kinematics and COM terms at
+        ``q``); returns ``q`` updated in place.
+
+        A small null-space term keeps the elbow near the home posture so the redundant 7th DoF
+        does not drift. Joints pushed past their range are held there and the others re-solved.
+        """
+        m, jac, tcp, arm = self.model, self._ik_jac, self._tcp, self._arm
+        dq, posture, step, q_next = self._ik_dq, self._ik_posture, self._ik_step, self._ik_q_next
+        quat, quat_inv, quat_err = self._quat, self._quat_inv, self._quat_err
+        mujoco.mju_sub3(self._ik_err_pos, position, data.site_xpos[tcp])
+        mujoco.mju_mat2Quat(quat, data.site_xmat[tcp])
+        mujoco.mju_negQuat(quat_inv, quat)
+        mujoco.mju_mulQuat(quat_err, quat_wxyz, quat_inv)
+        if quat_err[0] < 0:  # the short way round
+            mujoco.mju_scl(quat_err, quat_err, -1.0)
+        mujoco.mju_quat2Vel(self._ik_err_rot, quat_err, 1.0)
+        mujoco.mj_jacSite(m, data, self._jacp, self._jacr, tcp)
+        jac[:3] = self._jacp[:, arm]
+        jac[3:] = self._jacr[:, arm]
+        # dq = J+ err + (I - J+ J) posture, J+ = J^T (J J^T + lambda^2 I)^-1: one 6x6 Cholesky
+        # solve. mju_* calls instead of numpy: this runs every control step, and numpy's per-call
+        # overhead on 6x7 matrices costs more than the arithmetic.
+        mujoco.mju_sub(posture, self.home_q, q)
+        mujoco.mju_scl(posture, posture, 0.2)
+        self._dls_step(jac, posture, dq)
+        mujoco.mju_add(step, dq, posture)
+        mujoco.mju_add(q_next, q, step)
+        blocked = (q_next < self._ctrl_low) | (q_next > self._ctrl_high)
+        if blocked.any():
+            # Joints pushed past their range are held there: solve again without them, so the
+            # others do what they can instead of compensating for motion that never happens.
+            jac[:, blocked] = 0.0
+            posture[blocked] = 0.0
             self._dls_step(jac, posture, dq)
             mujoco.mju_add(step, dq, posture)
-            mujoco.mju_add(q_next, q, step)
-            blocked = (q_next < self._ctrl_low) | (q_next > self._ctrl_high)
-            if blocked.any():
-                # Joints pushed past their range are held there: solve again without them, so the
-                # others do what they can instead of compensating for motion that never happens.
-                jac[:, blocked] = 0.0
-                posture[blocked] = 0.0
-                self._dls_step(jac, posture, dq)
-                mujoco.mju_add(step, dq, posture)
-            largest = np.abs(step).max()
-            if largest > MAX_IK_STEP:  # near singularities DLS can ask for big jumps: scale down
-                mujoco.mju_scl(step, step, MAX_IK_STEP / largest)
-            mujoco.mju_addTo(q, step)
-            np.clip(q, self._ctrl_low, self._ctrl_high, out=q)
+        largest = np.abs(step).max()
+        if largest > MAX_IK_STEP:  # near singularities DLS can ask for big jumps: scale down
+            mujoco.mju_scl(step, step, MAX_IK_STEP / largest)
+        mujoco.mju_addTo(q, step)
+        np.clip(q, self._ctrl_low, self._ctrl_high, out=q)
         return q
 
     def _dls_step(self, jac: np.ndarray, posture: np.ndarray, out: np.ndarray) -> None:

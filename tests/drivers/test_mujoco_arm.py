@@ -299,3 +299,13 @@ def test_an_out_of_reach_target_is_approached_as_far_as_possible_without_diving(
     st = arm.state()
     assert st.errors == ()
     assert np.linalg.norm(st.ee_position - corner) < 0.15
+
+
+def test_solve_ik_plans_a_posture_without_moving_the_arm(arm):
+    goal = np.array([0.5, 0.1, 0.25])
+    q = arm.solve_ik(goal, np.array([0.0, 1.0, 0.0, 0.0]), arm.state().q)  # w-first: pointing down
+    np.testing.assert_allclose(arm.state().q, HOME_Q, atol=1e-9)  # planning left the arm alone
+    arm.move_joints(q, speed_factor=0.5)
+    st = arm.state()
+    assert np.linalg.norm(st.ee_position - goal) < 0.003
+    assert quat_angle(st.ee_pose[3:], DOWN) < 0.01
