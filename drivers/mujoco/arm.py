@@ -153,7 +153,6 @@ class MujocoArm(Arm):
             return
         m = self.model
         self.data = mujoco.MjData(m)
-        self._ik_data = mujoco.MjData(m)
         d = self.data
         d.qpos[self._arm] = self.home_q
         d.qpos[self._finger_qadr] = self.max_gripper_width / 2
@@ -282,9 +281,10 @@ class MujocoArm(Arm):
         """Joint angles (within the ranges, minus a margin) that put the TCP at the pose
         (``quat_wxyz`` is MuJoCo's w-first order), from ``q_start``, on a scratch MjData: the
         arm's own state is untouched. For planning; `command_pose` does one iteration per step."""
+        self._live()
         m, k = self.model, self._ik_data
-        if k is None:
-            raise RobotFault("not_connected", f"sim arm {self.name!r} is not connected; call connect() first")
+        if k is None:  # made on first use: most arms never plan, and each MjData costs memory
+            k = self._ik_data = mujoco.MjData(m)
         q = np.array(q_start, dtype=float)
         for _ in range(iterations):
             k.qpos[self._arm] = q
