@@ -249,7 +249,7 @@ class RobotEnv:
         a = np.asarray(action, dtype=np.float32)
         if a.shape != spec.shape:
             raise ValueError(f"action has shape {a.shape}, expected {spec.shape} (float32 in [-1, 1])")
-        if not np.all(np.isfinite(a)):
+        if not np.isfinite(a).all():
             raise SafetyViolation(f"action contains NaN or inf ({a.tolist()}); nothing was sent to the arm")
         return np.clip(a, -1.0, 1.0)
 

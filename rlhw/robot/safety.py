@@ -70,7 +70,7 @@ class SafetyStatus:
 
 def _require_finite(values, what: str) -> np.ndarray:
     arr = np.asarray(values, dtype=float)
-    if not np.all(np.isfinite(arr)):
+    if not np.isfinite(arr).all():
         raise SafetyViolation(f"{what} contains NaN or inf ({arr.tolist()}); nothing was sent to the arm")
     return arr
 
@@ -106,13 +106,14 @@ class SafetyLayer:
         target = _require_finite(target_xyz, "end-effector target")[:3]
         current = np.asarray(current_xyz, dtype=float)[:3]
         delta = target - current
-        dist = float(np.linalg.norm(delta))
+        dist = math.sqrt(float(delta @ delta))
         report = CommandReport(target=target)
         if dist > self.max_step:
             delta *= self.max_step / dist
             report.step_clipped = True
-        clipped = np.clip(current + delta, self.low, self.high)
-        report.workspace_clipped = bool(np.any(clipped != current + delta))
+        wanted = current + delta
+        clipped = np.minimum(np.maximum(wanted, self.low), self.high)
+        report.workspace_clipped = bool((clipped != wanted).any())
         report.target = clipped
         return report
 
@@ -151,26 +152,30 @@ class SafetyLayer:
 
     # -- state checks -------------------------------------------------------------------------
     def check_state(self, state: ArmState) -> None:
-        """Rule 5. On a violation the arm is stopped first, then RobotFault is raised."""
-        problem: tuple[str, str] | None = None
-        if not (np.all(np.isfinite(state.q)) and np.all(np.isfinite(state.ee_pose)) and np.all(np.isfinite(state.dq))):
-            problem = ("limit", "the arm reported non-finite joint or pose values")
-        elif state.errors:
+        """Rule 5. On a violation the arm is stopped first, then RobotFault is raised.
+
+        Written for the hot path (once per step): one vectorised test, details only on failure."""
+        q, dq = np.asarray(state.q), np.asarray(state.dq)
+        if state.errors:
             problem = ("reflex", f"the arm reports errors {list(state.errors)}")
+        elif not (np.isfinite(q).all() and np.isfinite(dq).all() and np.isfinite(state.ee_pose).all()):
+            problem = ("limit", "the arm reported non-finite joint or pose values")
+        elif ((q < self.q_min) | (q > self.q_max) | (np.abs(dq) > self.dq_max)).any():
+            problem = self._describe_limit(q, dq)
         else:
-            low = np.flatnonzero(state.q < self.q_min)
-            high = np.flatnonzero(state.q > self.q_max)
-            fast = np.flatnonzero(np.abs(state.dq) > self.dq_max)
-            if low.size or high.size:
-                j = int((low if low.size else high)[0])
-                side, lim = ("lower", self.q_min[j]) if low.size else ("upper", self.q_max[j])
-                problem = ("limit", f"joint {j + 1} at {state.q[j]:.3f} rad is past its {side} limit {lim:.3f} rad (margin included)")
-            elif fast.size:
-                j = int(fast[0])
-                problem = ("limit", f"joint {j + 1} moves at {state.dq[j]:.2f} rad/s, over its limit {self.dq_max[j]:.2f} rad/s")
-        if problem is not None:
-            self.safe_stop()
-            raise RobotFault(*problem)
+            return
+        self.safe_stop()
+        raise RobotFault(*problem)
+
+    def _describe_limit(self, q: np.ndarray, dq: np.ndarray) -> tuple[str, str]:
+        low = np.flatnonzero(q < self.q_min)
+        high = np.flatnonzero(q > self.q_max)
+        if low.size or high.size:
+            j = int((low if low.size else high)[0])
+            side, lim = ("lower", self.q_min[j]) if low.size else ("upper", self.q_max[j])
+            return ("limit", f"joint {j + 1} at {q[j]:.3f} rad is past its {side} limit {lim:.3f} rad (margin included)")
+        j = int(np.flatnonzero(np.abs(dq) > self.dq_max)[0])
+        return ("limit", f"joint {j + 1} moves at {dq[j]:.2f} rad/s, over its limit {self.dq_max[j]:.2f} rad/s")
 
     # -- faults -------------------------------------------------------------------------------
     def safe_stop(self) -> str | None:
