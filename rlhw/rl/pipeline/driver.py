@@ -210,6 +210,9 @@ def train_pipeline(config, run_dir: RunDir, resume: bool = False, cluster=None) 
             if session.checkpoint_due() or session.stop is not None:
                 checkpoint()
             session.check_budget()
+        # Stop the robots first (async mode keeps them stepping), count their last steps, then save.
+        pipe.envs.stop_loop().wait(CALL_TIMEOUT_S)
+        absorb(pipe.poll_envs())
         checkpoint()
         # Data-parallel ranks must hold identical weights; run.json records the evidence.
         session.status_extra["actor_weight_digests"] = pipe.actors.weights_digest().wait(CALL_TIMEOUT_S)
