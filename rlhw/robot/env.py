@@ -135,6 +135,11 @@ class RobotEnv:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _abort(self, why: str) -> None:
+        self.safety.safe_stop()
+        self.episode_active = False
+        self._ended_because = why
+
     def stop(self) -> None:
         """Halt the arm now (hold pose) and end the episode; the next call must be ``reset``."""
         self.safety.safe_stop()
@@ -166,6 +171,9 @@ class RobotEnv:
                 faults.append(str(fault))
                 self._handle(fault)
                 self._raise_if_locked()
+            except BaseException:
+                self._abort("reset failed with an unexpected error (see the exception); call reset()")
+                raise
         self.episode_active = True
         self.episode_step = 0
         self.episodes += 1
@@ -229,6 +237,10 @@ class RobotEnv:
             timing["observe"] = time.perf_counter() - t2
         except RobotFault as fault:
             return self._fault_step(fault, t0, timing)
+        except BaseException:
+            # A bug or an unexpected driver error: never leave the arm tracking a target nobody owns.
+            self._abort("an unexpected error ended the episode (see the exception); call reset()")
+            raise
         self.safety.note_clean_step()
         self.episode_step += 1
         reward = float(self.task.reward(state))

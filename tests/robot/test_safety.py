@@ -294,3 +294,19 @@ def test_a_joint_parked_at_its_limit_does_not_block_the_reset_home(mock_env):
     obs, info = env.reset()
     assert info["fault"] is None and env.arm.motions[-1][0] == "move_joints"
     assert np.allclose(env.arm.q, env.config.reset.home_q)
+
+
+def test_an_unexpected_driver_error_stops_the_arm_and_ends_the_episode(mock_env):
+    env = mock_env()
+    env.reset()
+
+    def broken(pose):
+        raise ZeroDivisionError("driver bug")
+
+    env.arm.command_pose = broken
+    stops = env.arm.calls.get("stop", 0)
+    with pytest.raises(ZeroDivisionError):
+        env.step(np.zeros(3, np.float32))
+    assert env.arm.calls["stop"] == stops + 1 and not env.episode_active
+    with pytest.raises(SafetyViolation, match="unexpected error"):
+        env.step(np.zeros(3, np.float32))
