@@ -3,10 +3,11 @@
 Rules (limits from ``env.safety``, see rlhw/config/env.py):
 
 1. Non-finite numbers (NaN, inf) in a command raise `SafetyViolation`; nothing is sent.
-2. A Cartesian target moves at most ``min(max_step_m, max_velocity_mps * control_period)`` away from
-   the measured hand position (the displacement is scaled down along its direction, so the arm
-   still goes where the policy pointed, only slower).
-3. The target is then clipped into the workspace box. Orientation is the caller's (tasks hold it fixed).
+2. A Cartesian target is clipped into the workspace box. Orientation is the caller's (tasks hold it fixed).
+3. The commanded target is then at most ``min(max_step_m, max_velocity_mps * control_period)`` away
+   from the measured hand position (the displacement is scaled down along its direction, so the arm
+   still goes where the policy pointed, only slower). A hand outside the box is thus brought back
+   at that speed rather than jumping to the box.
 4. The gripper width is clipped to [0, max width] and changes by at most
    ``gripper_max_speed_mps * control_period`` per step.
 5. Every measured state is checked: a joint within ``joint_limit_margin_rad`` of its limit, a joint
@@ -102,19 +103,21 @@ class SafetyLayer:
             raise SafetyViolation(f"arm {self.arm.name!r} is locked and will not move: {self.lock_reason}")
 
     def clip_target(self, target_xyz: np.ndarray, current_xyz: np.ndarray) -> CommandReport:
-        """Rules 2 and 3 without sending anything."""
+        """Rules 2 and 3 without sending anything.
+
+        The target is clipped into the box first, then the step toward it is capped. With the hand
+        inside the box the result is inside the box (both ends of the step are); with the hand
+        outside (pushed out, or a box changed between runs) it heads back in at the capped speed
+        instead of jumping to the box's surface."""
         target = _require_finite(target_xyz, "end-effector target")[:3]
         current = np.asarray(current_xyz, dtype=float)[:3]
-        delta = target - current
+        boxed = np.minimum(np.maximum(target, self.low), self.high)
+        report = CommandReport(target=boxed, workspace_clipped=bool((boxed != target).any()))
+        delta = boxed - current
         dist = math.sqrt(float(delta @ delta))
-        report = CommandReport(target=target)
         if dist > self.max_step:
-            delta *= self.max_step / dist
+            report.target = current + delta * (self.max_step / dist)
             report.step_clipped = True
-        wanted = current + delta
-        clipped = np.minimum(np.maximum(wanted, self.low), self.high)
-        report.workspace_clipped = bool((clipped != wanted).any())
-        report.target = clipped
         return report
 
     def move_to(self, target_xyz: np.ndarray, state: ArmState, orientation: np.ndarray | None = None) -> CommandReport:
