@@ -136,6 +136,7 @@ class FrankaArm(Arm):
         self.robot_ip = robot_ip.strip()
         self._proc: subprocess.Popen | None = None
         self._conn: Connection | None = None
+        self._stop_line: socket.socket | None = None
         self._lock = threading.RLock()
         self._wanted = False  # connect() called and close() not: recover() may reconnect
         self.info: dict = {}
@@ -173,15 +174,18 @@ class FrankaArm(Arm):
             if self.connected:
                 return
             parent, child = socket.socketpair()
+            stop_parent, stop_child = socket.socketpair()
             try:
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-m", "drivers.franka.child", str(child.fileno())],
-                    pass_fds=(child.fileno(),),
+                    [sys.executable, "-m", "drivers.franka.child", str(child.fileno()), str(stop_child.fileno())],
+                    pass_fds=(child.fileno(), stop_child.fileno()),
                     stdin=subprocess.DEVNULL,
                 )
             finally:
                 child.close()
+                stop_child.close()
             self._conn = Connection(parent.detach())
+            self._stop_line = stop_parent
             self._finalizer.detach()
             self._finalizer = weakref.finalize(self, _kill_proc, self._proc)
             self._wanted = True
@@ -236,8 +240,13 @@ class FrankaArm(Arm):
 
     def _drop(self) -> None:
         """Kill the driver process now (no goodbye: it may be stuck in C++)."""
-        proc, conn = self._proc, self._conn
-        self._proc = self._conn = None
+        proc, conn, line = self._proc, self._conn, self._stop_line
+        self._proc = self._conn = self._stop_line = None
+        if line is not None:
+            try:
+                line.close()
+            except OSError:
+                pass
         if conn is not None:
             try:
                 conn.close()
@@ -302,9 +311,35 @@ class FrankaArm(Arm):
         self._call("move_joints", timeout_s + STOP_TIMEOUT_S + self.options.timeout_s, q=q, speed_factor=float(speed_factor), timeout_s=float(timeout_s))
 
     def stop(self) -> None:
+        """Bring the arm to rest. Safe from any thread: when another thread is inside a call
+        (e.g. a blocking move_joints), the stop goes over a separate line and preempts it."""
         if not self.connected:
             return  # a dropped link already stopped the arm (libfranka halts without commands)
-        self._call("stop", self.options.timeout_s)
+        if self._lock.acquire(blocking=False):
+            try:
+                self._call("stop", self.options.timeout_s)
+            finally:
+                self._lock.release()
+            return
+        self._urgent_stop()
+
+    def _urgent_stop(self) -> None:
+        line = self._stop_line
+        try:
+            if line is None:
+                raise OSError("no stop line")
+            line.settimeout(self.options.timeout_s)
+            line.sendall(b"s")
+            if line.recv(1) == b"k":
+                return
+        except OSError:
+            pass
+        # No acknowledgement: the driver process is stuck. Killing it drops the link, which stops
+        # the arm; the call in the other thread then fails with a network fault.
+        proc = self._proc
+        if proc is not None:
+            _kill_proc(proc)
+        raise RobotFault("hang", f"driver process for {self.robot_ip} did not acknowledge stop(); killed it to drop the link")
 
     def recover(self, timeout_s: float = 5.0) -> bool:
         """Automatic error recovery; restarts the driver process first when a fault killed it.

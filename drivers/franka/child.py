@@ -19,6 +19,7 @@ command is issued while one is running, and an RL loop sends the same target at 
 from __future__ import annotations
 
 import signal
+import socket
 import sys
 import threading
 import time
@@ -30,6 +31,8 @@ import numpy as np
 #: Closing commands at or below this width grasp (hold whatever is between the fingers) instead
 #: of moving to a width, which would fail as soon as an object blocks the fingers.
 GRASP_BELOW_M = 0.005
+#: Width changes smaller than this are not sent: a policy's gripper output jitters every step.
+GRIPPER_DEADBAND_M = 0.001
 #: Bound on waiting for a stop motion to bring the arm to rest (s, wall time).
 STOP_TIMEOUT_S = 2.0
 
@@ -95,7 +98,9 @@ class GripperWorker:
     def _run(self) -> None:
         while True:
             with self._cv:
-                while not self._closed and (self._target is None or self._target == self._issued):
+                while not self._closed and (
+                    self._target is None or (self._issued is not None and abs(self._target - self._issued) < GRIPPER_DEADBAND_M)
+                ):
                     self._cv.wait(0.5)
                 if self._closed:
                     return
@@ -131,6 +136,31 @@ class Driver:
         self.last_pose_cmd = 0.0
         self.streaming = False
         self.watchdog_stops = 0
+        self.urgent_stop = threading.Event()
+
+    def listen_for_urgent_stops(self, sock: socket.socket) -> None:
+        """Thread: a byte on the stop line preempts whatever motion runs, even while the main
+        thread is busy in a blocking op (move_joints). franky's Robot.stop() is meant for exactly
+        this: it preempts a motion running in another thread."""
+        while True:
+            try:
+                data = sock.recv(1)
+            except OSError:
+                return
+            if not data:
+                return
+            self.urgent_stop.set()
+            self.streaming = False
+            try:
+                if self.robot is not None:
+                    self.robot.stop()
+                reply = b"k"
+            except Exception:
+                reply = b"e"
+            try:
+                sock.sendall(reply)
+            except OSError:
+                return
 
     # -- ops ---------------------------------------------------------------------------------
     def op_connect(self, robot_ip: str, options: dict) -> dict:
@@ -180,6 +210,9 @@ class Driver:
             if self.tracker is None or not self.tracker.is_running:
                 from franky.tracker import CartesianImpedanceTracker
 
+                self.tracker = None
+                self._ensure_idle()
+
                 self.tracker = CartesianImpedanceTracker(
                     self.robot,
                     translational_stiffness=self.options["translational_stiffness"],
@@ -187,6 +220,8 @@ class Driver:
                 )
             self.tracker.set_target(target)
         else:
+            if self.motion_kind != "cartesian":
+                self._ensure_idle()  # e.g. a joint move that timed out and is still decelerating
             same = self.last_target is not None and np.allclose(pose, self.last_target, atol=1e-4)
             if not (same and self.robot.is_in_control):
                 # A new target preempts the running motion (velocity-continuous). Re-sending an
@@ -212,16 +247,22 @@ class Driver:
     def op_move_joints(self, q: np.ndarray, speed_factor: float, timeout_s: float) -> None:
         import franky
 
-        self._stop_tracker()
+        self._ensure_idle()
         self.last_target = None
         motion = franky.JointMotion(np.asarray(q, float), relative_dynamics_factor=speed_factor)
         self.robot.move(motion, asynchronous=True)
         self.motion_kind = "joint"
         self.streaming = False
         deadline = time.monotonic() + timeout_s
+        self.urgent_stop.clear()
         while time.monotonic() < deadline:
-            if self.robot.join_motion(min(0.1, max(0.0, deadline - time.monotonic()))):
-                return None
+            try:
+                if self.robot.join_motion(min(0.1, max(0.0, deadline - time.monotonic()))):
+                    return None
+            except Exception:
+                if self.urgent_stop.is_set():
+                    raise _Fault("stopped", "joint move interrupted by stop() from another thread; the arm was stopped") from None
+                raise
         self._halt()
         raise _Fault("timeout", f"joint move did not finish within {timeout_s}s; the arm was stopped")
 
@@ -264,13 +305,36 @@ class Driver:
             return
         try:
             self.robot.move(stop_motion, asynchronous=True)
-            if not self.robot.join_motion(STOP_TIMEOUT_S):
-                self.robot.stop()  # the stop motion itself did not finish: preempt everything
+            if self.robot.join_motion(STOP_TIMEOUT_S):
+                return
         except Exception as e:
             if fault_kind(e) == "network":
                 raise
-            if "preempted" not in str(e):
-                self.robot.stop()
+            if "preempted" in str(e):
+                return
+        # The stop motion did not finish in time (or could not start): preempt everything.
+        self.robot.stop()
+        try:
+            self.robot.join_motion(1.0)
+        except Exception as e:
+            if fault_kind(e) == "network":
+                raise
+
+    def _ensure_idle(self) -> None:
+        """franky refuses a motion of another type while one runs (InvalidMotionTypeException):
+        bring any running motion to rest first, bounded."""
+        if self.robot is None or not self.robot.is_in_control:
+            return
+        self._halt()
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while self.robot.is_in_control and time.monotonic() < deadline:
+            try:
+                self.robot.join_motion(0.1)
+            except Exception as e:
+                if fault_kind(e) == "network":
+                    raise
+        if self.robot.is_in_control:
+            raise _Fault("timeout", f"the previous motion did not come to rest within {STOP_TIMEOUT_S}s")
 
     def _halt(self) -> None:
         """Bring the arm to rest: a decelerating stop motion of the running kind, not an abrupt cut."""
@@ -327,8 +391,10 @@ def _error_names(errors) -> list[str]:
     return names
 
 
-def serve(conn: Connection) -> None:
+def serve(conn: Connection, stop_line: socket.socket | None = None) -> None:
     driver = Driver()
+    if stop_line is not None:
+        threading.Thread(target=driver.listen_for_urgent_stops, args=(stop_line,), name="stop-line", daemon=True).start()
     while True:
         try:
             ready = conn.poll(0.02)
@@ -370,8 +436,9 @@ def main(argv: list[str]) -> int:
     # Parent death is seen as EOF on the socket (the kernel closes the parent's end), which
     # works whatever thread started us; PR_SET_PDEATHSIG would fire when that *thread* exits.
     conn = Connection(int(argv[0]))
+    stop_line = socket.socket(fileno=int(argv[1])) if len(argv) > 1 else None
     signal.signal(signal.SIGTERM, lambda *_: conn.close())
-    serve(conn)
+    serve(conn, stop_line)
     return 0
 
 

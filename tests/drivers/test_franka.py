@@ -34,7 +34,9 @@ def sim():
 
 @pytest.fixture(scope="module")
 def arm(sim):
-    a = FrankaArm(sim.host, realtime="ignore", relative_dynamics_factor=0.2, timeout_s=CALL_TIMEOUT_S)
+    # gripper_timeout_s: franky-sim's hand runs at the sim's real-time factor, which drops well
+    # below 1 when tests share the machine; 5 s (the default) is for real hardware.
+    a = FrankaArm(sim.host, realtime="ignore", relative_dynamics_factor=0.2, timeout_s=CALL_TIMEOUT_S, gripper_timeout_s=30)
     a.connect(timeout_s=30)
     yield a
     a.close()
@@ -227,6 +229,37 @@ def test_move_joints_that_cannot_finish_in_time_stops_and_raises_timeout(arm):
     # others get a looser bound
     assert abs(b[0] - a[0]) < 2e-3, "arm kept moving toward the target after the timeout"
     assert np.abs(b - a).max() < 5e-3
+    arm.move_joints(q0, speed_factor=0.3, timeout_s=30)
+
+
+@pytest.mark.timeout(120)
+def test_stop_from_another_thread_preempts_a_blocking_joint_move(arm):
+    q0 = arm.state().q
+    target = q0.copy()
+    target[0] += 1.0  # takes many seconds at this speed
+    outcome = {}
+
+    def mover():
+        try:
+            arm.move_joints(target, speed_factor=0.05, timeout_s=30)
+            outcome["result"] = "finished"
+        except RobotFault as e:
+            outcome["result"] = e
+
+    t = threading.Thread(target=mover)
+    t.start()
+    time.sleep(1.0)
+    started = time.monotonic()
+    arm.stop()  # the mover holds the command line; this goes over the stop line
+    t.join(timeout=CALL_TIMEOUT_S + 3)
+    assert not t.is_alive(), "move_joints was not preempted by stop()"
+    assert time.monotonic() - started < CALL_TIMEOUT_S + 3
+    assert isinstance(outcome["result"], RobotFault) and outcome["result"].kind == "stopped", outcome
+    time.sleep(0.3)
+    a = arm.state().q
+    time.sleep(0.5)
+    assert abs(arm.state().q[0] - a[0]) < 2e-3
+    assert arm.recover(timeout_s=10)
     arm.move_joints(q0, speed_factor=0.3, timeout_s=30)
 
 
