@@ -62,8 +62,20 @@ class EnvServerProcess:
         self._lines: "queue.Queue[str]" = queue.Queue()
         self._tail: list[str] = []
 
+    def simulated(self) -> bool:
+        from rlhw.robot.factory import plan_env
+
+        return plan_env(self.config, self.robot_rank).arm_driver in ("mujoco", "mock")
+
     def start(self) -> str:
-        cfg_path = config_to_yaml(self.config, Path(self._tmp.name) / "config.yaml")
+        config = self.config
+        if self.simulated():
+            # A simulated arm does not move between steps (its time only advances when stepped), so a
+            # stall of the training processes is harmless there: relax the server's silence watchdog to
+            # the step timeout. A real arm keeps server.watchdog_s.
+            watchdog = max(config.server.watchdog_s, config.train.step_timeout_s)
+            config = config.model_copy(update={"server": config.server.model_copy(update={"watchdog_s": watchdog})})
+        cfg_path = config_to_yaml(config, Path(self._tmp.name) / "config.yaml")
         cmd = [sys.executable, "-m", "rlhw.cli.serve_env", str(cfg_path), "--port", "0",
                "--robot", str(self.robot_rank), "--no-dm-env-rpc"]
         env = dict(os.environ)
