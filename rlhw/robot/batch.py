@@ -27,7 +27,7 @@ import numpy as np
 from rlhw.robot.env import RobotEnv
 from rlhw.robot.spec import EnvSpec
 
-_PER_ENV = ("timestamps", "timing", "fault", "fault_message", "episode_step", "clipped")
+_PER_ENV = ("timestamps", "timing", "fault", "fault_message", "episode_step", "clipped", "frame_index")
 
 
 class BatchedEnv:

@@ -91,6 +91,7 @@ class RobotEnv:
         self._stamps: dict[str, float] = {}
         self._deadline = 0.0
         self.last_fault: dict[str, Any] | None = None
+        self._frame_index: dict[str, int] = {}
         obs_specs = dict(task.observation_specs())
         if config.images:
             h, w = config.image_size
@@ -274,7 +275,11 @@ class RobotEnv:
         if not self.config.images:
             return {}
         max_age = self.config.safety.camera_max_age_s
-        return {name: cam.latest(max_age_s=max_age) for name, cam in self.cameras.items()}
+        frames = {name: cam.latest(max_age_s=max_age) for name, cam in self.cameras.items()}
+        # Index gaps between observations are normal (a 30 fps camera under a 10 Hz policy); the
+        # driver, which sees every frame, is the one that can count real drops.
+        self._frame_index = {name: frame.index for name, frame in frames.items()}
+        return frames
 
     def _observe(self, state: ArmState, frames: Mapping[str, Frame]) -> None:
         obs = self.task.observe(state, frames)
@@ -353,6 +358,7 @@ class RobotEnv:
             "fault": fault,
             "fault_message": message,
             "episode_step": self.episode_step,
+            "frame_index": dict(self._frame_index),
         }
 
     def _raise_if_locked(self) -> None:

@@ -38,6 +38,7 @@ def test_reset_and_step_return_what_the_spec_promises(mock_env):
     assert isinstance(reward, float) and isinstance(terminated, bool) and isinstance(truncated, bool)
     assert INFO_KEYS <= set(info)
     assert set(info["timestamps"]) == set(obs)
+    assert set(info["frame_index"]) == {"front", "wrist"}  # which camera frame each image is
     assert {"command", "wait", "observe", "total"} <= set(info["timing"])
     assert all(abs(t - time.time()) < 5 for t in info["timestamps"].values())  # wall clock
 
