@@ -295,11 +295,11 @@ def _motion_checks(run: TargetRun, arm, target: RobotTarget, options: SmokeOptio
             t_out, _ = wait_pose(goal, options.timeout_s)
             moved = float(np.linalg.norm(np.asarray(arm.state().ee_pose[:3]) - p))
             t_back, err = wait_pose(start, options.timeout_s)
+        except BaseException:
+            arm.stop()  # a motion that did not arrive must not keep going (arrived ones end by themselves)
+            raise
         finally:
-            try:
-                arm.stop()
-            finally:
-                arm.allow = False
+            arm.allow = False
         return passed(
             f"{d * 100:.1f} cm {'up' if up else 'down'} and back",
             ("" if arm.realtime else "simulated time: ") + f"out in {t_out:.2f} s (moved {moved * 100:.2f} cm), back in {t_back:.2f} s, return error {err * 1e3:.1f} mm",

@@ -142,8 +142,10 @@ def _check_robot(config, robot: RobotTarget, options: SmokeOptions) -> list[Chec
 
         def arm_factory():
             cls = arm_class(robot.driver)
-            return cls(robot_ip=entry.robot_ip, gripper=entry.gripper, controller=entry.controller,
-                       timeout_s=max(1.5, config.env.driver_timeout_s))
+            # each driver call is bounded by the env's driver timeout, stretched towards --timeout so
+            # that a slow (loaded) host is not mistaken for a dead arm; the check's own bound stays --timeout
+            call_s = max(1.5, config.env.driver_timeout_s, min(options.timeout_s / 2, 5.0))
+            return cls(robot_ip=entry.robot_ip, gripper=entry.gripper, controller=entry.controller, timeout_s=call_s)
 
         check_arm(run, arm_factory, robot, options, config.env)
         run.close()
