@@ -25,15 +25,17 @@ import numpy as np
 
 from drivers.franka import FrankaArm
 from drivers.franky_sim import FrankySim
+from rlhw.errors import RobotFault
 
 AMPLITUDE_M = 0.03
 SINE_HZ = 0.25
 
 
-def run_loop(rate_hz: float, seconds: float, step=None) -> dict:
+def run_loop(rate_hz: float, seconds: float, step=None, on_fault=None) -> dict:
     period = 1.0 / rate_hz
     n = int(seconds * rate_hz)
     starts, latencies, errors = [], [], []
+    faults: list[str] = []
     t0 = time.perf_counter() + 0.05
     for k in range(n):
         deadline = t0 + k * period
@@ -43,7 +45,13 @@ def run_loop(rate_hz: float, seconds: float, step=None) -> dict:
         t = time.perf_counter()
         starts.append(t)
         if step is not None:
-            err = step(t - t0)
+            try:
+                err = step(t - t0)
+            except RobotFault as e:  # counted, recovered, and the loop goes on: a fault is a result too
+                faults.append(f"{e.kind}: {str(e).splitlines()[0][:120]}")
+                if on_fault is not None:
+                    on_fault()
+                continue
             latencies.append(time.perf_counter() - t)
             if err is not None:
                 errors.append(err)
@@ -56,6 +64,7 @@ def run_loop(rate_hz: float, seconds: float, step=None) -> dict:
         "period_err_p99_ms": float(np.percentile(jitter, 99)),
         "period_err_max_ms": float(jitter.max()),
     }
+    out["faults"] = faults
     if latencies:
         lat = np.array(latencies) * 1e3
         out["call_p50_ms"] = float(np.percentile(lat, 50))
@@ -99,10 +108,16 @@ def main() -> int:
                     baseline = run_loop(rate, args.seconds)
                     arm.state()
                     wall0, sim0 = time.perf_counter(), arm.robot_time_s
-                    driver = run_loop(rate, args.seconds, step)
-                    arm.state()
-                    driver["sim_realtime_factor"] = (arm.robot_time_s - sim0) / (time.perf_counter() - wall0)
-                    arm.stop()
+                    driver = run_loop(rate, args.seconds, step, on_fault=lambda: arm.recover(timeout_s=30))
+                    try:
+                        arm.state()
+                        driver["sim_realtime_factor"] = (arm.robot_time_s - sim0) / (time.perf_counter() - wall0)
+                    except RobotFault:
+                        driver["sim_realtime_factor"] = float("nan")
+                    try:
+                        arm.stop()
+                    except RobotFault:
+                        pass
                     results.append({"mode": mode, "rate_hz": rate, "baseline": baseline, "driver": driver})
                     print(f"# {mode} @ {rate:g} Hz done: {driver['achieved_hz']:.2f} Hz", flush=True)
             finally:
@@ -114,16 +129,19 @@ def main() -> int:
         return 0
     print(f"franky-sim on {sim.host}; {args.seconds:.0f} s per loop; sine target {AMPLITUDE_M * 100:.0f} cm @ {SINE_HZ} Hz")
     print(f"{'mode':10} {'rate':>5} | {'achieved':>8} {'ratio':>6} | {'p50 err':>8} {'p99 err':>8} {'max err':>8} | "
-          f"{'base p99':>8} | {'call p50':>8} {'call p99':>8} | {'track rms':>9} | {'sim RTF':>7}")
+          f"{'base p99':>8} | {'call p50':>8} {'call p99':>8} | {'track rms':>9} | {'sim RTF':>7} | faults")
     for r in results:
         d, b = r["driver"], r["baseline"]
         print(f"{r['mode']:10} {r['rate_hz']:5.0f} | {d['achieved_hz']:8.2f} {d['achieved_hz'] / r['rate_hz']:6.3f} | "
               f"{d['period_err_p50_ms']:7.2f}m {d['period_err_p99_ms']:7.2f}m {d['period_err_max_ms']:7.2f}m | "
               f"{b['period_err_p99_ms']:7.2f}m | {d['call_p50_ms']:7.2f}m {d['call_p99_ms']:7.2f}m | "
-              f"{d.get('tracking_rms_mm', float('nan')):7.1f}mm | {d['sim_realtime_factor']:7.2f}")
+              f"{d.get('tracking_rms_mm', float('nan')):7.1f}mm | {d['sim_realtime_factor']:7.2f} | {len(d['faults'])}")
     print("(m = milliseconds; err = |step period - 1/rate|; base = idle loop sleeping to the same deadlines;")
     print(" track rms = hand vs the target one step earlier, the sine itself has 21 mm RMS; sim RTF = franky-sim")
     print(" controller time / wall time during the loop: below 1 the simulated arm moves in slow motion)")
+    for r in results:
+        for f in r["driver"]["faults"]:
+            print(f"fault in {r['mode']} @ {r['rate_hz']:g} Hz: {f}")
     return 0
 
 

@@ -235,7 +235,8 @@ class FrankaArm(Arm):
             raise WorkerError(f"franka-driver[{self.robot_ip}]", f"'{op}' failed", message)
         if kind == "network":
             # libfranka drops the connection on a network error; a fresh process is needed anyway.
-            self._drop()
+            with self._lock:
+                self._drop()
         raise RobotFault(kind, f"{self.robot_ip}: {message}")
 
     def _drop(self) -> None:
