@@ -10,7 +10,8 @@ return a preallocated payload of exactly the size of the real Step response for 
 size of the real Step request (raw bytes in and out: no protobuf, no validation, no env). The client
 runs in this process and alternates blocks of calls between the two, so machine load hits both.
 
-Reported per scenario (p50 / p99 microseconds, and the ratio to the matching echo):
+Reported per scenario (p50 / p99 microseconds, the ratio to the matching echo, and CPU time per
+call of the client and of the server process, which machine load does not inflate as much):
 - unary Step vs unary echo;
 - Session stream step vs streaming echo;
 - dm_env_rpc Process-stream step (all observations requested and unpacked with its tensor_utils)
@@ -96,6 +97,13 @@ def serve(cameras: int, h: int, w: int) -> None:
 # parent: clients
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads), from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _pct(samples: list[float]) -> tuple[float, float]:
     a = np.asarray(samples) * 1e6
     return float(np.percentile(a, 50)), float(np.percentile(a, 99))
@@ -154,14 +162,21 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
         echo = EchoClient(addresses["echo"], request_size, response_size)
         unary_env = RemoteEnv(addresses["env"], use_session=False, session_id="bench-unary")
         unary_env.reset()
-        results: dict[str, list[float]] = {k: [] for k in ("echo_unary", "step_unary", "echo_stream", "step_session", "dm_env_rpc")}
+        keys = ("echo_unary", "step_unary", "echo_stream", "step_session", "dm_env_rpc")
+        results: dict[str, list[float]] = {k: [] for k in keys}
+        cpu: dict[str, list[float]] = {k: [0.0, 0.0, 0] for k in keys}  # client s, server s, calls
 
         def timed(key, fn, n):
             out = results[key]
+            c0, s0 = time.process_time(), _cpu_seconds(child.pid)
             for _ in range(n):
                 t0 = time.perf_counter()
                 fn()
                 out.append(time.perf_counter() - t0)
+            acc = cpu[key]
+            acc[0] += time.process_time() - c0
+            acc[1] += _cpu_seconds(child.pid) - s0
+            acc[2] += n
 
         # Warm-up, then alternate blocks so that load changes hit both sides alike.
         for fn in (echo.call, lambda: unary_env.step(action)):
@@ -205,7 +220,9 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
         child.wait(timeout=30)
 
     stats = {k: _pct(v) for k, v in results.items()}
-    return {"scenario": name, "request_bytes": request_size, "response_bytes": response_size, "n": steps, **stats}
+    cpu_us = {k: (1e6 * c / n, 1e6 * sv / n) for k, (c, sv, n) in cpu.items() if n}
+    return {"scenario": name, "request_bytes": request_size, "response_bytes": response_size, "n": steps,
+            "cpu_us": cpu_us, **stats}
 
 
 def main(argv=None) -> int:
@@ -225,20 +242,25 @@ def main(argv=None) -> int:
         steps = sc["steps"] // 5 if args.quick else sc["steps"]
         rows.append(run_scenario(name, sc["cameras"], sc["h"], sc["w"], steps))
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
-    header = f"{'payload':<13}{'resp bytes':>11}  {'path':<15}{'p50 us':>9}{'p99 us':>9}{'p50 x':>8}{'p99 x':>8}"
+    header = (f"{'payload':<13}{'resp bytes':>11}  {'path':<15}{'p50 us':>9}{'p99 us':>9}{'p50 x':>8}{'p99 x':>8}"
+              f"{'cpu cli':>9}{'cpu srv':>9}")
     print(header)
     print("-" * len(header))
     for r in rows:
         lines = [
-            ("echo unary", r["echo_unary"], r["echo_unary"]),
-            ("Step unary", r["step_unary"], r["echo_unary"]),
-            ("echo stream", r["echo_stream"], r["echo_stream"]),
-            ("Session step", r["step_session"], r["echo_stream"]),
-            ("dm_env_rpc step", r["dm_env_rpc"], r["echo_stream"]),
+            ("echo unary", "echo_unary", "echo_unary"),
+            ("Step unary", "step_unary", "echo_unary"),
+            ("echo stream", "echo_stream", "echo_stream"),
+            ("Session step", "step_session", "echo_stream"),
+            ("dm_env_rpc step", "dm_env_rpc", "echo_stream"),
         ]
-        for i, (label, (p50, p99), (b50, b99)) in enumerate(lines):
+        for i, (label, key, base) in enumerate(lines):
+            (p50, p99), (b50, b99) = r[key], r[base]
+            cli, srv = r["cpu_us"][key]
             first = f"{r['scenario']:<13}{r['response_bytes']:>11}" if i == 0 else " " * 24
-            print(f"{first}  {label:<15}{p50:>9.0f}{p99:>9.0f}{p50 / b50:>8.2f}{p99 / b99:>8.2f}")
+            print(f"{first}  {label:<15}{p50:>9.0f}{p99:>9.0f}{p50 / b50:>8.2f}{p99 / b99:>8.2f}{cli:>9.0f}{srv:>9.0f}")
+    print("p50/p99: round trip in microseconds; x: ratio to the echo on the same kind of call;")
+    print("cpu cli/srv: CPU microseconds per call in the client and the server process (all threads).")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0
