@@ -108,3 +108,11 @@ def test_a_killed_env_worker_stops_the_run_cleanly_with_checkpoint_and_data(ray_
     assert all(len(load_episode(p)["action"]) > 0 for p in files if p.suffix == ".npz")
     recorded = sum(len(load_episode(p).get("action", [])) for p in files)
     assert recorded >= status["env_steps"] - 1  # at most the step in flight is missing from disk
+    # ... and the run resumes from that checkpoint and those episodes.
+    more = load_config_dict(two_node_config(max_env_steps=recorded + 50, eval_every_steps=100_000))
+    stop2 = train_pipeline(more, rd, resume=True, cluster=Cluster(more, address=ray_nodes.address,
+                                                                 probe_hardware=False))
+    status2 = json.loads(rd.status_path.read_text())
+    assert stop2.status == "stopped", stop2.reason
+    assert status2["env_steps"] >= recorded + 50
+    assert status2["updates"] >= status["updates"]
