@@ -1,0 +1,31 @@
+"""RL pipeline: SAC, replay, episodes on disk, the run directory, and the env/rollout/actor pipeline.
+
+    from rlhw.rl import train          # train(config, RunDir(path), resume=False) -> StopReason
+
+Names are imported lazily so that importing rlhw.rl does not pull in torch or Ray.
+"""
+
+from __future__ import annotations
+
+_LAZY = {
+    "train": "rlhw.rl.train",
+    "SAC": "rlhw.rl.sac",
+    "ObsLayout": "rlhw.rl.sac",
+    "ReplayBuffer": "rlhw.rl.replay",
+    "EpisodeRecorder": "rlhw.rl.episodes",
+    "load_episode": "rlhw.rl.episodes",
+    "RunDir": "rlhw.rl.rundir",
+    "train_local": "rlhw.rl.local",
+    "train_pipeline": "rlhw.rl.pipeline.driver",
+    "Pipeline": "rlhw.rl.pipeline.driver",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'rlhw.rl' has no attribute {name!r}")
