@@ -59,7 +59,7 @@ def _default_config_path(path: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from rlhw.rl.rundir import RunDir, default_run_dir
-    from rlhw.rl.train import train
+    from rlhw.rl.trainer import train
 
     config = resolve_config(args)
     run_dir = RunDir(args.run_dir or default_run_dir(args.config))

@@ -8,7 +8,7 @@ Names are imported lazily so that importing rlhw.rl does not pull in torch or Ra
 from __future__ import annotations
 
 _LAZY = {
-    "train": "rlhw.rl.train",
+    "train": "rlhw.rl.trainer",
     "SAC": "rlhw.rl.sac",
     "ObsLayout": "rlhw.rl.sac",
     "ReplayBuffer": "rlhw.rl.replay",
