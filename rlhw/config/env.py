@@ -170,6 +170,7 @@ class EnvConfig(StrictModel):
         ("front",), description="camera names in sim when the hardware lists no camera serials"
     )
     seed: int = Field(0, ge=0, description="base seed; env instance i of robot r uses seed + 1000*r + i")
+    connect_timeout_s: float = Field(15.0, allow_inf_nan=False, gt=0, le=300, description="bound on opening the arm link and starting each camera (driver process start and warm-up included)")
     driver_timeout_s: float = Field(2.0, allow_inf_nan=False, gt=0, le=60, description="bound on every non-motion driver call (state, command, stop)")
     safety: SafetyConfig = Field(default_factory=SafetyConfig)
     reset: ResetConfig = Field(default_factory=ResetConfig)

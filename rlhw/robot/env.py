@@ -112,9 +112,9 @@ class RobotEnv:
         """Open the arm link and the cameras. Sends no motion."""
         if self.connected:
             return
-        self.arm.connect(timeout_s=max(self.config.driver_timeout_s, 5.0))
+        self.arm.connect(timeout_s=self.config.connect_timeout_s)
         for cam in self.cameras.values():
-            cam.open(timeout_s=max(self.config.driver_timeout_s, 5.0))
+            cam.open(timeout_s=self.config.connect_timeout_s)
         self.connected = True
 
     def close(self) -> None:
@@ -321,7 +321,7 @@ class RobotEnv:
         def reopen() -> bool:
             for cam in self.cameras.values():
                 cam.close()
-                cam.open(timeout_s=max(self.config.driver_timeout_s, 5.0))
+                cam.open(timeout_s=self.config.connect_timeout_s)
             return True
 
         return reopen
