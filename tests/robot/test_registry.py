@@ -77,3 +77,17 @@ def test_unknown_task_option_is_named():
     with pytest.raises(ConfigError) as err:
         make_task("reach", EnvConfig(), {"speed": 2})
     assert err.value.path == "env.task_options.speed"
+
+
+def test_task_options_are_type_checked_with_the_option_named():
+    from rlhw.robot.tasks.reach import Reach
+
+    task = Reach(EnvConfig())
+    task.options = {"flag": "false", "size": "big"}
+    with pytest.raises(ConfigError) as err:
+        task.option("flag", True, bool)
+    assert err.value.path == "env.task_options.flag"
+    with pytest.raises(ConfigError) as err:
+        task.option("size", 1.0)
+    assert err.value.path == "env.task_options.size" and "expected float" in str(err.value)
+    assert task.option("missing", 0.5) == 0.5

@@ -73,6 +73,10 @@ class Task(abc.ABC):
     def option(self, key: str, default: Any, kind: type = float) -> Any:
         """Read ``env.task_options.<key>`` with a type check and a clear error."""
         value = self.options.get(key, default)
+        if kind is bool:  # bool("false") is True: accept only real booleans
+            if isinstance(value, bool):
+                return value
+            raise ConfigError(f"env.task_options.{key}", f"expected true or false, got {value!r}")
         try:
             return kind(value)
         except (TypeError, ValueError):
