@@ -176,7 +176,14 @@ class Driver:
             self.robot.set_cartesian_impedance(list(options["cartesian_impedance"]))
         info = {"robot_mode": str(self.robot.state.robot_mode).split(".")[-1]}
         if options["gripper"]:
-            g = franky.Gripper(robot_ip)
+            try:
+                g = franky.Gripper(robot_ip)
+            except Exception as e:
+                raise _Fault(
+                    "not_connected",
+                    f"the gripper at {robot_ip}:1338 did not answer ({type(e).__name__}: {e}); "
+                    "set gripper: false if this arm has no Franka Hand",
+                ) from None
             self.gripper = GripperWorker(g, options["gripper_speed"], options["gripper_force"])
             info["gripper_max_width"] = self.gripper.max_width
             info["gripper_server_version"] = int(g.server_version)
