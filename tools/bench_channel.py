@@ -39,6 +39,9 @@ class Echo:
 class Consumer:
     """Waits in get(); each item is the producer's time.monotonic() at put (system-wide clock)."""
 
+    def ready(self, src) -> bool:
+        return src.qsize() >= 0  # started, and has talked to the channel once
+
     def hops(self, src, n: int):
         out = []
         for _ in range(n):
@@ -95,6 +98,7 @@ def bench_hop(n: int, kind: str) -> float:
     """One-way latency producer put -> consumer get returns, with the consumer already waiting."""
     src = Channel.create(f"hop-{time.time_ns()}") if kind == "channel" else Queue()
     consumer = Consumer.remote()
+    ray.get(consumer.ready.remote(src))  # the actor process is up before the clock starts
     warm = 20
     done = consumer.hops.remote(src, n + warm)
     for _ in range(n + warm):

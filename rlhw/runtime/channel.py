@@ -348,6 +348,24 @@ class Channel:
             raise ChannelTimeout(f"channel {self.name!r}: {what} found too little data within {timeout:g}s")
         return values
 
+    def _lost(self, e: Exception) -> ChannelError:
+        return ChannelError(
+            f"channel {self.name!r}: a large item's data is gone from the object store ({type(e).__name__}); "
+            "its producer owns it and probably died before it was consumed"
+        )
+
+    def _unwrap(self, values: list) -> list:
+        try:
+            return payload.unwrap_many(values)
+        except (ray.exceptions.ObjectLostError, ray.exceptions.OwnerDiedError) as e:
+            raise self._lost(e) from None
+
+    async def _unwrap_async(self, values: list) -> list:
+        try:
+            return await payload.unwrap_many_async(values)
+        except (ray.exceptions.ObjectLostError, ray.exceptions.OwnerDiedError) as e:
+            raise self._lost(e) from None
+
     # ----------------------------------------------------------------- sync API
     def put(self, item: Any, key: Any = None, weight: float = 1.0, timeout: float | None = None) -> None:
         """Append ``item`` (to ``key``'s FIFO); waits while full. Large payloads go by reference."""
@@ -365,14 +383,14 @@ class Channel:
     def get(self, key: Any = None, timeout: float | None = None) -> Any:
         """Remove and return the oldest item (of ``key``'s FIFO); waits while empty."""
         reply = self._result(self._actor.get.remote(1, None, key, timeout), timeout, "get")
-        return payload.unwrap_many(self._get_outcome(reply, timeout, "get"))[0]
+        return self._unwrap(self._get_outcome(reply, timeout, "get"))[0]
 
     def get_batch(self, count: int | None = None, *, weight: float | None = None, key: Any = None,
                   timeout: float | None = None) -> list:
         """``count`` items, or items up to a cumulative ``weight`` budget, oldest first, in one call."""
         count, weight = self._check_get(count, weight)
         reply = self._result(self._actor.get.remote(count, weight, key, timeout), timeout, "get_batch")
-        return payload.unwrap_many(self._get_outcome(reply, timeout, "get_batch"))
+        return self._unwrap(self._get_outcome(reply, timeout, "get_batch"))
 
     def qsize(self, key: Any = None) -> int:
         return self._result(self._actor.qsize.remote(key), 0.0, "qsize")
@@ -398,13 +416,13 @@ class Channel:
 
     async def get_async(self, key: Any = None, timeout: float | None = None) -> Any:
         reply = await self._result_async(self._actor.get.remote(1, None, key, timeout), timeout, "get")
-        return (await payload.unwrap_many_async(self._get_outcome(reply, timeout, "get")))[0]
+        return (await self._unwrap_async(self._get_outcome(reply, timeout, "get")))[0]
 
     async def get_batch_async(self, count: int | None = None, *, weight: float | None = None, key: Any = None,
                               timeout: float | None = None) -> list:
         count, weight = self._check_get(count, weight)
         reply = await self._result_async(self._actor.get.remote(count, weight, key, timeout), timeout, "get_batch")
-        return await payload.unwrap_many_async(self._get_outcome(reply, timeout, "get_batch"))
+        return await self._unwrap_async(self._get_outcome(reply, timeout, "get_batch"))
 
     async def qsize_async(self, key: Any = None) -> int:
         return await self._result_async(self._actor.qsize.remote(key), 0.0, "qsize")

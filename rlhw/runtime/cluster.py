@@ -63,6 +63,24 @@ def _node_facts(cluster_config: Any, label_rank: int | None, probe: bool, timeou
 
 
 @ray.remote(num_cpus=0, max_retries=0)
+def _interpreter_problem(path: str, timeout_s: float) -> str | None:
+    """Runs on the node: None when ``path`` can start and import ray and rlhw, else what is wrong."""
+    import os
+    import subprocess
+
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        return f"{path} does not exist or is not executable"
+    try:
+        r = subprocess.run([path, "-c", "import ray, rlhw"], capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return f"{path} -c 'import ray, rlhw' took more than {timeout_s:g}s"
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["exit status %d" % r.returncode])[-1]
+        return f"{path} cannot import ray and rlhw ({last}); install them into that environment"
+    return None
+
+
+@ray.remote(num_cpus=0, max_retries=0)
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("", 0))
@@ -91,6 +109,7 @@ class Cluster:
         self.config = config
         self._started_ray = False
         self._plan: "PlacementPlan | None" = None
+        self._good_interpreters: set[tuple[int, str]] = set()
         self._attach(address, ray_init or {})
         self.nodes: dict[int, RayNode] = {}
         self.inventories: dict[int, Any] = {}
@@ -208,6 +227,23 @@ class Cluster:
             scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id(node_rank), soft=False)
         ).remote()
         return ray.get(ref, timeout=timeout_s)
+
+    def check_interpreter(self, node_rank: int, path: str, timeout_s: float = 60.0) -> None:
+        """Raise ConfigError unless ``path`` on that node runs and imports ray and rlhw. Ray itself
+        would keep retrying a worker whose interpreter cannot start, so this is checked up front."""
+        key = (node_rank, path)
+        if key in self._good_interpreters:
+            return
+        ref = _interpreter_problem.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id(node_rank), soft=False)
+        ).remote(path, timeout_s)
+        problem = ray.get(ref, timeout=timeout_s + 30)
+        if problem:
+            raise ConfigError(
+                "cluster.node_groups[].env_configs[].python_interpreter_path",
+                f"on node {node_rank} ({self.node_ip(node_rank)}): {problem}",
+            )
+        self._good_interpreters.add(key)
 
     # ------------------------------------------------------------------ lifecycle
     def shutdown(self) -> None:

@@ -155,6 +155,10 @@ class WorkerGroup:
         remote_cls = ray.remote(concurrency_groups=CONCURRENCY_GROUPS, max_restarts=0)(self.worker_cls)
         gpu_share = _gpu_shares(records)
         for rec in records:
+            python = cluster.cluster_config.node_env(rec.node_rank).python_interpreter_path
+            if python:
+                cluster.check_interpreter(rec.node_rank, python)
+        for rec in records:
             address = str(WorkerAddress(self.name, (rec.rank,)))
             env = self._env_for(cluster, rec, address, master_addr, master_port)
             runtime_env: dict = {"env_vars": env}

@@ -234,7 +234,13 @@ class Worker:
             out = torch.empty(message.shape, dtype=message.dtype)
             dist.recv(out, src=src_rank)
             return out
-        return payload.unwrap_many([message], timeout=timeout_s)[0]
+        try:
+            return payload.unwrap_many([message], timeout=timeout_s)[0]
+        except (ray.exceptions.ObjectLostError, ray.exceptions.OwnerDiedError) as e:
+            raise WorkerError(src, f"its message to {self.address} was lost ({type(e).__name__}); the sender "
+                                   "owns large payloads and probably died before they were received") from None
+        except ray.exceptions.GetTimeoutError:
+            raise WorkerError(src, f"its message's payload could not be fetched within {timeout_s:g}s") from None
 
     def _peer(self, dst: str, timeout_s: float):
         peer = self._rlhw.peers.get(dst)

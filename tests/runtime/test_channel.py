@@ -36,10 +36,20 @@ def local_ray():
     cluster.shutdown()
 
 
+@pytest.fixture(scope="module")
+def producer():
+    """One producer actor shared by the tests (actor start-up is the slow part on a busy machine)."""
+    p = Producer.remote()
+    ray.get(p.ready.remote(), timeout=180)
+    return p
+
+
 def plasma_objects() -> int:
     from ray._private.internal_api import memory_summary
 
-    m = re.search(r"Plasma memory usage \d+ MiB, (\d+) objects", memory_summary(stats_only=True))
+    # Name our GCS explicitly: other Ray instances on the machine would make auto-detection fail.
+    text = memory_summary(address=ray.get_runtime_context().gcs_address, stats_only=True)
+    m = re.search(r"Plasma memory usage \d+ MiB, (\d+) objects", text)
     return int(m.group(1))
 
 
@@ -54,6 +64,9 @@ def wait_plasma_objects(target: int, timeout: float = 15.0) -> int:
 
 @ray.remote(num_cpus=0)
 class Producer:
+    def ready(self) -> bool:
+        return True
+
     def put_many(self, name: str, items: list, key=None) -> int:
         ch = Channel.connect(name, timeout_s=10)
         for x in items:
@@ -76,9 +89,8 @@ def test_items_come_out_in_put_order_and_sizes_are_reported():
     assert ch.empty()
 
 
-def test_full_channel_makes_put_wait_and_never_drops():
+def test_full_channel_makes_put_wait_and_never_drops(producer):
     ch = fresh(maxsize=2)
-    producer = Producer.remote()
     done = producer.put_many.remote(ch.name, list(range(40)))
     seen, max_qsize = [], 0
     while len(seen) < 40:
@@ -190,11 +202,11 @@ def test_async_forms():
     assert batch == [1, 2] and empty and size == 0
 
 
-def test_connect_by_name_from_a_worker_and_from_the_driver():
+def test_connect_by_name_from_a_worker_and_from_the_driver(producer):
     ch = fresh()
     again = Channel.connect(ch.name, timeout_s=5)
     assert again.maxsize == 0
-    assert ray.get(Producer.remote().put_many.remote(ch.name, ["w1", "w2"], "k"), timeout=60) == 2
+    assert ray.get(producer.put_many.remote(ch.name, ["w1", "w2"], "k"), timeout=60) == 2
     assert again.get_batch(2, key="k", timeout=5) == ["w1", "w2"]
 
 
@@ -246,10 +258,9 @@ def test_torch_tensors_go_through_the_object_store_too():
     assert torch.equal(ch.get(), t)
 
 
-def test_object_store_returns_to_baseline_after_consumption():
+def test_object_store_returns_to_baseline_after_consumption(producer):
     baseline = wait_plasma_objects(0)
     ch = fresh(maxsize=3)
-    producer = Producer.remote()
     n = 12
     done = producer.put_arrays.remote(ch, n, 1_000_000)
     for i in range(n):
@@ -261,3 +272,13 @@ def test_object_store_returns_to_baseline_after_consumption():
     # Every array is freed once consumed and dropped (no leaked refs). Ray's borrower protocol
     # reports releases asynchronously, so this can lag by a second or more on a busy machine.
     assert wait_plasma_objects(baseline, timeout=30) == baseline
+
+
+def test_large_item_whose_producer_died_is_a_clear_error_not_a_hang():
+    ch = fresh()
+    producer = Producer.remote()  # its own: this test kills it
+    assert ray.get(producer.put_arrays.remote(ch, 1, 1_000_000), timeout=180) == 1
+    ray.kill(producer, no_restart=True)
+    time.sleep(1.0)
+    with pytest.raises(ChannelError, match="producer owns it and probably died"):
+        ch.get(timeout=30)

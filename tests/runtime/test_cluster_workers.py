@@ -370,6 +370,15 @@ def test_killed_worker_mid_call_is_reported_within_seconds(cluster):
         group.shutdown()
 
 
+def test_unusable_interpreter_is_a_config_error_naming_node_and_path(ray_nodes, fake_arm):
+    cfg = load_config_dict(hetero_config("/nonexistent/venv/bin/python"))
+    cluster = Cluster(cfg, address=ray_nodes.address)
+    t = time.monotonic()
+    with pytest.raises(ConfigError, match=r"on node 1 \(.*\): /nonexistent/venv/bin/python does not exist"):
+        Probe.create_group().launch(cluster, placement="actor", name="badpython")
+    assert time.monotonic() - t < 30
+
+
 def test_missing_robot_is_a_hardware_error_before_any_worker_starts(ray_nodes, python2):
     cfg = load_config_dict(hetero_config(python2, robot_ip="127.0.0.62"))
     with pytest.raises(HardwareError, match=r"node 2 .*Franka 127\.0\.0\.62"):
