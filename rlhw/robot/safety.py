@@ -161,7 +161,8 @@ class SafetyLayer:
         q, dq = np.asarray(state.q), np.asarray(state.dq)
         if state.errors:
             problem = ("reflex", f"the arm reports errors {list(state.errors)}")
-        elif not (np.isfinite(q).all() and np.isfinite(dq).all() and np.isfinite(state.ee_pose).all()):
+        # one reduction per array: a sum is non-finite iff an element is NaN/inf (or beyond 1e308)
+        elif not math.isfinite(float(q.sum()) + float(dq.sum()) + float(np.asarray(state.ee_pose).sum())):
             problem = ("limit", "the arm reported non-finite joint or pose values")
         elif ((q < self.q_min) | (q > self.q_max) | (np.abs(dq) > self.dq_max)).any():
             problem = self._describe_limit(q, dq)
