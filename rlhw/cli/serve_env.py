@@ -47,6 +47,26 @@ def _factory(spec: str):
         raise ConfigError("--env", f"cannot load {spec!r}: {e}") from None
 
 
+def _check_port_free(host: str, port: int) -> None:
+    """Fail fast on a busy port, before connecting to an arm that would then be released again."""
+    import socket
+
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except OSError as e:
+        raise ConfigError("server.host", f"cannot resolve {host!r}: {e}") from None
+    family, _, _, _, sockaddr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(sockaddr)
+        except OSError as e:
+            raise ConfigError("server.port", f"cannot listen on {host}:{port} ({e.strerror}); another env server? "
+                              "pick another port (0 = any free)") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from rlhw.config import load_config
 
@@ -65,8 +85,9 @@ def run(args: argparse.Namespace) -> int:
 
     from rlhw.env.server import EnvServer, check_exposure
 
-    # Refuse an exposed bind before touching any hardware.
+    # Refuse an exposed bind, or a busy port, before touching any hardware.
     check_exposure(config.server, config.server.resolve_token())
+    _check_port_free(config.server.host, config.server.port)
     num_envs = getattr(config.env, "num_envs", 1)
     factory = _factory(args.env or (BATCHED_FACTORY if num_envs > 1 else DEFAULT_FACTORY))
     env = factory(config, args.robot)

@@ -104,3 +104,18 @@ def test_a_bad_server_override_is_a_config_error_naming_the_field():
     proc = _start("configs/sim_reach.yaml", "server.watchdog_s=-1")
     out, err = proc.communicate(timeout=90)
     assert proc.returncode == 2 and "server.watchdog_s" in err and "Traceback" not in err
+
+
+@pytest.mark.timeout(120)
+def test_a_busy_port_is_refused_before_any_env_is_built():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        # The fake env factory would print nothing; a refusal must come before it is even called.
+        proc = _start("configs/sim_reach.yaml", "--port", str(port), "--env", "no.such.module:factory")
+        out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 2
+    assert f"config error: server.port: cannot listen on 127.0.0.1:{port}" in err and "another env server" in err
