@@ -59,7 +59,9 @@ def pipeline_rate(config, seconds: float) -> tuple[float, list[dict]]:
         try:
             pipe.rollouts.set_exploration(False).wait(60)  # the policy network acts, as in the loop
             pipe.envs.run_async().wait(60)
-            time.sleep(3.0)  # warm-up
+            deadline = time.monotonic() + 240  # warm-up: the first resets (a real arm moves home) and 20 steps
+            while sum(p["train_steps"] for p in pipe.poll_envs()) < 20 and time.monotonic() < deadline:
+                time.sleep(0.5)
             s0 = sum(p["train_steps"] for p in pipe.poll_envs())
             t0 = time.perf_counter()
             time.sleep(seconds)
@@ -76,6 +78,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--franky-steps", type=int, default=300)
     ap.add_argument("--skip-franky", action="store_true")
+    ap.add_argument("--only-franky", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
     import ray
@@ -90,15 +93,18 @@ def main() -> int:
     cfg2 = load_config_dict(data)  # two env workers on node 0
 
     rows = []
-    loop = in_process(cfg1, args.seconds)
-    rows.append(("in-process loop (env + policy, 1 arm)", loop, 1.0))
-    for n, cfg in ((1, cfg1), (2, cfg2)):
-        rate, _ = pipeline_rate(cfg, args.seconds)
-        rows.append((f"pipeline, {n} env worker{'s' if n > 1 else ''}", rate, rate / loop))
+    if args.only_franky:
+        args.seconds = 0
+    loop = in_process(cfg1, args.seconds) if not args.only_franky else float("nan")
+    rows.append(("in-process loop (env + policy, 1 arm)", loop, 1.0, ""))
+    for n, cfg in (((1, cfg1), (2, cfg2)) if not args.only_franky else ()):
+        rate, health = pipeline_rate(cfg, args.seconds)
+        lat = max(h["latency_p99_ms"] for h in health)
+        rows.append((f"pipeline, {n} env worker{'s' if n > 1 else ''}", rate, rate / loop, f"{lat:.1f}"))
     print()
-    print(f"{'sim reach (MuJoCo), env steps/s':<44}{'steps/s':>10}{'x loop':>10}")
-    for name, rate, ratio in rows:
-        print(f"{name:<44}{rate:>10.1f}{ratio:>10.2f}")
+    print(f"{'sim reach (MuJoCo), env steps/s':<44}{'steps/s':>10}{'x loop':>10}{'obs->act p99 ms':>17}")
+    for name, rate, ratio, lat in rows:
+        print(f"{name:<44}{rate:>10.1f}{ratio:>10.2f}{lat:>17}")
 
     if not args.skip_franky:
         from drivers.franky_sim import FrankySim

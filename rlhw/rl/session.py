@@ -123,7 +123,7 @@ class TrainingSession:
             "train/episodes": self.c.episodes,
             "train/updates": self.c.updates,
             "eval/success_rate": float("nan"),
-            "perf/steps_per_s": (self.c.env_steps - self._last_log_steps) / max(now - self._last_log_t, 1e-9),
+            "perf/steps_per_s": self._rate(now),
             "perf/elapsed_s": now - self._t0,
         }
         row.update({k: float(np.mean(v)) for k, v in self._losses.items() if v})
@@ -133,6 +133,12 @@ class TrainingSession:
         self._last_log_t, self._last_log_steps = now, self.c.env_steps
         self._next_log = (self.c.env_steps // self.cfg.log_every_steps + 1) * self.cfg.log_every_steps
         return self.logger.log(self.c.env_steps, row)
+
+    def _rate(self, now: float) -> float:
+        """Env steps per second since the previous row (the previous rate again when no step happened)."""
+        if self.c.env_steps > self._last_log_steps:
+            self._last_rate = (self.c.env_steps - self._last_log_steps) / max(now - self._last_log_t, 1e-9)
+        return getattr(self, "_last_rate", 0.0)
 
     def finish(self, stop: StopReason | None = None) -> StopReason:
         stop = stop or self.stop or StopReason("stopped", "ended")

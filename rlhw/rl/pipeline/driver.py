@@ -61,7 +61,8 @@ class Pipeline:
         self.config = config
         self.run_dir = run_dir
         self.own_cluster = cluster is None
-        self.cluster = cluster or Cluster(config, probe_hardware=config.env.sim is None)
+        self.cluster = cluster or Cluster(config, probe_hardware=config.env.sim is None,
+                                          ray_init=_rehearsal_ray_init(config))
         placements = self.cluster.placements
         self.n_env, self.n_rollout, self.n_actor = (len(placements[c]) for c in ("env", "rollout", "actor"))
         prefix = f"{uuid.uuid4().hex[:8]}."
@@ -117,6 +118,25 @@ class Pipeline:
         self.channels = []
         if self.own_cluster:
             self.cluster.shutdown()
+
+
+def _rehearsal_ray_init(config) -> dict:
+    """Sim-only rehearsal of a GPU layout on a machine without those GPUs (``env.sim`` on one node): give the
+    embedded Ray as many logical GPUs as the config declares, so the placement is kept as written; the
+    workers then find no CUDA device and run on CPU (``train.device: auto``)."""
+    if config.env.sim is None or config.cluster.num_nodes != 1:
+        return {}
+    from rlhw.placement import plan
+
+    declared = {a for recs in plan(config.cluster).values() for r in recs if r.node_rank == 0
+                for a in r.visible_accelerators}
+    try:
+        import torch
+
+        present = torch.cuda.device_count()
+    except Exception:  # noqa: BLE001
+        present = 0
+    return {"num_gpus": len(declared)} if len(declared) > present else {}
 
 
 def train_pipeline(config, run_dir: RunDir, resume: bool = False, cluster=None) -> StopReason:
