@@ -8,6 +8,7 @@ and serialise anything else with protobuf.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import grpc
@@ -80,6 +81,8 @@ class EnvService:
         self.reset_limit_s = reset_limit_s
         self.spec_message = codec.env_spec_to_message(host.spec)
         self.shutting_down = False
+        self._open_streams: dict[str, int] = {}  # session -> Session streams open (a client may reopen one)
+        self._streams_lock = threading.Lock()
 
     # -- operations shared by unary calls and the Session stream ----------------------------------
     def _controlled(self, session: str, fn, *args, limit_s: float | None = None):
@@ -171,6 +174,8 @@ class EnvService:
     def Session(self, request_iterator, context):
         session = session_id(context)
         held = False
+        with self._streams_lock:
+            self._open_streams[session] = self._open_streams.get(session, 0) + 1
         try:
             for request in request_iterator:
                 kind = request.WhichOneof("kind")
@@ -187,7 +192,13 @@ class EnvService:
                 except CallFailed as e:
                     yield pb.SessionResponse(error=pb.Error(code=e.code.value[0], message=e.message, field=e.field))
         finally:
-            if held:
+            with self._streams_lock:
+                left = self._open_streams[session] = self._open_streams[session] - 1
+                if not left:
+                    del self._open_streams[session]
+            # A client that timed out reopens its stream under the same session while the old one
+            # drains: only the last stream of a session to end gives control back.
+            if held and not left:
                 self.host.release(session, "Session stream ended")
 
     # -- registration ---------------------------------------------------------------------------

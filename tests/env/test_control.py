@@ -126,3 +126,22 @@ def test_a_step_running_past_its_limit_stops_the_arm_while_control_stays(serve, 
     status = alice.status()
     assert any("overrun" in f and "alice" in f for f in status.faults)
     assert status.controller == "alice"
+
+
+@pytest.mark.timeout(60)
+def test_a_stream_abandoned_after_a_timeout_does_not_stop_the_arm_under_its_successor(serve, clients):
+    env = FakeEnv()
+    server = serve(env, watchdog_s=10.0)
+    alice = clients(RemoteEnv(server.address, session_id="alice", timeout_s=0.3))
+    alice.reset()
+    env.step_delay_s = 1.0
+    from rlhw.env.client import EnvTimeout
+
+    with pytest.raises(EnvTimeout):
+        alice.step(GOOD)  # the client gives up on this stream; the server is still in env.step
+    env.step_delay_s = 0.0
+    alice.timeout_s = 5.0
+    alice.reset()  # a new stream, same session, while the old one drains
+    time.sleep(1.2)  # the old step finishes and its stream ends
+    alice.step(GOOD)
+    assert env.stops == 0 and server.host.control.controller == "alice"
