@@ -256,7 +256,12 @@ class Driver:
 
         self._ensure_idle()
         self.last_target = None
-        motion = franky.JointMotion(np.asarray(q, float), relative_dynamics_factor=speed_factor)
+        # franky scales a motion's factor by the robot-wide relative_dynamics_factor, so the two
+        # multiply (0.2 x 0.1 gave 2 % of max speed and homing never finished). `speed_factor` means
+        # a fraction of the arm's maximum joint dynamics, capped by the robot-wide factor.
+        robot_factor = float(self.options["relative_dynamics_factor"])
+        motion_factor = min(float(speed_factor), robot_factor) / robot_factor
+        motion = franky.JointMotion(np.asarray(q, float), relative_dynamics_factor=motion_factor)
         self.robot.move(motion, asynchronous=True)
         self.motion_kind = "joint"
         self.streaming = False
