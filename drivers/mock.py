@@ -350,7 +350,6 @@ class MockCamera(Camera):
             c = int(np.clip((y + 0.4) / 0.8, 0, 1) * (self.width - 1))
             s = max(1, self.height // 16)
             img[max(0, r - s) : r + s + 1, max(0, c - s) : c + s + 1] = 255
-        img[0, 0, 2] = self._index % 256  # the frame index is visible in the pixels
         depth = np.full((self.height, self.width), 800, np.uint16) if self.depth else None
         self._last = Frame(color=img, timestamp=time.time(), index=self._index, depth=depth)
         return self._last

@@ -13,6 +13,7 @@ _LAZY = {
     "RobotEnv": "rlhw.robot.env",
     "BatchedEnv": "rlhw.robot.batch",
     "SafetyLayer": "rlhw.robot.safety",
+    "GymRobotEnv": "rlhw.robot.gym",
     "register_arm": "rlhw.robot.registry",
     "register_camera": "rlhw.robot.registry",
     "make_arm": "rlhw.robot.registry",
