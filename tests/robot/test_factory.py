@@ -128,3 +128,20 @@ def test_shipped_configs_plan_their_env(path, driver):
 
     assert plan_env(load_config(path), 0).arm_driver == driver
     assert plan_env(load_config(path, ["env.sim=mock"]), 0).arm_driver == "mock"
+
+
+def test_real_hardware_drivers_are_built_from_the_config_without_touching_the_robot():
+    """make_env(connect=False) on the workstation config: FrankaArm + one RealSenseCamera per serial,
+    configured from the hardware entries; nothing connects, nothing moves."""
+    from rlhw.config import load_config
+
+    env = make_env(load_config("configs/workstation_franka.yaml", ["env.images=true"]), connect=False)
+    try:
+        assert type(env.arm).__name__ == "FrankaArm" and env.realtime and not env.connected
+        assert list(env.cameras) == ["000000000001", "000000000002"]
+        cam = env.cameras["000000000001"]
+        assert type(cam).__name__ == "RealSenseCamera" and cam.serial == "000000000001"
+        assert env.spec.observations["image_000000000002"].shape == (128, 128, 3)
+        assert env.spec.robot == "franka@172.16.0.2"
+    finally:
+        env.close()
