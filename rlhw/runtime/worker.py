@@ -255,6 +255,19 @@ class Worker:
     def _collective_peer(self, dst_group: str) -> bool:
         return self._rlhw.collective_group is not None and self._rlhw.collective_group == dst_group
 
+    # ------------------------------------------------------------------ channels
+    def create_channel(self, name: str, maxsize: int = 0, node: int | str | None = None):
+        """A new named :class:`rlhw.runtime.channel.Channel` living as long as this worker."""
+        from rlhw.runtime.channel import Channel
+
+        return Channel.create(name, maxsize=maxsize, node=node)
+
+    def connect_channel(self, name: str, timeout_s: float = 30.0):
+        """The channel ``name`` created by any worker or the driver (waits up to ``timeout_s``)."""
+        from rlhw.runtime.channel import Channel
+
+        return Channel.connect(name, timeout_s=timeout_s)
+
     # ------------------------------------------------------------------ actor-side plumbing
     @ray.method(concurrency_group="rlhw_mailbox")
     def _rlhw_deliver(self, src: str, message: Any) -> bool:

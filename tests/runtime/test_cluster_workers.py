@@ -102,16 +102,26 @@ def fake_arm():
     srv.close()
 
 
+def retry(start, tries: int = 3):
+    for attempt in range(tries):
+        try:
+            return start()
+        except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception on start-up timeout
+            if "timed out during startup" not in str(e) or attempt == tries - 1:
+                raise
+            time.sleep(2)
+
+
 @pytest.fixture(scope="module")
 def ray_nodes(tmp_path_factory):
     if ray.is_initialized():
         ray.shutdown()
-    rc = RayTestCluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 2, "labels": {"rlhw.node_rank": "0"}, "include_dashboard": False},
-    )
-    rc.add_node(num_cpus=1, num_gpus=2, labels={"rlhw.node_rank": "1"})
-    rc.add_node(num_cpus=1, env_vars={"RLHW_NODE_RANK": "2"})
+    rc = RayTestCluster()
+    # Ray gives a raylet a fixed 30 s to register; on a machine shared with other test runs that
+    # is sometimes too short, so a node that did not come up is started again.
+    retry(lambda: rc.add_node(num_cpus=2, labels={"rlhw.node_rank": "0"}, include_dashboard=False))
+    retry(lambda: rc.add_node(num_cpus=1, num_gpus=2, labels={"rlhw.node_rank": "1"}))
+    retry(lambda: rc.add_node(num_cpus=1, env_vars={"RLHW_NODE_RANK": "2"}))
     ray.init(address=rc.address, namespace="rlhw", log_to_driver=False)
     yield rc
     ray.shutdown()
