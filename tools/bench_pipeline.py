@@ -116,12 +116,18 @@ def main() -> int:
             seconds = args.franky_steps / cfg.env.control_hz
             rate, health = pipeline_rate(cfg, seconds)
         h = health[0]
-        hit = 1.0 - h["late_steps"] / max(h["steps"], 1)
         print()
         print(f"franky-sim at {cfg.env.control_hz:g} Hz through the pipeline (real franka driver), {h['steps']} steps")
-        print(f"  achieved rate            {rate:.2f} steps/s")
-        print(f"  deadline hit rate        {hit * 100:.2f} %  ({h['late_steps']} late steps; p99 lateness "
-              f"{h['lateness_p99_ms']:.1f} ms)")
+        print(f"  achieved rate            {rate:.2f} steps/s (resets to home included)")
+        if h["late_steps"] is None:
+            print("  deadline hit rate        unknown: the env reported no step lateness")
+        else:
+            hit = 1.0 - h["late_steps"] / max(h["timed_steps"], 1)
+            print(f"  deadline hit rate        {hit * 100:.2f} %  ({h['late_steps']} of {h['timed_steps']} steps late; "
+                  f"p99 lateness {h['lateness_p99_ms']:.1f} ms)")
+        if h["period_p50_ms"] is not None:
+            print(f"  step period              p50 {h['period_p50_ms']:.1f} ms, p99 {h['period_p99_ms']:.1f} ms "
+                  f"(target {1000 / cfg.env.control_hz:.0f} ms)")
         print(f"  obs->action latency      p50 {h['latency_p50_ms']:.1f} ms, p99 {h['latency_p99_ms']:.1f} ms, "
               f"max {h['latency_max_ms']:.1f} ms")
     ray.shutdown()

@@ -67,6 +67,7 @@ class EnvWorker(Worker):
         self.eval_results: list[tuple[float, bool, int]] = []
         self.latencies: deque[float] = deque(maxlen=20_000)  # obs ready -> action received (s)
         self.lateness: deque[float] = deque(maxlen=20_000)  # RobotEnv's info["timing"]["late"] (s)
+        self.periods: deque[float] = deque(maxlen=20_000)  # time between consecutive steps of an episode (s)
         self.faults: list[str] = []
         self.consecutive_faults = 0
         fsync = self.cfg.fsync_episodes
@@ -147,10 +148,17 @@ class EnvWorker(Worker):
     def loop_health(self) -> dict:
         """Observation-to-action latency and step lateness of every step so far (for benchmarks)."""
         lat = np.array(self.latencies) if self.latencies else np.zeros(1)
-        late = np.array(self.lateness) if self.lateness else np.zeros(1)
-        return {"steps": len(self.latencies), "latency_p50_ms": float(np.percentile(lat, 50) * 1e3),
-                "latency_p99_ms": float(np.percentile(lat, 99) * 1e3), "latency_max_ms": float(lat.max() * 1e3),
-                "late_steps": int((late > 0).sum()), "lateness_p99_ms": float(np.percentile(late, 99) * 1e3)}
+        out = {"steps": len(self.latencies), "latency_p50_ms": float(np.percentile(lat, 50) * 1e3),
+               "latency_p99_ms": float(np.percentile(lat, 99) * 1e3), "latency_max_ms": float(lat.max() * 1e3),
+               "timed_steps": len(self.lateness), "late_steps": None, "lateness_p99_ms": None,
+               "period_p50_ms": None, "period_p99_ms": None}
+        if self.lateness:  # only real-time envs report lateness; simulators advance simulated time
+            late = np.array(self.lateness)
+            out.update(late_steps=int((late > 0).sum()), lateness_p99_ms=float(np.percentile(late, 99) * 1e3))
+        if self.periods:
+            per = np.array(self.periods)
+            out.update(period_p50_ms=float(np.percentile(per, 50) * 1e3), period_p99_ms=float(np.percentile(per, 99) * 1e3))
+        return out
 
     def stop_loop(self) -> None:
         """Stop the loop thread and release what it holds (called through the group before it is killed)."""
@@ -226,6 +234,7 @@ class EnvWorker(Worker):
                         key=self.rollout_rank, timeout=self.cfg.step_timeout_s)
         t_obs = time.perf_counter()
         ret, success, length = 0.0, False, 0
+        t_prev_step = time.perf_counter()
         while True:
             action = self.act_ch.get(key=self.rank, timeout=self.cfg.step_timeout_s)
             self.latencies.append(time.perf_counter() - t_obs)
@@ -243,7 +252,11 @@ class EnvWorker(Worker):
                 break
             self.consecutive_faults = 0
             t_obs = time.perf_counter()
-            late = info.get("timing", {}).get("late")
+            timing = info.get("timing", {})
+            late = timing.get("late", timing.get("env.late"))  # the env server prefixes env phases "env."
+            if length > 0:
+                self.periods.append(time.perf_counter() - t_prev_step)
+            t_prev_step = time.perf_counter()
             if late is not None and math.isfinite(late):
                 self.lateness.append(float(late))
             step_success = bool(np.any(info.get("success", False)))
