@@ -202,7 +202,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cameras", type=int, default=3, help="cameras opened for the memory figure (default 3)")
     p.add_argument("--quick", action="store_true", help="tiny run to check the benchmark works")
     p.add_argument("--json", help="also write the results to this file")
+    p.add_argument("--env-steps-only", type=int, metavar="N",
+                   help="only build the proprio env, reset it and run N random steps (for instruction "
+                        "counts under valgrind; see docs/sim.md)")
     args = p.parse_args(argv)
+    if args.env_steps_only is not None:
+        env = make_env(load_config(CONFIG, ENDLESS))
+        env.reset(seed=0)
+        env_block(env, args.env_steps_only, np.random.default_rng(0), None)
+        env.close()
+        return 0
     if args.quick:
         args.steps, args.reps, args.camera_steps, args.arms, args.cameras = 50, 2, 5, 4, 1
 
