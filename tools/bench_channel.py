@@ -2,17 +2,20 @@
 
     .venv/bin/python tools/bench_channel.py [--quick]
 
-What is measured (all on one node, local Ray started by this script):
+What is measured (all on one node, local Ray started by this script; latency contenders and
+array contenders are measured in interleaved rounds, alternating order, so that load swings on a
+shared machine and the object store's first-touch page faults hit every contender alike):
 
 * hop p50: one small item from a producer (the driver) to a consumer actor already waiting in
   ``get``: time from the start of ``put`` to ``get`` returning in the consumer (both read the
   system-wide monotonic clock). A hop is two messages (producer -> channel actor -> consumer), like
-  the raw baseline: the p50 round trip of a no-op call on a plain actor (request + reply).
+  the raw baseline: the p50 round trip of a no-op call on a plain actor (request + reply), shown
+  back-to-back and paced like the hops (a pause before each call, as the consumer has).
 * items/s unbatched: a producer actor puts N small items one call each while the driver gets them.
 * items/s batched: the same with put_batch/get_batch of 100 (Queue: put_nowait_batch/get_nowait_batch).
-* arrays: bytes/s moving one array per step through a channel (producer put, consumer get, in one
-  process, so the object-store copy is not overlapped) vs raw ``ray.put`` + ``ray.get``; and the
-  same through a channel with a producer actor streaming while the driver consumes.
+* arrays: bytes/s for one array per step through a channel (put then get, in one process) vs raw
+  ``ray.put`` + ``ray.get``; the same with 8 arrays per put_batch/get_batch; and streaming: a
+  producer actor putting into a bounded channel (maxsize 4) while the driver gets.
 """
 
 from __future__ import annotations
@@ -79,10 +82,8 @@ def p50_ms(samples: list[float]) -> float:
 PACE_S = 0.003  # pause between hop samples, so the consumer is parked in get() when an item arrives
 
 
-def bench_raw_call(n: int, pace_s: float = 0.0) -> float:
-    """p50 round trip of a no-op actor call; ``pace_s`` spaces calls like the hop samples."""
-    echo = Echo.remote()
-    ray.get(echo.ping.remote(0))
+def raw_call_samples(echo, n: int, pace_s: float = 0.0) -> list[float]:
+    """Round trips of a no-op actor call; ``pace_s`` spaces calls like the hop samples."""
     samples = []
     for i in range(n):
         t = time.perf_counter()
@@ -90,23 +91,42 @@ def bench_raw_call(n: int, pace_s: float = 0.0) -> float:
         samples.append(time.perf_counter() - t)
         if pace_s:
             time.sleep(pace_s)
-    ray.kill(echo)
-    return p50_ms(samples)
+    return samples
 
 
-def bench_hop(n: int, kind: str) -> float:
+def hop_samples(src, consumer, n: int) -> list[float]:
     """One-way latency producer put -> consumer get returns, with the consumer already waiting."""
-    src = Channel.create(f"hop-{time.time_ns()}") if kind == "channel" else Queue()
-    consumer = Consumer.remote()
-    ray.get(consumer.ready.remote(src))  # the actor process is up before the clock starts
-    warm = 20
+    warm = 5
     done = consumer.hops.remote(src, n + warm)
     for _ in range(n + warm):
         src.put(time.monotonic())
         time.sleep(PACE_S)  # let the consumer get back into get() before the next item
-    samples = ray.get(done)[warm:]
+    return ray.get(done)[warm:]
+
+
+def bench_latency(n: int, rounds: int = 5) -> dict[str, float]:
+    """p50s of raw calls and hops, measured in interleaved rounds so that load swings on a shared
+    machine hit every contender alike."""
+    echo = Echo.remote()
+    consumer = Consumer.remote()
+    ch, q = Channel.create(f"hop-{time.time_ns()}"), Queue()
+    ray.get([echo.ping.remote(0), consumer.ready.remote(ch), consumer.ready.remote(q)])
+    pooled: dict[str, list[float]] = {"raw": [], "raw_paced": [], "channel": [], "queue": []}
+    per = max(1, n // rounds)
+    for r in range(rounds):
+        order = ["raw", "raw_paced", "channel", "queue"]
+        if r % 2:
+            order.reverse()
+        for name in order:
+            if name == "raw":
+                pooled[name] += raw_call_samples(echo, per)
+            elif name == "raw_paced":
+                pooled[name] += raw_call_samples(echo, per, PACE_S)
+            else:
+                pooled[name] += hop_samples(ch if name == "channel" else q, consumer, per)
+    ray.kill(echo)
     ray.kill(consumer)
-    return p50_ms(samples)
+    return {k: p50_ms(v) for k, v in pooled.items()}
 
 
 def bench_items(n: int, kind: str, batch: int) -> float:
@@ -147,31 +167,48 @@ def bench_raw_call_rate(n: int) -> float:
     return n / elapsed
 
 
-def bench_arrays(nbytes: int, reps: int) -> tuple[float, float, float]:
+def bench_arrays(nbytes: int, reps: int) -> tuple[float, float, float, float]:
     arr = np.ones(nbytes, dtype=np.uint8)
-    # raw: ray.put + ray.get in one process
-    ray.get(ray.put(arr))
-    samples = []
-    for _ in range(reps):
+    ch = Channel.create(f"arr-{time.time_ns()}")
+
+    def raw_once() -> float:
         t = time.perf_counter()
         out = ray.get(ray.put(arr))
         assert out.nbytes == nbytes
         del out
-        samples.append(time.perf_counter() - t)
-    raw = nbytes / statistics.median(samples)
-    # channel: put + get in one process
-    ch = Channel.create(f"arr-{time.time_ns()}")
-    ch.put(arr)
-    ch.get()
-    samples = []
-    for _ in range(reps):
+        return time.perf_counter() - t
+
+    def channel_once() -> float:
         t = time.perf_counter()
         ch.put(arr)
         out = ch.get()
         assert out.nbytes == nbytes
         del out
-        samples.append(time.perf_counter() - t)
-    chan = nbytes / statistics.median(samples)
+        return time.perf_counter() - t
+
+    def channel_batch_once(k: int = 8) -> float:
+        """Per-array time when k arrays share one put_batch and one get_batch call."""
+        t = time.perf_counter()
+        ch.put_batch([arr] * k)
+        outs = ch.get_batch(k)
+        assert outs[-1].nbytes == nbytes
+        del outs
+        return (time.perf_counter() - t) / k
+
+    # Interleaved, alternating order: the object store's first-touch page faults and load swings
+    # hit both paths alike.
+    batch = nbytes <= 10_000_000  # 8 x 100 MB would not fit the benchmark's object store
+    raw_once(), channel_once()
+    raw_s, chan_s, batch_s = [], [], []
+    for r in range(reps):
+        steps = [lambda: raw_s.append(raw_once()), lambda: chan_s.append(channel_once())]
+        if batch:
+            steps.append(lambda: batch_s.append(channel_batch_once()))
+        for step in (reversed(steps) if r % 2 else steps):
+            step()
+    raw = nbytes / statistics.median(raw_s)
+    chan = nbytes / statistics.median(chan_s)
+    batched = nbytes / statistics.median(batch_s) if batch else float("nan")
     # channel, streaming: a producer actor puts while the driver gets (bounded, so memory is bounded)
     sch = Channel.create(f"arrs-{time.time_ns()}", maxsize=4)
     prod = Producer.remote()
@@ -185,7 +222,7 @@ def bench_arrays(nbytes: int, reps: int) -> tuple[float, float, float]:
     ray.get(done)
     stream = nbytes * reps / (time.perf_counter() - t)
     ray.kill(prod)
-    return raw, chan, stream
+    return raw, chan, batched, stream
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,10 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     ray.init(address="local", num_cpus=4, include_dashboard=False, namespace="rlhw",
              object_store_memory=1 << 30, log_to_driver=False)
     try:
-        raw = bench_raw_call(n_lat)
-        raw_paced = bench_raw_call(n_lat, PACE_S)
-        hop_ch = bench_hop(n_lat, "channel")
-        hop_q = bench_hop(n_lat, "queue")
+        lat = bench_latency(n_lat)
+        raw, raw_paced, hop_ch, hop_q = lat["raw"], lat["raw_paced"], lat["channel"], lat["queue"]
         rate_raw = bench_raw_call_rate(n_items)
         rate_ch = bench_items(n_items, "channel", 1)
         rate_q = bench_items(n_items, "queue", 1)
@@ -218,11 +253,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Channel hop / raw call = {hop_ch / raw:.2f}x back-to-back, {hop_ch / raw_paced:.2f}x paced alike "
               f"(goal <= 1.5x); Channel hop / Queue hop = {hop_ch / hop_q:.2f}x; "
               f"batched {brate_ch:.0f}/s (goal >= 20000)")
-        print(f"\n{'array':>8}{'raw put+get GB/s':>18}{'channel GB/s':>14}{'ratio':>8}{'streaming GB/s':>16}{'ratio':>8}")
+        print(f"\n{'array':>8}{'raw put+get':>13}{'channel':>10}{'ratio':>7}{'batch of 8':>12}{'ratio':>7}"
+              f"{'streaming':>11}{'ratio':>7}   (GB/s)")
         for mb in (1, 10, 100):
-            raw_bw, ch_bw, st_bw = bench_arrays(mb * 1_000_000, reps)
-            print(f"{mb:>6}MB{raw_bw / 1e9:>18.2f}{ch_bw / 1e9:>14.2f}{ch_bw / raw_bw:>8.0%}"
-                  f"{st_bw / 1e9:>16.2f}{st_bw / raw_bw:>8.0%}")
+            raw_bw, ch_bw, b_bw, st_bw = bench_arrays(mb * 1_000_000, reps)
+            b_txt = f"{b_bw / 1e9:>12.2f}{b_bw / raw_bw:>7.0%}" if b_bw == b_bw else f"{'-':>12}{'-':>7}"
+            print(f"{mb:>6}MB{raw_bw / 1e9:>13.2f}{ch_bw / 1e9:>10.2f}{ch_bw / raw_bw:>7.0%}{b_txt}"
+                  f"{st_bw / 1e9:>11.2f}{st_bw / raw_bw:>7.0%}")
     finally:
         ray.shutdown()
     return 0
