@@ -128,8 +128,10 @@ def _rehearsal_ray_init(config) -> dict:
         return {}
     from rlhw.placement import plan
 
-    declared = {a for recs in plan(config.cluster).values() for r in recs if r.node_rank == 0
-                for a in r.visible_accelerators}
+    # One logical GPU per (process, accelerator) pair: components sharing a GPU are launched as separate
+    # groups, and each group asks Ray for its own share.
+    declared = [a for recs in plan(config.cluster).values() for r in recs if r.node_rank == 0
+                for a in r.visible_accelerators]
     try:
         import torch
 
@@ -141,7 +143,11 @@ def _rehearsal_ray_init(config) -> dict:
 
 def train_pipeline(config, run_dir: RunDir, resume: bool = False, cluster=None) -> StopReason:
     cfg = config.train
-    pipe = Pipeline(config, run_dir, cluster=cluster, resume=resume)
+    try:
+        pipe = Pipeline(config, run_dir, cluster=cluster, resume=resume)
+    except BaseException as e:
+        run_dir.write_status("failed", reason=f"the pipeline did not start: {str(e).splitlines()[0]}")
+        raise
     r = pipe.resumed
     counters = Counters(env_steps=int(r["env_steps"]), updates=int(r["updates"]), episodes=int(r["episodes"]),
                         best_success=float(r["best_success"]))
