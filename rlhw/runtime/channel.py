@@ -1,8 +1,8 @@
 """Channel: a named FIFO between any workers and the driver, backed by one async Ray actor.
 
 Why an actor per channel: Ray gives it a name everyone can look up, fate-sharing with its creator
-(or a detached lifetime), and an asyncio event loop in which thousands of blocked ``put``/``get``
-calls cost nothing. The actor only ever holds small items and *handles*: payloads of 64 KiB or more
+(or a detached lifetime), and its own threads in which blocked ``put``/``get`` calls wait (up to
+64 of each at a time per channel; more wait in Ray's queue for a thread). The actor only ever holds small items and *handles*: payloads of 64 KiB or more
 (numpy arrays, torch tensors, dicts of them) are ``ray.put`` by the producer and travel as an
 ObjectRef inside a container (see :mod:`rlhw.runtime.payload`), so the data goes from producer to
 consumer through the object store, zero-copy on the same node, serialized once.
@@ -17,12 +17,14 @@ Semantics:
   returns items in FIFO order until their cumulative weight reaches ``w``.
 * Every blocking call takes ``timeout`` (seconds, ``None`` = wait) and raises
   :class:`ChannelTimeout` naming the channel; nothing is consumed or half-taken by a timed-out get.
-* Waiters are served first come, first served.
+* Waiters are served first come, first served. Calls from one caller keep their order when each
+  is finished (or awaited) before the next; concurrent un-awaited calls may be served in any order.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import deque
 from typing import Any, Iterable, Sequence
@@ -49,24 +51,33 @@ class ChannelTimeout(ChannelError, TimeoutError):
 
 
 class _KeyQueue:
-    __slots__ = ("items", "weight", "getters", "putters", "reserved")
+    __slots__ = ("items", "weight", "getters", "putters")
 
     def __init__(self) -> None:
         self.items: deque = deque()  # (value, weight)
         self.weight = 0.0
-        self.getters: deque = deque()  # (future, count, weight) of waiting getters, oldest first
-        self.putters: deque = deque()  # futures of waiting putters, oldest first
-        self.reserved = 0  # slots promised to woken putters that have not appended yet
+        self.getters: deque = deque()  # tokens of waiting getters, oldest first
+        self.putters: deque = deque()  # tokens of waiting putters, oldest first
+
+
+#: Threads of the channel actor, per concurrency group. Puts and gets have separate pools so that
+#: callers blocked on a full channel can never use up the threads a get needs to make room (and
+#: the other way round); control calls (qsize) always have a thread.
+_CHANNEL_GROUPS = {"put": 64, "get": 64, "control": 2}
 
 
 class _ChannelActor:
-    """Server side, in an asyncio loop. Waiters park on futures; an arriving item is handed to the
-    oldest ready getter right away (no polling, no lock: the loop is single-threaded)."""
+    """Server side: a threaded actor; a blocked put/get parks its thread on one Condition.
+
+    Why threads rather than asyncio: measured on this project's machines, a hop through a threaded
+    actor took ~1.1x a raw actor call, through an async actor ~1.6x (an async actor's call crosses
+    from Ray's core-worker thread to the event loop and back)."""
 
     def __init__(self, name: str, maxsize: int):
         self.name = name
         self.maxsize = maxsize
         self.queues: dict[Any, _KeyQueue] = {}
+        self.cv = threading.Condition()
 
     def _q(self, key) -> _KeyQueue:
         q = self.queues.get(key)
@@ -75,7 +86,7 @@ class _ChannelActor:
         return q
 
     def _gc(self, key, q: _KeyQueue) -> None:
-        if not q.items and not q.getters and not q.putters and not q.reserved:
+        if not q.items and not q.getters and not q.putters:
             self.queues.pop(key, None)
 
     def _ready(self, q: _KeyQueue, count: int | None, weight: float | None) -> bool:
@@ -104,83 +115,87 @@ class _ChannelActor:
             q.weight = 0.0  # no float drift on an empty queue
         return out
 
-    def _wake(self, q: _KeyQueue) -> None:
-        """Serve waiting getters in arrival order, then admit waiting putters while there is room."""
-        while True:
-            progressed = False
-            while q.getters:
-                fut, count, weight = q.getters[0]
-                if fut.done():  # timed out / cancelled
-                    q.getters.popleft()
-                    continue
-                if not self._ready(q, count, weight):
-                    break
-                q.getters.popleft()
-                fut.set_result(self._take(q, count, weight))
-                progressed = True
-            while q.putters and len(q.items) + q.reserved < self.maxsize:
-                fut = q.putters.popleft()
-                if not fut.done():
-                    q.reserved += 1
-                    fut.set_result(None)  # that putter appends one item into its reserved slot
-            if not progressed:
-                return
+    def _append(self, q: _KeyQueue, v, w: float) -> None:
+        q.items.append((v, w))
+        q.weight += w
 
-    async def put(self, values: list, weights: list | None, key, timeout: float | None):
-        q = self._q(key)
+    @staticmethod
+    def _remaining(deadline: float | None) -> float | None:
+        return None if deadline is None else deadline - time.monotonic()
+
+    @ray.method(concurrency_group="put")
+    def put(self, values: list, weights: list | None, key, timeout: float | None):
         deadline = None if timeout is None else time.monotonic() + timeout
-        done = 0
-        loop = asyncio.get_running_loop()
-        for i, v in enumerate(values):
-            if self.maxsize > 0 and (len(q.items) + q.reserved >= self.maxsize or q.putters):
-                fut = loop.create_future()
-                q.putters.append(fut)
-                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                try:
-                    await asyncio.wait_for(fut, remaining)
-                except asyncio.TimeoutError:
-                    self._wake(q)  # a later putter may fit now that we leave the line
-                    self._gc(key, q)
-                    return ("timeout", done)
-                q.reserved -= 1
-            w = 1.0 if weights is None else weights[i]
-            q.items.append((v, w))
-            q.weight += w
-            done += 1
-            if q.getters or q.putters:
-                self._wake(q)
-        return ("ok", done)
+        n = len(values)
+        with self.cv:
+            q = self._q(key)
+            if self.maxsize <= 0 or (not q.putters and len(q.items) + n <= self.maxsize):
+                for i, v in enumerate(values):
+                    self._append(q, v, 1.0 if weights is None else weights[i])
+                if q.getters:
+                    self.cv.notify_all()
+                return ("ok", n)
+            token = object()
+            q.putters.append(token)
+            done = 0
+            try:
+                for i, v in enumerate(values):
+                    while not (q.putters[0] is token and len(q.items) < self.maxsize):
+                        remaining = self._remaining(deadline)
+                        if remaining is not None and remaining <= 0:
+                            return ("timeout", done)
+                        self.cv.wait(remaining)
+                    self._append(q, v, 1.0 if weights is None else weights[i])
+                    done += 1
+                    self.cv.notify_all()
+                return ("ok", done)
+            finally:
+                q.putters.remove(token)
+                self.cv.notify_all()
+                self._gc(key, q)
 
-    async def get(self, count: int | None, weight: float | None, key, timeout: float | None):
-        q = self._q(key)
-        if not q.getters and self._ready(q, count, weight):
-            out = self._take(q, count, weight)
-            if q.putters:
-                self._wake(q)
-            self._gc(key, q)
-            return ("ok", out)
-        fut = asyncio.get_running_loop().create_future()
-        q.getters.append((fut, count, weight))
-        try:
-            # wait_for returns the result if it was set before the timeout fired: nothing is lost.
-            return ("ok", await asyncio.wait_for(fut, timeout))
-        except asyncio.TimeoutError:
-            self._wake(q)  # getters behind this one may be ready
-            self._gc(key, q)
-            return ("timeout", None)
+    @ray.method(concurrency_group="get")
+    def get(self, count: int | None, weight: float | None, key, timeout: float | None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.cv:
+            q = self._q(key)
+            if not q.getters and self._ready(q, count, weight):
+                out = self._take(q, count, weight)
+                if q.putters:
+                    self.cv.notify_all()
+                self._gc(key, q)
+                return ("ok", out)
+            token = object()
+            q.getters.append(token)
+            try:
+                while not (q.getters[0] is token and self._ready(q, count, weight)):
+                    remaining = self._remaining(deadline)
+                    if remaining is not None and remaining <= 0:
+                        return ("timeout", None)  # nothing was taken
+                    self.cv.wait(remaining)
+                return ("ok", self._take(q, count, weight))
+            finally:
+                q.getters.remove(token)
+                self.cv.notify_all()
+                self._gc(key, q)
 
+    @ray.method(concurrency_group="control")
     def qsize(self, key) -> int:
-        q = self.queues.get(key)
-        return len(q.items) if q else 0
+        with self.cv:
+            q = self.queues.get(key)
+            return len(q.items) if q else 0
 
+    @ray.method(concurrency_group="control")
     def sizes(self) -> dict:
-        return {k: len(q.items) for k, q in self.queues.items() if q.items}
+        with self.cv:
+            return {k: len(q.items) for k, q in self.queues.items() if q.items}
 
+    @ray.method(concurrency_group="control")
     def describe(self) -> dict:
         return {"name": self.name, "maxsize": self.maxsize}
 
 
-_RemoteChannelActor = ray.remote(num_cpus=0, max_restarts=0)(_ChannelActor)
+_RemoteChannelActor = ray.remote(num_cpus=0, max_restarts=0, concurrency_groups=_CHANNEL_GROUPS)(_ChannelActor)
 
 
 #: Handles of channels this process created. A named, non-detached Ray actor dies when its creator's

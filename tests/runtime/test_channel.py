@@ -282,3 +282,17 @@ def test_large_item_whose_producer_died_is_a_clear_error_not_a_hang():
     time.sleep(1.0)
     with pytest.raises(ChannelError, match="producer owns it and probably died"):
         ch.get(timeout=30)
+
+
+def test_more_blocked_getters_than_threads_do_not_starve_puts():
+    ch = fresh()
+    n = 70  # the channel actor has 64 get threads; the rest wait in Ray's queue
+    parked = [ch.get_async(timeout=30) for _ in range(n)]
+
+    async def main():
+        tasks = [asyncio.ensure_future(p) for p in parked]
+        await asyncio.sleep(0.5)
+        await ch.put_batch_async(list(range(n)), timeout=10)
+        return await asyncio.gather(*tasks)
+
+    assert sorted(asyncio.run(main())) == list(range(n))
