@@ -116,3 +116,32 @@ def test_a_killed_env_worker_stops_the_run_cleanly_with_checkpoint_and_data(ray_
     assert stop2.status == "stopped", stop2.reason
     assert status2["env_steps"] >= recorded + 50
     assert status2["updates"] >= status["updates"]
+
+
+@pytest.mark.timeout(300)
+def test_a_dead_env_server_child_is_restarted_and_the_run_carries_on(ray_nodes, tmp_path):
+    import os
+    import signal
+
+    config = load_config_dict(two_node_config(max_env_steps=250, eval_every_steps=100_000, env_restarts=1))
+    cluster = Cluster(config, address=ray_nodes.address, probe_hardware=False)
+    rd = RunDir(tmp_path / "run")
+    rd.write_config(config)
+    result: dict = {}
+    t = threading.Thread(target=lambda: result.update(stop=train_pipeline(config, rd, cluster=cluster)), daemon=True)
+    t.start()
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and len(episode_files(rd.episodes, "train")) < 2:
+        time.sleep(0.5)
+    worker = ray.get_actor("rlhw.worker:env:0", namespace="rlhw")
+    first_pid = ray.get(worker.server_pid.remote(), timeout=30)
+    os.kill(first_pid, signal.SIGKILL)  # the robot-side process dies mid-episode
+    t.join(240)
+    assert not t.is_alive()
+    stop = result["stop"]
+    assert stop.status in ("stopped", "finished"), stop.reason
+    status = json.loads(rd.status_path.read_text())
+    assert status["env_steps"] >= 250
+    log = (rd.path / "logs" / "env0-server.log").read_text()
+    assert sum(line.startswith("listening on") for line in log.splitlines()) == 2  # a second server started
+    assert status["env_restarts"] == [1]

@@ -154,6 +154,8 @@ def train_pipeline(config, run_dir: RunDir, resume: bool = False, cluster=None) 
     session = TrainingSession(config, run_dir, counters)
     base_steps = counters.env_steps
     collected = [0] * pipe.n_env
+    restarts = [0] * pipe.n_env
+    session.status_extra["env_restarts"] = restarts  # env server children restarted, per env worker
     explore_random = True
 
     def checkpoint() -> None:
@@ -168,6 +170,7 @@ def train_pipeline(config, run_dir: RunDir, resume: bool = False, cluster=None) 
                 session.set_extra(**{"robot/faults": session._extra.get("robot/faults", 0) + 1})
                 _note(f"{pipe.envs.addresses[res['rank']]}: {fault}")
             collected[res["rank"]] = res["train_steps"]
+            restarts[res["rank"]] = res["restarts"]
         total = base_steps + sum(collected)
         if total > session.c.env_steps:
             session.add_env_steps(total - session.c.env_steps)

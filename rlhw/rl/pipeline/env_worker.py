@@ -145,6 +145,10 @@ class EnvWorker(Worker):
             self.episodes, self.eval_results, self.faults = [], [], []
             return out
 
+    def server_pid(self) -> int | None:
+        """Process id of the env server child (tests kill it to check the restart)."""
+        return self.server.proc.pid if self.server is not None and self.server.proc is not None else None
+
     def loop_health(self) -> dict:
         """Observation-to-action latency and step lateness of every step so far (for benchmarks)."""
         lat = np.array(self.latencies) if self.latencies else np.zeros(1)
