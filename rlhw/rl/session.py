@@ -77,6 +77,10 @@ class TrainingSession:
         for k, v in metrics.items():
             self._losses.setdefault(k, []).append(float(v))
 
+    def increment(self, key: str, n: float = 1.0) -> None:
+        """A running count logged with every row (e.g. robot faults)."""
+        self._extra[key] = self._extra.get(key, 0.0) + float(n)
+
     def set_extra(self, **scalars: float) -> None:
         self._extra.update({k: float(v) for k, v in scalars.items()})
 

@@ -167,7 +167,7 @@ def train_pipeline(config, run_dir: RunDir, resume: bool = False, cluster=None) 
             for ret, success, length in res["episodes"]:
                 session.add_episode(ret, success, length)
             for fault in res["faults"]:
-                session.set_extra(**{"robot/faults": session._extra.get("robot/faults", 0) + 1})
+                session.increment("robot/faults")
                 _note(f"{pipe.envs.addresses[res['rank']]}: {fault}")
             collected[res["rank"]] = res["train_steps"]
             restarts[res["rank"]] = res["restarts"]
