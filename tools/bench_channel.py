@@ -104,7 +104,7 @@ def hop_samples(src, consumer, n: int) -> list[float]:
     return ray.get(done)[warm:]
 
 
-def bench_latency(n: int, rounds: int = 5) -> dict[str, float]:
+def bench_latency(n: int, rounds: int = 10) -> dict[str, float]:
     """p50s of raw calls and hops, measured in interleaved rounds so that load swings on a shared
     machine hit every contender alike."""
     echo = Echo.remote()
