@@ -44,6 +44,8 @@ class RunDir:
     # ---- config and status
     def write_config(self, config) -> None:
         data = config.model_dump(mode="json") if hasattr(config, "model_dump") else dict(config)
+        if isinstance(data.get("server"), dict) and data["server"].get("token") is not None:
+            data["server"]["token"] = None  # never a secret on disk (pydantic masks it anyway); use token_env
         _atomic_write_text(self.config_path, yaml.safe_dump(data, sort_keys=False))
 
     def write_status(self, status: str, **fields: Any) -> None:
