@@ -122,18 +122,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rlhw.cli.serve_env ...``: the same command without the other subcommands' imports."""
-    from rlhw.errors import RlhwError
+    """``python -m rlhw.cli.serve_env ...``: the same as ``rlhw serve-env ...``."""
+    from rlhw.cli.main import main as rlhw_main
 
-    parser = argparse.ArgumentParser(prog="rlhw serve-env", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except RlhwError as e:
-        kind = "config error" if isinstance(e, ConfigError) else "error"
-        print(f"rlhw serve-env: {kind}: {e}", file=sys.stderr)
-        return 2
+    return rlhw_main(["serve-env", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -119,21 +119,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rlhw.cli.smoke_test ...``: the same command without the other subcommands' imports."""
-    from rlhw.errors import RlhwError
+    """``python -m rlhw.cli.smoke_test ...``: the same as ``rlhw smoke-test ...``."""
+    from rlhw.cli.main import main as rlhw_main
 
-    parser = argparse.ArgumentParser(prog="rlhw smoke-test", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except RlhwError as e:
-        kind = "config error" if isinstance(e, ConfigError) else "error"
-        print(f"rlhw smoke-test: {kind}: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("rlhw smoke-test: interrupted", file=sys.stderr)
-        return 130
+    return rlhw_main(["smoke-test", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
