@@ -103,11 +103,14 @@ def test_playback_delivers_every_frame_in_order_with_indices_following_frame_num
     finally:
         cam.close()
     indices = [f.index for f in frames]
-    assert indices[0] == 0  # counted from open
+    # latest() returns the newest frame, which on a loaded machine may already be a few frames in;
+    # that indices count from open is checked below against the frame numbers in the pixels.
+    assert 0 <= indices[0] < N
     assert indices == sorted(set(indices)), "indices must strictly increase"
     # Every recorded frame is delivered or counted as dropped (a gap in the index).
     assert cam.stats["frames"] + cam.stats["dropped"] >= N - 1, (cam.stats, indices)
     offset = int(frames[0].color[0, 0, 0]) - frames[0].index  # 0 unless the very first frame was lost
+    assert offset in (0, 1), "frame indices must count from the first frame after open"
     for f in frames:
         assert f.color.shape == (H, W, 3) and f.color.dtype == np.uint8 and f.depth is None
         assert int(f.color[0, 0, 0]) - f.index == offset  # frame i was recorded with color value i
@@ -195,6 +198,7 @@ def test_dropped_frames_show_as_gaps_in_the_index(gappy_recording):
     with RealSenseCamera(playback_file=gappy_recording, warmup_frames=1, reconnect_after=0, real_time=True) as cam:
         frames = [cam.latest(max_age_s=None)] + drain(cam, 0.4)
     offset = int(frames[0].color[0, 0, 0]) - frames[0].index  # 0 unless the very first frame was lost
+    assert offset in (0, 1), "frame indices must count from the first frame after open"
     assert all(int(f.color[0, 0, 0]) - f.index == offset for f in frames), "index must follow the frame number"
     seen = [f.index + offset for f in frames]
     for skipped in (4, 5, 9):
