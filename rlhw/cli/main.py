@@ -23,39 +23,42 @@ SUBCOMMANDS = {
 }
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser; only ``command``'s module is imported to add its arguments (all of them when None)."""
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser: lists the subcommands without importing any of them."""
     parser = argparse.ArgumentParser(prog="rlhw", description="Reinforcement learning on real and simulated robot arms.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (module, help_text) in SUBCOMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        if command is None or name == command:
-            importlib.import_module(module).add_arguments(p)
-        p.set_defaults(_module=module)
+    for name, (_, help_text) in SUBCOMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
-def _chosen_command(argv: list[str]) -> str | None:
-    first = next((a for a in argv if not a.startswith("-")), None)
-    return first if first in SUBCOMMANDS else None
+def subcommand_parser(command: str) -> argparse.ArgumentParser:
+    module, help_text = SUBCOMMANDS[command]
+    parser = argparse.ArgumentParser(prog=f"rlhw {command}", description=help_text)
+    importlib.import_module(module).add_arguments(parser)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    command = _chosen_command(argv)
-    # Unknown or missing command: let argparse print the usage with every subcommand listed.
-    parser = build_parser(command) if command else build_parser("__none__")
-    args = parser.parse_args(argv)
+    command = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    if command is None:
+        build_parser().parse_args(argv)  # prints the usage (or --help) and exits
+        return 2
+    # Intermixed, so flags and key=value overrides may come in any order:
+    # `rlhw train CONFIG --sim train.seed=3` as well as `rlhw train CONFIG train.seed=3 --sim`.
+    args = subcommand_parser(command).parse_intermixed_args(argv[1:])
+    args.command = command
     try:
-        return int(importlib.import_module(args._module).run(args) or 0)
+        return int(importlib.import_module(SUBCOMMANDS[command][0]).run(args) or 0)
     except ConfigError as e:
-        print(f"rlhw {args.command}: config error: {e}", file=sys.stderr)
+        print(f"rlhw {command}: config error: {e}", file=sys.stderr)
         return 2
     except RlhwError as e:
-        print(f"rlhw {args.command}: error: {e}", file=sys.stderr)
+        print(f"rlhw {command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"rlhw {args.command}: interrupted", file=sys.stderr)
+        print(f"rlhw {command}: interrupted", file=sys.stderr)
         return 130
 
 
