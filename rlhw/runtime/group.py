@@ -153,7 +153,7 @@ class WorkerGroup:
         master_addr = cluster.node_ip(records[0].node_rank)
         master_port = cluster.free_port(records[0].node_rank)
         remote_cls = ray.remote(concurrency_groups=CONCURRENCY_GROUPS, max_restarts=0)(self.worker_cls)
-        gpu_share = _gpu_shares(records)
+        gpu_share = _gpu_shares(records, [r for recs in cluster.placements.values() for r in recs])
         for rec in records:
             python = cluster.cluster_config.node_env(rec.node_rank).python_interpreter_path
             if python:
@@ -266,10 +266,14 @@ class WorkerGroup:
         self.actors, self.addresses, self.placements = [], [], []
 
 
-def _gpu_shares(records: list["Placement"]) -> dict[int, float]:
-    """Ray GPU request per record: 1/k of each accelerator shared by k processes of this launch."""
+def _gpu_shares(records: list["Placement"], plan_records: list["Placement"]) -> dict[int, float]:
+    """Ray GPU request per record: 1/k of each accelerator shared by k processes of the whole plan.
+
+    Counted over every component, not just this launch: rollout and actor sharing the one GPU of a
+    workstation must each ask Ray for half of it, or the second group waits for a GPU forever.
+    """
     users: dict[tuple[int, str], int] = {}
-    for rec in records:
+    for rec in plan_records:
         for acc in rec.visible_accelerators:
             users[(rec.node_rank, acc)] = users.get((rec.node_rank, acc), 0) + 1
     out = {}
