@@ -5,6 +5,8 @@ The runtime names are imported lazily so that `rlhw placement` does not pay for 
 
 from __future__ import annotations
 
+from rlhw._lazy import lazy_getattr
+
 __version__ = "0.1.0"
 
 _RUNTIME = {
@@ -18,10 +20,4 @@ _RUNTIME = {
 
 __all__ = list(_RUNTIME)
 
-
-def __getattr__(name: str):
-    if name in _RUNTIME:
-        import importlib
-
-        return getattr(importlib.import_module(_RUNTIME[name]), name)
-    raise AttributeError(f"module 'rlhw' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _RUNTIME)

@@ -9,6 +9,8 @@ Names are imported lazily so that importing rlhw.env does not load gRPC.
 
 from __future__ import annotations
 
+from rlhw._lazy import lazy_getattr
+
 _LAZY = {
     "EnvServer": "rlhw.env.server",
     "RemoteEnv": "rlhw.env.client",
@@ -26,10 +28,4 @@ _LAZY = {
 
 __all__ = list(_LAZY)
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'rlhw.env' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

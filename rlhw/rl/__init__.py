@@ -7,6 +7,8 @@ Names are imported lazily so that importing rlhw.rl does not pull in torch or Ra
 
 from __future__ import annotations
 
+from rlhw._lazy import lazy_getattr
+
 _LAZY = {
     "train": "rlhw.rl.trainer",
     "SAC": "rlhw.rl.sac",
@@ -22,10 +24,4 @@ _LAZY = {
 
 __all__ = list(_LAZY)
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'rlhw.rl' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from rlhw._lazy import lazy_getattr
+
 _LAZY = {
     "make_env": "rlhw.robot.factory",
     "make_batched_env": "rlhw.robot.factory",
@@ -22,10 +24,4 @@ _LAZY = {
 
 __all__ = list(_LAZY)
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'rlhw.robot' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -6,6 +6,8 @@ Names are imported lazily so that importing one module does not import them all.
 
 from __future__ import annotations
 
+from rlhw._lazy import lazy_getattr
+
 _EXPORTS = {
     "Cluster": "rlhw.runtime.cluster",
     "Worker": "rlhw.runtime.worker",
@@ -20,10 +22,4 @@ _EXPORTS = {
 
 __all__ = list(_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'rlhw.runtime' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
