@@ -20,7 +20,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, ValidationError, field_validator, model_serializer, model_validator
 
 from rlhw.config.base import StrictModel
-from rlhw.config.errors import config_error, join_path
+from rlhw.config.errors import config_error
 from rlhw.errors import ConfigError, PlacementError
 from rlhw.placement.grammar import format_ranks, parse_placement, parse_ranks
 
@@ -407,7 +407,7 @@ class ClusterConfig(StrictModel):
                 ident = e.identity()
                 if (hw.name, ident) in identity:
                     raise ConfigError(
-                        f"{where}.{hw.identity_field}",
+                        f"{where}.{e.identity_field}",
                         f"{hw.name} {ident} is already declared at {identity[(hw.name, ident)]}; each device once",
                     )
                 identity[(hw.name, ident)] = f"cluster.{where}"

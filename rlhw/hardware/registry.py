@@ -25,10 +25,12 @@ class HardwareEntry(StrictModel):
     """One declared device. Every type has the node it is attached to."""
 
     node_rank: int = Field(ge=0, description="global rank of the node the device is attached to")
+    #: The field that names this device uniquely in a cluster ("robot_ip", "serial"); subclasses set it.
+    identity_field: ClassVar[str] = ""
 
     def identity(self) -> str:
-        """What names this device uniquely in a cluster (robot IP, camera serial)."""
-        raise NotImplementedError
+        """This device's name in the cluster: the value of its ``identity_field``."""
+        return str(getattr(self, self.identity_field))
 
 
 class HardwareType:
@@ -38,8 +40,6 @@ class HardwareType:
     entry_model: ClassVar[type[HardwareEntry] | None] = None
     #: False for types that are detected, never declared under ``hardware:`` (accelerators).
     declarable: ClassVar[bool] = True
-    #: The identity field, for messages ("robot_ip", "serial").
-    identity_field: ClassVar[str] = ""
 
     @classmethod
     def enumerate(cls, node_rank: int, entries: Sequence[HardwareEntry]) -> list[HardwareEntry]:

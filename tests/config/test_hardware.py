@@ -24,15 +24,12 @@ def test_a_new_robot_type_is_one_decorated_class():
     class UR5Config(HardwareEntry):
         robot_ip: str
         payload_kg: float = 5.0
-
-        def identity(self) -> str:
-            return self.robot_ip
+        identity_field: ClassVar[str] = "robot_ip"
 
     @register_hardware
     class UR5(HardwareType):
         name: ClassVar[str] = "UR5"
         entry_model = UR5Config
-        identity_field = "robot_ip"
 
         @classmethod
         def probe(cls, entries, timeout_s):

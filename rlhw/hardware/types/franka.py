@@ -58,6 +58,7 @@ class FrankaController(StrictModel):
 
 
 class FrankaConfig(HardwareEntry):
+    identity_field: ClassVar[str] = "robot_ip"
     robot_ip: str = Field(description="FCI address of the arm's control box (IPv4 or host name)")
     camera_serials: tuple[str, ...] = Field((), description="serials of the RealSense cameras that observe this arm")
     gripper: bool = Field(True, description="whether the Franka Hand is attached")
@@ -85,15 +86,11 @@ class FrankaConfig(HardwareEntry):
                 raise ValueError("a camera serial is listed twice")
         return value
 
-    def identity(self) -> str:
-        return self.robot_ip
-
 
 @register_hardware
 class Franka(HardwareType):
     name: ClassVar[str] = "Franka"
     entry_model: ClassVar[type[HardwareEntry]] = FrankaConfig
-    identity_field: ClassVar[str] = "robot_ip"
 
     @classmethod
     def probe(cls, entries: Sequence[HardwareEntry], timeout_s: float) -> dict[str, str | None]:

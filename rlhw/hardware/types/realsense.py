@@ -15,6 +15,7 @@ from rlhw.hardware.registry import HardwareEntry, HardwareType, register_hardwar
 
 
 class RealSenseConfig(HardwareEntry):
+    identity_field: ClassVar[str] = "serial"
     serial: str = Field(description="the camera's serial number (quote it: it is not a number)")
     width: int = Field(640, gt=0, le=4096)
     height: int = Field(480, gt=0, le=4096)
@@ -28,15 +29,11 @@ class RealSenseConfig(HardwareEntry):
             return str(value)
         return value
 
-    def identity(self) -> str:
-        return self.serial
-
 
 @register_hardware
 class RealSense(HardwareType):
     name: ClassVar[str] = "RealSense"
     entry_model: ClassVar[type[HardwareEntry]] = RealSenseConfig
-    identity_field: ClassVar[str] = "serial"
 
     @classmethod
     def probe(cls, entries: Sequence[HardwareEntry], timeout_s: float) -> dict[str, str | None]:
