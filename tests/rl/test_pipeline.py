@@ -10,7 +10,6 @@ import json
 import threading
 import time
 
-import numpy as np
 import pytest
 import ray
 from ray.cluster_utils import Cluster as RayTestCluster
@@ -80,19 +79,26 @@ def test_two_actor_processes_on_another_node_train_with_identical_weights(ray_no
     assert health["steps"] >= 200 and health["latency_p99_ms"] > 0
 
 
-@pytest.mark.timeout(300)
-def test_a_killed_env_worker_stops_the_run_cleanly_with_checkpoint_and_data(ray_nodes, tmp_path):
-    config = load_config_dict(two_node_config(max_env_steps=100_000, mode="async"))
+def start_run_in_background(ray_nodes, config: dict, run_path, min_episodes: int):
+    """Start a pipeline run in a thread; return once ``min_episodes`` train episodes are on disk."""
+    config = load_config_dict(config)
     cluster = Cluster(config, address=ray_nodes.address, probe_hardware=False)
-    rd = RunDir(tmp_path / "run")
+    rd = RunDir(run_path)
     rd.write_config(config)
     result: dict = {}
     t = threading.Thread(target=lambda: result.update(stop=train_pipeline(config, rd, cluster=cluster)), daemon=True)
     t.start()
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and len(episode_files(rd.episodes, "train")) < 3:
+    while time.monotonic() < deadline and len(episode_files(rd.episodes, "train")) < min_episodes:
         time.sleep(0.5)
-    assert len(episode_files(rd.episodes, "train")) >= 3, "the run never got going"
+    assert len(episode_files(rd.episodes, "train")) >= min_episodes, "the run never got going"
+    return rd, t, result
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_env_worker_stops_the_run_cleanly_with_checkpoint_and_data(ray_nodes, tmp_path):
+    rd, t, result = start_run_in_background(
+        ray_nodes, two_node_config(max_env_steps=100_000, mode="async"), tmp_path / "run", min_episodes=3)
     victim = ray.get_actor("rlhw.worker:env:0", namespace="rlhw")
     ray.kill(victim, no_restart=True)
     killed_at = time.monotonic()
@@ -123,16 +129,9 @@ def test_a_dead_env_server_child_is_restarted_and_the_run_carries_on(ray_nodes, 
     import os
     import signal
 
-    config = load_config_dict(two_node_config(max_env_steps=250, eval_every_steps=100_000, env_restarts=1))
-    cluster = Cluster(config, address=ray_nodes.address, probe_hardware=False)
-    rd = RunDir(tmp_path / "run")
-    rd.write_config(config)
-    result: dict = {}
-    t = threading.Thread(target=lambda: result.update(stop=train_pipeline(config, rd, cluster=cluster)), daemon=True)
-    t.start()
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and len(episode_files(rd.episodes, "train")) < 2:
-        time.sleep(0.5)
+    rd, t, result = start_run_in_background(
+        ray_nodes, two_node_config(max_env_steps=250, eval_every_steps=100_000, env_restarts=1),
+        tmp_path / "run", min_episodes=2)
     worker = ray.get_actor("rlhw.worker:env:0", namespace="rlhw")
     first_pid = ray.get(worker.server_pid.remote(), timeout=30)
     os.kill(first_pid, signal.SIGKILL)  # the robot-side process dies mid-episode
