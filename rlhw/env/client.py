@@ -272,6 +272,14 @@ class RemoteEnv(gym.Env):
         self.observation_space, self.action_space = spaces_from_spec(self.env_spec)
         self._action_code = codec.dtype_code(self.env_spec.action.dtype)
         self._action_dtype = np.dtype(self.env_spec.action.dtype)
+        # Per step only the action's bytes change: the request's other bytes are written once.
+        self._action_shape = self.action_space.shape
+        zeros = np.zeros(self._action_shape, self._action_dtype)
+        self._request_prefix = {}
+        for session in (False, True):
+            wire = codec.encode_step_request(zeros, session)
+            self._request_prefix[session] = wire[:len(wire) - zeros.nbytes]
+        self._reader = codec.StepReader() if self.num_envs == 1 else None
 
     # -- plumbing -------------------------------------------------------------------------------
     def _retrying(self, method, request, timeout_s: float):
@@ -306,6 +314,16 @@ class RemoteEnv(gym.Env):
 
     def _receive(self, timeout_s: float):
         """The next SessionResponse as (kind, head message, observations); errors raised."""
+        return self._parse_session(self._receive_bytes(timeout_s))
+
+    def _parse_session(self, response: bytes):
+        kind, head, observations = codec.read_session_response(response)
+        if kind == "error":
+            raise _error(self.address, _CODES.get(head.code), head.message, head.field)
+        return kind, head, observations
+
+    def _receive_bytes(self, timeout_s: float) -> bytes:
+        """The next SessionResponse, serialised; stream failures raised."""
         stream = self._stream
         try:
             response = stream.receive(timeout_s)
@@ -317,10 +335,7 @@ class RemoteEnv(gym.Env):
             if isinstance(e, StopIteration):
                 raise EnvServerUnavailable(self.address, "the server closed the session stream", "UNAVAILABLE") from None
             raise _from_rpc_error(self.address, e) from None
-        kind, head, observations = codec.read_session_response(response)
-        if kind == "error":
-            raise _error(self.address, _CODES.get(head.code), head.message, head.field)
-        return kind, head, observations
+        return response
 
     def _drop_stream(self) -> None:
         if self._stream is not None:
@@ -355,15 +370,33 @@ class RemoteEnv(gym.Env):
         arr = np.asarray(action)
         if arr.dtype != self._action_dtype:
             arr = arr.astype(self._action_dtype)  # the server checks bounds and finiteness
-        if self.use_session:
-            _, response, observations = self._session_call(codec.encode_step_request(arr, True), self.timeout_s)
+        session = self.use_session
+        if arr.shape == self._action_shape:
+            request = self._request_prefix[session] + arr.tobytes()
+        else:  # the server names the shape it expects
+            request = codec.encode_step_request(arr, session)
+        if session:
+            self._send(request)
+            data = self._receive_bytes(self.timeout_s)
         else:
             try:
-                data = self._raw_step(codec.encode_step_request(arr, False), timeout=self.timeout_s,
-                                      metadata=self._metadata)
+                data = self._raw_step(request, timeout=self.timeout_s, metadata=self._metadata)
             except grpc.RpcError as e:
                 raise _from_rpc_error(self.address, e) from None
+        reader = self._reader
+        if reader is not None:
+            fast = reader.read(data)  # the common case: laid out like the previous step
+            if fast is not None:
+                obs, stamps, reward, terminated, truncated, success, timing, fault, fault_message = fast
+                return obs, reward, terminated, truncated, {
+                    "timestamps": stamps, "timing": timing, "success": success, "fault": fault,
+                    "fault_message": fault_message}
+        if session:
+            _, response, observations = self._parse_session(data)
+        else:
             response, observations = codec.read_response(data, pb.StepResponse)
+        if reader is not None:
+            reader.learn(data, response, session)
         return self._unpack_step(response, observations)
 
     def _unpack_step(self, response: pb.StepResponse, observations: dict):

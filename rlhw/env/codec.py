@@ -556,3 +556,334 @@ def encode_step_request(action: np.ndarray, session: bool) -> bytes:
     if session:
         return b"\x12" + _varint(len(step)) + step  # SessionRequest.step = 2
     return step
+
+
+# ---------------------------------------------------------------------------------------------
+# Step responses of single-instance servers, with the layout of the previous step cached.
+#
+# Step after step a server sends the same message shape: the same observation names, dtypes and
+# shapes, the same timing keys, one reward and three flags. Only values change. Both ends
+# therefore prepare the message's layout once - every byte that does not hold a value - and per
+# step only write (server) or read (client) the values: a few C calls instead of a walk over
+# fields. Whenever a step does not fit the prepared layout (first step, a fault string, another
+# camera set), the general code above handles it and the layout is prepared afresh.
+
+
+class _Template:
+    """Fixed byte strings interleaved with values, packed by one `struct.Struct`.
+
+    ``items`` alternate: bytes, format character, bytes, ..., bytes. ``pack(values)`` writes the
+    message piece with ``values`` in the slots.
+    """
+
+    __slots__ = ("struct", "args")
+
+    def __init__(self, items: list):
+        merged: list = [b""]
+        for item in items:
+            if isinstance(item, bytes):
+                if isinstance(merged[-1], bytes):
+                    merged[-1] += item
+                else:
+                    merged.append(item)
+            else:
+                if not isinstance(merged[-1], bytes):
+                    merged.append(b"")
+                merged.append(item)
+        if not isinstance(merged[-1], bytes):
+            merged.append(b"")
+        fmt = "<" + "".join(f"{len(x)}s" if isinstance(x, bytes) else x for x in merged)
+        self.struct = struct.Struct(fmt)
+        self.args = [x if isinstance(x, bytes) else 0 for x in merged]
+
+    def pack(self, values) -> bytes:
+        args = self.args.copy()  # a copy: two threads may write with one layout
+        args[1::2] = values
+        return self.struct.pack(*args)
+
+
+class _WriterLayout:
+    __slots__ = ("key", "sig", "head", "tensors", "stamps")
+
+
+#: Arrays above this size go on the wire from their own buffer; smaller ones are copied (cheaper).
+_BIG = 256
+
+
+class StepWriter:
+    """Serialises single-instance StepResponses (optionally inside SessionResponse.step).
+
+    ``write`` gives the same bytes as `encode_step_head` + `encode_with_observations`; a step
+    with a fault, a batch or an unusual observation goes through those functions.
+    """
+
+    def __init__(self):
+        self._layout: _WriterLayout | None = None
+
+    def write(self, reward, terminated, truncated, success, timing: dict, obs: dict, stamps: dict | None,
+              wrap_field: int | None) -> bytes:
+        stamps = stamps or {}
+        try:
+            key = (wrap_field, tuple(timing), tuple(obs), tuple(stamps), tuple(map(type, stamps.values())))
+            sig = [(a.dtype, a.shape) for a in obs.values()]
+        except AttributeError:  # an observation that is not an array
+            return self._general(reward, terminated, truncated, success, timing, obs, stamps, wrap_field)
+        layout = self._layout
+        if layout is None or layout.key != key or layout.sig != sig:
+            layout = self._layout = self._prepare(key, sig, timing, obs, stamps, wrap_field)
+            if layout is None:
+                return self._general(reward, terminated, truncated, success, timing, obs, stamps, wrap_field)
+        parts = [layout.head.pack((reward, terminated, truncated, success, *timing.values()))]
+        append = parts.append
+        try:
+            for arr, (prefix, big) in zip(obs.values(), layout.tensors):
+                append(prefix)
+                append(memoryview(arr).cast("B") if big else arr.tobytes())
+        except TypeError:  # a big array that is not C-contiguous: the general path copies it
+            return self._general(reward, terminated, truncated, success, timing, obs, stamps, wrap_field)
+        append(layout.stamps.pack(stamps.values()))
+        return b"".join(parts)
+
+    @staticmethod
+    def _general(reward, terminated, truncated, success, timing, obs, stamps, wrap_field) -> bytes:
+        head = encode_step_head([reward], [terminated], [truncated], [success], [""], [""], timing)
+        return encode_with_observations(head, [(1, obs, stamps)], wrap_field)
+
+    @staticmethod
+    def _prepare(key, sig, timing, obs, stamps, wrap_field) -> _WriterLayout | None:
+        if any(not isinstance(v, (float, int)) for v in stamps.values()):
+            return None  # array capture times (batched envs) take the general path
+        head: list = [b"\x12\x04", "f", b"\x1a\x01", "?", b"\x22\x01", "?", b"\x2a\x01", "?", b"\x32\x00\x3a\x00"]
+        for name in timing:
+            entry = _map_double_entry(8, name, 0.0)
+            head += [entry[:-8], "d"]
+        tensors = []
+        obs_size = 0
+        for (dtype, shape), name in zip(sig, obs):
+            if dtype.byteorder == ">" or dtype not in _CODE_BY_DTYPE:
+                return None
+            prefix, total = _entry_prefix(1, name, dtype, shape)
+            tensors.append((prefix, total - len(prefix) > _BIG))
+            obs_size += total
+        stamp_items: list = []
+        for name in stamps:
+            prefix, total = _entry_prefix(2, name, _F64, ())
+            stamp_items += [prefix, "d"]
+            obs_size += total
+        obs_prefix = _len_prefix(1, obs_size)
+        head.append(obs_prefix)
+        head_size = (4 + 2) + 3 * 3 + 4 + sum(len(_map_double_entry(8, k, 0.0)) for k in timing) + len(obs_prefix)
+        if wrap_field is not None:
+            head.insert(0, _len_prefix(wrap_field, head_size + obs_size))
+        layout = _WriterLayout()
+        layout.key, layout.sig = key, sig
+        layout.head = _Template(head)
+        layout.tensors = tensors
+        layout.stamps = _Template(stamp_items)
+        return layout
+
+
+class _ReaderLayout:
+    __slots__ = ("size", "check", "expected", "values", "tensors", "timing_keys", "timing_slice",
+                 "stamp_names", "stamp_slice", "fault", "fault_message")
+
+
+class StepReader:
+    """Reads single-instance StepResponses (optionally inside SessionResponse.step) by layout.
+
+    ``read`` returns ``(obs, stamps, reward, terminated, truncated, success, timing, fault,
+    fault_message)`` - the values `read_response` would give - or None when the message does not
+    have the layout of the previous one that `learn` was given. Every byte outside the value slots
+    is compared with that message, and the slots hold only fixed-size values (floats, tensor data,
+    one-byte flags), so a message that passes parses exactly as the general reader would parse it.
+    """
+
+    def __init__(self):
+        self._layout: _ReaderLayout | None = None
+
+    def read(self, data: bytes):
+        layout = self._layout
+        if layout is None or len(data) != layout.size or layout.check.unpack_from(data) != layout.expected:
+            return None
+        v = layout.values.unpack_from(data)
+        reward, terminated, truncated, success = v[:4]
+        if terminated > 1 or truncated > 1 or success > 1:
+            return None  # a flag written as another varint: let protobuf decide
+        obs = {name: np.frombuffer(data, dt, count, offset) if shape is None
+               else np.frombuffer(data, dt, count, offset).reshape(shape)
+               for name, dt, count, offset, shape in layout.tensors}
+        return (obs, dict(zip(layout.stamp_names, v[layout.stamp_slice])), reward, terminated == 1,
+                truncated == 1, success == 1, dict(zip(layout.timing_keys, v[layout.timing_slice])),
+                layout.fault, layout.fault_message)
+
+    def learn(self, data: bytes, head: pb.StepResponse, session: bool) -> None:
+        """Prepare the layout of ``data`` (a StepResponse, or with ``session`` a
+        SessionResponse{step}) whose StepResponse parsed as ``head``; a message this reader cannot
+        lay out leaves it with no layout."""
+        self._layout = None
+        try:
+            self._layout = _reader_layout(memoryview(data), head, session)
+        except (ValueError, IndexError):
+            pass
+
+
+class _NoLayout(ValueError):
+    pass
+
+
+def _reader_layout(buf, head, session: bool) -> _ReaderLayout | None:
+    """The layout of one message: its fixed bytes and its value slots, compiled to two Structs."""
+    if len(head.reward) != 1 or len(head.terminated) != 1 or len(head.truncated) != 1 or len(head.success) != 1:
+        return None
+    segments: list = []  # ("fixed", start, end) and ("slot", kind, start, end, info), in order
+    pos = 0
+    end = len(buf)
+    if session:
+        key, p = _read_varint(buf, 0)
+        if key != (2 << 3) | 2:  # SessionResponse.step
+            return None
+        n, p = _read_varint(buf, p)
+        if p + n != end:
+            return None
+        segments.append(("fixed", 0, p))
+        pos = p
+    slots = {"reward": 0, "flags": 0, "timing": [], "tensors": [], "stamps": []}
+    try:
+        _layout_step(buf, pos, end, segments, slots)
+    except _NoLayout:
+        return None
+    if slots["reward"] != 1 or slots["flags"] != 3:
+        return None
+    check_fmt, value_fmt, expected = ["<"], ["<"], []
+    order: list = []  # value slot kinds in message order
+    tensors = []
+    for seg in segments:
+        if seg[0] == "fixed":
+            _, a, b = seg
+            check_fmt.append(f"{b - a}s")
+            value_fmt.append(f"{b - a}x")
+            expected.append(bytes(buf[a:b]))
+            continue
+        _, kind, a, b, info = seg
+        check_fmt.append(f"{b - a}x")
+        if kind == "tensor":
+            value_fmt.append(f"{b - a}x")
+            name, dt, shape = info
+            count = (b - a) // dt.itemsize
+            tensors.append((name, dt, count, a, None if shape == (count,) else shape))
+        else:
+            value_fmt.append({"reward": "f", "flag": "B", "timing": "d", "stamp": "d"}[kind])
+            order.append((kind, info))
+    kinds = [k for k, _ in order]
+    n_timing = kinds.count("timing")
+    n_stamps = kinds.count("stamp")
+    # The fast read takes reward and flags first, then timing, then stamps, each as one run.
+    want = (["reward"] + ["flag"] * 3 + ["timing"] * n_timing + ["stamp"] * n_stamps)
+    if kinds != want:
+        return None
+    flag_fields = [info for k, info in order if k == "flag"]
+    if flag_fields != [3, 4, 5]:
+        return None
+    layout = _ReaderLayout()
+    layout.size = len(buf)
+    layout.check = struct.Struct("".join(check_fmt))
+    layout.expected = tuple(expected)
+    layout.values = struct.Struct("".join(value_fmt))
+    layout.tensors = tuple(tensors)
+    layout.timing_keys = tuple(info for k, info in order if k == "timing")
+    layout.timing_slice = slice(4, 4 + n_timing)
+    layout.stamp_names = tuple(info for k, info in order if k == "stamp")
+    layout.stamp_slice = slice(4 + n_timing, 4 + n_timing + n_stamps)
+    layout.fault = head.fault[0] or None if head.fault else []
+    layout.fault_message = head.fault_message[0] if head.fault_message else []
+    return layout
+
+
+def _layout_step(buf, pos: int, end: int, segments: list, slots: dict) -> None:
+    while pos < end:
+        start = pos
+        key, pos = _read_varint(buf, pos)
+        field, wire = key >> 3, key & 7
+        if wire != 2:
+            raise _NoLayout()
+        n, pos = _read_varint(buf, pos)
+        stop = pos + n
+        if field == 2 and n == 4:
+            segments += [("fixed", start, pos), ("slot", "reward", pos, stop, None)]
+            slots["reward"] += 1
+        elif field in (3, 4, 5) and n == 1:
+            segments += [("fixed", start, pos), ("slot", "flag", pos, stop, field)]
+            slots["flags"] += 1
+        elif field in (2, 3, 4, 5, 9, 10):
+            raise _NoLayout()  # batched replies and final observations: the general reader
+        elif field == 8:
+            # map<string, double> entry: key then value, as every writer lays it out
+            k, p = _read_varint(buf, pos)
+            if k != 0x0A:
+                raise _NoLayout()
+            kn, p = _read_varint(buf, p)
+            name = bytes(buf[p:p + kn]).decode()
+            p += kn
+            if p + 9 != stop or buf[p] != 0x11:
+                raise _NoLayout()
+            segments += [("fixed", start, p + 1), ("slot", "timing", p + 1, stop, name)]
+        elif field == 1:
+            segments.append(("fixed", start, pos))
+            _layout_observation(buf, pos, stop, segments)
+        else:  # fault strings and anything unknown: fixed bytes (their values are in `head`)
+            segments.append(("fixed", start, stop))
+        pos = stop
+    if pos != end:
+        raise _NoLayout()
+
+
+def _layout_observation(buf, pos: int, end: int, segments: list) -> None:
+    while pos < end:
+        start = pos
+        key, pos = _read_varint(buf, pos)
+        if key not in (0x0A, 0x12):
+            raise _NoLayout()
+        n, pos = _read_varint(buf, pos)
+        stop = pos + n
+        # entry: key string, then the Tensor
+        k, p = _read_varint(buf, pos)
+        if k != 0x0A:
+            raise _NoLayout()
+        kn, p = _read_varint(buf, p)
+        name = bytes(buf[p:p + kn]).decode()
+        p += kn
+        k, p = _read_varint(buf, p)
+        if k != 0x12:
+            raise _NoLayout()
+        tn, p = _read_varint(buf, p)
+        if p + tn != stop:
+            raise _NoLayout()
+        # Tensor: dtype, packed shape (optional), data (optional), in field order
+        k, p = _read_varint(buf, p)
+        if k != 0x08:
+            raise _NoLayout()
+        code, p = _read_varint(buf, p)
+        dt = numpy_dtype(code)
+        shape: list[int] = []
+        if p < stop and buf[p] == 0x12:
+            sn, p = _read_varint(buf, p + 1)
+            q = p + sn
+            while p < q:
+                d, p = _read_varint(buf, p)
+                shape.append(d)
+        nbytes = 0
+        if p < stop:
+            if buf[p] != 0x1A:
+                raise _NoLayout()
+            nbytes, p = _read_varint(buf, p + 1)
+        if p + nbytes != stop or nbytes != math.prod(shape) * dt.itemsize:
+            raise _NoLayout()
+        if key == 0x12:  # capture time: a float64 scalar
+            if dt != _F64 or shape or nbytes != 8:
+                raise _NoLayout()
+            segments += [("fixed", start, p), ("slot", "stamp", p, stop, name)]
+        else:
+            segments += [("fixed", start, p), ("slot", "tensor", p, stop, (name, dt, tuple(shape)))]
+        pos = stop
+    if pos != end:
+        raise _NoLayout()

@@ -62,6 +62,9 @@ def _per_instance(value, n: int, dtype) -> list:
     return arr.tolist()
 
 
+_NO_FAULT = ("",)  # shared and immutable: one instance, no fault
+
+
 def _faults(info: dict, n: int) -> tuple[list[str], list[str]]:
     fault = info.get("fault")
     message = info.get("fault_message")
@@ -84,12 +87,24 @@ def _stamps(value) -> dict:
     return {k: np.array([(d or {}).get(k, np.nan) for d in value], dtype=np.float64) for k in names}
 
 
+_ENV_KEYS: dict[str, str] = {}  # env phase -> "env.<phase>", made once per phase name
+
+
+def _env_key(phase: str) -> str:
+    key = _ENV_KEYS.get(phase)
+    if key is None:
+        key = f"env.{phase}"
+        if len(_ENV_KEYS) < 1024:
+            _ENV_KEYS[phase] = key
+    return key
+
+
 def _timing(value) -> dict[str, float]:
     """The env's phase timings; for a batch, the slowest instance per phase."""
     if not value:
         return {}
     if isinstance(value, dict):
-        return {f"env.{k}": float(v) for k, v in value.items()}
+        return {_env_key(k): float(v) for k, v in value.items()}
     out: dict[str, float] = {}
     for d in value:
         for k, v in (d or {}).items():
@@ -130,8 +145,7 @@ class EnvHost:
         self.resets = 0
         self.stopped = True  # nothing has commanded the arm yet
         self.faults: deque[str] = deque(maxlen=50)
-        self._timings: dict[str, deque] = {}
-        self._timing_window = timing_window
+        self._timings: deque[dict[str, float]] = deque(maxlen=timing_window)  # per step: phase -> seconds
         self.control = ControlLease(watchdog_s, self._on_silence, self._on_overrun)
         self._closed = False
 
@@ -188,9 +202,17 @@ class EnvHost:
         n = self.num_envs
         if n == 1 and info.get("fault") is None:  # the common case, without the general normalisation
             timing = {"env": dt}
-            timing.update(_timing(info.get("timing")))
-            return StepResult(obs, _stamps(info.get("timestamps")), [float(reward)], [bool(terminated)],
-                              [bool(truncated)], [bool(info.get("success", False))], [""], [""], timing)
+            phases = info.get("timing")
+            if phases:
+                if type(phases) is dict:
+                    for k, v in phases.items():
+                        timing[_env_key(k)] = float(v)
+                else:
+                    timing.update(_timing(phases))
+            stamps = info.get("timestamps")
+            return StepResult(obs, stamps if type(stamps) is dict else _stamps(stamps), [float(reward)],
+                              [bool(terminated)], [bool(truncated)], [bool(info.get("success", False))], _NO_FAULT,
+                              _NO_FAULT, timing)
         timing = {"env": dt}
         timing.update(_timing(info.get("timing")))
         fault, fmsg = _faults(info, n)
@@ -211,18 +233,21 @@ class EnvHost:
 
     # -- timings and status ------------------------------------------------------------------------
     def record(self, timing: dict[str, float]) -> None:
-        for k, v in timing.items():
-            q = self._timings.get(k)
-            if q is None:
-                q = self._timings[k] = deque(maxlen=self._timing_window)
-            q.append(v)
+        """Keep a step's phase timings (the last ``timing_window`` steps) for `timing_summary`.
+
+        The dict is kept as it is (the caller does not touch it again): one append per step; the
+        per-phase arrays are built only when someone asks for the summary.
+        """
+        self._timings.append(timing)
 
     def timing_summary(self) -> dict[str, dict[str, float]]:
+        phases: dict[str, list[float]] = {}
+        for timing in list(self._timings):
+            for k, v in timing.items():
+                phases.setdefault(k, []).append(v)
         out = {}
-        for k, q in list(self._timings.items()):
-            if not q:
-                continue
-            a = np.fromiter(q, dtype=np.float64)
+        for k, q in phases.items():
+            a = np.asarray(q, dtype=np.float64)
             out[k] = {"mean_s": float(a.mean()), "p50_s": float(np.percentile(a, 50)),
                       "p99_s": float(np.percentile(a, 99)), "max_s": float(a.max()), "count": int(a.size)}
         return out

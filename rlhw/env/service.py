@@ -10,8 +10,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from time import perf_counter
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from rlhw.env import codec
 from rlhw.env.control import ControlConflict
@@ -44,23 +46,29 @@ class CallFailed(Exception):
         super().__init__(message)
 
 
+def _failure(e: Exception) -> CallFailed:
+    """The status code for an exception raised by an env operation."""
+    if isinstance(e, CallFailed):
+        return e
+    if isinstance(e, InvalidRequest):
+        return CallFailed(grpc.StatusCode.INVALID_ARGUMENT, str(e), e.field)
+    if isinstance(e, ControlConflict):
+        return CallFailed(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+    if isinstance(e, SafetyViolation):
+        return CallFailed(grpc.StatusCode.FAILED_PRECONDITION, f"safety: {e}")
+    if isinstance(e, RobotFault):
+        return CallFailed(grpc.StatusCode.ABORTED, f"robot fault: {e}")
+    # a bug in the env must not take the server down
+    log.error("env call failed", exc_info=e)
+    return CallFailed(grpc.StatusCode.INTERNAL, f"env raised {type(e).__name__}: {e}")
+
+
 def run_guarded(fn, *args):
     """Run an env operation, mapping every failure to a CallFailed with a status code."""
     try:
         return fn(*args)
-    except CallFailed:
-        raise
-    except InvalidRequest as e:
-        raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, str(e), e.field) from None
-    except ControlConflict as e:
-        raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION, str(e)) from None
-    except SafetyViolation as e:
-        raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION, f"safety: {e}") from None
-    except RobotFault as e:
-        raise CallFailed(grpc.StatusCode.ABORTED, f"robot fault: {e}") from None
-    except Exception as e:  # a bug in the env must not take the server down
-        log.exception("env call failed")
-        raise CallFailed(grpc.StatusCode.INTERNAL, f"env raised {type(e).__name__}: {e}") from None
+    except Exception as e:
+        raise _failure(e) from None
 
 
 def _encode_step(head_msg, result: StepResult, wrap_field: int | None) -> bytes:
@@ -68,6 +76,14 @@ def _encode_step(head_msg, result: StepResult, wrap_field: int | None) -> bytes:
     if result.final_obs is not None:
         observations.append((9, result.final_obs, None))
     return codec.encode_with_observations(head_msg.SerializeToString(), observations, wrap_field)
+
+
+def _parse(message_type, data: bytes):
+    try:
+        return message_type.FromString(data)
+    except DecodeError as e:
+        raise InvalidRequest("request", f"is not a valid {message_type.DESCRIPTOR.full_name} ({e}); "
+                                        f"build it from proto/rlhw/env/v1/env.proto") from None
 
 
 class EnvService:
@@ -80,6 +96,7 @@ class EnvService:
         self.step_limit_s = step_limit_s
         self.reset_limit_s = reset_limit_s
         self.spec_message = codec.env_spec_to_message(host.spec)
+        self.writer = codec.StepWriter()
         self.shutting_down = False
         self._open_streams: dict[str, int] = {}  # session -> Session streams open (a client may reopen one)
         self._streams_lock = threading.Lock()
@@ -88,11 +105,17 @@ class EnvService:
     def _controlled(self, session: str, fn, *args, limit_s: float | None = None):
         if self.shutting_down:
             raise CallFailed(grpc.StatusCode.UNAVAILABLE, "server is shutting down; the arm is stopped")
-        run_guarded(self.host.control.acquire, session, limit_s)
+        control = self.host.control
         try:
-            return run_guarded(fn, *args)
+            control.acquire(session, limit_s)
+        except Exception as e:
+            raise _failure(e) from None
+        try:
+            return fn(*args)
+        except Exception as e:
+            raise _failure(e) from None
         finally:
-            self.host.control.done(session)
+            control.done(session)
 
     def _reset(self, request: pb.ResetRequest, wrap_field: int | None) -> bytes:
         t0 = time.perf_counter()
@@ -104,24 +127,36 @@ class EnvService:
         head = pb.ResetResponse(timing=result.timing, success=result.success)
         return _encode_step(head, result, wrap_field)
 
-    def _step(self, request: pb.StepRequest, wrap_field: int | None) -> bytes:
-        t0 = time.perf_counter()
-        if not request.HasField("action"):
-            raise InvalidRequest("action", "missing; send a Tensor matching GetSpec().spec.action")
-        action = self.host.checker.check(request.action)
-        t1 = time.perf_counter()
+    def _step(self, request: pb.StepRequest | bytes, wrap_field: int | None) -> bytes:
+        """One step: ``request`` is a StepRequest or its wire bytes (or, with ``wrap_field`` set,
+        SessionRequest{step} bytes that `ActionChecker.is_canonical` accepted)."""
+        t0 = perf_counter()
+        action = None
+        if type(request) is bytes:
+            action = self.host.checker.from_request(request, wrap_field is not None)
+            if action is None:
+                request = _parse(pb.StepRequest, request)  # only unary Steps pass unusual bytes
+        if action is None:
+            if not request.HasField("action"):
+                raise InvalidRequest("action", "missing; send a Tensor matching GetSpec().spec.action")
+            action = self.host.checker.check(request.action)
+        t1 = perf_counter()
         result = self.host.step(action)
         timing = result.timing
         timing["validate"] = t1 - t0
-        timing["server"] = time.perf_counter() - t0
-        t2 = time.perf_counter()
-        head = codec.encode_step_head(result.reward, result.terminated, result.truncated, result.success,
-                                      result.fault, result.fault_message, timing, result.final_mask or ())
-        observations = [(1, result.obs, result.stamps)]
-        if result.final_obs is not None:
-            observations.append((9, result.final_obs, None))
-        data = codec.encode_with_observations(head, observations, wrap_field)
-        timing["encode"] = time.perf_counter() - t2
+        t2 = perf_counter()
+        timing["server"] = t2 - t0
+        if result.final_obs is None and len(result.reward) == 1 and not result.fault[0] and not result.fault_message[0]:
+            data = self.writer.write(result.reward[0], result.terminated[0], result.truncated[0], result.success[0],
+                                     timing, result.obs, result.stamps, wrap_field)
+        else:
+            head = codec.encode_step_head(result.reward, result.terminated, result.truncated, result.success,
+                                          result.fault, result.fault_message, timing, result.final_mask or ())
+            observations = [(1, result.obs, result.stamps)]
+            if result.final_obs is not None:
+                observations.append((9, result.final_obs, None))
+            data = codec.encode_with_observations(head, observations, wrap_field)
+        timing["encode"] = perf_counter() - t2
         self.host.record(timing)
         return data
 
@@ -177,16 +212,21 @@ class EnvService:
         with self._streams_lock:
             self._open_streams[session] = self._open_streams.get(session, 0) + 1
         try:
-            for request in request_iterator:
-                kind = request.WhichOneof("kind")
+            canonical = self.host.checker.is_canonical
+            for data in request_iterator:  # serialised SessionRequests
                 try:
-                    if kind == "step":
-                        out = self._controlled(session, self._step, request.step, 2, limit_s=self.step_limit_s)
-                    elif kind == "reset":
-                        out = self._controlled(session, self._reset, request.reset, 1, limit_s=self.reset_limit_s)
+                    if canonical(data, True):  # a step laid out as usual: _step reads the bytes
+                        out = self._controlled(session, self._step, data, 2, limit_s=self.step_limit_s)
                     else:
-                        raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, "empty SessionRequest; set reset or step",
-                                         "kind")
+                        request = _parse(pb.SessionRequest, data)
+                        kind = request.WhichOneof("kind")
+                        if kind == "step":
+                            out = self._controlled(session, self._step, request.step, 2, limit_s=self.step_limit_s)
+                        elif kind == "reset":
+                            out = self._controlled(session, self._reset, request.reset, 1, limit_s=self.reset_limit_s)
+                        else:
+                            raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT,
+                                             "empty SessionRequest; set reset or step", "kind")
                     held = True
                     yield out
                 except CallFailed as e:
@@ -209,17 +249,18 @@ class EnvService:
         def uu(fn, req):
             return grpc.unary_unary_rpc_method_handler(fn, request_deserializer=req.FromString, response_serializer=ser)
 
+        # Step and Session take their requests as bytes: `_step` reads a canonical action straight
+        # from them and parses anything else with protobuf (a request that does not parse is
+        # INVALID_ARGUMENT, in-band on the stream).
         return grpc.method_handlers_generic_handler(
             SERVICE_NAME,
             {
                 "GetSpec": uu(self.GetSpec, pb.GetSpecRequest),
                 "Reset": uu(self.Reset, pb.ResetRequest),
-                "Step": uu(self.Step, pb.StepRequest),
+                "Step": grpc.unary_unary_rpc_method_handler(self.Step, response_serializer=ser),
                 "Stop": uu(self.Stop, pb.StopRequest),
                 "GetStatus": uu(self.GetStatus, pb.GetStatusRequest),
-                "Session": grpc.stream_stream_rpc_method_handler(
-                    self.Session, request_deserializer=pb.SessionRequest.FromString, response_serializer=ser
-                ),
+                "Session": grpc.stream_stream_rpc_method_handler(self.Session, response_serializer=ser),
             },
         )
 

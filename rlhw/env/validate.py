@@ -41,6 +41,7 @@ class ActionChecker:
         # which NaN and inf also fail; the detailed checks run only to explain a rejection.
         self._fast = None
         self._small = None
+        self._uniform = None
         if self.low is not None and self.high is not None and np.isfinite(self.low).all() and np.isfinite(self.high).all():
             self._fast = (np.ascontiguousarray(self.low, dtype=self.dtype), np.ascontiguousarray(self.high, dtype=self.dtype))
             n = math.prod(self.shape)
@@ -50,6 +51,19 @@ class ActionChecker:
                 low = np.broadcast_to(self._fast[0], self.shape).reshape(-1).tolist()
                 high = np.broadcast_to(self._fast[1], self.shape).reshape(-1).tolist()
                 self._small = (struct.Struct(fmt), list(zip(low, high)))
+                if len(set(low)) == 1 and len(set(high)) == 1:  # one box for every element (the usual case)
+                    self._uniform = (low[0], high[0])
+        # The exact bytes a protobuf writer produces for a StepRequest (and a SessionRequest{step})
+        # carrying a well-formed action, up to the action's data. A request that starts with them
+        # and has the right length needs no protobuf parse: its dtype, shape and size are already
+        # the spec's. Anything else (other field order, extra fields, a wrong dtype or shape) takes
+        # the protobuf path, whose checks explain the rejection.
+        self._count = math.prod(self.shape)
+        zeros = np.zeros(self.shape, self.dtype)
+        self._requests = {}
+        for session in (False, True):
+            wire = codec.encode_step_request(zeros, session)
+            self._requests[session] = (wire[:len(wire) - self.nbytes], len(wire))
 
     def check(self, tensor: pb.Tensor, field: str = "action") -> np.ndarray:
         """The action as a read-only array of the spec's dtype and shape, or InvalidRequest."""
@@ -62,20 +76,50 @@ class ActionChecker:
         shape = tuple(tensor.shape)
         if shape != self.shape:
             raise InvalidRequest(f"{field}.shape", f"expected {list(self.shape)}, got {list(shape)}")
-        if len(tensor.data) != self.nbytes:
+        data = tensor.data  # each access of a bytes field copies it: read it once
+        if len(data) != self.nbytes:
             raise InvalidRequest(
                 f"{field}.data",
-                f"has {len(tensor.data)} bytes; shape {list(self.shape)} of {self.dtype.name} needs {self.nbytes}",
+                f"has {len(data)} bytes; shape {list(self.shape)} of {self.dtype.name} needs {self.nbytes}",
             )
-        data = tensor.data
+        return self._checked(data, 0, field)
+
+    def from_request(self, data: bytes, session: bool) -> np.ndarray | None:
+        """The checked action of a serialised StepRequest (``session``: SessionRequest{step}) in the
+        canonical layout, read straight from the bytes; None when the request is laid out otherwise
+        (then parse it and call `check`, which names what is wrong). Raises InvalidRequest for
+        values out of bounds or not finite, as `check` does.
+        """
+        prefix, size = self._requests[session]
+        if len(data) != size or not data.startswith(prefix):
+            return None
+        return self._checked(data, len(prefix), "action")
+
+    def is_canonical(self, data: bytes, session: bool) -> bool:
+        """Whether `from_request` reads ``data`` without protobuf."""
+        prefix, size = self._requests[session]
+        return len(data) == size and data.startswith(prefix)
+
+    def _checked(self, data: bytes, offset: int, field: str) -> np.ndarray:
         if self._small is not None:
             unpack, bounds = self._small
-            for v, (lo, hi) in zip(unpack.unpack(data), bounds):
-                if not lo <= v <= hi:  # also false for NaN: the detailed check explains it
-                    break
+            values = unpack.unpack_from(data, offset)
+            if self._uniform is not None:
+                lo, hi = self._uniform
+                # min/max can step over a NaN; the sum cannot (finite values within finite bounds
+                # never sum to NaN), so NaN and inf all fall through to the detailed check.
+                ok = lo <= min(values) and max(values) <= hi and (total := sum(values)) == total
             else:
-                return np.frombuffer(data, dtype=self.dtype).reshape(self.shape)
-        arr = np.frombuffer(data, dtype=self.dtype).reshape(self.shape)
+                for v, (lo, hi) in zip(values, bounds):
+                    if not lo <= v <= hi:  # also false for NaN: the detailed check explains it
+                        ok = False
+                        break
+                else:
+                    ok = True
+            if ok:
+                arr = np.frombuffer(data, self.dtype, self._count, offset)
+                return arr if arr.shape == self.shape else arr.reshape(self.shape)
+        arr = np.frombuffer(data, self.dtype, self._count, offset).reshape(self.shape)
         return self.check_array(arr, field)
 
     def check_array(self, arr: np.ndarray, field: str = "action") -> np.ndarray:
