@@ -45,6 +45,7 @@ from rlhw.robot import make_env  # noqa: E402
 
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "sim_reach.yaml")
 ENDLESS = ["env.sim=mujoco", "env.max_episode_steps=1000000", "env.reach.terminate_on_success=false"]
+RECORD_STEPS = 200  # env steps recorded by --bare-steps-only
 
 
 def rss_bytes() -> int:
@@ -205,11 +206,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--env-steps-only", type=int, metavar="N",
                    help="only build the proprio env, reset it and run N random steps (for instruction "
                         "counts under valgrind; see docs/sim.md)")
+    p.add_argument("--bare-steps-only", type=int, metavar="N",
+                   help=f"the bare counterpart: run that env for {RECORD_STEPS} steps (the same in every run), "
+                        "then replay the joint targets of its first N steps with bare mj_step (N <= "
+                        f"{RECORD_STEPS}); the difference of two runs counts bare steps only")
     args = p.parse_args(argv)
     if args.env_steps_only is not None:
         env = make_env(load_config(CONFIG, ENDLESS))
         env.reset(seed=0)
         env_block(env, args.env_steps_only, np.random.default_rng(0), None)
+        env.close()
+        return 0
+    if args.bare_steps_only is not None:
+        if not 0 <= args.bare_steps_only <= RECORD_STEPS:
+            p.error(f"--bare-steps-only: expected 0..{RECORD_STEPS}, got {args.bare_steps_only}")
+        env = make_env(load_config(CONFIG, ENDLESS))
+        env.reset(seed=0)
+        start, ctrls = snapshot(env.arm.data), []
+        env_block(env, RECORD_STEPS, np.random.default_rng(0), ctrls)
+        nstep = int(round(env.period / env.arm.model.opt.timestep))
+        bare_block(env.arm.model, start, ctrls[:args.bare_steps_only], nstep)
         env.close()
         return 0
     if args.quick:

@@ -22,6 +22,8 @@ raised from `advance`/`move_joints` and also shows in ``state().errors``.
 
 from __future__ import annotations
 
+import math
+import operator
 import time
 
 import mujoco
@@ -50,6 +52,26 @@ def _xyzw(wxyz: np.ndarray) -> np.ndarray:
 
 def _wxyz(xyzw: np.ndarray) -> np.ndarray:
     return np.array([xyzw[3], xyzw[0], xyzw[1], xyzw[2]])
+
+
+class _Views:
+    """Live numpy views into one MjData, made once at `connect`: reading through them costs no
+    binding call (each ``data.qpos``-style attribute access builds a new array object)."""
+
+    def __init__(self, arm: "MujocoArm", d: mujoco.MjData):
+        self.qpos_arm = d.qpos[arm._arm]
+        self.qvel_arm = d.qvel[arm._arm]
+        self.ctrl_arm = d.ctrl[arm._arm_ctrl]
+        self.tcp_xpos = d.site_xpos[arm._tcp]
+        self.tcp_xmat = d.site_xmat[arm._tcp]
+        self.fingers = d.qpos[arm._fingers] if arm._fingers is not None else None
+        self._qpos, self._f0, self._f1 = d.qpos, arm._finger0, arm._finger1
+
+    def gripper_width(self) -> float:
+        if self.fingers is not None:
+            a, b = self.fingers.tolist()
+            return a + b
+        return float(self._qpos[self._f0] + self._qpos[self._f1])
 
 
 class MujocoArm(Arm):
@@ -108,42 +130,52 @@ class MujocoArm(Arm):
             self._objects["cube"] = m.joint("cube").qposadr[0]
 
         # Scratch buffers, allocated once: the per-step path allocates little.
-        self._jacp = np.zeros((3, m.nv))
-        self._jacr = np.zeros((3, m.nv))
+        # The TCP jacobian, full width: its rows 0-2 (translation) and 3-5 (rotation) are the two
+        # outputs of mj_jacSite, written in place. Only the arm's joints move the TCP, so every
+        # other column (fingers, free objects) is exactly zero, and the IK can work on all nv
+        # columns without copying the arm's 7 out first (checked below).
+        self._jac6 = np.zeros((6, m.nv))
+        self._jacp, self._jacr = self._jac6[:3], self._jac6[3:]
         self._quat = np.zeros(4)
-        self._quat_inv = np.zeros(4)
-        self._quat_err = np.zeros(4)
-        self._rot_err = np.zeros(3)
         self._force = np.zeros(6)
         self._ik_err = np.zeros(6)
-        self._target_quat = np.zeros(4)
         self._finger0, self._finger1 = (int(a) for a in self._finger_qadr)
-        self._ik_jac = np.zeros((6, 7))
         self._ik_gram = np.zeros((6, 6))
         self._ik_gram_flat = self._ik_gram.reshape(36)  # views, made once
         self._ik_damping_flat = (1e-4 * np.eye(6)).reshape(36)
-        self._ik_err_pos = self._ik_err[:3]
-        self._ik_err_rot = self._ik_err[3:]
         self._ik_rhs = np.zeros(6)
         self._ik_x = np.zeros(6)
-        self._ik_dq = np.zeros(7)
-        self._ik_posture = np.zeros(7)
-        self._ik_step = np.zeros(7)
-        self._ik_q_next = np.zeros(7)
+        self._ik_dq = np.zeros(m.nv)
+        self._ik_posture = np.zeros(m.nv)  # zero outside the arm's columns
         self._arm = slice(int(self._arm_qadr[0]), int(self._arm_qadr[0]) + 7)
+        self._ik_dq_arm = self._ik_dq[self._arm]
+        self._ik_posture_arm = self._ik_posture[self._arm]
+        self._home_list = self.home_q.tolist()
+        self._ctrl_low_list = self._ctrl_low.tolist()
+        self._ctrl_high_list = self._ctrl_high.tolist()
         if not np.array_equal(self._arm_qadr, np.arange(self._arm_qadr[0], self._arm_qadr[0] + 7)) or \
                 not np.array_equal(self._arm_dadr, self._arm_qadr) or \
                 not np.array_equal(self._arm_act, np.arange(self._arm_act[0], self._arm_act[0] + 7)):
             raise RuntimeError("the FR3 model's arm joints and servos are expected contiguous in qpos/qvel/ctrl")
         self._arm_ctrl = slice(int(self._arm_act[0]), int(self._arm_act[0]) + 7)
+        tcp_dofs, body = set(), int(m.site_bodyid[self._tcp])
+        while body:
+            tcp_dofs.update(range(m.body_dofadr[body], m.body_dofadr[body] + m.body_dofnum[body]))
+            body = int(m.body_parentid[body])
+        if tcp_dofs != set(self._arm_dadr.tolist()):
+            raise RuntimeError("the FR3 model's TCP is expected to move with the 7 arm joints only")
+        self._fingers = slice(self._finger0, self._finger0 + 2) if self._finger1 == self._finger0 + 1 else None
+        self._tcp_wxyz: tuple[float, float, float, float] | None = None  # TCP orientation at the current kinematics
+        self._views: _Views | None = None
 
         self.data: mujoco.MjData | None = None
         self._ik_data: mujoco.MjData | None = None
         self._epoch = 0.0
         self._errors: list[str] = []
-        self._q_des = self.home_q.copy()
         self._kinematics_time = -1.0
         self._camlight_time = -1.0
+        self._com_current = False  # COM terms (for the jacobian) match the kinematics
+        self._stepped1 = False  # mj_step1 ran on the current state; mj_step2 finishes that substep
         self._bad_qacc_seen = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -161,9 +193,10 @@ class MujocoArm(Arm):
             d.qpos[qadr + 3:qadr + 7] = (1.0, 0.0, 0.0, 0.0)
         d.ctrl[self._arm_ctrl] = self.home_q
         d.ctrl[self._gripper_act] = _scene.GRIPPER_CTRL_MAX
-        self._q_des = self.home_q.copy()
         mujoco.mj_forward(m, d)
         self._kinematics_time = d.time
+        self._com_current, self._tcp_wxyz, self._stepped1 = True, None, False
+        self._views = _Views(self, d)
         self._errors = []
         self._bad_qacc_seen = 0
         self._warnings = d.warning.number  # a live view: reading it later costs no binding call
@@ -171,6 +204,7 @@ class MujocoArm(Arm):
 
     def close(self) -> None:
         self.data = None
+        self._views = None  # they hold the MjData's memory
         self._ik_data = None
 
     @property
@@ -202,25 +236,47 @@ class MujocoArm(Arm):
         Raises RobotFault("reflex") when a collision or joint-limit fault arises during the step.
         """
         d = self._live()
-        if not np.isfinite(dt) or dt < 0:
+        if not math.isfinite(dt) or dt < 0:
             raise ValueError(f"dt: must be a finite number of seconds >= 0, got {dt}")
-        nstep = int(round(dt / self.model.opt.timestep))
+        m = self.model
+        nstep = int(round(dt / m.opt.timestep))
         if nstep == 0:
             return
-        mujoco.mj_step(self.model, d, nstep)
-        self._check_faults()
+        # Split stepping: the last substep's first half (mj_step1: kinematics, COM terms, contacts
+        # of the new state) is run here, its second half (mj_step2: forces with the controls set
+        # meanwhile, integration) at the start of the next call. Same physics, bit for bit, and
+        # the same work as mj_step(nstep) per call; what it saves is computing the kinematics
+        # twice: `state` and the IK read those of mj_step1 instead of calling mj_kinematics and
+        # mj_comPos again after mj_step.
+        if self._stepped1:
+            self._stepped1 = False
+            mujoco.mj_step2(m, d)
+            if nstep > 1:
+                mujoco.mj_step(m, d, nstep - 1)
+        else:
+            mujoco.mj_step(m, d, nstep)
+        new = self._new_faults()  # on the contacts and forces of the last substep, as mj_step leaves them
+        if new:
+            self._raise_faults(new)  # and leave the state as mj_step left it, for `recover` to look at
+        mujoco.mj_step1(m, d)
+        self._stepped1 = True
+        self._kinematics_time = self._camlight_time = d.time
+        self._com_current, self._tcp_wxyz = True, None
 
     def sync(self, cameras: bool = False) -> mujoco.MjData:
         """Bring positions (bodies, sites; cameras and lights with ``cameras``) up to the current
         qpos and return the MjData.
 
         ``mj_step`` leaves them one physics step behind; state and rendering want them current.
+        After `advance` they are (its split stepping computed them); after anything else that
+        moved the state (``move_joints``, placing objects) they are recomputed here.
         """
         d = self._live()
         if self._kinematics_time != d.time:
             mujoco.mj_kinematics(self.model, d)
             self._kinematics_time = d.time
             self._camlight_time = -1.0
+            self._com_current, self._tcp_wxyz = False, None
         if cameras and self._camlight_time != d.time:
             mujoco.mj_camlight(self.model, d)
             self._camlight_time = d.time
@@ -229,21 +285,26 @@ class MujocoArm(Arm):
     # ------------------------------------------------------------------ state
     def state(self) -> ArmState:
         d = self.sync()
-        quat = self._quat
-        mujoco.mju_mat2Quat(quat, d.site_xmat[self._tcp])
-        ee_pose = np.empty(7)
-        ee_pose[:3] = d.site_xpos[self._tcp]
-        ee_pose[3:6] = quat[1:]
-        ee_pose[6] = quat[0]
-        qpos = d.qpos
+        v = self._views
+        w, qx, qy, qz = self._tcp_quat(v)
+        x, y, z = v.tcp_xpos.tolist()
         return ArmState(
             timestamp=self._epoch + d.time,
-            q=qpos[self._arm].copy(),
-            dq=d.qvel[self._arm].copy(),
-            ee_pose=ee_pose,
-            gripper_width=float(qpos[self._finger0] + qpos[self._finger1]),
+            q=v.qpos_arm.copy(),
+            dq=v.qvel_arm.copy(),
+            ee_pose=np.array((x, y, z, qx, qy, qz, w)),
+            gripper_width=v.gripper_width(),
             errors=tuple(self._errors),
         )
+
+    def _tcp_quat(self, v: "_Views") -> tuple[float, float, float, float]:
+        """The TCP orientation (w, x, y, z) at the current kinematics; computed once per `sync`
+        that moved them: `state` and the IK of the next command read the same kinematics."""
+        quat = self._tcp_wxyz
+        if quat is None:
+            mujoco.mju_mat2Quat(self._quat, v.tcp_xmat)
+            quat = self._tcp_wxyz = tuple(self._quat.tolist())
+        return quat
 
     @property
     def errors(self) -> tuple[str, ...]:
@@ -259,22 +320,29 @@ class MujocoArm(Arm):
         """Track the TCP pose ``[x, y, z, qx, qy, qz, qw]`` (base frame): solves IK now, servos during `advance`."""
         d = self._live()
         pose = np.asarray(pose, dtype=float)
-        if pose.shape != (7,) or not np.isfinite(pose).all():
+        if pose.shape != (7,):
             raise ValueError(f"pose: expected 7 finite numbers [x, y, z, qx, qy, qz, qw], got {pose!r}")
-        quat = self._target_quat
-        quat[0] = pose[6]
-        quat[1:] = pose[3:6]
-        if mujoco.mju_normalize4(quat) < 1e-6:
+        values = pose.tolist()
+        # a sum is non-finite when an element is (or, harmlessly, when huge ones overflow: then look closer)
+        if not math.isfinite(sum(values)) and not np.isfinite(pose).all():
+            raise ValueError(f"pose: expected 7 finite numbers [x, y, z, qx, qy, qz, qw], got {pose!r}")
+        x, y, z, qx, qy, qz, qw = values
+        norm = math.sqrt(qw * qw + qx * qx + qy * qy + qz * qz)
+        if norm < 1e-6:
             raise ValueError(f"pose: quaternion {pose[3:]} has zero norm")
+        inv = 1.0 / norm
         self._refuse_if_faulted()
         # One IK iteration per control step, linearised at the measured state: closed loop on the
         # measured pose, so successive steps converge while the servos move. It uses the live
         # MjData (its kinematics brought up to date), which physics just touched: much cheaper
         # than a scratch MjData that is cache-cold after 50 substeps.
         self.sync()
-        mujoco.mj_comPos(self.model, d)
-        self._q_des = self._ik_iteration(d, d.qpos[self._arm].copy(), pose[:3], quat)
-        d.ctrl[self._arm_ctrl] = self._q_des
+        if not self._com_current:
+            mujoco.mj_comPos(self.model, d)
+            self._com_current = True
+        v = self._views
+        v.ctrl_arm[:] = self._ik_iteration(d, v.qpos_arm.tolist(), (x, y, z), (qw * inv, qx * inv, qy * inv, qz * inv),
+                                           self._tcp_quat(v), v.tcp_xpos.tolist())
 
     def solve_ik(self, position: np.ndarray, quat_wxyz: np.ndarray, q_start: np.ndarray,
                  iterations: int = 20) -> np.ndarray:
@@ -286,56 +354,76 @@ class MujocoArm(Arm):
         if k is None:  # made on first use: most arms never plan, and each MjData costs memory
             k = self._ik_data = mujoco.MjData(m)
         q = np.array(q_start, dtype=float)
+        position = np.asarray(position, dtype=float).tolist()
+        quat_wxyz = np.asarray(quat_wxyz, dtype=float).tolist()
         for _ in range(iterations):
             k.qpos[self._arm] = q
             mujoco.mj_kinematics(m, k)
             mujoco.mj_comPos(m, k)
-            q = self._ik_iteration(k, q, position, quat_wxyz)
+            mujoco.mju_mat2Quat(self._quat, k.site_xmat[self._tcp])
+            q = np.array(self._ik_iteration(k, q.tolist(), position, quat_wxyz, self._quat.tolist(),
+                                            k.site_xpos[self._tcp].tolist()))
         return q
 
-    def _ik_iteration(self, data: mujoco.MjData, q: np.ndarray, position: np.ndarray,
-                      quat_wxyz: np.ndarray) -> np.ndarray:
-        """One damped-least-squares step from ``q`` (``data`` holds kinematics and COM terms at
-        ``q``); returns ``q`` updated in place.
+    def _ik_iteration(self, data: mujoco.MjData, q: list[float], position, quat_wxyz, current_wxyz,
+                      current_xyz) -> list[float]:
+        """One damped-least-squares step from joint angles ``q`` (``data`` holds kinematics and
+        COM terms at ``q``; ``current_wxyz`` and ``current_xyz`` are the TCP pose there); returns
+        the new angles.
 
         A small null-space term keeps the elbow near the home posture so the redundant 7th DoF
         does not drift. Joints pushed past their range are held there and the others re-solved.
+
+        Speed (this runs every control step): vectors of 3, 4 and 7 are plain floats, since one
+        numpy or binding call costs about as much as a dozen float operations; the 6x6 solve is
+        mju_* calls on buffers allocated once.
         """
-        m, jac, tcp, arm = self.model, self._ik_jac, self._tcp, self._arm
-        dq, posture, step, q_next = self._ik_dq, self._ik_posture, self._ik_step, self._ik_q_next
-        quat, quat_inv, quat_err = self._quat, self._quat_inv, self._quat_err
-        mujoco.mju_sub3(self._ik_err_pos, position, data.site_xpos[tcp])
-        mujoco.mju_mat2Quat(quat, data.site_xmat[tcp])
-        mujoco.mju_negQuat(quat_inv, quat)
-        mujoco.mju_mulQuat(quat_err, quat_wxyz, quat_inv)
-        if quat_err[0] < 0:  # the short way round
-            mujoco.mju_scl(quat_err, quat_err, -1.0)
-        mujoco.mju_quat2Vel(self._ik_err_rot, quat_err, 1.0)
-        mujoco.mj_jacSite(m, data, self._jacp, self._jacr, tcp)
-        jac[:3] = self._jacp[:, arm]
-        jac[3:] = self._jacr[:, arm]
-        # dq = J+ err + (I - J+ J) posture, J+ = J^T (J J^T + lambda^2 I)^-1: one 6x6 Cholesky
-        # solve. mju_* calls instead of numpy: this runs every control step, and numpy's per-call
-        # overhead on 6x7 matrices costs more than the arithmetic.
-        mujoco.mju_sub(posture, self.home_q, q)
-        mujoco.mju_scl(posture, posture, 0.2)
-        self._dls_step(jac, posture, dq)
-        mujoco.mju_add(step, dq, posture)
-        mujoco.mju_add(q_next, q, step)
-        blocked = (q_next < self._ctrl_low) | (q_next > self._ctrl_high)
-        if blocked.any():
+        tcp = self._tcp
+        px, py, pz = position
+        x, y, z = current_xyz
+        # Orientation error: target * conj(current) as a rotation vector, the short way round.
+        tw, tx, ty, tz = quat_wxyz
+        cw, cx, cy, cz = current_wxyz
+        ew = tw * cw + tx * cx + ty * cy + tz * cz
+        ex = -tw * cx + tx * cw - ty * cz + tz * cy
+        ey = -tw * cy + tx * cz + ty * cw - tz * cx
+        ez = -tw * cz - tx * cy + ty * cx + tz * cw
+        if ew < 0:
+            ew, ex, ey, ez = -ew, -ex, -ey, -ez
+        sin_half = math.sqrt(ex * ex + ey * ey + ez * ez)
+        if sin_half < 1e-15:
+            rx, ry, rz = 2.0 * math.atan2(sin_half, ew), 0.0, 0.0
+        else:
+            angle = 2.0 * math.atan2(sin_half, ew) / sin_half  # ew >= 0: at most pi
+            rx, ry, rz = ex * angle, ey * angle, ez * angle
+        self._ik_err[:] = (px - x, py - y, pz - z, rx, ry, rz)
+        mujoco.mj_jacSite(self.model, data, self._jacp, self._jacr, tcp)
+        # dq = J+ err + (I - J+ J) posture, J+ = J^T (J J^T + lambda^2 I)^-1: one 6x6 Cholesky solve.
+        posture = [(h - qi) * 0.2 for h, qi in zip(self._home_list, q)]
+        self._ik_posture_arm[:] = posture
+        self._dls_step(self._jac6, self._ik_posture, self._ik_dq)
+        step = list(map(operator.add, self._ik_dq_arm.tolist(), posture))
+        low, high = self._ctrl_low_list, self._ctrl_high_list
+        q_next = list(map(operator.add, q, step))
+        inside = all(map(operator.le, low, q_next)) and all(map(operator.le, q_next, high))
+        if not inside:
             # Joints pushed past their range are held there: solve again without them, so the
             # others do what they can instead of compensating for motion that never happens.
-            jac[:, blocked] = 0.0
-            posture[blocked] = 0.0
-            self._dls_step(jac, posture, dq)
-            mujoco.mju_add(step, dq, posture)
-        largest = np.abs(step).max()
+            blocked = (np.array(q_next) < self._ctrl_low) | (np.array(q_next) > self._ctrl_high)
+            jac = self._jac6.copy()
+            cols = np.flatnonzero(blocked) + self._arm.start
+            jac[:, cols] = 0.0
+            posture = [0.0 if b else p for p, b in zip(posture, blocked.tolist())]
+            self._ik_posture_arm[:] = posture
+            self._dls_step(jac, self._ik_posture, self._ik_dq)
+            step = list(map(operator.add, self._ik_dq_arm.tolist(), posture))
+        largest = max(map(abs, step))
         if largest > MAX_IK_STEP:  # near singularities DLS can ask for big jumps: scale down
-            mujoco.mju_scl(step, step, MAX_IK_STEP / largest)
-        mujoco.mju_addTo(q, step)
-        np.clip(q, self._ctrl_low, self._ctrl_high, out=q)
-        return q
+            scale = MAX_IK_STEP / largest
+            step = [s * scale for s in step]
+        elif inside:
+            return q_next  # the usual case: q + step, already within the ranges
+        return [min(max(qi + s, lo), hi) for qi, s, lo, hi in zip(q, step, low, high)]
 
     def _dls_step(self, jac: np.ndarray, posture: np.ndarray, out: np.ndarray) -> None:
         """out = J^T (J J^T + lambda^2 I)^-1 (err - J posture): the task-space part of the IK step."""
@@ -353,7 +441,6 @@ class MujocoArm(Arm):
         d = self._live()
         q = self._checked_joint_target(q)
         self._refuse_if_faulted()
-        self._q_des = q
         d.ctrl[self._arm_ctrl] = q
 
     def command_gripper(self, width: float) -> None:
@@ -390,7 +477,6 @@ class MujocoArm(Arm):
         duration = max(0.1, 1.875 * float(np.max(np.abs(delta) / (speed_factor * FR3_MAX_JOINT_VELOCITY))))
         chunk = max(1, int(round(0.02 / self.model.opt.timestep)))
         t0, wall_deadline = d.time, time.monotonic() + timeout_s
-        self._q_des = target
         while True:
             elapsed = d.time - t0
             if elapsed < duration:
@@ -407,14 +493,14 @@ class MujocoArm(Arm):
                     "timeout", f"move_joints did not reach its target within {timeout_s} s "
                     f"(max joint error {np.max(np.abs(d.qpos[self._arm] - target)):.4f} rad)")
             mujoco.mj_step(self.model, d, chunk)
+            self._stepped1 = False
             self._check_faults()
 
     def stop(self) -> None:
         """Hold the current joint positions (the servos' damping brings the arm to rest)."""
         if self.data is None:
             return
-        self._q_des = np.clip(self.data.qpos[self._arm], self._ctrl_low, self._ctrl_high)
-        self.data.ctrl[self._arm_ctrl] = self._q_des
+        self.data.ctrl[self._arm_ctrl] = np.clip(self.data.qpos[self._arm], self._ctrl_low, self._ctrl_high)
 
     def recover(self, timeout_s: float = 5.0) -> bool:
         """Clear the error flags unless their cause persists (still pressed into the table)."""
@@ -429,16 +515,20 @@ class MujocoArm(Arm):
         d = self.data
         faults = []
         # Plain Python floats: right after mj_step numpy's machinery is cache-cold, 7 float
-        # comparisons are cheaper than 4 ufunc calls.
-        for qi, lo, hi in zip(d.qpos[self._arm].tolist(), self._flag_low_list, self._flag_high_list):
-            if qi < lo or qi > hi:
-                faults.append("joint_limit")
-                break
+        # comparisons are cheaper than 4 ufunc calls. (For finite numbers a - b < 0 iff a < b;
+        # a NaN angle never gets here: MuJoCo resets a diverged state, flagged below.)
+        q = self._views.qpos_arm.tolist()
+        if min(map(operator.sub, q, self._flag_low_list)) < 0.0 or min(map(operator.sub, self._flag_high_list, q)) < 0.0:
+            faults.append("joint_limit")
         if d.ncon:
             geoms = d.contact.geom
             g1, g2 = geoms[:, 0], geoms[:, 1]
             hits = np.flatnonzero((self._robot_geom[g1] & self._table_geom[g2])
                                   | (self._table_geom[g1] & self._robot_geom[g2]))
+            if hits.size and self._stepped1:
+                # mj_step1 replaced the contacts; their forces come with the second half of the
+                # substep. Compute them now (mj_step2 recomputes the same, physics is unchanged).
+                mujoco.mj_forwardSkip(self.model, d, int(mujoco.mjtStage.mjSTAGE_VEL), 1)
             for i in hits:
                 mujoco.mj_contactForce(self.model, d, int(i), self._force)
                 if abs(self._force[0]) > self.collision_force_n:
@@ -452,12 +542,17 @@ class MujocoArm(Arm):
         return faults
 
     def _check_faults(self) -> None:
-        faults = self._current_faults()
-        new = [f for f in faults if f not in self._errors]
+        new = self._new_faults()
         if new:
-            self._errors.extend(new)
-            self.stop()
-            raise RobotFault("reflex", f"sim arm {self.name!r}: {', '.join(new)} (arm stopped; call recover())")
+            self._raise_faults(new)
+
+    def _new_faults(self) -> list[str]:
+        return [f for f in self._current_faults() if f not in self._errors]
+
+    def _raise_faults(self, new: list[str]) -> None:
+        self._errors.extend(new)
+        self.stop()
+        raise RobotFault("reflex", f"sim arm {self.name!r}: {', '.join(new)} (arm stopped; call recover())")
 
     # ------------------------------------------------------------------ sim-only extras (tasks)
     @property
@@ -489,7 +584,7 @@ class MujocoArm(Arm):
         d.qpos[qadr + 3:qadr + 7] = _wxyz(pose[3:] / np.linalg.norm(pose[3:])) if pose.shape == (7,) else (1, 0, 0, 0)
         dadr = self.model.jnt_dofadr[self.model.joint(name).id]
         d.qvel[dadr:dadr + 6] = 0.0
-        self._kinematics_time = -1.0
+        self._moved()
 
     def park_object(self, name: str = "cube") -> None:
         """Put an object back out of reach and out of view."""
@@ -502,4 +597,9 @@ class MujocoArm(Arm):
         if position.shape != (3,) or not np.all(np.isfinite(position)):
             raise ValueError(f"position: expected 3 finite numbers, got {position!r}")
         d.mocap_pos[self._target_mocap] = position
+        self._moved()
+
+    def _moved(self) -> None:
+        """The state was changed by hand: kinematics and any pending mj_step1 are stale."""
         self._kinematics_time = -1.0
+        self._stepped1 = False

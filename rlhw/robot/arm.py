@@ -34,6 +34,15 @@ class ArmState:
     gripper_width: float
     errors: tuple[str, ...] = field(default_factory=tuple)
 
+    def __init__(self, timestamp: float, q: np.ndarray, dq: np.ndarray, ee_pose: np.ndarray,
+                 gripper_width: float, errors: tuple[str, ...] = ()):
+        # Every driver builds one per control step: filling the instance dict directly costs
+        # half of the generated frozen __init__ (an object.__setattr__ call per field). Still
+        # frozen: assigning a field afterwards raises FrozenInstanceError.
+        fields = self.__dict__
+        fields["timestamp"], fields["q"], fields["dq"] = timestamp, q, dq
+        fields["ee_pose"], fields["gripper_width"], fields["errors"] = ee_pose, gripper_width, errors
+
     @property
     def ee_position(self) -> np.ndarray:
         return self.ee_pose[:3]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -76,6 +77,17 @@ def _require_finite(values, what: str) -> np.ndarray:
     return arr
 
 
+def _finite_floats(values, what: str) -> list[float]:
+    """`_require_finite` as a flat list of floats: the per-step path does its few-element
+    arithmetic on plain floats, which costs less than one numpy call per operation."""
+    arr = np.asarray(values, dtype=float)
+    floats = arr.ravel().tolist()
+    # a sum is non-finite iff an element is NaN/inf, or finite ones overflow: then look closer
+    if not math.isfinite(sum(floats)):
+        _require_finite(arr, what)
+    return floats
+
+
 class SafetyLayer:
     """Wraps one `Arm`. All motion the env commands goes through ``move_to``, ``set_gripper`` and ``move_home``."""
 
@@ -89,6 +101,12 @@ class SafetyLayer:
         self.q_max = np.array(limits.q_max) - limits.joint_limit_margin_rad
         self.dq_max = np.array(limits.dq_max)
         self.max_step = min(limits.max_step_m, limits.max_velocity_mps * self.period)
+        # The same limits as plain floats, for the per-step checks.
+        self._low3, self._high3 = self.low.tolist(), self.high.tolist()
+        self._q_min_list, self._q_max_list = self.q_min.tolist(), self.q_max.tolist()
+        self._dq_max_list = self.dq_max.tolist()
+        n = len(self._q_min_list)
+        self._joint_shape = (n,) if len(self._q_max_list) == len(self._dq_max_list) == n else None
         self.max_gripper_step = limits.gripper_max_speed_mps * self.period
         self.gripper_target: float | None = None
         self.locked = False
@@ -109,23 +127,34 @@ class SafetyLayer:
         inside the box the result is inside the box (both ends of the step are); with the hand
         outside (pushed out, or a box changed between runs) it heads back in at the capped speed
         instead of jumping to the box's surface."""
-        target = _require_finite(target_xyz, "end-effector target")[:3]
-        current = np.asarray(current_xyz, dtype=float)[:3]
-        boxed = np.minimum(np.maximum(target, self.low), self.high)
-        report = CommandReport(target=boxed, workspace_clipped=bool((boxed != target).any()))
-        delta = boxed - current
-        dist = math.sqrt(float(delta @ delta))
-        if dist > self.max_step:
-            report.target = current + delta * (self.max_step / dist)
-            report.step_clipped = True
+        report, target = self._clip(target_xyz, current_xyz)
+        report.target = np.array(target)
         return report
+
+    def _clip(self, target_xyz, current_xyz) -> tuple[CommandReport, list[float]]:
+        """`clip_target` on plain floats (3 numbers: cheaper than numpy calls); the report's
+        ``target`` is left for the caller to fill."""
+        tx, ty, tz = _finite_floats(target_xyz, "end-effector target")[:3]
+        cx, cy, cz = np.asarray(current_xyz, dtype=float)[:3].tolist()
+        (lx, ly, lz), (hx, hy, hz) = self._low3, self._high3
+        bx, by, bz = min(max(tx, lx), hx), min(max(ty, ly), hy), min(max(tz, lz), hz)
+        report = CommandReport(target=None, workspace_clipped=bx != tx or by != ty or bz != tz)
+        dx, dy, dz = bx - cx, by - cy, bz - cz
+        dist = math.sqrt(dx * dx + dy * dy + dz * dz)
+        if dist > self.max_step:
+            scale = self.max_step / dist
+            report.step_clipped = True
+            return report, [cx + dx * scale, cy + dy * scale, cz + dz * scale]
+        return report, [bx, by, bz]
 
     def move_to(self, target_xyz: np.ndarray, state: ArmState, orientation: np.ndarray | None = None) -> CommandReport:
         """Send a bounded Cartesian target (rules 1-3). ``state`` is the latest measured state."""
         self._check_unlocked()
-        quat = _require_finite(state.ee_pose[3:7] if orientation is None else orientation, "end-effector orientation")
-        report = self.clip_target(target_xyz, state.ee_position)
-        self.arm.command_pose(np.concatenate([report.target, quat]))
+        quat = _finite_floats(state.ee_pose[3:7] if orientation is None else orientation, "end-effector orientation")
+        report, target = self._clip(target_xyz, state.ee_position)
+        pose = np.array(target + quat)
+        report.target = pose[:3]
+        self.arm.command_pose(pose)
         return report
 
     def set_gripper(self, width: float) -> bool:
@@ -161,7 +190,19 @@ class SafetyLayer:
         q, dq = np.asarray(state.q), np.asarray(state.dq)
         if state.errors:
             problem = ("reflex", f"the arm reports errors {list(state.errors)}")
-        # one reduction per array: a sum is non-finite iff an element is NaN/inf (or beyond 1e308)
+        elif q.shape == dq.shape == self._joint_shape:
+            # Plain floats: 7 numbers each, cheaper than a dozen numpy calls. A sum is non-finite
+            # iff an element is NaN/inf (or beyond 1e308); for finite numbers a - b < 0 iff a < b.
+            ql, dql = q.tolist(), dq.tolist()
+            if not math.isfinite(sum(ql) + sum(dql) + sum(np.asarray(state.ee_pose).ravel().tolist())):
+                problem = ("limit", "the arm reported non-finite joint or pose values")
+            elif (min(map(operator.sub, ql, self._q_min_list)) < 0.0
+                  or min(map(operator.sub, self._q_max_list, ql)) < 0.0
+                  or min(map(operator.sub, self._dq_max_list, map(abs, dql))) < 0.0):
+                problem = self._describe_limit(q, dq)
+            else:
+                return
+        # any other shape: the vectorised test (numpy reports a length mismatch)
         elif not math.isfinite(float(q.sum()) + float(dq.sum()) + float(np.asarray(state.ee_pose).sum())):
             problem = ("limit", "the arm reported non-finite joint or pose values")
         elif ((q < self.q_min) | (q > self.q_max) | (np.abs(dq) > self.dq_max)).any():

@@ -39,9 +39,22 @@ class Reach(Task):
         self.use_gripper = config.action.gripper
         self.ws_low = np.array(config.safety.workspace_low, dtype=np.float32)
         self.ws_high = np.array(config.safety.workspace_high, dtype=np.float32)
-        self.target = (self.target_low + self.target_high) / 2
         self._dist_for: ArmState | None = None
         self._dist = 0.0
+        self.target = (self.target_low + self.target_high) / 2
+
+    @property
+    def target(self) -> np.ndarray:
+        """The goal position (m, base frame) of this episode."""
+        return self._target
+
+    @target.setter
+    def target(self, value) -> None:
+        # Kept with its float32 observation and plain floats, made once per episode, not per step.
+        self._target = np.array(value, dtype=float)
+        self._target_obs = self._target.astype(np.float32)
+        self._target_floats = self._target.tolist()
+        self._dist_for = None
 
     def observation_specs(self) -> dict[str, TensorSpec]:
         span = self.ws_high - self.ws_low
@@ -57,14 +70,17 @@ class Reach(Task):
 
     def reset(self, state: ArmState, rng: np.random.Generator) -> None:
         self.target = rng.uniform(self.target_low, self.target_high)
-        self._dist_for = None
         self.orientation = np.asarray(state.ee_pose[3:7], dtype=float).copy()
         marker = getattr(self.arm, "set_target_marker", None)
         if marker is not None:
             marker(self.target.copy())
 
     def command(self, action: np.ndarray, state: ArmState) -> Command:
-        target = state.ee_position + np.asarray(action[:3], dtype=float) * self.scale
+        # float32 actions widen exactly to floats; 3 numbers: plain floats beat numpy calls
+        ax, ay, az = np.asarray(action[:3], dtype=float).tolist()
+        x, y, z = np.asarray(state.ee_pose, dtype=float)[:3].tolist()
+        scale = self.scale
+        target = np.array((x + ax * scale, y + ay * scale, z + az * scale))
         width = None
         if self.use_gripper:
             width = float((action[3] + 1.0) / 2.0 * getattr(self.arm, "max_gripper_width", 0.08))
@@ -73,18 +89,20 @@ class Reach(Task):
     def distance(self, state: ArmState) -> float:
         # called for reward, success and termination of the same state: compute once
         if self._dist_for is not state:
-            d = state.ee_pose[:3] - self.target
-            self._dist, self._dist_for = math.sqrt(float(d @ d)), state
+            x, y, z = np.asarray(state.ee_pose, dtype=float)[:3].tolist()
+            tx, ty, tz = self._target_floats
+            dx, dy, dz = x - tx, y - ty, z - tz
+            self._dist, self._dist_for = math.sqrt(dx * dx + dy * dy + dz * dz), state
         return self._dist
 
     def observe(self, state: ArmState, frames: Mapping[str, Frame]) -> dict[str, np.ndarray]:
         ee = np.asarray(state.ee_position, dtype=np.float32)
-        target = self.target.astype(np.float32)
+        target = self._target_obs  # the env hands out copies, never this array
         return {
             "ee_position": ee,
             "target_position": target,
             "to_target": target - ee,
-            "gripper_width": np.array([state.gripper_width], dtype=np.float32),
+            "gripper_width": np.array((state.gripper_width,), dtype=np.float32),
         }
 
     def reward(self, state: ArmState) -> float:
