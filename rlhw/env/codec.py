@@ -623,26 +623,44 @@ class StepWriter:
     def write(self, reward, terminated, truncated, success, timing: dict, obs: dict, stamps: dict | None,
               wrap_field: int | None) -> bytes:
         stamps = stamps or {}
-        try:
-            key = (wrap_field, tuple(timing), tuple(obs), tuple(stamps), tuple(map(type, stamps.values())))
-            sig = [(a.dtype, a.shape) for a in obs.values()]
-        except AttributeError:  # an observation that is not an array
-            return self._general(reward, terminated, truncated, success, timing, obs, stamps, wrap_field)
+        key = (wrap_field, tuple(timing), tuple(obs), tuple(stamps), tuple(map(type, stamps.values())))
         layout = self._layout
-        if layout is None or layout.key != key or layout.sig != sig:
-            layout = self._layout = self._prepare(key, sig, timing, obs, stamps, wrap_field)
+        if layout is None or layout.key != key:
+            layout = self._relayout(key, timing, obs, stamps, wrap_field)
             if layout is None:
                 return self._general(reward, terminated, truncated, success, timing, obs, stamps, wrap_field)
-        parts = [layout.head.pack((reward, terminated, truncated, success, *timing.values()))]
+        args = layout.head.args.copy()  # a copy: two threads may write with one layout
+        args[1::2] = (reward, terminated, truncated, success, *timing.values())
+        parts = [layout.head.struct.pack(*args)]
         append = parts.append
         try:
-            for arr, (prefix, big) in zip(obs.values(), layout.tensors):
+            for arr, (dtype, shape, prefix, big) in zip(obs.values(), layout.tensors):
+                if arr.shape != shape or arr.dtype != dtype:
+                    break
                 append(prefix)
                 append(memoryview(arr).cast("B") if big else arr.tobytes())
-        except TypeError:  # a big array that is not C-contiguous: the general path copies it
-            return self._general(reward, terminated, truncated, success, timing, obs, stamps, wrap_field)
-        append(layout.stamps.pack(stamps.values()))
-        return b"".join(parts)
+            else:
+                append(layout.stamps.pack(stamps.values()))
+                return b"".join(parts)
+        except (AttributeError, TypeError):  # not an array, or a big one that is not C-contiguous
+            pass
+        # An observation changed dtype or shape (or cannot be written from its buffer).
+        if self._relayout(key, timing, obs, stamps, wrap_field) is not None:
+            return self.write(reward, terminated, truncated, success, timing, obs, stamps, wrap_field)
+        return self._general(reward, terminated, truncated, success, timing, obs, stamps, wrap_field)
+
+    def _relayout(self, key, timing, obs, stamps, wrap_field) -> _WriterLayout | None:
+        try:
+            sig = [(a.dtype, a.shape) for a in obs.values()]
+            if any(a.nbytes > _BIG and not a.flags.c_contiguous for a in obs.values()):
+                sig = None
+        except AttributeError:  # an observation that is not an array
+            sig = None
+        old = self._layout
+        self._layout = None if sig is None else self._prepare(key, sig, timing, obs, stamps, wrap_field)
+        if old is not None and self._layout is not None and old.key == key and old.sig == sig:
+            return None  # nothing changed, yet the fast path failed: write this step the general way
+        return self._layout
 
     @staticmethod
     def _general(reward, terminated, truncated, success, timing, obs, stamps, wrap_field) -> bytes:
@@ -663,7 +681,7 @@ class StepWriter:
             if dtype.byteorder == ">" or dtype not in _CODE_BY_DTYPE:
                 return None
             prefix, total = _entry_prefix(1, name, dtype, shape)
-            tensors.append((prefix, total - len(prefix) > _BIG))
+            tensors.append((dtype, shape, prefix, total - len(prefix) > _BIG))
             obs_size += total
         stamp_items: list = []
         for name in stamps:

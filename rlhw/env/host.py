@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections import deque
+from time import perf_counter
 
 import numpy as np
 
@@ -193,11 +194,20 @@ class EnvHost:
                           _per_instance(info.get("success", False), n, bool), fault, fmsg, timing)
 
     def step(self, action: np.ndarray) -> StepResult:
-        t0 = time.perf_counter()
+        out = self.step_fast(action)
+        if type(out) is tuple:
+            obs, stamps, reward, terminated, truncated, success, timing = out
+            return StepResult(obs, stamps, [reward], [terminated], [truncated], [success], _NO_FAULT, _NO_FAULT, timing)
+        return out
+
+    def step_fast(self, action: np.ndarray):
+        """`step`, with the common case (one instance, no fault) as a plain tuple ``(obs, stamps,
+        reward, terminated, truncated, success, timing)``; other steps give their StepResult."""
+        t0 = perf_counter()
         with self._env_lock:
             obs, reward, terminated, truncated, info = self.env.step(action)
+        dt = perf_counter() - t0
         self.stopped = False
-        dt = time.perf_counter() - t0
         self.steps += 1
         n = self.num_envs
         if n == 1 and info.get("fault") is None:  # the common case, without the general normalisation
@@ -210,9 +220,8 @@ class EnvHost:
                 else:
                     timing.update(_timing(phases))
             stamps = info.get("timestamps")
-            return StepResult(obs, stamps if type(stamps) is dict else _stamps(stamps), [float(reward)],
-                              [bool(terminated)], [bool(truncated)], [bool(info.get("success", False))], _NO_FAULT,
-                              _NO_FAULT, timing)
+            return (obs, stamps if type(stamps) is dict else _stamps(stamps), float(reward), bool(terminated),
+                    bool(truncated), bool(info.get("success", False)), timing)
         timing = {"env": dt}
         timing.update(_timing(info.get("timing")))
         fault, fmsg = _faults(info, n)

@@ -95,10 +95,9 @@ class ActionChecker:
             return None
         return self._checked(data, len(prefix), "action")
 
-    def is_canonical(self, data: bytes, session: bool) -> bool:
-        """Whether `from_request` reads ``data`` without protobuf."""
-        prefix, size = self._requests[session]
-        return len(data) == size and data.startswith(prefix)
+    def canonical_request(self, session: bool) -> tuple[bytes, int]:
+        """(prefix, size): `from_request` reads requests of that size starting with that prefix."""
+        return self._requests[session]
 
     def _checked(self, data: bytes, offset: int, field: str) -> np.ndarray:
         if self._small is not None:
