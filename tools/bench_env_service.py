@@ -15,7 +15,9 @@ call of the client and of the server process, which machine load does not inflat
 - unary Step vs unary echo;
 - Session stream step vs streaming echo;
 - dm_env_rpc Process-stream step (all observations requested and unpacked with its tensor_utils)
-  on the same env and port.
+  on the same env and port;
+- the server's own p50 per phase (validate, env, server, encode) from GetStatus, to split the
+  service's fixed cost from the env's.
 The goals (issue 5): Step <= 1.3x echo proprio-only, <= 1.5x with images; Session faster than dm_env_rpc.
 """
 
@@ -213,6 +215,8 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
         conn.send(dm.LeaveWorldRequest())
         conn.send(dm.DestroyWorldRequest(world_name=world))
         dm_channel.close()
+        # Server-side breakdown of the recent steps (native and dm_env_rpc alike), from GetStatus.
+        phases = {k: v.p50_s * 1e6 for k, v in session_env.status().timing.items()}
         session_env.close()
         echo.close()
     finally:
@@ -222,7 +226,7 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
     stats = {k: _pct(v) for k, v in results.items()}
     cpu_us = {k: (1e6 * c / n, 1e6 * sv / n) for k, (c, sv, n) in cpu.items() if n}
     return {"scenario": name, "request_bytes": request_size, "response_bytes": response_size, "n": steps,
-            "cpu_us": cpu_us, **stats}
+            "cpu_us": cpu_us, "server_phases_p50_us": phases, **stats}
 
 
 def main(argv=None) -> int:
@@ -261,6 +265,11 @@ def main(argv=None) -> int:
             print(f"{first}  {label:<15}{p50:>9.0f}{p99:>9.0f}{p50 / b50:>8.2f}{p99 / b99:>8.2f}{cli:>9.0f}{srv:>9.0f}")
     print("p50/p99: round trip in microseconds; x: ratio to the echo on the same kind of call;")
     print("cpu cli/srv: CPU microseconds per call in the client and the server process (all threads).")
+    print("server phases, p50 us (GetStatus; 'server' = validate + env + bookkeeping, before 'encode'):")
+    for r in rows:
+        ph = r["server_phases_p50_us"]
+        print(f"  {r['scenario']:<13}" + "  ".join(f"{k} {ph[k]:.1f}" for k in ("validate", "env", "server", "encode")
+                                                  if k in ph))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0

@@ -387,10 +387,7 @@ class RemoteEnv(gym.Env):
         if reader is not None:
             fast = reader.read(data)  # the common case: laid out like the previous step
             if fast is not None:
-                obs, stamps, reward, terminated, truncated, success, timing, fault, fault_message = fast
-                return obs, reward, terminated, truncated, {
-                    "timestamps": stamps, "timing": timing, "success": success, "fault": fault,
-                    "fault_message": fault_message}
+                return fast
         if session:
             _, response, observations = self._parse_session(data)
         else:

@@ -709,9 +709,10 @@ class _ReaderLayout:
 class StepReader:
     """Reads single-instance StepResponses (optionally inside SessionResponse.step) by layout.
 
-    ``read`` returns ``(obs, stamps, reward, terminated, truncated, success, timing, fault,
-    fault_message)`` - the values `read_response` would give - or None when the message does not
-    have the layout of the previous one that `learn` was given. Every byte outside the value slots
+    ``read`` returns what `RemoteEnv.step` returns for a single env - ``(obs, reward, terminated,
+    truncated, info)`` with info's ``timestamps``, ``timing``, ``success``, ``fault`` and
+    ``fault_message`` - from the values `read_response` would give, or None when the message does
+    not have the layout of the previous one that `learn` was given. Every byte outside the value slots
     is compared with that message, and the slots hold only fixed-size values (floats, tensor data,
     one-byte flags), so a message that passes parses exactly as the general reader would parse it.
     """
@@ -730,9 +731,10 @@ class StepReader:
         obs = {name: np.frombuffer(data, dt, count, offset) if shape is None
                else np.frombuffer(data, dt, count, offset).reshape(shape)
                for name, dt, count, offset, shape in layout.tensors}
-        return (obs, dict(zip(layout.stamp_names, v[layout.stamp_slice])), reward, terminated == 1,
-                truncated == 1, success == 1, dict(zip(layout.timing_keys, v[layout.timing_slice])),
-                layout.fault, layout.fault_message)
+        return obs, reward, terminated == 1, truncated == 1, {
+            "timestamps": dict(zip(layout.stamp_names, v[layout.stamp_slice])),
+            "timing": dict(zip(layout.timing_keys, v[layout.timing_slice])),
+            "success": success == 1, "fault": layout.fault, "fault_message": layout.fault_message}
 
     def learn(self, data: bytes, head: pb.StepResponse, session: bool) -> None:
         """Prepare the layout of ``data`` (a StepResponse, or with ``session`` a

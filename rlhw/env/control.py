@@ -83,11 +83,13 @@ class ControlLease:
             s.last_seen = now
 
     def done(self, session: str) -> None:
+        now = time.time()
         with self._lock:
             s = self._state
             if s.session == session:
-                s.busy = max(0, s.busy - 1)
-                s.last_seen = time.time()
+                if s.busy:
+                    s.busy -= 1
+                s.last_seen = now
 
     def release(self, session: str | None = None) -> bool:
         """Give up control (only the holder's own ``session`` releases; None releases anyone)."""

@@ -232,7 +232,8 @@ class EnvService:
                                              "empty SessionRequest; set reset or step", "kind")
                     held = True
                     yield out
-                except CallFailed as e:
+                except (CallFailed, InvalidRequest) as e:  # InvalidRequest: a request that does not parse
+                    e = _failure(e)
                     yield pb.SessionResponse(error=pb.Error(code=e.code.value[0], message=e.message, field=e.field))
         finally:
             with self._streams_lock:
