@@ -130,11 +130,12 @@ class _Stream:
         self._requests.put(message)
 
     def receive(self, timeout_s: float) -> bytes:
-        self._watcher.arm(self, time.monotonic() + timeout_s)
+        deadlines = self._watcher.deadlines()  # arm and disarm inline: this runs every step
+        deadlines[self] = time.monotonic() + timeout_s
         try:
             return next(self._call)
         finally:
-            self._watcher.disarm(self)
+            deadlines.pop(self, None)
 
     def expire(self) -> None:
         self.timed_out = True
@@ -154,16 +155,14 @@ class _DeadlineWatcher:
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def arm(self, stream: _Stream, deadline: float) -> None:
-        self._deadlines[stream] = deadline
+    def deadlines(self) -> dict[_Stream, float]:
+        """The stream -> deadline map to arm (set) and disarm (pop); starts the thread on first use."""
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name="rlhw-env-deadlines", daemon=True)
                     self._thread.start()
-
-    def disarm(self, stream: _Stream) -> None:
-        self._deadlines.pop(stream, None)
+        return self._deadlines
 
     def _run(self) -> None:
         while not self._closed.wait(0.02):
@@ -376,7 +375,10 @@ class RemoteEnv(gym.Env):
         else:  # the server names the shape it expects
             request = codec.encode_step_request(arr, session)
         if session:
-            self._send(request)
+            stream = self._stream
+            if stream is None:
+                stream = self._stream = _Stream(self._raw_session, self._metadata, self._watcher)
+            stream._requests.put(request)
             data = self._receive_bytes(self.timeout_s)
         else:
             try:

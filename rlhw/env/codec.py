@@ -623,7 +623,8 @@ class StepWriter:
     def write(self, reward, terminated, truncated, success, timing: dict, obs: dict, stamps: dict | None,
               wrap_field: int | None) -> bytes:
         stamps = stamps or {}
-        key = (wrap_field, tuple(timing), tuple(obs), tuple(stamps), tuple(map(type, stamps.values())))
+        # Names in order, and the capture times' types; the counts keep the groups apart.
+        key = (wrap_field, len(timing), len(obs), *timing, *obs, *stamps, *map(type, stamps.values()))
         layout = self._layout
         if layout is None or layout.key != key:
             layout = self._relayout(key, timing, obs, stamps, wrap_field)
