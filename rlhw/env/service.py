@@ -234,7 +234,8 @@ class EnvService:
                     yield out
                 except (CallFailed, InvalidRequest) as e:  # InvalidRequest: a request that does not parse
                     e = _failure(e)
-                    yield pb.SessionResponse(error=pb.Error(code=e.code.value[0], message=e.message, field=e.field))
+                    yield pb.SessionResponse(error=pb.Error(code=e.code.value[0], message=e.message,
+                                                            field=e.field)).SerializeToString()
         finally:
             with self._streams_lock:
                 left = self._open_streams[session] = self._open_streams[session] - 1
@@ -253,18 +254,18 @@ class EnvService:
         def uu(fn, req):
             return grpc.unary_unary_rpc_method_handler(fn, request_deserializer=req.FromString, response_serializer=ser)
 
-        # Step and Session take their requests as bytes: `_step` reads a canonical action straight
-        # from them and parses anything else with protobuf (a request that does not parse is
-        # INVALID_ARGUMENT, in-band on the stream).
+        # Step and Session take and return bytes (no (de)serialiser call per message): `_step`
+        # reads a canonical action straight from the request and parses anything else with
+        # protobuf (a request that does not parse is INVALID_ARGUMENT, in-band on the stream).
         return grpc.method_handlers_generic_handler(
             SERVICE_NAME,
             {
                 "GetSpec": uu(self.GetSpec, pb.GetSpecRequest),
                 "Reset": uu(self.Reset, pb.ResetRequest),
-                "Step": grpc.unary_unary_rpc_method_handler(self.Step, response_serializer=ser),
+                "Step": grpc.unary_unary_rpc_method_handler(self.Step),  # bytes in, bytes out
                 "Stop": uu(self.Stop, pb.StopRequest),
                 "GetStatus": uu(self.GetStatus, pb.GetStatusRequest),
-                "Session": grpc.stream_stream_rpc_method_handler(self.Session, response_serializer=ser),
+                "Session": grpc.stream_stream_rpc_method_handler(self.Session),  # bytes in, bytes out
             },
         )
 
