@@ -603,7 +603,7 @@ class _Template:
 
 
 class _WriterLayout:
-    __slots__ = ("key", "sig", "head", "tensors", "stamps")
+    __slots__ = ("key", "sig", "head", "tensors", "stamps", "whole")
 
 
 #: Arrays above this size go on the wire from their own buffer; smaller ones are copied (cheaper).
@@ -630,19 +630,32 @@ class StepWriter:
             layout = self._relayout(key, timing, obs, stamps, wrap_field)
             if layout is None:
                 return self._general(reward, terminated, truncated, success, timing, obs, stamps, wrap_field)
-        args = layout.head.args.copy()  # a copy: two threads may write with one layout
-        args[1::2] = (reward, terminated, truncated, success, *timing.values())
-        parts = [layout.head.struct.pack(*args)]
-        append = parts.append
         try:
-            for arr, (dtype, shape, prefix, big) in zip(obs.values(), layout.tensors):
-                if arr.shape != shape or arr.dtype != dtype:
-                    break
-                append(prefix)
-                append(memoryview(arr).cast("B") if big else arr.tobytes())
+            if layout.whole is not None:  # small tensors only (proprio): the message is one pack
+                values = [reward, terminated, truncated, success, *timing.values()]
+                append = values.append
+                for arr, (dtype, shape, prefix, big) in zip(obs.values(), layout.tensors):
+                    if arr.shape != shape or arr.dtype != dtype:
+                        break
+                    append(arr.tobytes())
+                else:
+                    values += stamps.values()
+                    args = layout.whole.args.copy()  # a copy: two threads may write with one layout
+                    args[1::2] = values
+                    return layout.whole.struct.pack(*args)
             else:
-                append(layout.stamps.pack(stamps.values()))
-                return b"".join(parts)
+                args = layout.head.args.copy()
+                args[1::2] = (reward, terminated, truncated, success, *timing.values())
+                parts = [layout.head.struct.pack(*args)]
+                append = parts.append
+                for arr, (dtype, shape, prefix, big) in zip(obs.values(), layout.tensors):
+                    if arr.shape != shape or arr.dtype != dtype:
+                        break
+                    append(prefix)
+                    append(memoryview(arr).cast("B") if big else arr.tobytes())
+                else:
+                    append(layout.stamps.pack(stamps.values()))
+                    return b"".join(parts)
         except (AttributeError, TypeError):  # not an array, or a big one that is not C-contiguous
             pass
         # An observation changed dtype or shape (or cannot be written from its buffer).
@@ -677,12 +690,14 @@ class StepWriter:
             entry = _map_double_entry(8, name, 0.0)
             head += [entry[:-8], "d"]
         tensors = []
+        tensor_items: list = []
         obs_size = 0
         for (dtype, shape), name in zip(sig, obs):
             if dtype.byteorder == ">" or dtype not in _CODE_BY_DTYPE:
                 return None
             prefix, total = _entry_prefix(1, name, dtype, shape)
             tensors.append((dtype, shape, prefix, total - len(prefix) > _BIG))
+            tensor_items += [prefix, f"{total - len(prefix)}s"]
             obs_size += total
         stamp_items: list = []
         for name in stamps:
@@ -699,6 +714,7 @@ class StepWriter:
         layout.head = _Template(head)
         layout.tensors = tensors
         layout.stamps = _Template(stamp_items)
+        layout.whole = None if any(big for *_, big in tensors) else _Template(head + tensor_items + stamp_items)
         return layout
 
 

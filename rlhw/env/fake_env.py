@@ -103,7 +103,8 @@ class FakeEnv:
         self.last_action = action
         if self.num_envs == 1:  # the benchmark's path: keep the env's own cost near zero
             self._t1 += 1
-            values = action.reshape(-1).tolist()  # seven floats: Python beats numpy's per-call overhead
+            # seven floats: Python beats numpy's per-call overhead
+            values = action.tolist() if action.ndim == 1 else action.reshape(-1).tolist()
             if any(values):
                 jp = self._obs["joint_pos"]
                 jp += 0.01 * action
