@@ -176,6 +176,8 @@ class MujocoArm(Arm):
         self._camlight_time = -1.0
         self._com_current = False  # COM terms (for the jacobian) match the kinematics
         self._stepped1 = False  # mj_step1 ran on the current state; mj_step2 finishes that substep
+        self._forces_valid = False  # the MjData's contact forces belong to its contacts (not so after mj_step1)
+        self._table_force = 0.0  # robot-table contact force of the last complete (sub)step
         self._bad_qacc_seen = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -196,6 +198,7 @@ class MujocoArm(Arm):
         mujoco.mj_forward(m, d)
         self._kinematics_time = d.time
         self._com_current, self._tcp_wxyz, self._stepped1 = True, None, False
+        self._forces_valid = True
         self._views = _Views(self, d)
         self._errors = []
         self._bad_qacc_seen = 0
@@ -255,11 +258,12 @@ class MujocoArm(Arm):
                 mujoco.mj_step(m, d, nstep - 1)
         else:
             mujoco.mj_step(m, d, nstep)
+        self._forces_valid = True
         new = self._new_faults()  # on the contacts and forces of the last substep, as mj_step leaves them
         if new:
             self._raise_faults(new)  # and leave the state as mj_step left it, for `recover` to look at
         mujoco.mj_step1(m, d)
-        self._stepped1 = True
+        self._stepped1, self._forces_valid = True, False
         self._kinematics_time = self._camlight_time = d.time
         self._com_current, self._tcp_wxyz = True, None
 
@@ -493,7 +497,7 @@ class MujocoArm(Arm):
                     "timeout", f"move_joints did not reach its target within {timeout_s} s "
                     f"(max joint error {np.max(np.abs(d.qpos[self._arm] - target)):.4f} rad)")
             mujoco.mj_step(self.model, d, chunk)
-            self._stepped1 = False
+            self._stepped1, self._forces_valid = False, True
             self._check_faults()
 
     def stop(self) -> None:
@@ -520,26 +524,32 @@ class MujocoArm(Arm):
         q = self._views.qpos_arm.tolist()
         if min(map(operator.sub, q, self._flag_low_list)) < 0.0 or min(map(operator.sub, self._flag_high_list, q)) < 0.0:
             faults.append("joint_limit")
-        if d.ncon:
-            geoms = d.contact.geom
-            g1, g2 = geoms[:, 0], geoms[:, 1]
-            hits = np.flatnonzero((self._robot_geom[g1] & self._table_geom[g2])
-                                  | (self._table_geom[g1] & self._robot_geom[g2]))
-            if hits.size and self._stepped1:
-                # mj_step1 replaced the contacts; their forces come with the second half of the
-                # substep. Compute them now (mj_step2 recomputes the same, physics is unchanged).
-                mujoco.mj_forwardSkip(self.model, d, int(mujoco.mjtStage.mjSTAGE_VEL), 1)
-            for i in hits:
-                mujoco.mj_contactForce(self.model, d, int(i), self._force)
-                if abs(self._force[0]) > self.collision_force_n:
-                    faults.append("collision")
-                    break
+        if self._forces_valid:
+            self._table_force = self._robot_table_force(d)
+        # else mj_step1 has replaced the contacts (their forces come with mj_step2): judge the
+        # force measured on the last complete substep, as after a plain mj_step.
+        if self._table_force > self.collision_force_n:
+            faults.append("collision")
         # MuJoCo resets the state itself when accelerations blow up; it counts that as a warning.
         bad_qacc = self._warnings[_BAD_QACC]
         if bad_qacc > self._bad_qacc_seen:
             self._bad_qacc_seen = bad_qacc
             faults.append("sim_unstable")
         return faults
+
+    def _robot_table_force(self, d: mujoco.MjData) -> float:
+        """The largest normal force (N) of a robot-table contact; 0 without one."""
+        if not d.ncon:
+            return 0.0
+        geoms = d.contact.geom
+        g1, g2 = geoms[:, 0], geoms[:, 1]
+        hits = np.flatnonzero((self._robot_geom[g1] & self._table_geom[g2])
+                              | (self._table_geom[g1] & self._robot_geom[g2]))
+        strongest = 0.0
+        for i in hits.tolist():
+            mujoco.mj_contactForce(self.model, d, i, self._force)
+            strongest = max(strongest, abs(float(self._force[0])))
+        return strongest
 
     def _check_faults(self) -> None:
         new = self._new_faults()

@@ -37,6 +37,12 @@ class Command:
     position: np.ndarray
     gripper_width: float | None = None
 
+    def __init__(self, position: np.ndarray, gripper_width: float | None = None):
+        # One per control step: filling the instance dict directly costs half of the generated
+        # frozen __init__; still frozen afterwards.
+        fields = self.__dict__
+        fields["position"], fields["gripper_width"] = position, gripper_width
+
 
 class Task(abc.ABC):
     """Base of every task. Subclasses set ``name`` and implement the abstract methods."""

@@ -77,8 +77,8 @@ class Reach(Task):
 
     def command(self, action: np.ndarray, state: ArmState) -> Command:
         # float32 actions widen exactly to floats; 3 numbers: plain floats beat numpy calls
-        ax, ay, az = np.asarray(action[:3], dtype=float).tolist()
-        x, y, z = np.asarray(state.ee_pose, dtype=float)[:3].tolist()
+        ax, ay, az = np.asarray(action).tolist()[:3]
+        x, y, z = np.asarray(state.ee_pose).tolist()[:3]
         scale = self.scale
         target = np.array((x + ax * scale, y + ay * scale, z + az * scale))
         width = None
@@ -89,20 +89,26 @@ class Reach(Task):
     def distance(self, state: ArmState) -> float:
         # called for reward, success and termination of the same state: compute once
         if self._dist_for is not state:
-            x, y, z = np.asarray(state.ee_pose, dtype=float)[:3].tolist()
-            tx, ty, tz = self._target_floats
-            dx, dy, dz = x - tx, y - ty, z - tz
-            self._dist, self._dist_for = math.sqrt(dx * dx + dy * dy + dz * dz), state
+            self._offset(state)
         return self._dist
 
+    def _offset(self, state: ArmState) -> tuple[float, float, float, float, float, float]:
+        """Hand position and target - hand as floats; caches the distance for this ``state``."""
+        x, y, z = np.asarray(state.ee_pose).tolist()[:3]
+        tx, ty, tz = self._target_floats
+        dx, dy, dz = tx - x, ty - y, tz - z
+        self._dist, self._dist_for = math.sqrt(dx * dx + dy * dy + dz * dz), state
+        return x, y, z, dx, dy, dz
+
     def observe(self, state: ArmState, frames: Mapping[str, Frame]) -> dict[str, np.ndarray]:
-        ee = np.asarray(state.ee_position, dtype=np.float32)
-        target = self._target_obs  # the env hands out copies, never this array
+        # One float32 array for the per-step values, handed out as slices: the env returns
+        # copies of observations (never these arrays), so sharing one buffer here is safe.
+        values = np.array((*self._offset(state), state.gripper_width), dtype=np.float32)
         return {
-            "ee_position": ee,
-            "target_position": target,
-            "to_target": target - ee,
-            "gripper_width": np.array((state.gripper_width,), dtype=np.float32),
+            "ee_position": values[0:3],
+            "target_position": self._target_obs,
+            "to_target": values[3:6],
+            "gripper_width": values[6:7],
         }
 
     def reward(self, state: ArmState) -> float:
