@@ -745,9 +745,8 @@ class StepReader:
         reward, terminated, truncated, success = v[:4]
         if terminated > 1 or truncated > 1 or success > 1:
             return None  # a flag written as another varint: let protobuf decide
-        obs = {name: np.frombuffer(data, dt, count, offset) if shape is None
-               else np.frombuffer(data, dt, count, offset).reshape(shape)
-               for name, dt, count, offset, shape in layout.tensors}
+        ndarray = np.ndarray  # a read-only view of the bytes with its shape, in one call
+        obs = {name: ndarray(shape, dt, data, offset) for name, dt, offset, shape in layout.tensors}
         return obs, reward, terminated == 1, truncated == 1, {
             "timestamps": dict(zip(layout.stamp_names, v[layout.stamp_slice])),
             "timing": dict(zip(layout.timing_keys, v[layout.timing_slice])),
@@ -806,8 +805,7 @@ def _reader_layout(buf, head, session: bool) -> _ReaderLayout | None:
         if kind == "tensor":
             value_fmt.append(f"{b - a}x")
             name, dt, shape = info
-            count = (b - a) // dt.itemsize
-            tensors.append((name, dt, count, a, None if shape == (count,) else shape))
+            tensors.append((name, dt, a, shape))
         else:
             value_fmt.append({"reward": "f", "flag": "B", "timing": "d", "stamp": "d"}[kind])
             order.append((kind, info))

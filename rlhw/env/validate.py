@@ -98,8 +98,7 @@ class ActionChecker:
             values = self._small[0].unpack_from(data, offset)
             lo, hi = self._uniform
             if lo <= min(values) and max(values) <= hi and (total := sum(values)) == total:  # see _checked
-                arr = np.frombuffer(data, self.dtype, self._count, offset)
-                return arr if arr.shape == self.shape else arr.reshape(self.shape)
+                return np.ndarray(self.shape, self.dtype, data, offset)  # a read-only view of the bytes
         return self._checked(data, len(prefix), "action")
 
     def canonical_request(self, session: bool) -> tuple[bytes, int]:
