@@ -14,8 +14,10 @@ shared machine and the object store's first-touch page faults hit every contende
 * items/s unbatched: a producer actor puts N small items one call each while the driver gets them.
 * items/s batched: the same with put_batch/get_batch of 100 (Queue: put_nowait_batch/get_nowait_batch).
 * arrays: bytes/s for one array per step through a channel (put then get, in one process) vs raw
-  ``ray.put`` + ``ray.get``; the same with 8 arrays per put_batch/get_batch; and streaming: a
-  producer actor putting into a bounded channel (maxsize 4) while the driver gets.
+  ``ray.put`` + ``ray.get``; the same with 8 arrays per put_batch/get_batch; streaming: a
+  producer actor putting into a bounded channel (maxsize 4) while the driver gets; and the relay
+  floor: raw put+get plus two no-op actor calls, a bound no design that relays handles through an
+  actor can beat (one call hands the item in, one takes it out).
 """
 
 from __future__ import annotations
@@ -167,9 +169,11 @@ def bench_raw_call_rate(n: int) -> float:
     return n / elapsed
 
 
-def bench_arrays(nbytes: int, reps: int) -> tuple[float, float, float, float]:
+def bench_arrays(nbytes: int, reps: int) -> tuple[float, float, float, float, float]:
     arr = np.ones(nbytes, dtype=np.uint8)
     ch = Channel.create(f"arr-{time.time_ns()}")
+    echo = Echo.remote()
+    ray.get(echo.ping.remote(0))
 
     def raw_once() -> float:
         t = time.perf_counter()
@@ -186,6 +190,18 @@ def bench_arrays(nbytes: int, reps: int) -> tuple[float, float, float, float]:
         del out
         return time.perf_counter() - t
 
+    def floor_once() -> float:
+        """The least any relay through an actor can cost: raw put+get plus two no-op actor calls
+        (one to hand the item in, one to take it out), with no queue and no reference tracking."""
+        t = time.perf_counter()
+        ref = ray.put(arr)
+        ray.get(echo.ping.remote(0))
+        ray.get(echo.ping.remote(0))
+        out = ray.get(ref)
+        assert out.nbytes == nbytes
+        del out
+        return time.perf_counter() - t
+
     def channel_batch_once(k: int = 8) -> float:
         """Per-array time when k arrays share one put_batch and one get_batch call."""
         t = time.perf_counter()
@@ -198,10 +214,11 @@ def bench_arrays(nbytes: int, reps: int) -> tuple[float, float, float, float]:
     # Interleaved, alternating order: the object store's first-touch page faults and load swings
     # hit both paths alike.
     batch = nbytes <= 10_000_000  # 8 x 100 MB would not fit the benchmark's object store
-    raw_once(), channel_once()
-    raw_s, chan_s, batch_s = [], [], []
+    raw_once(), channel_once(), floor_once()
+    raw_s, chan_s, batch_s, floor_s = [], [], [], []
     for r in range(reps):
-        steps = [lambda: raw_s.append(raw_once()), lambda: chan_s.append(channel_once())]
+        steps = [lambda: raw_s.append(raw_once()), lambda: chan_s.append(channel_once()),
+                 lambda: floor_s.append(floor_once())]
         if batch:
             steps.append(lambda: batch_s.append(channel_batch_once()))
         for step in (reversed(steps) if r % 2 else steps):
@@ -209,6 +226,8 @@ def bench_arrays(nbytes: int, reps: int) -> tuple[float, float, float, float]:
     raw = nbytes / statistics.median(raw_s)
     chan = nbytes / statistics.median(chan_s)
     batched = nbytes / statistics.median(batch_s) if batch else float("nan")
+    floor = nbytes / statistics.median(floor_s)
+    ray.kill(echo)
     # channel, streaming: a producer actor puts while the driver gets (bounded, so memory is bounded)
     sch = Channel.create(f"arrs-{time.time_ns()}", maxsize=4)
     prod = Producer.remote()
@@ -222,7 +241,7 @@ def bench_arrays(nbytes: int, reps: int) -> tuple[float, float, float, float]:
     ray.get(done)
     stream = nbytes * reps / (time.perf_counter() - t)
     ray.kill(prod)
-    return raw, chan, batched, stream
+    return raw, chan, batched, stream, floor
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,12 +273,14 @@ def main(argv: list[str] | None = None) -> int:
               f"(goal <= 1.5x); Channel hop / Queue hop = {hop_ch / hop_q:.2f}x; "
               f"batched {brate_ch:.0f}/s (goal >= 20000)")
         print(f"\n{'array':>8}{'raw put+get':>13}{'channel':>10}{'ratio':>7}{'batch of 8':>12}{'ratio':>7}"
-              f"{'streaming':>11}{'ratio':>7}   (GB/s)")
+              f"{'streaming':>11}{'ratio':>7}{'relay floor':>13}{'ratio':>7}   (GB/s)")
         for mb in (1, 10, 100):
-            raw_bw, ch_bw, b_bw, st_bw = bench_arrays(mb * 1_000_000, reps)
+            raw_bw, ch_bw, b_bw, st_bw, fl_bw = bench_arrays(mb * 1_000_000, reps)
             b_txt = f"{b_bw / 1e9:>12.2f}{b_bw / raw_bw:>7.0%}" if b_bw == b_bw else f"{'-':>12}{'-':>7}"
             print(f"{mb:>6}MB{raw_bw / 1e9:>13.2f}{ch_bw / 1e9:>10.2f}{ch_bw / raw_bw:>7.0%}{b_txt}"
-                  f"{st_bw / 1e9:>11.2f}{st_bw / raw_bw:>7.0%}")
+                  f"{st_bw / 1e9:>11.2f}{st_bw / raw_bw:>7.0%}{fl_bw / 1e9:>13.2f}{fl_bw / raw_bw:>7.0%}")
+        print("relay floor: raw put+get plus two no-op actor calls, the least any channel through an actor "
+              "can cost for one array per put and get")
     finally:
         ray.shutdown()
     return 0
