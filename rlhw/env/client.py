@@ -22,7 +22,7 @@ import grpc
 import gymnasium as gym
 import numpy as np
 
-from rlhw.env import codec
+from rlhw.env import codec, step_layout, wire
 from rlhw.env.auth import bearer
 from rlhw.env.control import ControlConflict
 from rlhw.env.service import SESSION_METADATA_KEY
@@ -259,7 +259,7 @@ class RemoteEnv(gym.Env):
             self._channel = grpc.insecure_channel(address, options)
         self._stub = env_pb2_grpc.EnvStub(self._channel)
         # Steps, resets and the Session stream move raw bytes: requests are written by hand and
-        # responses read with rlhw.env.codec, so images arrive as numpy views of the message.
+        # responses read with rlhw.env.wire / step_layout, so images arrive as numpy views of the message.
         self._raw_step = self._channel.unary_unary("/rlhw.env.v1.Env/Step")
         self._raw_reset = self._channel.unary_unary("/rlhw.env.v1.Env/Reset")
         self._raw_session = self._channel.stream_stream("/rlhw.env.v1.Env/Session")
@@ -276,9 +276,9 @@ class RemoteEnv(gym.Env):
         zeros = np.zeros(self._action_shape, self._action_dtype)
         self._request_prefix = {}
         for session in (False, True):
-            wire = codec.encode_step_request(zeros, session)
-            self._request_prefix[session] = wire[:len(wire) - zeros.nbytes]
-        self._reader = codec.StepReader() if self.num_envs == 1 else None
+            request = wire.encode_step_request(zeros, session)
+            self._request_prefix[session] = request[:len(request) - zeros.nbytes]
+        self._reader = step_layout.StepReader() if self.num_envs == 1 else None
 
     # -- plumbing -------------------------------------------------------------------------------
     def _retrying(self, method, request, timeout_s: float):
@@ -316,7 +316,7 @@ class RemoteEnv(gym.Env):
         return self._parse_session(self._receive_bytes(timeout_s))
 
     def _parse_session(self, response: bytes):
-        kind, head, observations = codec.read_session_response(response)
+        kind, head, observations = wire.read_session_response(response)
         if kind == "error":
             raise _error(self.address, _CODES.get(head.code), head.message, head.field)
         return kind, head, observations
@@ -348,10 +348,10 @@ class RemoteEnv(gym.Env):
         if self.use_session:
             give_up = time.monotonic() + self.reconnect_s
             delay = 0.05
-            wire = pb.SessionRequest(reset=request).SerializeToString()
+            message = pb.SessionRequest(reset=request).SerializeToString()
             while True:
                 try:
-                    _, response, observations = self._session_call(wire, self.reset_timeout_s)
+                    _, response, observations = self._session_call(message, self.reset_timeout_s)
                     break
                 except EnvServerUnavailable:
                     if time.monotonic() + delay > give_up:
@@ -360,7 +360,7 @@ class RemoteEnv(gym.Env):
                     delay = min(delay * 2, 1.0)
         else:
             data = self._retrying(self._raw_reset, request.SerializeToString(), self.reset_timeout_s)
-            response, observations = codec.read_response(data, pb.ResetResponse)
+            response, observations = wire.read_response(data, pb.ResetResponse)
         obs, stamps = observations.get("observation", ({}, {}))
         info = {"timestamps": _stamps(stamps), "timing": dict(response.timing), "success": _flags(response.success, self.num_envs)}
         return obs, info
@@ -373,7 +373,7 @@ class RemoteEnv(gym.Env):
         if arr.shape == self._action_shape:
             request = self._request_prefix[session] + arr.tobytes()
         else:  # the server names the shape it expects
-            request = codec.encode_step_request(arr, session)
+            request = wire.encode_step_request(arr, session)
         if session:
             stream = self._stream
             if stream is None:
@@ -393,7 +393,7 @@ class RemoteEnv(gym.Env):
         if session:
             _, response, observations = self._parse_session(data)
         else:
-            response, observations = codec.read_response(data, pb.StepResponse)
+            response, observations = wire.read_response(data, pb.StepResponse)
         if reader is not None:
             reader.learn(data, response, session)
         return self._unpack_step(response, observations)
@@ -521,7 +521,7 @@ class RemoteVectorEnv(gym.vector.VectorEnv):
         for i, env in enumerate(self.envs):
             a = actions[self._offsets[i]: self._offsets[i + 1]]
             a = a[0] if env.num_envs == 1 else a
-            requests.append((env, codec.encode_step_request(a, True)))
+            requests.append((env, wire.encode_step_request(a, True)))
         responses = self._parallel(requests, max(e.timeout_s for e in self.envs))
         steps = [env._unpack_step(head, observations) for env, (_, head, observations) in zip(self.envs, responses)]
         obs_parts, rewards, terms, truncs, final_obs, final_mask = [], [], [], [], [], []

@@ -1,8 +1,8 @@
 """The native `rlhw.env.v1.Env` service: GetSpec, Reset, Step, Session, Stop, GetStatus.
 
 Responses that carry observations are written as wire bytes straight from the env's arrays
-(rlhw.env.codec), so the handlers return `bytes`; the method handlers below pass bytes through
-and serialise anything else with protobuf.
+(rlhw.env.wire, and rlhw.env.step_layout for single-instance steps), so the handlers return
+`bytes`; the method handlers below pass bytes through and serialise anything else with protobuf.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from time import perf_counter
 import grpc
 from google.protobuf.message import DecodeError
 
-from rlhw.env import codec
+from rlhw.env import codec, step_layout, wire
 from rlhw.env.control import ControlConflict
 from rlhw.env.host import EnvHost, StepResult
 from rlhw.env.v1 import env_pb2 as pb
@@ -75,7 +75,7 @@ def _encode_step(head_msg, result: StepResult, wrap_field: int | None) -> bytes:
     observations = [(1, result.obs, result.stamps)]
     if result.final_obs is not None:
         observations.append((9, result.final_obs, None))
-    return codec.encode_with_observations(head_msg.SerializeToString(), observations, wrap_field)
+    return wire.encode_with_observations(head_msg.SerializeToString(), observations, wrap_field)
 
 
 def _parse(message_type, data: bytes):
@@ -96,7 +96,7 @@ class EnvService:
         self.step_limit_s = step_limit_s
         self.reset_limit_s = reset_limit_s
         self.spec_message = codec.env_spec_to_message(host.spec)
-        self.writer = codec.StepWriter()
+        self.writer = step_layout.StepWriter()
         self.shutting_down = False
         self._open_streams: dict[str, int] = {}  # session -> Session streams open (a client may reopen one)
         self._streams_lock = threading.Lock()
@@ -153,12 +153,12 @@ class EnvService:
             timing["validate"] = t1 - t0
             t2 = perf_counter()
             timing["server"] = t2 - t0
-            head = codec.encode_step_head(result.reward, result.terminated, result.truncated, result.success,
+            head = wire.encode_step_head(result.reward, result.terminated, result.truncated, result.success,
                                           result.fault, result.fault_message, timing, result.final_mask or ())
             observations = [(1, result.obs, result.stamps)]
             if result.final_obs is not None:
                 observations.append((9, result.final_obs, None))
-            data = codec.encode_with_observations(head, observations, wrap_field)
+            data = wire.encode_with_observations(head, observations, wrap_field)
         timing["encode"] = perf_counter() - t2
         self.host.record(timing)
         return data

@@ -11,7 +11,7 @@ import struct
 
 import numpy as np
 
-from rlhw.env import codec
+from rlhw.env import codec, wire
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.robot.spec import TensorSpec
 
@@ -62,8 +62,8 @@ class ActionChecker:
         zeros = np.zeros(self.shape, self.dtype)
         self._requests = {}
         for session in (False, True):
-            wire = codec.encode_step_request(zeros, session)
-            self._requests[session] = (wire[:len(wire) - self.nbytes], len(wire))
+            request = wire.encode_step_request(zeros, session)
+            self._requests[session] = (request[:len(request) - self.nbytes], len(request))
 
     def check(self, tensor: pb.Tensor, field: str = "action") -> np.ndarray:
         """The action as a read-only array of the spec's dtype and shape, or InvalidRequest."""

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from rlhw.env import codec
+from rlhw.env import codec, wire
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.robot.spec import EnvSpec, TensorSpec
 
@@ -19,7 +19,7 @@ WIRE_DTYPES = ["float32", "float64", "float16", "uint8", "uint16", "uint32", "in
 @given(hnp.arrays(st.sampled_from(WIRE_DTYPES), hnp.array_shapes(min_dims=0, max_dims=4, max_side=5)))
 def test_any_wire_array_round_trips_bit_exact_through_the_hand_written_encoder(arr):
     head = pb.StepResponse(reward=[1.5]).SerializeToString()
-    data = codec.encode_with_observations(head, [(1, {"x": arr}, {"x": 12.5})])
+    data = wire.encode_with_observations(head, [(1, {"x": arr}, {"x": 12.5})])
     msg = pb.StepResponse.FromString(data)
     got, stamps = codec.observation_from_message(msg.observation)
     assert got["x"].dtype == arr.dtype and got["x"].shape == arr.shape
@@ -38,7 +38,7 @@ def test_decoding_is_a_view_of_the_message_bytes_not_a_copy():
 def test_big_camera_images_survive_and_nest_inside_the_session_oneof():
     img = np.random.default_rng(0).integers(0, 255, (480, 640, 3), dtype=np.uint8)
     head = pb.StepResponse(terminated=[True]).SerializeToString()
-    data = codec.encode_with_observations(head, [(1, {"cam0": img, "cam1": img[::-1]}, None), (9, {"cam0": img}, None)], 2)
+    data = wire.encode_with_observations(head, [(1, {"cam0": img, "cam1": img[::-1]}, None), (9, {"cam0": img}, None)], 2)
     msg = pb.SessionResponse.FromString(data)
     assert msg.WhichOneof("kind") == "step" and list(msg.step.terminated) == [True]
     obs, _ = codec.observation_from_message(msg.step.observation)
@@ -85,14 +85,14 @@ def test_the_hand_written_step_head_parses_to_the_same_message_protobuf_would_bu
     fields = dict(reward=[1.5, -2.0], terminated=[False, True], truncated=[True, False], success=[False, True],
                   fault=["", "reflex"], fault_message=["", "joint 4 reflex"], timing={"env": 0.25, "validate": 1e-5},
                   final_mask=[True, False])
-    assert pb.StepResponse.FromString(codec.encode_step_head(**fields)) == pb.StepResponse(**fields)
+    assert pb.StepResponse.FromString(wire.encode_step_head(**fields)) == pb.StepResponse(**fields)
 
 
 def test_the_client_reader_returns_views_into_the_received_bytes():
     img = np.arange(128 * 128 * 3, dtype=np.uint32).astype(np.uint8).reshape(128, 128, 3)  # above ZERO_COPY_MIN_BYTES
-    data = codec.encode_with_observations(codec.encode_step_head([0.5], [False], [False], [False], [""], [""], {}),
+    data = wire.encode_with_observations(wire.encode_step_head([0.5], [False], [False], [False], [""], [""], {}),
                                           [(1, {"cam": img}, {"cam": 3.0})], 2)
-    kind, head, observations = codec.read_session_response(data)
+    kind, head, observations = wire.read_session_response(data)
     got = observations["observation"][0]["cam"]
     assert kind == "step" and list(head.reward) == [0.5]
     np.testing.assert_array_equal(got, img)
@@ -101,10 +101,10 @@ def test_the_client_reader_returns_views_into_the_received_bytes():
 
 def test_small_responses_take_the_protobuf_parser_and_decode_the_same():
     q = np.arange(7, dtype=np.float32)
-    data = codec.encode_with_observations(codec.encode_step_head([0.5], [False], [True], [False], [""], [""], {"env": 1e-4}),
+    data = wire.encode_with_observations(wire.encode_step_head([0.5], [False], [True], [False], [""], [""], {"env": 1e-4}),
                                           [(1, {"q": q}, {"q": 3.0})], 2)
-    assert len(data) < codec.ZERO_COPY_MIN_BYTES
-    kind, head, observations = codec.read_session_response(data)
+    assert len(data) < wire.ZERO_COPY_MIN_BYTES
+    kind, head, observations = wire.read_session_response(data)
     tensors, stamps = observations["observation"]
     assert kind == "step" and list(head.truncated) == [True] and head.timing["env"] == 1e-4
     np.testing.assert_array_equal(tensors["q"], q)

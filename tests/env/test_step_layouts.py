@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from rlhw.env import codec
+from rlhw.env import codec, step_layout, wire
 from rlhw.env.client import RemoteEnv
 from rlhw.env.fake_env import FakeEnv
 from rlhw.env.v1 import env_pb2 as pb
@@ -31,7 +31,7 @@ UNEVEN = TensorSpec("action", "float32", (3,), [-1.0, -2.0, 0.0], [1.0, 2.0, 0.0
 @given(hnp.arrays(np.float32, (7,), elements=st.floats(-1, 1, width=32)), st.booleans())
 def test_a_canonical_request_is_read_from_its_bytes_as_the_protobuf_path_reads_it(action, session):
     checker = ActionChecker(BOX)
-    data = codec.encode_step_request(action, session)
+    data = wire.encode_step_request(action, session)
     fast = checker.from_request(data, session)
     parsed = pb.SessionRequest.FromString(data).step if session else pb.StepRequest.FromString(data)
     slow = checker.check(parsed.action)
@@ -45,7 +45,7 @@ def test_the_bytes_path_rejects_any_bad_value_with_the_same_error_as_the_protobu
     action = np.zeros(7, np.float32)
     action[i] = value
     with pytest.raises(InvalidRequest) as fast:
-        checker.from_request(codec.encode_step_request(action, session), session)
+        checker.from_request(wire.encode_step_request(action, session), session)
     with pytest.raises(InvalidRequest) as slow:
         checker.check(codec.to_tensor(action))
     assert fast.value.field == slow.value.field == f"action[{i}]" and str(fast.value) == str(slow.value)
@@ -54,19 +54,19 @@ def test_the_bytes_path_rejects_any_bad_value_with_the_same_error_as_the_protobu
 def test_per_element_bounds_are_checked_on_the_bytes_path_too():
     checker = ActionChecker(UNEVEN)
     ok = np.array([0.5, -1.5, 0.08], np.float32)
-    assert checker.from_request(codec.encode_step_request(ok, False), False).tolist() == ok.tolist()
+    assert checker.from_request(wire.encode_step_request(ok, False), False).tolist() == ok.tolist()
     with pytest.raises(InvalidRequest, match=r"action\[2\]: = 0.09 is above the spec's high bound 0.08"):
-        checker.from_request(codec.encode_step_request(np.array([0, 0, 0.09], np.float32), False), False)
+        checker.from_request(wire.encode_step_request(np.array([0, 0, 0.09], np.float32), False), False)
 
 
 def test_requests_laid_out_otherwise_are_left_to_the_protobuf_path():
     checker = ActionChecker(BOX)
-    good = codec.encode_step_request(np.zeros(7, np.float32), False)
+    good = wire.encode_step_request(np.zeros(7, np.float32), False)
     assert checker.from_request(good, False) is not None
     assert checker.from_request(good + b"\x10\x01", False) is None  # an extra (unknown) field
     assert checker.from_request(good, True) is None  # a StepRequest is not a SessionRequest
-    assert checker.from_request(codec.encode_step_request(np.zeros(6, np.float32), False), False) is None
-    assert checker.from_request(codec.encode_step_request(np.zeros(7, np.float64), False), False) is None
+    assert checker.from_request(wire.encode_step_request(np.zeros(6, np.float32), False), False) is None
+    assert checker.from_request(wire.encode_step_request(np.zeros(7, np.float64), False), False) is None
     reordered = pb.Tensor(data=np.zeros(7, np.float32).tobytes(), shape=[7], dtype=pb.FLOAT32)
     assert checker.from_request(b"\x0a" + bytes([len(reordered.SerializeToString())]) +
                                 reordered.SerializeToString()[::-1], False) is None
@@ -85,20 +85,20 @@ OBS_ARRAYS = hnp.arrays(st.sampled_from(["float32", "float64", "uint8", "int64",
                 min_size=1, max_size=4),
        st.sampled_from([None, 2]), st.floats(-1e6, 1e6, width=32), st.booleans(), st.booleans())
 def test_the_writer_gives_the_general_encoders_bytes_step_after_step(steps, wrap, reward, terminated, truncated):
-    writer = codec.StepWriter()
+    writer = step_layout.StepWriter()
     timing = {"env": 1e-4, "env.observe": 2e-5, "validate": 3e-6, "server": 4e-4}
     for obs in steps + steps:  # layouts change and come back
         stamps = {name: 1700000000.25 for name in obs}
         fast = writer.write(reward, terminated, truncated, False, timing, obs, stamps, wrap)
-        assert fast == codec.StepWriter._general(reward, terminated, truncated, False, timing, obs, stamps, wrap)
+        assert fast == step_layout.StepWriter._general(reward, terminated, truncated, False, timing, obs, stamps, wrap)
 
 
 def test_the_writer_copies_non_contiguous_and_big_endian_arrays_like_the_general_encoder():
-    writer = codec.StepWriter()
+    writer = step_layout.StepWriter()
     img = np.random.default_rng(0).integers(0, 255, (48, 64, 3), dtype=np.uint8)
     for obs in ({"cam": img}, {"cam": img[::-1]}, {"cam": img.astype(">u2")}, {"cam": img}, {"q": [1.0, 2.0]}):
         fast = writer.write(0.5, False, False, True, {"env": 1e-3}, obs, {"cam": 5.0}, 2)
-        assert fast == codec.StepWriter._general(0.5, False, False, True, {"env": 1e-3}, obs, {"cam": 5.0}, 2)
+        assert fast == step_layout.StepWriter._general(0.5, False, False, True, {"env": 1e-3}, obs, {"cam": 5.0}, 2)
     msg = pb.SessionResponse.FromString(fast).step
     assert list(msg.observation.tensors["q"].shape) == [2] and list(msg.success) == [True]
 
@@ -109,20 +109,20 @@ def test_the_writer_copies_non_contiguous_and_big_endian_arrays_like_the_general
 
 def _message(obs, reward=0.25, terminated=False, truncated=False, timing=None, stamps=None, wrap=2, fault=("", "")):
     timing = {"env": 1e-3, "server": 2e-3} if timing is None else timing
-    head = codec.encode_step_head([reward], [terminated], [truncated], [False], [fault[0]], [fault[1]], timing)
-    return codec.encode_with_observations(head, [(1, obs, stamps or {})], wrap)
+    head = wire.encode_step_head([reward], [terminated], [truncated], [False], [fault[0]], [fault[1]], timing)
+    return wire.encode_with_observations(head, [(1, obs, stamps or {})], wrap)
 
 
 def _general(data, session):
     if session:
-        _, head, observations = codec.read_session_response(data)
+        _, head, observations = wire.read_session_response(data)
     else:
-        head, observations = codec.read_response(data, pb.StepResponse)
+        head, observations = wire.read_response(data, pb.StepResponse)
     return head, observations
 
 
 def _learned(data, session):
-    reader = codec.StepReader()
+    reader = step_layout.StepReader()
     reader.learn(data, _general(data, session)[0], session)
     return reader
 
@@ -171,8 +171,8 @@ def test_the_reader_refuses_messages_that_differ_outside_the_value_slots():
 
 
 def test_batched_and_final_observation_replies_have_no_layout():
-    head = codec.encode_step_head([0.0, 1.0], [False, True], [False, False], [False, False], ["", ""], ["", ""], {})
-    data = codec.encode_with_observations(head, [(1, {"q": np.zeros((2, 7), np.float32)}, {})], 2)
+    head = wire.encode_step_head([0.0, 1.0], [False, True], [False, False], [False, False], ["", ""], ["", ""], {})
+    data = wire.encode_with_observations(head, [(1, {"q": np.zeros((2, 7), np.float32)}, {})], 2)
     assert _learned(data, True)._layout is None
 
 
