@@ -140,26 +140,17 @@ class ActionChecker:
                 raise InvalidRequest(
                     f"{field}{idx}", f"is {_num(arr[tuple(idx)])}; actions must be finite ({int((~finite).sum())} bad values)"
                 )
-        if self.low is not None:
-            below = arr < self.low
-            if below.any():
-                idx = _first(below)
-                raise InvalidRequest(
-                    f"{field}{idx}",
-                    f"= {_num(arr[tuple(idx)])} is below the spec's low bound {_num(self._bound(self.low, idx))}; "
-                    f"clip actions to the action space",
-                )
-        if self.high is not None:
-            above = arr > self.high
-            if above.any():
-                idx = _first(above)
-                raise InvalidRequest(
-                    f"{field}{idx}",
-                    f"= {_num(arr[tuple(idx)])} is above the spec's high bound {_num(self._bound(self.high, idx))}; "
-                    f"clip actions to the action space",
-                )
+        for bound, outside, side in ((self.low, np.less, "below the spec's low"), (self.high, np.greater, "above the spec's high")):
+            if bound is not None:
+                mask = outside(arr, bound)
+                if mask.any():
+                    idx = _first(mask)
+                    raise InvalidRequest(
+                        f"{field}{idx}",
+                        f"= {_num(arr[tuple(idx)])} is {side} bound {_num(self._bound(bound, idx))}; "
+                        f"clip actions to the action space",
+                    )
         return arr
-
 
     def _bound(self, bound: np.ndarray, idx: list[int]):
         per_instance = idx[len(idx) - len(self.spec.shape):] if self.spec.shape else []
