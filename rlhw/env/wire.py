@@ -72,17 +72,25 @@ def _tensor_head(dtype: np.dtype, shape: tuple[int, ...], nbytes: int) -> bytear
     return head
 
 
+_TENSOR_HEADS: dict[tuple, bytes] = {}
+
+
 def _tensor_parts(array) -> tuple[list, int]:
     """Wire pieces of one Tensor message (header bytes, then the array's own buffer) and their size."""
     arr = array if isinstance(array, np.ndarray) else np.asarray(array)
     if not arr.flags.c_contiguous or arr.dtype.byteorder == ">":
         arr = wire_array(arr)
     n = arr.nbytes
-    head = _tensor_head(arr.dtype, arr.shape, n)
+    key = (arr.dtype, arr.shape)
+    head = _TENSOR_HEADS.get(key)
+    if head is None:  # the same dtype and shape step after step: built once
+        head = bytes(_tensor_head(arr.dtype, arr.shape, n))
+        if len(_TENSOR_HEADS) > 4096:  # shapes that change every call (unusual): keep the cache bounded
+            _TENSOR_HEADS.clear()
+        _TENSOR_HEADS[key] = head
     if n > BIG_TENSOR_BYTES:
-        return [bytes(head), memoryview(arr.reshape(-1)).cast("B")], len(head) + n
-    head += arr.tobytes()
-    return [bytes(head)], len(head)
+        return [head, memoryview(arr.reshape(-1)).cast("B")], len(head) + n
+    return [head + arr.tobytes()], len(head) + n
 
 
 _PREFIXES: dict[tuple, tuple[bytes, int]] = {}

@@ -27,6 +27,17 @@ def test_any_wire_array_round_trips_bit_exact_through_the_hand_written_encoder(a
     assert float(stamps["x"]) == 12.5 and list(msg.reward) == [1.5]
 
 
+@settings(max_examples=60, deadline=None)
+@given(hnp.arrays(st.sampled_from(WIRE_DTYPES), hnp.array_shapes(min_dims=0, max_dims=3, max_side=12)), st.booleans())
+def test_a_hand_written_step_request_parses_to_the_action_every_time_its_header_is_reused(arr, session):
+    for action in (arr, arr.T, arr):  # a transposed view is not C-contiguous; headers are cached per dtype and shape
+        data = wire.encode_step_request(action, session)
+        request = pb.SessionRequest.FromString(data).step if session else pb.StepRequest.FromString(data)
+        got = codec.from_tensor(request.action)
+        assert got.dtype == action.dtype and got.shape == action.shape
+        assert got.tobytes() == np.ascontiguousarray(action).tobytes()
+
+
 def test_decoding_is_a_view_of_the_message_bytes_not_a_copy():
     t = codec.to_tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
     arr = codec.from_tensor(t)
