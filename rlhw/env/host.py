@@ -88,24 +88,12 @@ def _stamps(value) -> dict:
     return {k: np.array([(d or {}).get(k, np.nan) for d in value], dtype=np.float64) for k in names}
 
 
-_ENV_KEYS: dict[str, str] = {}  # env phase -> "env.<phase>", made once per phase name
-
-
-def _env_key(phase: str) -> str:
-    key = _ENV_KEYS.get(phase)
-    if key is None:
-        key = f"env.{phase}"
-        if len(_ENV_KEYS) < 1024:
-            _ENV_KEYS[phase] = key
-    return key
-
-
 def _timing(value) -> dict[str, float]:
     """The env's phase timings; for a batch, the slowest instance per phase."""
     if not value:
         return {}
     if isinstance(value, dict):
-        return {_env_key(k): float(v) for k, v in value.items()}
+        return {"env." + k: float(v) for k, v in value.items()}
     out: dict[str, float] = {}
     for d in value:
         for k, v in (d or {}).items():
@@ -216,7 +204,7 @@ class EnvHost:
             if phases:
                 if type(phases) is dict:
                     for k, v in phases.items():
-                        timing[_env_key(k)] = float(v)
+                        timing["env." + k] = float(v)
                 else:
                     timing.update(_timing(phases))
             stamps = info.get("timestamps")
