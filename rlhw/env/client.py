@@ -273,11 +273,8 @@ class RemoteEnv(gym.Env):
         self._action_dtype = np.dtype(self.env_spec.action.dtype)
         # Per step only the action's bytes change: the request's other bytes are written once.
         self._action_shape = self.action_space.shape
-        zeros = np.zeros(self._action_shape, self._action_dtype)
-        self._request_prefix = {}
-        for session in (False, True):
-            request = wire.encode_step_request(zeros, session)
-            self._request_prefix[session] = request[:len(request) - zeros.nbytes]
+        self._request_prefix = {session: wire.step_request_prefix(self._action_shape, self._action_dtype, session)
+                                for session in (False, True)}
         self._reader = step_layout.StepReader() if self.num_envs == 1 else None
 
     # -- plumbing -------------------------------------------------------------------------------

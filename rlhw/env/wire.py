@@ -231,6 +231,15 @@ def encode_step_request(action: np.ndarray, session: bool) -> bytes:
     return step
 
 
+def step_request_prefix(shape: tuple[int, ...], dtype, session: bool) -> bytes:
+    """The bytes `encode_step_request` writes before the action's data, for every action of this
+    dtype and shape: per step a client appends the action's bytes, and a server recognises the
+    layout without parsing."""
+    zeros = np.zeros(shape, dtype)
+    request = encode_step_request(zeros, session)
+    return request[:len(request) - zeros.nbytes]
+
+
 # ---------------------------------------------------------------------------------------------
 # Wire-format reader for responses (client side): tensors become numpy views of the received
 # message bytes. protobuf's own parser would copy every image twice (into its arena, then into a
