@@ -41,9 +41,15 @@ class PipelineFailure(Exception):
 
 
 def _check(config) -> None:
-    if config.env.num_envs != 1:
-        raise ConfigError("env.num_envs", f"is {config.env.num_envs}; the training pipeline drives one env instance "
-                                          "per env worker: set env.num_envs=1 and place more env workers")
+    n = config.env.num_envs
+    if n > 1:
+        from rlhw.robot.factory import SIMULATORS, plan_env
+
+        arm = plan_env(config, 0).arm_driver
+        if arm not in SIMULATORS:
+            raise ConfigError("env.num_envs", f"is {n}, but the env workers drive a real {arm} arm, which hosts one "
+                                              "env instance (one controller per arm): set env.num_envs=1 and place "
+                                              "one env worker per arm, or set env.sim=mujoco to rehearse in simulation")
     for comp in ("env", "rollout", "actor"):
         if comp not in {c for key in config.cluster.component_placement for c in str(key).split(",")}:
             raise ConfigError("cluster.component_placement", f"has no '{comp}' component; the training pipeline "

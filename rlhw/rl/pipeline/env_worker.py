@@ -6,8 +6,21 @@ send the observation to its rollout worker through the ``obs`` channel, wait for
 how much to collect (``collect`` / ``run_async`` / ``evaluate``) and polls counters (``poll``), so the
 robot loop never waits for the controller or for training.
 
-Messages to the rollout worker (dict): ``env`` rank, ``obs``, ``eval`` flag, ``done`` (no action wanted),
-and for every step but the first a ``transition`` (obs, action, reward, terminated, next_obs).
+One env worker may serve several env instances (``env.num_envs`` > 1, simulators only): its env server
+steps them together and one message per env step carries all of them, so the channel and gRPC costs of a
+step are paid once per batch instead of once per instance. Per-instance episode bookkeeping (which
+instances train, evaluate or idle) is in `rlhw.rl.pipeline.instances`.
+
+Messages to the rollout worker (dict), one per env step, batched whatever ``num_envs`` is:
+
+- ``env``: env rank (the rollout worker answers on the ``actions`` channel with key = env rank);
+- ``obs``: ``{name: (k, ...) array}``, the observations of the k instances that want an action (None when
+  k = 0), and ``rows``: those instances' indices;
+- ``eval``: bool array (k,), which of them are in an eval episode (deterministic action);
+- ``transitions``: the train transitions of this step, stacked in the replay buffer's field names
+  (``obs/<name>``, ``next_obs/<name>``, ``action``, ``reward``, ``terminated``), or None.
+
+The answer is ONE action array (k, action...) in the order of ``rows``.
 """
 
 from __future__ import annotations
@@ -25,6 +38,7 @@ import numpy as np
 from rlhw.env.client import EnvServiceError
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.pipeline.env_server import EnvServerError, EnvServerProcess
+from rlhw.rl.pipeline.instances import EVAL, IDLE, TRAIN, Instances
 from rlhw.runtime.worker import Worker
 
 OBS_CHANNEL = "rlhw.train.obs"
@@ -41,6 +55,12 @@ def robot_rank_of_worker(rank: int) -> int:
     return rank
 
 
+def episode_dir(run_dir: Path, env_rank: int, instance: int, num_envs: int) -> Path:
+    """Where an instance's episodes go: ``episodes/env<rank>``, or ``episodes/env<rank>.<i>`` with num_envs > 1."""
+    name = f"env{env_rank}" if num_envs == 1 else f"env{env_rank}.{instance}"
+    return Path(run_dir) / "episodes" / name
+
+
 class EnvWorker(Worker):
     def __init__(self, config, run_dir: str, num_rollout: int, channel_prefix: str = ""):
         import torch
@@ -48,6 +68,7 @@ class EnvWorker(Worker):
         torch.set_num_threads(1)
         self.config = config
         self.cfg = config.train
+        self.num_envs = int(config.env.num_envs)
         self.robot_rank = robot_rank_of_worker(self.rank)
         self.rollout_rank = self.rank % num_rollout
         self.run_dir = Path(run_dir)
@@ -65,16 +86,19 @@ class EnvWorker(Worker):
         self.train_steps = 0
         self.episodes: list[tuple[float, bool, int]] = []  # finished train episodes since last poll
         self.eval_results: list[tuple[float, bool, int]] = []
+        # Loop health, per env-worker step (with num_envs > 1 one step moves every instance):
         self.latencies: deque[float] = deque(maxlen=20_000)  # obs ready -> action received (s)
         self.lateness: deque[float] = deque(maxlen=20_000)  # RobotEnv's info["timing"]["late"] (s)
         self.periods: deque[float] = deque(maxlen=20_000)  # time between consecutive steps of an episode (s)
         self.faults: list[str] = []
         self.consecutive_faults = 0
+        self.instances = Instances(self.num_envs, config.env.max_episode_steps)
         fsync = self.cfg.fsync_episodes
         if fsync == "auto":
             fsync = config.env.sim is None and _has_real_arm(config)
-        self.recorder = (EpisodeRecorder(self.run_dir / "episodes" / f"env{self.rank}", fsync=bool(fsync))
-                         if self.cfg.record_episodes else None)
+        self.recorders = ([EpisodeRecorder(episode_dir(self.run_dir, self.rank, i, self.num_envs), fsync=bool(fsync))
+                           for i in range(self.num_envs)] if self.cfg.record_episodes else None)
+        self.recorder = self.recorders[0] if self.recorders else None
         self._start_server()
         from rlhw.runtime.channel import Channel
 
@@ -96,9 +120,15 @@ class EnvWorker(Worker):
         self.env = RemoteEnv(address, token=token, timeout_s=self.cfg.step_timeout_s,
                              reset_timeout_s=max(self.cfg.step_timeout_s, self.config.server.reset_deadline_s),
                              reconnect_s=5.0, session_id=f"rlhw-train-env{self.rank}")
-        if self.env.num_envs != 1:
-            raise EnvServerError(f"env server serves {self.env.num_envs} instances; the pipeline drives one per "
-                                 "env worker (set env.num_envs=1 and place more env workers)")
+        if self.env.num_envs != self.num_envs:
+            raise EnvServerError(f"env server at {address} serves {self.env.num_envs} env instance(s), but "
+                                 f"env.num_envs is {self.num_envs}: the server must be started from the same config")
+        spec = self.env.env_spec
+        shape = (self.num_envs, *spec.action.shape)
+        zero = np.zeros(shape, np.float32)
+        if spec.action.low is not None or spec.action.high is not None:
+            zero = np.clip(zero, spec.action.low, spec.action.high).astype(np.float32)
+        self._idle_action = zero  # what an idle instance of a batch gets (simulators only)
 
     def _restart_server(self, why: str) -> None:
         self.restarts += 1
@@ -111,13 +141,14 @@ class EnvWorker(Worker):
         self._start_server()
 
     def spec(self) -> dict:
-        """What the learners need to build their networks: observation and action specs."""
+        """What the learners need to build their networks: observation and action specs (per instance)."""
         s = self.env.env_spec
         return {"observations": {k: (tuple(v.shape), v.dtype) for k, v in s.observations.items()},
                 "action_shape": tuple(s.action.shape),
                 "action_low": None if s.action.low is None else np.broadcast_to(s.action.low, s.action.shape).tolist(),
                 "action_high": None if s.action.high is None else np.broadcast_to(s.action.high, s.action.shape).tolist(),
-                "control_hz": s.control_hz, "robot": s.robot, "address": self.env.address}
+                "control_hz": s.control_hz, "robot": s.robot, "address": self.env.address,
+                "num_envs": self.num_envs}
 
     # ---- control from the driver (all return at once)
     def collect(self, steps: int) -> None:
@@ -150,12 +181,14 @@ class EnvWorker(Worker):
         return self.server.proc.pid if self.server is not None and self.server.proc is not None else None
 
     def loop_health(self) -> dict:
-        """Observation-to-action latency and step lateness of every step so far (for benchmarks)."""
+        """Observation-to-action latency and step lateness of every step so far (for benchmarks).
+
+        Counted per env-worker step: with num_envs > 1 one step (and one latency) covers all instances."""
         lat = np.array(self.latencies) if self.latencies else np.zeros(1)
         out = {"steps": len(self.latencies), "latency_p50_ms": float(np.percentile(lat, 50) * 1e3),
                "latency_p99_ms": float(np.percentile(lat, 99) * 1e3), "latency_max_ms": float(lat.max() * 1e3),
                "timed_steps": len(self.lateness), "late_steps": None, "lateness_p99_ms": None,
-               "period_p50_ms": None, "period_p99_ms": None}
+               "period_p50_ms": None, "period_p99_ms": None, "num_envs": self.num_envs}
         if self.lateness:  # only real-time envs report lateness; simulators advance simulated time
             late = np.array(self.lateness)
             out.update(late_steps=int((late > 0).sum()), lateness_p99_ms=float(np.percentile(late, 99) * 1e3))
@@ -170,14 +203,17 @@ class EnvWorker(Worker):
             self.stopping = True
             self.lock.notify_all()
         self.thread.join(timeout=self.cfg.step_timeout_s + 5)
-        if self.recorder is not None:
-            self.recorder.close()
+        self._close_recorders()
         try:
             if self.env is not None:
                 self.env.close()
         finally:
             if self.server is not None:
                 self.server.stop()
+
+    def _close_recorders(self) -> None:
+        for r in self.recorders or ():
+            r.close()
 
     # ---- the robot loop (thread)
     def _idle(self) -> bool:
@@ -188,9 +224,9 @@ class EnvWorker(Worker):
         with self.lock:
             while not self.stopping:
                 if self.eval_pending > 0:
-                    return "eval"
+                    return EVAL
                 if self.unlimited or self.budget > 0:
-                    return "train"
+                    return TRAIN
                 self.status = "idle"
                 self.lock.wait(0.5)
             return None
@@ -204,7 +240,11 @@ class EnvWorker(Worker):
                 with self.lock:
                     self.status = "episode"
                 try:
-                    result = self._episode(kind)
+                    if self.num_envs == 1:
+                        result = self._episode(kind)
+                    else:
+                        self._phase()
+                        continue
                 except EnvServerError:
                     raise
                 except Exception as e:  # noqa: BLE001 - a robot/server failure: restart the server or give up
@@ -213,11 +253,7 @@ class EnvWorker(Worker):
                         continue
                     raise
                 with self.lock:
-                    if kind == "eval":
-                        self.eval_pending -= 1
-                        self.eval_results.append(result)
-                    else:
-                        self.episodes.append(result)
+                    self._report(kind, result)
         except BaseException as e:  # noqa: BLE001 - reported through poll(); the driver decides
             with self.lock:
                 server_note = ""
@@ -226,24 +262,42 @@ class EnvWorker(Worker):
                 self.error = f"{type(e).__name__}: {e}{server_note}"
                 self.status = "failed"
         finally:
-            if self.recorder is not None:
-                self.recorder.close()
+            self._close_recorders()
 
+    def _report(self, kind: str, result: tuple[float, bool, int]) -> None:
+        """A finished episode, for the controller's next poll (caller holds the lock)."""
+        if kind == EVAL:
+            self.eval_pending -= 1
+            self.eval_results.append(result)
+        elif kind == TRAIN:
+            self.episodes.append(result)
+
+    def _put(self, obs, rows, evaluating, transitions) -> None:
+        self.obs_ch.put({"env": self.rank, "obs": obs, "rows": rows, "eval": evaluating, "transitions": transitions},
+                        key=self.rollout_rank, timeout=self.cfg.step_timeout_s)
+
+    def _note_timing(self, info: dict) -> None:
+        timing = info.get("timing", {})
+        late = timing.get("late", timing.get("env.late"))  # the env server prefixes env phases "env."
+        if late is not None and math.isfinite(late):
+            self.lateness.append(float(late))
+
+    # ---- one instance: one episode at a time, explicit reset (the real-robot path)
     def _episode(self, kind: str) -> tuple[float, bool, int]:
-        evaluating = kind == "eval"
+        evaluating = kind == EVAL
+        flags = np.array([evaluating])
         obs, _ = self.env.reset(seed=int(self.rng.integers(2**31)))
         if self.recorder is not None:
             self.recorder.begin(obs, kind=kind, meta={"robot_rank": self.robot_rank, "env_rank": self.rank})
-        self.obs_ch.put({"env": self.rank, "obs": obs, "eval": evaluating, "done": False},
-                        key=self.rollout_rank, timeout=self.cfg.step_timeout_s)
+        self._put({k: np.asarray(v)[None] for k, v in obs.items()}, [0], flags, None)
         t_obs = time.perf_counter()
         ret, success, length = 0.0, False, 0
         t_prev_step = time.perf_counter()
         while True:
-            action = self.act_ch.get(key=self.rank, timeout=self.cfg.step_timeout_s)
+            action = np.asarray(self.act_ch.get(key=self.rank, timeout=self.cfg.step_timeout_s), np.float32)[0]
             self.latencies.append(time.perf_counter() - t_obs)
             try:
-                next_obs, reward, terminated, truncated, info = self.env.step(np.asarray(action, dtype=np.float32))
+                next_obs, reward, terminated, truncated, info = self.env.step(action)
             except EnvServiceError as e:
                 if self.server is not None and not self.server.alive():
                     raise  # the server died: restart it (or give up) in _loop
@@ -256,13 +310,10 @@ class EnvWorker(Worker):
                 break
             self.consecutive_faults = 0
             t_obs = time.perf_counter()
-            timing = info.get("timing", {})
-            late = timing.get("late", timing.get("env.late"))  # the env server prefixes env phases "env."
             if length > 0:
                 self.periods.append(time.perf_counter() - t_prev_step)
             t_prev_step = time.perf_counter()
-            if late is not None and math.isfinite(late):
-                self.lateness.append(float(late))
+            self._note_timing(info)
             step_success = bool(np.any(info.get("success", False)))
             if self.recorder is not None:
                 self.recorder.step(action, reward, terminated, truncated, next_obs, step_success)
@@ -272,21 +323,135 @@ class EnvWorker(Worker):
             length += 1
             success = success or step_success
             done = bool(terminated or truncated)
-            msg = {"env": self.rank, "obs": next_obs, "eval": evaluating, "done": done}
+            transitions = None
             if not evaluating:
-                msg["transition"] = {"obs": obs, "action": np.asarray(action, np.float32), "reward": float(reward),
-                                     "terminated": bool(terminated), "next_obs": next_obs}
+                transitions = {**{f"obs/{k}": np.asarray(v)[None] for k, v in obs.items()},
+                               **{f"next_obs/{k}": np.asarray(v)[None] for k, v in next_obs.items()},
+                               "action": action[None], "reward": np.array([reward], np.float32),
+                               "terminated": np.array([terminated], np.float32)}
                 with self.lock:
                     self.train_steps += 1
                     self.budget -= 1
-            if not done or not evaluating:
-                self.obs_ch.put(msg, key=self.rollout_rank, timeout=self.cfg.step_timeout_s)
+            if not done:
+                self._put({k: np.asarray(v)[None] for k, v in next_obs.items()}, [0], flags, transitions)
+            elif transitions is not None:
+                self._put(None, [], flags[:0], transitions)
             obs = next_obs
             if done or self.stopping:
                 break
         if self.recorder is not None:
             self.recorder.end()
         return ret, success, length
+
+    # ---- several instances (simulators): one phase steps them all until every one is idle
+    def _begin(self, i: int, obs: dict, kind: str) -> None:
+        if self.recorders is not None and kind != IDLE:
+            self.recorders[i].begin({k: v[i] for k, v in obs.items()}, kind=kind,
+                                    meta={"robot_rank": self.robot_rank, "env_rank": self.rank, "instance": i})
+
+    def _end_running(self) -> None:
+        """End every running episode where it is (a refused step, or stop): report it, close its file."""
+        book = self.instances
+        for i in book.rows():
+            kind, result = book.finish(i)
+            if self.recorders is not None:
+                self.recorders[i].end()
+            with self.lock:
+                self._report(kind, result)
+
+    def _phase(self) -> None:
+        """Reset every instance, then step them together; each instance's episode kind is decided when it
+        starts (here or at its same-step autoreset). Returns when every instance is idle, on stop, or after
+        a refused step (which truncates the running episodes; the next phase resets all instances)."""
+        book = self.instances
+        obs, _ = self.env.reset(seed=int(self.rng.integers(2**31)))  # instance i gets seed + i
+        with self.lock:
+            book.clear()
+            for i in range(self.num_envs):
+                book.start(i, book.choose(self.budget, self.unlimited, self.eval_pending))
+        for i in book.rows():
+            self._begin(i, obs, book.kind[i])
+        rows = book.rows()
+        if not rows:
+            return
+        self._put({k: v[rows] for k, v in obs.items()}, rows, np.array([book.kind[i] == EVAL for i in rows]), None)
+        t_obs = t_prev_step = time.perf_counter()
+        first = True
+        while True:
+            acted = np.asarray(self.act_ch.get(key=self.rank, timeout=self.cfg.step_timeout_s), np.float32)
+            self.latencies.append(time.perf_counter() - t_obs)
+            actions = self._idle_action.copy()
+            actions[rows] = acted
+            try:
+                next_obs, reward, terminated, truncated, info = self.env.step(actions)
+            except EnvServiceError as e:
+                if self.server is not None and not self.server.alive():
+                    raise  # the server died: restart it (or give up) in _loop
+                self.faults.append(f"step refused, episodes of all {self.num_envs} instances truncated: {e}")
+                self.consecutive_faults += 1
+                self._end_running()
+                if self.consecutive_faults > 3:
+                    raise
+                return
+            self.consecutive_faults = 0
+            t_obs = time.perf_counter()
+            if not first:
+                self.periods.append(t_obs - t_prev_step)
+            first, t_prev_step = False, t_obs
+            self._note_timing(info)
+            ended = np.logical_or(terminated, truncated)
+            last = next_obs  # each instance's observation after its action (the final one where it ended)
+            if ended.any():
+                final, mask = info.get("final_observation") or {}, info.get("_final_observation")
+                mask = ended if mask is None else np.asarray(mask, bool) & ended
+                if final and mask.any():
+                    last = {k: np.array(v) for k, v in next_obs.items()}
+                    for k in last:
+                        last[k][mask] = np.asarray(final[k])[mask]
+            success = np.asarray(info.get("success", False), bool)
+            success = np.broadcast_to(success, (self.num_envs,))
+            for i, fault in enumerate(info.get("fault") or ()):
+                if fault:
+                    self.faults.append(f"instance {i}: {fault}: {(info.get('fault_message') or [''] * self.num_envs)[i]}")
+            book.step(reward, success)
+            train = book.rows(TRAIN)
+            transitions = None
+            if train:
+                transitions = {**{f"obs/{k}": v[train] for k, v in obs.items()},
+                               **{f"next_obs/{k}": v[train] for k, v in last.items()},
+                               "action": actions[train], "reward": np.asarray(reward, np.float32)[train],
+                               "terminated": np.asarray(terminated, np.float32)[train]}
+                with self.lock:
+                    self.train_steps += len(train)
+                    self.budget -= len(train)
+            if self.recorders is not None:
+                for i in rows:
+                    self.recorders[i].step(actions[i], reward[i], terminated[i], truncated[i],
+                                           {k: v[i] for k, v in last.items()}, success[i])
+            if self.stopping:
+                self._end_running()
+                if transitions is not None:
+                    self._put(None, [], np.zeros(0, bool), transitions)
+                return
+            for i in np.flatnonzero(ended).tolist():
+                kind, result = book.finish(i)
+                if kind != IDLE:
+                    if self.recorders is not None:
+                        self.recorders[i].end()
+                    with self.lock:
+                        self._report(kind, result)
+                with self.lock:
+                    kind = book.choose(self.budget, self.unlimited, self.eval_pending)
+                book.start(i, kind)
+                self._begin(i, next_obs, kind)
+            obs = next_obs
+            rows = book.rows()
+            if not rows:
+                if transitions is not None:
+                    self._put(None, [], np.zeros(0, bool), transitions)
+                return
+            self._put({k: v[rows] for k, v in obs.items()}, rows, np.array([book.kind[i] == EVAL for i in rows]),
+                      transitions)
 
 
 def _has_real_arm(config) -> bool:

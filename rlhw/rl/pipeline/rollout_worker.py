@@ -1,9 +1,10 @@
 """Rollout worker (placement component ``rollout``): batched policy inference for a set of env workers.
 
-Its loop takes every observation waiting for it on the ``obs`` channel (key = its rank), runs the policy
-once for the whole batch (on its GPU when it has one), sends each env its action (``actions`` channel,
-key = env rank) and forwards the transitions that came with the observations to the ``replay`` channel,
-spread over the actor ranks. Exploration is SAC's own stochastic policy, after uniform random actions
+Its loop takes every message waiting for it on the ``obs`` channel (key = its rank; the message format
+is in rlhw.rl.pipeline.env_worker: each carries the observations of all the env instances of one env
+worker that want an action), runs the policy once for all of them (on its GPU when it has one), puts ONE
+action array per env worker (``actions`` channel, key = env rank) and forwards the transitions that came
+with the messages (already stacked) to the ``replay`` channel, spread over the actor ranks. Exploration is SAC's own stochastic policy, after uniform random actions
 until the controller says the warm-up is over; eval observations get the deterministic (mean) action.
 
 New policy weights arrive on the ``weights`` channel (key = its rank). The loop looks there between
@@ -50,7 +51,8 @@ class RolloutWorker(Worker):
         self.batches = 0
         self.error: str | None = None
         self.stopping = False
-        self._pending: list[dict] = []
+        self._pending: list[dict] = []  # stacked transition batches from env messages
+        self._pending_rows = 0
         self._next_actor = 0
         self._last_flush = time.monotonic()
         self.thread: threading.Thread | None = None
@@ -67,7 +69,7 @@ class RolloutWorker(Worker):
         self.actor = Actor(layout, low, high, tuple(sc.hidden_sizes), sc.image_features).to(self.device).eval()
         # Warm up torch (first calls are slow) before any robot waits on this worker.
         dummy = {k: np.zeros((1, *v[0]), dtype=v[1]) for k, v in spec["observations"].items()}
-        self._policy(dummy, False)
+        self._policy(dummy)
         self.thread = threading.Thread(target=self._loop, daemon=True, name=f"rollout-{self.rank}")
         self.thread.start()
 
@@ -110,32 +112,44 @@ class RolloutWorker(Worker):
             self.error = f"{type(e).__name__}: {e}"
 
     def _serve(self, msgs: list[dict]) -> None:
+        """One policy call for every instance waiting in ``msgs``; one action array back per env worker."""
+        want = []
         for m in msgs:
-            if "transition" in m:
-                self._pending.append(m["transition"])
-        todo = [m for m in msgs if not m["done"]]
-        if not todo:
+            if m["transitions"] is not None:
+                self._pending.append(m["transitions"])
+                self._pending_rows += len(m["transitions"]["reward"])
+            if len(m["eval"]):
+                want.append(m)
+        if not want:
             return
-        obs = {k: np.stack([np.asarray(m["obs"][k]) for m in todo]) for k in todo[0]["obs"]}
-        deterministic = np.array([m["eval"] for m in todo])
-        if self.random_actions or self.weights_version < 0:
-            actions = self.rng.uniform(self.low, self.high, size=(len(todo), len(self.low))).astype(np.float32)
-            if deterministic.any() and self.weights_version >= 0:
-                actions[deterministic] = self._policy(obs, True)[deterministic]
+        if len(want) == 1:
+            obs, deterministic = want[0]["obs"], np.asarray(want[0]["eval"], bool)
         else:
-            actions = self._policy(obs, False)
-            if deterministic.any():
-                actions[deterministic] = self._policy(obs, True)[deterministic]
-        for m, a in zip(todo, actions):
-            self.act_ch.put(a, key=m["env"], timeout=self.cfg.step_timeout_s)
-        self.served += len(todo)
+            obs = {k: np.concatenate([m["obs"][k] for m in want]) for k in want[0]["obs"]}
+            deterministic = np.concatenate([m["eval"] for m in want]).astype(bool)
+        k = len(deterministic)
+        if self.random_actions or self.weights_version < 0:
+            actions = self.rng.uniform(self.low, self.high, size=(k, *self.low.shape)).astype(np.float32)
+            if deterministic.any() and self.weights_version >= 0:
+                actions[deterministic] = self._policy(obs)[1][deterministic]
+        else:
+            sample, mean = self._policy(obs)  # one forward pass gives both
+            actions = np.where(deterministic.reshape(-1, *[1] * (sample.ndim - 1)), mean, sample) \
+                if deterministic.any() else sample
+        start = 0
+        for m in want:
+            n = len(m["eval"])
+            self.act_ch.put(actions[start:start + n], key=m["env"], timeout=self.cfg.step_timeout_s)
+            start += n
+        self.served += k
         self.batches += 1
 
     @torch.no_grad()
-    def _policy(self, obs: dict, deterministic: bool) -> np.ndarray:
+    def _policy(self, obs: dict) -> tuple[np.ndarray, np.ndarray]:
+        """SAC's stochastic action and its mean (the deterministic action), for a batch of observations."""
         t = obs_to_tensors(obs, self.layout, self.device)
         sample, _, mean = self.actor.sample(t)
-        return (mean if deterministic else sample).cpu().numpy().astype(np.float32)
+        return sample.cpu().numpy().astype(np.float32), mean.cpu().numpy().astype(np.float32)
 
     def _refresh_weights(self) -> None:
         waiting = self.weights_ch.qsize(key=self.rank)
@@ -148,22 +162,17 @@ class RolloutWorker(Worker):
     def _flush_replay(self, force: bool = False) -> None:
         if not self._pending:
             return
-        if not force and len(self._pending) < _REPLAY_FLUSH_N and time.monotonic() - self._last_flush < _REPLAY_FLUSH_S:
+        if not force and self._pending_rows < _REPLAY_FLUSH_N and time.monotonic() - self._last_flush < _REPLAY_FLUSH_S:
             return
-        batch = _stack(self._pending)
-        self._pending = []
+        batch = _concat(self._pending)
+        self._pending, self._pending_rows = [], 0
         self._last_flush = time.monotonic()
         self.replay_ch.put(batch, key=self._next_actor, timeout=self.cfg.step_timeout_s)
         self._next_actor = (self._next_actor + 1) % self.num_actor
 
 
-def _stack(transitions: list[dict]) -> dict[str, np.ndarray]:
-    """Transitions from env messages -> one replay batch (field names of rlhw.rl.replay)."""
-    out: dict[str, np.ndarray] = {}
-    for k in transitions[0]["obs"]:
-        out[f"obs/{k}"] = np.stack([np.asarray(t["obs"][k]) for t in transitions])
-        out[f"next_obs/{k}"] = np.stack([np.asarray(t["next_obs"][k]) for t in transitions])
-    out["action"] = np.stack([t["action"] for t in transitions]).astype(np.float32)
-    out["reward"] = np.array([t["reward"] for t in transitions], np.float32)
-    out["terminated"] = np.array([t["terminated"] for t in transitions], np.float32)
-    return out
+def _concat(batches: list[dict]) -> dict[str, np.ndarray]:
+    """Stacked transition batches from env messages -> one replay batch (field names of rlhw.rl.replay)."""
+    if len(batches) == 1:
+        return batches[0]
+    return {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
