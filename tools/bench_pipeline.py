@@ -1,11 +1,13 @@
 """Pipeline throughput against an in-process loop, and real-robot loop health against franky-sim.
 
-    .venv/bin/python tools/bench_pipeline.py [--seconds 30] [--franky-steps 300] [--skip-franky]
+    .venv/bin/python tools/bench_pipeline.py [--seconds 30] [--num-envs 1,8] [--franky-steps 300] [--skip-franky]
 
 Part 1 (sim only, one run, same machine, same env and policy): env steps/s of
   - an in-process loop: `make_env` (MuJoCo reach) + the SAC policy network in one Python loop;
   - the full pipeline (env worker -> `rlhw serve-env` child over gRPC -> channels -> rollout worker with
-    the same policy network -> channels) with 1 and with 2 env workers, no training running.
+    the same policy network -> channels) with 1 and with 2 env workers, each serving ``env.num_envs``
+    instances for every value of ``--num-envs`` (1 = one arm per env worker; more = simulated instances
+    stepped together, one message and one gRPC step per env-worker step), no training running.
 Part 2: configs/franky_sim.yaml (the real franka driver against franky-sim) through the pipeline at 10 Hz with
 the policy acting: deadline hit rate (steps that started inside their control period) and the p50/p99 of
 observation-to-action latency (env worker: observation in hand -> action back from the rollout worker).
@@ -77,30 +79,45 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--franky-steps", type=int, default=300)
+    ap.add_argument("--num-envs", default="1,8",
+                    help="comma-separated env.num_envs values to run the pipeline rows with (default 1,8)")
     ap.add_argument("--skip-franky", action="store_true")
     ap.add_argument("--only-franky", action="store_true")
     args = ap.parse_args()
+    try:
+        num_envs = [int(x) for x in args.num_envs.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--num-envs takes comma-separated integers, got {args.num_envs!r}")
+    if not num_envs or min(num_envs) < 1:
+        ap.error(f"--num-envs needs values >= 1, got {args.num_envs!r}")
     torch.set_num_threads(1)
     import ray
 
     from rlhw.config import load_config, load_config_dict
 
     base = ["train.progress=false", "train.learning_starts=100000000", "train.record_episodes=false"]
-    cfg1 = load_config(ROOT / "configs/sim_reach.yaml", base)
-    data = cfg1.model_dump(mode="json")
-    data["cluster"]["component_placement"] = {"env": {"node_group": "node", "placement": "0:0-1"},
-                                              "rollout,actor": {"node_group": "node", "placement": "0"}}
-    cfg2 = load_config_dict(data)  # two env workers on node 0
+
+    def configs(k: int):
+        """sim_reach with env.num_envs=k: one env worker, and two env workers on node 0."""
+        one = load_config(ROOT / "configs/sim_reach.yaml", [*base, f"env.num_envs={k}"])
+        data = one.model_dump(mode="json")
+        data["cluster"]["component_placement"] = {"env": {"node_group": "node", "placement": "0:0-1"},
+                                                  "rollout,actor": {"node_group": "node", "placement": "0"}}
+        return one, load_config_dict(data)
+
+    cfg1, _ = configs(1)
 
     rows = []
     if args.only_franky:
         args.seconds = 0
     loop = in_process(cfg1, args.seconds) if not args.only_franky else float("nan")
     rows.append(("in-process loop (env + policy, 1 arm)", loop, 1.0, ""))
-    for n, cfg in (((1, cfg1), (2, cfg2)) if not args.only_franky else ()):
-        rate, health = pipeline_rate(cfg, args.seconds)
-        lat = max(h["latency_p99_ms"] for h in health)
-        rows.append((f"pipeline, {n} env worker{'s' if n > 1 else ''}", rate, rate / loop, f"{lat:.1f}"))
+    for k in (num_envs if not args.only_franky else ()):
+        for n, cfg in zip((1, 2), configs(k)):
+            rate, health = pipeline_rate(cfg, args.seconds)
+            lat = max(h["latency_p99_ms"] for h in health)
+            name = f"pipeline, {n} env worker{'s' if n > 1 else ''}" + (f" x {k} instances" if k > 1 else "")
+            rows.append((name, rate, rate / loop, f"{lat:.1f}"))
     print()
     print(f"{'sim reach (MuJoCo), env steps/s':<44}{'steps/s':>10}{'x loop':>10}{'obs->act p99 ms':>17}")
     for name, rate, ratio, lat in rows:

@@ -19,7 +19,8 @@ import time
 import numpy as np
 import torch
 
-from rlhw.rl.pipeline.env_worker import ACTION_CHANNEL, OBS_CHANNEL, REPLAY_CHANNEL, WEIGHTS_CHANNEL
+from rlhw.rl.pipeline.env_worker import (ACTION_CHANNEL, OBS_CHANNEL, REPLAY_CHANNEL, WEIGHTS_CHANNEL,
+                                         decode_message)
 from rlhw.rl.sac import Actor, ObsLayout, obs_to_tensors, resolve_device
 from rlhw.runtime.worker import Worker
 
@@ -98,14 +99,14 @@ class RolloutWorker(Worker):
                     self._refresh_weights()
                     last_weights_check = now
                 try:
-                    first = self.obs_ch.get(key=self.rank, timeout=0.2)
+                    first = decode_message(self.obs_ch.get(key=self.rank, timeout=0.2))
                 except ChannelTimeout:
                     self._flush_replay(force=True)
                     continue
                 msgs = [first]
                 waiting = self.obs_ch.qsize(key=self.rank) if self.serves_several else 0
                 if waiting:
-                    msgs += self.obs_ch.get_batch(count=waiting, key=self.rank, timeout=1.0)
+                    msgs += map(decode_message, self.obs_ch.get_batch(count=waiting, key=self.rank, timeout=1.0))
                 self._serve(msgs)
                 self._flush_replay()
         except BaseException as e:  # noqa: BLE001 - reported through poll()
