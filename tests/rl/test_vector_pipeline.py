@@ -1,0 +1,279 @@
+"""Several env instances per env worker (``env.num_envs`` > 1, simulators only) through the training pipeline.
+
+The episode rules are unit-tested on `Instances` (no Ray); the batched messages on the rollout worker's
+``_serve`` with a recording channel; and whole runs on a real Ray cluster with a MuJoCo env server child
+serving four reach instances.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import ray
+from ray.cluster_utils import Cluster as RayTestCluster
+
+from rlhw.config import load_config, load_config_dict
+from rlhw.errors import ConfigError
+from rlhw.rl.episodes import EpisodeRecorder, episode_files, iter_recorded_transitions, load_episode
+from rlhw.rl.pipeline.driver import Pipeline, train_pipeline
+from rlhw.rl.pipeline.env_worker import decode_message, encode_message, episode_dir
+from rlhw.rl.pipeline.instances import EVAL, IDLE, TRAIN, Instances
+from rlhw.rl.pipeline.rollout_worker import RolloutWorker
+from rlhw.rl.rundir import RunDir
+from rlhw.runtime.cluster import Cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# ---------------------------------------------------------------------------------------------- Instances
+
+
+def test_a_new_episode_evaluates_while_eval_episodes_are_wanted_beyond_those_already_running():
+    book = Instances(4, max_episode_steps=10)
+    kinds = []
+    for i in range(4):
+        kinds.append(book.choose(budget=0, unlimited=True, eval_pending=2))
+        book.start(i, kinds[-1])
+    assert kinds == [EVAL, EVAL, TRAIN, TRAIN]  # two eval episodes wanted, two already running
+    assert book.eval_running() == 2
+
+
+def test_train_episodes_start_only_while_the_budget_exceeds_what_running_episodes_may_still_take():
+    book = Instances(4, max_episode_steps=25)
+    kinds = []
+    for i in range(4):
+        kinds.append(book.choose(budget=60, unlimited=False, eval_pending=0))
+        book.start(i, kinds[-1])
+    # 25 + 25 reserved leaves 10 > 0, so a third episode starts; then 75 >= 60: no fourth.
+    assert kinds == [TRAIN, TRAIN, TRAIN, IDLE]
+    assert book.train_reserved() == 75
+    for _ in range(10):
+        book.step(np.zeros(4), np.zeros(4, bool))
+    assert book.train_reserved() == 45  # each running episode may take 15 more steps
+
+
+def test_an_episode_that_ends_early_releases_its_reservation_for_a_new_train_episode():
+    book = Instances(2, max_episode_steps=25)
+    book.start(0, TRAIN)
+    book.start(1, TRAIN)
+    for _ in range(5):
+        book.step(np.zeros(2), np.zeros(2, bool))
+    book.finish(0)  # terminated after 5 steps: budget 50 - 10 taken = 40 left, 20 reserved by instance 1
+    assert book.choose(budget=40, unlimited=False, eval_pending=0) == TRAIN
+    assert book.choose(budget=20, unlimited=False, eval_pending=0) == IDLE
+
+
+def test_with_one_instance_the_rule_is_budget_positive_at_episode_start():
+    book = Instances(1, max_episode_steps=50)
+    assert book.choose(budget=1, unlimited=False, eval_pending=0) == TRAIN
+    assert book.choose(budget=0, unlimited=False, eval_pending=0) == IDLE
+    assert book.choose(budget=-7, unlimited=True, eval_pending=0) == TRAIN
+    assert book.choose(budget=0, unlimited=False, eval_pending=1) == EVAL
+
+
+def test_finishing_an_episode_returns_its_return_success_and_length_and_leaves_the_instance_idle():
+    book = Instances(2, max_episode_steps=10)
+    book.start(0, EVAL)
+    book.start(1, TRAIN)
+    book.step([-1.0, -2.0], [False, True])
+    book.step([-0.5, -1.0], [True, False])
+    assert book.finish(1) == (TRAIN, (-3.0, True, 2))
+    assert book.kind == [EVAL, IDLE] and book.rows() == [0] and not book.all_idle()
+    assert book.finish(0) == (EVAL, (-1.5, True, 2))
+    assert book.all_idle()
+
+
+def test_an_unknown_episode_kind_is_refused():
+    with pytest.raises(ValueError, match="unknown episode kind"):
+        Instances(1, 5).start(0, "paused")
+
+
+# ------------------------------------------------------------------------------------- rollout messages
+
+
+class _RecordingChannel:
+    def __init__(self):
+        self.puts: list[tuple] = []
+
+    def put(self, item, key=None, timeout=None):
+        self.puts.append((key, item))
+
+
+def _bare_rollout_worker(weights_version: int) -> RolloutWorker:
+    """A RolloutWorker without Ray or channels: just what `_serve` and `_flush_replay` use."""
+    import torch
+
+    from rlhw.rl.sac import Actor, ObsLayout
+
+    w = RolloutWorker.__new__(RolloutWorker)
+    w.layout = ObsLayout.from_shapes({"x": (2,)}, {"x": "float32"})
+    w.low, w.high = -np.ones(3, np.float32), np.ones(3, np.float32)
+    w.actor = Actor(w.layout, w.low, w.high, (8,), 8).eval()
+    w.device = torch.device("cpu")
+    w.rng = np.random.default_rng(0)
+    w.random_actions, w.weights_version = weights_version < 0, weights_version
+    w.act_ch, w.replay_ch = _RecordingChannel(), _RecordingChannel()
+    w.cfg = SimpleNamespace(step_timeout_s=5.0)
+    w.served = w.batches = 0
+    w._pending, w._pending_rows, w._next_actor, w.num_actor = [], 0, 0, 2
+    w._last_flush = 0.0
+    return w
+
+
+def _message(env: int, k: int, evaluating: list[bool], transitions: int) -> dict:
+    """An env worker's message through the same encoding: k instances want actions, ``transitions`` rows."""
+    obs = {"x": np.full((k, 2), float(env), np.float32)}
+    tr = None
+    if transitions:
+        x = np.full((transitions, 2), float(env), np.float32)
+        tr = {"obs/x": x, "next_obs/x": x + 1, "action": np.zeros((transitions, 3), np.float32),
+              "reward": np.full(transitions, -1.0, np.float32), "terminated": np.zeros(transitions, np.float32)}
+    return decode_message(encode_message({"env": env, "obs": obs if k else None, "rows": list(range(k)),
+                                          "eval": np.array(evaluating, bool), "transitions": tr}))
+
+
+def test_the_rollout_worker_answers_each_env_worker_with_one_action_array_for_its_instances():
+    w = _bare_rollout_worker(weights_version=1)
+    # env 1's last instance just ended its episode and went idle: a transition, but no action wanted
+    msgs = [_message(0, 3, [False, True, False], 2), _message(1, 0, [], 1), _message(2, 2, [True, True], 0)]
+    w._serve(msgs)
+    assert [key for key, _ in w.act_ch.puts] == [0, 2]  # env 1 wanted no action (all its instances idle)
+    a0, a2 = w.act_ch.puts[0][1], w.act_ch.puts[1][1]
+    assert a0.shape == (3, 3) and a2.shape == (2, 3)
+    assert np.all(np.abs(a0) <= 1) and np.all(np.abs(a2) <= 1)
+    # eval rows get the deterministic action: the same observation gives the same action
+    import torch
+
+    with torch.no_grad():
+        mean = w._policy({"x": np.full((1, 2), 2.0, np.float32)})[1][0]
+    np.testing.assert_allclose(a2[0], mean, atol=1e-6)
+    np.testing.assert_allclose(a2[1], mean, atol=1e-6)
+    assert w.served == 5 and w.batches == 1
+    # transitions of both messages went on as one replay batch
+    w._flush_replay(force=True)
+    assert len(w.replay_ch.puts) == 1
+    batch = w.replay_ch.puts[0][1]
+    assert batch["reward"].shape == (3,) and batch["obs/x"].shape == (3, 2)
+    assert batch["obs/x"][:, 0].tolist() == [0.0, 0.0, 1.0]
+
+
+def test_before_any_weights_the_rollout_worker_explores_uniformly_within_the_action_bounds():
+    w = _bare_rollout_worker(weights_version=-1)
+    w._serve([_message(0, 64, [False] * 64, 0)])
+    actions = w.act_ch.puts[0][1]
+    assert actions.shape == (64, 3) and np.all(np.abs(actions) <= 1) and actions.std() > 0.3
+
+
+# ------------------------------------------------------------------------------------ episodes on disk
+
+
+def test_episodes_of_every_instance_are_found_for_resume(tmp_path):
+    for i in range(3):
+        rec = EpisodeRecorder(episode_dir(tmp_path, 0, i, 3))
+        rec.begin({"x": np.zeros(2, np.float32)}, kind="train")
+        for t in range(4 + i):
+            rec.step(np.zeros(3), -1.0, False, t == 3 + i, {"x": np.ones(2, np.float32)})
+        rec.end()
+    assert episode_dir(tmp_path, 2, 0, 1) == tmp_path / "episodes" / "env2"  # one instance: the old layout
+    files = episode_files(tmp_path / "episodes", "train")
+    assert [p.parent.name for p in files] == ["env0.0", "env0.1", "env0.2"]
+    assert sum(len(b["reward"]) for b in iter_recorded_transitions(tmp_path / "episodes")) == 4 + 5 + 6
+
+
+# --------------------------------------------------------------------------------- real arm is refused
+
+
+def test_a_real_arm_config_with_several_env_instances_is_refused_naming_env_num_envs(tmp_path):
+    config = load_config(ROOT / "configs/franky_sim.yaml", ["env.num_envs=2"])
+    with pytest.raises(ConfigError) as e:
+        Pipeline(config, RunDir(tmp_path / "run"))  # refused before any Ray worker starts
+    assert "env.num_envs" in str(e.value) and "num_envs=1" in str(e.value) and "env.sim=mujoco" in str(e.value)
+
+
+# ----------------------------------------------------------------------------------- whole runs (Ray)
+
+VECTOR_RUN = {
+    "cluster": {"num_nodes": 1, "node_groups": [],
+                "component_placement": {"env,rollout,actor": {"node_group": "node", "placement": "0"}}},
+    "env": {"max_episode_steps": 25, "num_envs": 4},
+    "train": {"mode": "sync", "max_env_steps": 200, "steps_per_iteration": 100, "learning_starts": 100,
+              "eval_every_steps": 200, "eval_episodes": 3, "log_every_steps": 100, "progress": False,
+              "utd_ratio": 0.25, "sac": {"hidden_sizes": [32, 32], "batch_size": 32}},
+}
+
+
+@pytest.fixture(scope="module")
+def ray_node():
+    if ray.is_initialized():
+        ray.shutdown()
+    rc = RayTestCluster(initialize_head=True,
+                        head_node_args={"num_cpus": 2, "labels": {"rlhw.node_rank": "0"}, "include_dashboard": False})
+    ray.init(address=rc.address, namespace="rlhw", log_to_driver=False)
+    yield rc
+    ray.shutdown()
+    rc.shutdown()
+
+
+@pytest.fixture(scope="module")
+def vector_run(ray_node, tmp_path_factory):
+    config = load_config_dict(VECTOR_RUN)
+    rd = RunDir(tmp_path_factory.mktemp("vector") / "run")
+    rd.write_config(config)
+    stop = train_pipeline(config, rd, cluster=Cluster(config, address=ray_node.address, probe_hardware=False))
+    return config, rd, stop
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_sync_run_with_four_instances_collects_exactly_its_budget_in_whole_episodes_on_disk(vector_run):
+    config, rd, stop = vector_run
+    assert stop.status in ("stopped", "finished"), stop.reason
+    status = json.loads(rd.status_path.read_text())
+    # 2 iterations x 100 steps; 4 instances x 25-step episodes fill each one exactly
+    assert status["env_steps"] == 200 and status["updates"] > 0
+    files = episode_files(rd.episodes, "train")
+    assert sorted({p.parent.name for p in files}) == ["env0.0", "env0.1", "env0.2", "env0.3"]
+    episodes = [load_episode(p) for p in files]
+    assert all(p.suffix == ".npz" for p in files)
+    assert sum(len(ep["action"]) for ep in episodes) == status["env_steps"] == status["episodes"] * 25
+    scale = config.env.reach.reward_scale_m
+    for ep in episodes:
+        assert len(ep["obs/to_target"]) == len(ep["action"]) + 1
+        # each step's reward belongs to the observation that followed it in THIS instance's episode
+        np.testing.assert_allclose(ep["reward"], -np.linalg.norm(ep["obs/to_target"][1:], axis=1) / scale, rtol=1e-4)
+        assert np.all(ep["obs/target_position"] == ep["obs/target_position"][0])  # one target per episode
+        assert ep["truncated"][-1] or ep["terminated"][-1]
+        assert not ep["truncated"][:-1].any() and not ep["terminated"][:-1].any()
+    assert status["loop_health"][0]["num_envs"] == 4
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_an_evaluation_with_four_instances_returns_eval_episodes_results(vector_run):
+    config, rd, _ = vector_run
+    evals = [r for r in rd.metrics() if r.get("eval/success_rate") is not None]
+    assert evals and evals[-1]["eval/episodes"] == config.train.eval_episodes == 3
+    files = episode_files(rd.episodes, "eval")
+    assert len(files) == 3 and len({p.parent.name for p in files}) == 3  # three instances evaluated at once
+    assert all(len(load_episode(p)["action"]) == 25 for p in files)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_resumed_run_reloads_every_instances_episodes_and_continues(ray_node, vector_run):
+    _, rd, _ = vector_run
+    more = load_config_dict({**VECTOR_RUN, "train": {**VECTOR_RUN["train"], "max_env_steps": 300,
+                                                     "eval_every_steps": 100_000}})
+    stop = train_pipeline(more, rd, resume=True, cluster=Cluster(more, address=ray_node.address, probe_hardware=False))
+    assert stop.status == "stopped", stop.reason
+    status = json.loads(rd.status_path.read_text())
+    on_disk = sum(len(load_episode(p)["action"]) for p in episode_files(rd.episodes, "train"))
+    # had the resume missed the env0.<i> directories it would have started from 0 and collected 300 more
+    assert status["env_steps"] == on_disk == 300
