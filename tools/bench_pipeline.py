@@ -1,6 +1,6 @@
 """Pipeline throughput against an in-process loop, and real-robot loop health against franky-sim.
 
-    .venv/bin/python tools/bench_pipeline.py [--seconds 30] [--num-envs 1,8] [--franky-steps 300] [--skip-franky]
+    .venv/bin/python tools/bench_pipeline.py [--seconds 30] [--num-envs 1,4,8] [--franky-steps 300] [--skip-franky]
 
 Part 1 (sim only, one run, same machine, same env and policy): env steps/s of
   - an in-process loop: `make_env` (MuJoCo reach) + the SAC policy network in one Python loop;
@@ -79,8 +79,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--franky-steps", type=int, default=300)
-    ap.add_argument("--num-envs", default="1,8",
-                    help="comma-separated env.num_envs values to run the pipeline rows with (default 1,8)")
+    ap.add_argument("--num-envs", default="1,4,8",
+                    help="comma-separated env.num_envs values to run the pipeline rows with (default 1,4,8)")
     ap.add_argument("--skip-franky", action="store_true")
     ap.add_argument("--only-franky", action="store_true")
     args = ap.parse_args()

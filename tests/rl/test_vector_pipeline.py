@@ -194,6 +194,12 @@ def test_a_real_arm_config_with_several_env_instances_is_refused_naming_env_num_
     assert "env.num_envs" in str(e.value) and "num_envs=1" in str(e.value) and "env.sim=mujoco" in str(e.value)
 
 
+def test_the_same_layout_rehearsed_in_simulation_may_run_several_instances():
+    from rlhw.rl.pipeline.driver import _check
+
+    _check(load_config(ROOT / "configs/franky_sim.yaml", ["env.num_envs=2", "env.sim=mujoco"]))  # no error
+
+
 # ----------------------------------------------------------------------------------- whole runs (Ray)
 
 VECTOR_RUN = {

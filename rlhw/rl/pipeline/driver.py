@@ -24,7 +24,7 @@ import uuid
 from rlhw.errors import ConfigError, WorkerError
 from rlhw.rl.pipeline.actor_worker import ActorWorker
 from rlhw.rl.pipeline.env_worker import (ACTION_CHANNEL, OBS_CHANNEL, REPLAY_CHANNEL, WEIGHTS_CHANNEL,
-                                         EnvWorker)
+                                         EnvWorker, has_real_arm)
 from rlhw.rl.pipeline.rollout_worker import RolloutWorker
 from rlhw.rl.rundir import RunDir
 from rlhw.rl.session import Counters, StopReason, TrainingSession
@@ -46,6 +46,9 @@ def _check(config) -> None:
         from rlhw.robot.factory import SIMULATORS, plan_env
 
         arm = plan_env(config, 0).arm_driver
+        if arm in SIMULATORS and config.env.sim is None and config.env.driver in ("auto", "franka") \
+                and has_real_arm(config):
+            arm = "franka"  # rank 0 is simulated, but another env worker drives a real arm
         if arm not in SIMULATORS:
             raise ConfigError("env.num_envs", f"is {n}, but the env workers drive a real {arm} arm, which hosts one "
                                               "env instance (one controller per arm): set env.num_envs=1 and place "

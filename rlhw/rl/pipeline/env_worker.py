@@ -109,7 +109,7 @@ class EnvWorker(Worker):
         self.instances = Instances(self.num_envs, config.env.max_episode_steps)
         fsync = self.cfg.fsync_episodes
         if fsync == "auto":
-            fsync = config.env.sim is None and _has_real_arm(config)
+            fsync = config.env.sim is None and has_real_arm(config)
         self.recorders = ([EpisodeRecorder(episode_dir(self.run_dir, self.rank, i, self.num_envs), fsync=bool(fsync))
                            for i in range(self.num_envs)] if self.cfg.record_episodes else None)
         self.recorder = self.recorders[0] if self.recorders else None
@@ -424,9 +424,10 @@ class EnvWorker(Worker):
                         last[k][mask] = np.asarray(final[k])[mask]
             success = np.asarray(info.get("success", False), bool)
             success = np.broadcast_to(success, (self.num_envs,))
+            messages = info.get("fault_message") or [""] * self.num_envs
             for i, fault in enumerate(info.get("fault") or ()):
                 if fault:
-                    self.faults.append(f"instance {i}: {fault}: {(info.get('fault_message') or [''] * self.num_envs)[i]}")
+                    self.faults.append(f"instance {i}: {fault}: {messages[i]}")
             book.step(reward, success)
             train = book.rows(TRAIN)
             transitions = None
@@ -468,7 +469,7 @@ class EnvWorker(Worker):
                       transitions)
 
 
-def _has_real_arm(config) -> bool:
+def has_real_arm(config) -> bool:
     try:
         return any(getattr(g.hardware, "type", None) == "Franka" for g in config.cluster.node_groups if g.hardware)
     except Exception:  # noqa: BLE001

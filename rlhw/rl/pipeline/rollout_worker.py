@@ -4,8 +4,9 @@ Its loop takes every message waiting for it on the ``obs`` channel (key = its ra
 is in rlhw.rl.pipeline.env_worker: each carries the observations of all the env instances of one env
 worker that want an action), runs the policy once for all of them (on its GPU when it has one), puts ONE
 action array per env worker (``actions`` channel, key = env rank) and forwards the transitions that came
-with the messages (already stacked) to the ``replay`` channel, spread over the actor ranks. Exploration is SAC's own stochastic policy, after uniform random actions
-until the controller says the warm-up is over; eval observations get the deterministic (mean) action.
+with the messages (already stacked) to the ``replay`` channel, spread over the actor ranks. Exploration
+is SAC's own stochastic policy, after uniform random actions until the controller says the warm-up is
+over; eval observations get the deterministic (mean) action (one forward pass gives both).
 
 New policy weights arrive on the ``weights`` channel (key = its rank). The loop looks there between
 batches without blocking, so a slow learner never stalls a robot.
