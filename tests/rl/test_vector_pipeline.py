@@ -283,3 +283,20 @@ def test_a_resumed_run_reloads_every_instances_episodes_and_continues(ray_node, 
     on_disk = sum(len(load_episode(p)["action"]) for p in episode_files(rd.episodes, "train"))
     # had the resume missed the env0.<i> directories it would have started from 0 and collected 300 more
     assert status["env_steps"] == on_disk == 300
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_an_async_run_with_four_instances_gets_every_evaluation_it_asks_for(ray_node, tmp_path):
+    # Async mode polls the env workers from two places (evaluation and training); an eval result must
+    # count whichever poll brings it in, or the evaluation waits forever while the robots keep stepping.
+    config = load_config_dict({**VECTOR_RUN, "train": {**VECTOR_RUN["train"], "mode": "async", "max_env_steps": 300,
+                                                       "eval_every_steps": 100, "learning_starts": 50}})
+    rd = RunDir(tmp_path / "run")
+    rd.write_config(config)
+    stop = train_pipeline(config, rd, cluster=Cluster(config, address=ray_node.address, probe_hardware=False))
+    assert stop.status in ("stopped", "finished"), stop.reason
+    evals = [r for r in rd.metrics() if r.get("eval/success_rate") is not None]
+    assert len(evals) >= 2 and all(r["eval/episodes"] == 3 for r in evals)
+    assert json.loads(rd.status_path.read_text())["updates"] > 0

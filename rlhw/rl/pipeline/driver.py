@@ -171,8 +171,11 @@ def train_pipeline(config, run_dir: RunDir, resume: bool = False, cluster=None) 
         pipe.actors.execute_on(0).save_checkpoint({"env_steps": session.c.env_steps, "episodes": session.c.episodes,
                                                     "best_success": session.c.best_success}).wait(CALL_TIMEOUT_S)
 
+    eval_results: list = []  # finished eval episodes, whichever poll brought them in
+
     def absorb(results: list[dict]) -> None:
         for res in results:
+            eval_results.extend(res["eval_results"])  # a poll hands them over once: never drop them
             for ret, success, length in res["episodes"]:
                 session.add_episode(ret, success, length)
             for fault in res["faults"]:
@@ -204,17 +207,17 @@ def train_pipeline(config, run_dir: RunDir, resume: bool = False, cluster=None) 
 
     def evaluate() -> None:
         per_env = math.ceil(cfg.eval_episodes / pipe.n_env)
+        eval_results.clear()
         pipe.envs.evaluate(per_env).wait(CALL_TIMEOUT_S)
-        results: list = []
-        while len(results) < per_env * pipe.n_env:
-            polled = pipe.poll_envs()
-            absorb(polled)
-            for p in polled:
-                results += p["eval_results"]
+        # In async mode train_owed() polls too: results it brings in land in eval_results through absorb().
+        while len(eval_results) < per_env * pipe.n_env:
+            absorb(pipe.poll_envs())
             if cfg.mode == "async":
                 train_owed()
             else:
                 time.sleep(POLL_S)
+        results = eval_results[:]
+        eval_results.clear()
         session.record_eval([x[0] for x in results], [x[1] for x in results])
 
     try:
