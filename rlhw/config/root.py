@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pydantic import model_validator
+
 from rlhw.config.base import StrictModel
 from rlhw.config.cluster import ClusterConfig
 from rlhw.config.env import EnvConfig
@@ -14,3 +16,13 @@ class Config(StrictModel):
     env: EnvConfig = EnvConfig()
     server: ServerConfig = ServerConfig()
     train: TrainConfig = TrainConfig()
+
+    @model_validator(mode="after")
+    def _runner_drives_the_instances(self) -> "Config":
+        # The in-process runner is one env, one loop; quietly training on 1 of N instances would mislead.
+        if self.train.runner == "local" and self.env.num_envs > 1:
+            raise ValueError(
+                f"env.num_envs is {self.env.num_envs}, but train.runner=local steps one env instance in one loop: "
+                "set env.num_envs=1, or train.runner=pipeline to step several instances per env worker"
+            )
+        return self

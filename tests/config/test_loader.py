@@ -176,3 +176,11 @@ def test_every_section_suggests_the_closest_key_for_a_typo(path, field):
         load_config_dict(data)
     assert e.value.path == ".".join(path + (typo,))
     assert f"unknown key {typo!r}; did you mean {field!r}?" in e.value.message
+
+
+def test_the_local_runner_refuses_several_env_instances_naming_num_envs_and_both_fixes(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, MINIMAL), ["train.runner=local", "env.num_envs=4"])
+    assert "env.num_envs is 4" in str(e.value)
+    assert "env.num_envs=1" in str(e.value) and "train.runner=pipeline" in str(e.value)
+    assert load_config(write(tmp_path, MINIMAL), ["train.runner=pipeline", "env.num_envs=4"]).env.num_envs == 4
