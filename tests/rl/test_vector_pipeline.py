@@ -17,10 +17,11 @@ import ray
 from ray.cluster_utils import Cluster as RayTestCluster
 
 from rlhw.config import load_config, load_config_dict
+from rlhw.env.client import EnvServiceError
 from rlhw.errors import ConfigError
 from rlhw.rl.episodes import EpisodeRecorder, episode_files, iter_recorded_transitions, load_episode
 from rlhw.rl.pipeline.driver import Pipeline, train_pipeline
-from rlhw.rl.pipeline.env_worker import decode_message, encode_message, episode_dir
+from rlhw.rl.pipeline.env_worker import EnvWorker, decode_message, encode_message, episode_dir
 from rlhw.rl.pipeline.instances import EVAL, IDLE, TRAIN, Instances
 from rlhw.rl.pipeline.rollout_worker import RolloutWorker
 from rlhw.rl.rundir import RunDir
@@ -90,6 +91,51 @@ def test_finishing_an_episode_returns_its_return_success_and_length_and_leaves_t
 def test_an_unknown_episode_kind_is_refused():
     with pytest.raises(ValueError, match="unknown episode kind"):
         Instances(1, 5).start(0, "paused")
+
+
+# ---------------------------------------------------------------------------------- refused env steps
+
+
+class _RefusingEnv:
+    """Refuses every step the way a server whose watchdog stopped the arm does."""
+
+    def __init__(self):
+        self.refuse = True
+
+    def step(self, action):
+        if self.refuse:
+            raise EnvServiceError("127.0.0.1:1", "the arm is stopped", "FAILED_PRECONDITION")
+        return "stepped"
+
+
+def _bare_env_worker() -> EnvWorker:
+    """An EnvWorker without Ray, channels or a server child: just what `_step` uses."""
+    w = EnvWorker.__new__(EnvWorker)
+    w.env, w.server, w.faults, w.consecutive_faults = _RefusingEnv(), None, [], 0
+    return w
+
+
+def test_a_refused_step_ends_the_running_episodes_and_the_fourth_refusal_in_a_row_fails_the_loop():
+    w = _bare_env_worker()
+    ended = []
+    for _ in range(3):
+        assert w._step(np.zeros((4, 7)), "episodes of all 4 instances truncated", lambda: ended.append(1)) is None
+    assert len(ended) == 3 and len(w.faults) == 3
+    assert "step refused, episodes of all 4 instances truncated" in w.faults[0] and "the arm is stopped" in w.faults[0]
+    with pytest.raises(EnvServiceError):
+        w._step(np.zeros((4, 7)), "episodes of all 4 instances truncated", lambda: ended.append(1))
+    assert len(ended) == 4  # the episodes were ended (and reported) before the loop gave up
+
+
+def test_a_step_that_goes_through_clears_the_count_of_refusals_in_a_row():
+    w = _bare_env_worker()
+    for _ in range(3):
+        assert w._step(np.zeros(7), "episode truncated") is None
+    w.env.refuse = False
+    assert w._step(np.zeros(7), "episode truncated") == "stepped"
+    assert w.consecutive_faults == 0
+    w.env.refuse = True
+    assert w._step(np.zeros(7), "episode truncated") is None  # a fresh count: no failure yet
 
 
 # ------------------------------------------------------------------------------------- rollout messages

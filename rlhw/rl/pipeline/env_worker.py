@@ -290,6 +290,26 @@ class EnvWorker(Worker):
         msg = {"env": self.rank, "obs": obs, "rows": rows, "eval": evaluating, "transitions": transitions}
         self.obs_ch.put(encode_message(msg), key=self.rollout_rank, timeout=self.cfg.step_timeout_s)
 
+    def _step(self, action, consequence: str, end_episodes=None):
+        """``env.step``, or None when the server refused or timed out (e.g. its watchdog stopped the arm
+        after a stall): the running episode(s) end there, truncated (``end_episodes``, or the caller
+        after None); what was recorded so far stays on disk. A dead server, or a fourth refusal in a
+        row, raises (``_loop`` restarts the server or gives up)."""
+        try:
+            result = self.env.step(action)
+        except EnvServiceError as e:
+            if self.server is not None and not self.server.alive():
+                raise
+            self.faults.append(f"step refused, {consequence}: {e}")
+            self.consecutive_faults += 1
+            if end_episodes is not None:
+                end_episodes()
+            if self.consecutive_faults > 3:
+                raise
+            return None
+        self.consecutive_faults = 0
+        return result
+
     def _note_timing(self, info: dict) -> None:
         timing = info.get("timing", {})
         late = timing.get("late", timing.get("env.late"))  # the env server prefixes env phases "env."
@@ -310,19 +330,10 @@ class EnvWorker(Worker):
         while True:
             action = np.asarray(self.act_ch.get(key=self.rank, timeout=self.cfg.step_timeout_s), np.float32)[0]
             self.latencies.append(time.perf_counter() - t_obs)
-            try:
-                next_obs, reward, terminated, truncated, info = self.env.step(action)
-            except EnvServiceError as e:
-                if self.server is not None and not self.server.alive():
-                    raise  # the server died: restart it (or give up) in _loop
-                # The server refused or timed out (e.g. its watchdog stopped the arm after a stall): the
-                # episode ends here, truncated; what was recorded so far stays on disk.
-                self.faults.append(f"step refused, episode truncated: {e}")
-                self.consecutive_faults += 1
-                if self.consecutive_faults > 3:
-                    raise
+            stepped = self._step(action, "episode truncated")
+            if stepped is None:
                 break
-            self.consecutive_faults = 0
+            next_obs, reward, terminated, truncated, info = stepped
             t_obs = time.perf_counter()
             if length > 0:
                 self.periods.append(time.perf_counter() - t_prev_step)
@@ -396,18 +407,10 @@ class EnvWorker(Worker):
             self.latencies.append(time.perf_counter() - t_obs)
             actions = self._idle_action.copy()
             actions[rows] = acted
-            try:
-                next_obs, reward, terminated, truncated, info = self.env.step(actions)
-            except EnvServiceError as e:
-                if self.server is not None and not self.server.alive():
-                    raise  # the server died: restart it (or give up) in _loop
-                self.faults.append(f"step refused, episodes of all {self.num_envs} instances truncated: {e}")
-                self.consecutive_faults += 1
-                self._end_running()
-                if self.consecutive_faults > 3:
-                    raise
+            stepped = self._step(actions, f"episodes of all {self.num_envs} instances truncated", self._end_running)
+            if stepped is None:
                 return
-            self.consecutive_faults = 0
+            next_obs, reward, terminated, truncated, info = stepped
             t_obs = time.perf_counter()
             if not first:
                 self.periods.append(t_obs - t_prev_step)
