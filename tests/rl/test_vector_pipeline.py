@@ -33,22 +33,25 @@ ROOT = Path(__file__).resolve().parents[2]
 # ---------------------------------------------------------------------------------------------- Instances
 
 
+def _start_each(book: Instances, **demand) -> list[str]:
+    """Start an episode on every instance in index order, as a phase start does; the kinds chosen."""
+    kinds = []
+    for i in range(book.n):
+        kinds.append(book.choose(**demand))
+        book.start(i, kinds[-1])
+    return kinds
+
+
 def test_a_new_episode_evaluates_while_eval_episodes_are_wanted_beyond_those_already_running():
     book = Instances(4, max_episode_steps=10)
-    kinds = []
-    for i in range(4):
-        kinds.append(book.choose(budget=0, unlimited=True, eval_pending=2))
-        book.start(i, kinds[-1])
+    kinds = _start_each(book, budget=0, unlimited=True, eval_pending=2)
     assert kinds == [EVAL, EVAL, TRAIN, TRAIN]  # two eval episodes wanted, two already running
     assert book.eval_running() == 2
 
 
 def test_train_episodes_start_only_while_the_budget_exceeds_what_running_episodes_may_still_take():
     book = Instances(4, max_episode_steps=25)
-    kinds = []
-    for i in range(4):
-        kinds.append(book.choose(budget=60, unlimited=False, eval_pending=0))
-        book.start(i, kinds[-1])
+    kinds = _start_each(book, budget=60, unlimited=False, eval_pending=0)
     # 25 + 25 reserved leaves 10 > 0, so a third episode starts; then 75 >= 60: no fourth.
     assert kinds == [TRAIN, TRAIN, TRAIN, IDLE]
     assert book.train_reserved() == 75

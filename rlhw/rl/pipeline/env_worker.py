@@ -112,7 +112,6 @@ class EnvWorker(Worker):
             fsync = config.env.sim is None and has_real_arm(config)
         self.recorders = ([EpisodeRecorder(episode_dir(self.run_dir, self.rank, i, self.num_envs), fsync=bool(fsync))
                            for i in range(self.num_envs)] if self.cfg.record_episodes else None)
-        self.recorder = self.recorders[0] if self.recorders else None
         self._start_server()
         from rlhw.runtime.channel import Channel
 
@@ -320,9 +319,10 @@ class EnvWorker(Worker):
     def _episode(self, kind: str) -> tuple[float, bool, int]:
         evaluating = kind == EVAL
         flags = np.array([evaluating])
+        recorder = self.recorders[0] if self.recorders else None
         obs, _ = self.env.reset(seed=int(self.rng.integers(2**31)))
-        if self.recorder is not None:
-            self.recorder.begin(obs, kind=kind, meta={"robot_rank": self.robot_rank, "env_rank": self.rank})
+        if recorder is not None:
+            recorder.begin(obs, kind=kind, meta={"robot_rank": self.robot_rank, "env_rank": self.rank})
         self._put({k: np.asarray(v)[None] for k, v in obs.items()}, [0], flags, None)
         t_obs = time.perf_counter()
         ret, success, length = 0.0, False, 0
@@ -340,8 +340,8 @@ class EnvWorker(Worker):
             t_prev_step = time.perf_counter()
             self._note_timing(info)
             step_success = bool(np.any(info.get("success", False)))
-            if self.recorder is not None:
-                self.recorder.step(action, reward, terminated, truncated, next_obs, step_success)
+            if recorder is not None:
+                recorder.step(action, reward, terminated, truncated, next_obs, step_success)
             if info.get("fault"):
                 self.faults.append(f"{info['fault']}: {info.get('fault_message')}")
             ret += float(reward)
@@ -364,8 +364,8 @@ class EnvWorker(Worker):
             obs = next_obs
             if done or self.stopping:
                 break
-        if self.recorder is not None:
-            self.recorder.end()
+        if recorder is not None:
+            recorder.end()
         return ret, success, length
 
     # ---- several instances (simulators): one phase steps them all until every one is idle
