@@ -8,8 +8,9 @@ MASTER_ADDR, MASTER_PORT, RLHW_NODE_RANK, RLHW_HARDWARE, CUDA_VISIBLE_DEVICES an
 ``env_configs`` variables, and torch.distributed can be initialised from the environment alone.
 
 Point to point: ``send(obj, dst_group, dst_rank)`` / ``recv(src_group, src_rank)``. Each worker
-has a mailbox served by a separate one-thread concurrency group of its actor, so a message can be
-delivered while the worker's own methods are busy (including while it waits in ``recv``). Large
+has a mailbox per sender, served by a separate concurrency group of its actor, so a message can be
+delivered while the worker's own methods are busy (including while it waits in ``recv``). A mailbox
+holds at most ``MAILBOX_MAXSIZE`` unreceived messages; ``send`` to a full one waits. Large
 payloads are ``ray.put`` once by the sender and only the handle goes to the mailbox; torch tensors
 between members of the same collective group (see ``WorkerGroup.init_collective``) go over
 torch.distributed (gloo on CPU, NCCL on GPU) with only a small header through the mailbox.
@@ -34,13 +35,19 @@ if TYPE_CHECKING:
     from rlhw.runtime.group import WorkerGroup
 
 #: Concurrency groups of every worker actor: user methods run one at a time in the default group;
-#: the mailbox has its own single thread (so deliveries keep their order); control calls (ping,
-#: info) have their own threads so they answer even while user code is busy.
-CONCURRENCY_GROUPS = {"rlhw_mailbox": 1, "rlhw_control": 2}
+#: deliveries have their own threads, so that a sender waiting on one full mailbox does not hold up
+#: messages from other senders (one sender's messages keep their order because ``send`` returns only
+#: once its message is in the mailbox); control calls (ping, info) have their own threads so they
+#: answer even while user code is busy.
+CONCURRENCY_GROUPS = {"rlhw_mailbox": 16, "rlhw_control": 2}
+#: Unreceived messages one sender may leave with one receiver. Why a bound: a receiver that stops
+#: calling ``recv`` would otherwise pin every message sent to it, object-store payloads included.
+MAILBOX_MAXSIZE = 64
 
 _ACTOR_PREFIX = "rlhw.worker:"
 _DEFAULT_SEND_TIMEOUT_S = 60.0
 _DEFAULT_RECV_TIMEOUT_S = 300.0
+_REPLY_MARGIN_S = 10.0
 
 
 def actor_name(address: "WorkerAddress | str") -> str:
@@ -137,7 +144,7 @@ class _State:
         with self.lock:
             box = self.mailboxes.get(src)
             if box is None:
-                box = self.mailboxes[src] = queue.Queue()
+                box = self.mailboxes[src] = queue.Queue(maxsize=MAILBOX_MAXSIZE)
             return box
 
 
@@ -203,18 +210,25 @@ class Worker:
     # ------------------------------------------------------------------ point to point
     def send(self, obj: Any, dst_group: str, dst_rank: int, timeout_s: float = _DEFAULT_SEND_TIMEOUT_S) -> None:
         """Deliver ``obj`` to worker ``dst_group:dst_rank``'s mailbox for this sender; returns once it
-        is there (for a tensor over torch.distributed: once the receiver has taken it)."""
+        is there (for a tensor over torch.distributed: once the receiver has taken it). Waits up to
+        ``timeout_s`` while that mailbox is full (``MAILBOX_MAXSIZE`` unreceived messages)."""
         dst = str(WorkerAddress(dst_group, (dst_rank,)))
         peer = self._peer(dst, timeout_s)
         tensor_path = self._collective_peer(dst_group) and _is_tensor(obj)
         message = _TensorHeader(obj.shape, obj.dtype) if tensor_path else payload.wrap(obj)
-        ref = peer._rlhw_deliver.remote(str(self.address), message)
+        # The receiver decides whether the mailbox had room in time; the reply margin only lets a
+        # wedged or unreachable receiver surface, so a message is never delivered after send gave up.
+        ref = peer._rlhw_deliver.remote(str(self.address), message, timeout_s)
         try:
-            ray.get(ref, timeout=timeout_s)
+            accepted = ray.get(ref, timeout=timeout_s + _REPLY_MARGIN_S)
         except ray.exceptions.GetTimeoutError:
-            raise WorkerError(dst, f"did not accept a message from {self.address} within {timeout_s:g}s") from None
+            raise WorkerError(dst, f"did not answer a delivery from {self.address} within "
+                                   f"{timeout_s + _REPLY_MARGIN_S:g}s") from None
         except ray.exceptions.RayActorError as e:
             raise WorkerError(dst, f"is dead; cannot send to it ({_first_line(e)})") from None
+        if not accepted:
+            raise WorkerError(dst, f"its mailbox for {self.address} stayed full ({MAILBOX_MAXSIZE} unreceived "
+                                   f"messages) for {timeout_s:g}s; the receiver must recv from {self.address} to make room")
         if tensor_path:
             import torch.distributed as dist
 
@@ -270,8 +284,11 @@ class Worker:
 
     # ------------------------------------------------------------------ actor-side plumbing
     @ray.method(concurrency_group="rlhw_mailbox")
-    def _rlhw_deliver(self, src: str, message: Any) -> bool:
-        self._rlhw.mailbox(src).put(message)
+    def _rlhw_deliver(self, src: str, message: Any, timeout_s: float) -> bool:
+        try:
+            self._rlhw.mailbox(src).put(message, timeout=timeout_s)
+        except queue.Full:
+            return False
         return True
 
     @ray.method(concurrency_group="rlhw_control")

@@ -25,7 +25,7 @@ from rlhw.config import load_config_dict
 from rlhw.errors import ConfigError, HardwareError, WorkerError
 from rlhw.placement import plan
 from rlhw.runtime.cluster import Cluster
-from rlhw.runtime.worker import Worker, WorkerAddress
+from rlhw.runtime.worker import MAILBOX_MAXSIZE, Worker, WorkerAddress
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 
@@ -170,6 +170,11 @@ class Probe(Worker):
     def send_to(self, obj, group: str, rank: int) -> bool:
         self.send(obj, group, rank)
         return True
+
+    def send_range(self, n: int, group: str, rank: int, timeout_s: float = 60.0) -> int:
+        for i in range(n):
+            self.send(i, group, rank, timeout_s=timeout_s)
+        return n
 
     def recv_from(self, group: str, rank: int, timeout_s: float = 30.0):
         return self.recv(group, rank, timeout_s=timeout_s)
@@ -316,6 +321,32 @@ def test_messages_from_one_sender_arrive_in_send_order(groups):
     for i in range(n):
         groups["agent"].execute_on([1]).send_to(i, "agent", 2)
     assert [x[1] for x in receiving.wait(60)[0]] == list(range(n))
+
+
+def test_send_to_a_full_mailbox_fails_after_its_timeout_naming_both_workers(groups):
+    sender, receiver = groups["agent"].execute_on, groups["agent"].execute_on
+    assert sender([2]).send_range(MAILBOX_MAXSIZE, "agent", 0).wait(60) == [MAILBOX_MAXSIZE]
+    t = time.monotonic()
+    with pytest.raises(WorkerError, match=rf"agent:0: its mailbox for agent:2 stayed full \({MAILBOX_MAXSIZE} "
+                                          r"unreceived messages\) for 0.5s; the receiver must recv from agent:2"):
+        sender([2]).send_range(1, "agent", 0, 0.5).wait(30)
+    assert time.monotonic() - t < 10
+    # Nothing was lost or reordered, and the refused message was never delivered.
+    assert [x[1] for x in receiver([0]).recv_summary("agent", 2, MAILBOX_MAXSIZE).wait(60)[0]] == \
+        list(range(MAILBOX_MAXSIZE))
+    with pytest.raises(WorkerError, match="received nothing from agent:2"):
+        receiver([0]).recv_from("agent", 2, 0.3).wait(30)
+
+
+def test_send_to_a_full_mailbox_waits_until_the_receiver_makes_room(groups):
+    on = groups["agent"].execute_on
+    assert on([2]).send_range(MAILBOX_MAXSIZE, "agent", 1).wait(60) == [MAILBOX_MAXSIZE]
+    blocked = on([2]).send_range(1, "agent", 1, 30.0)  # message 0 again, behind a full mailbox
+    assert ray.wait(blocked.refs, timeout=1.0)[0] == []  # still waiting for room
+    assert on([1]).recv_from("agent", 2).wait(30) == [0]
+    assert blocked.wait(30) == [1]
+    got = on([1]).recv_summary("agent", 2, MAILBOX_MAXSIZE).wait(60)[0]
+    assert [x[1] for x in got] == list(range(1, MAILBOX_MAXSIZE)) + [0]
 
 
 def test_recv_times_out_naming_the_silent_sender(groups):
