@@ -216,14 +216,15 @@ class Worker:
         peer = self._peer(dst, timeout_s)
         tensor_path = self._collective_peer(dst_group) and _is_tensor(obj)
         message = _TensorHeader(obj.shape, obj.dtype) if tensor_path else payload.wrap(obj)
-        # The receiver decides whether the mailbox had room in time; the reply margin only lets a
-        # wedged or unreachable receiver surface, so a message is never delivered after send gave up.
+        # The receiver decides whether the mailbox had room in time, so a refused message is never
+        # delivered later; the reply margin only lets a wedged or unreachable receiver surface.
         ref = peer._rlhw_deliver.remote(str(self.address), message, timeout_s)
         try:
             accepted = ray.get(ref, timeout=timeout_s + _REPLY_MARGIN_S)
         except ray.exceptions.GetTimeoutError:
             raise WorkerError(dst, f"did not answer a delivery from {self.address} within "
-                                   f"{timeout_s + _REPLY_MARGIN_S:g}s") from None
+                                   f"{timeout_s + _REPLY_MARGIN_S:g}s (wedged, or all its delivery threads "
+                                   "wait on full mailboxes); the message may still arrive") from None
         except ray.exceptions.RayActorError as e:
             raise WorkerError(dst, f"is dead; cannot send to it ({_first_line(e)})") from None
         if not accepted:
