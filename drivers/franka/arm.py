@@ -5,6 +5,11 @@ If the driver process does not answer in time it is SIGKILLed (its TCP/UDP link 
 with it, which makes the arm stop: libfranka stops a motion whose command stream ends) and the call
 raises ``RobotFault("hang")``. `connect()` (or `recover()`) then starts a fresh process.
 
+Three lines, so that a blocking call (a 15 s ``move_joints``) never holds up the two things other
+threads must be able to do meanwhile: the command line (one call at a time), the stop line
+(`stop()` preempts the running motion) and the read line (`state()`, served by its own thread in
+the driver process from franky's state buffer, which the control loop refreshes at 1 kHz).
+
 Nothing moves unless a command is called: connect only reads state and sets collision
 thresholds; the gripper is not homed.
 """
@@ -137,7 +142,9 @@ class FrankaArm(Arm):
         self._proc: subprocess.Popen | None = None
         self._conn: Connection | None = None
         self._stop_line: socket.socket | None = None
-        self._lock = threading.RLock()
+        self._read_conn: Connection | None = None
+        self._lock = threading.RLock()  # the command line: one call at a time
+        self._read_lock = threading.Lock()  # the read line: one state() at a time
         self._wanted = False  # connect() called and close() not: recover() may reconnect
         self.info: dict = {}
         self.last_error: str | None = None
@@ -173,19 +180,24 @@ class FrankaArm(Arm):
             self._claim()
             if self.connected:
                 return
+            self._drop()  # a process killed from the read or stop line leaves its sockets behind
             parent, child = socket.socketpair()
             stop_parent, stop_child = socket.socketpair()
+            read_parent, read_child = socket.socketpair()
+            fds = (child.fileno(), stop_child.fileno(), read_child.fileno())
             try:
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-m", "drivers.franka.child", str(child.fileno()), str(stop_child.fileno())],
-                    pass_fds=(child.fileno(), stop_child.fileno()),
+                    [sys.executable, "-m", "drivers.franka.child", *map(str, fds)],
+                    pass_fds=fds,
                     stdin=subprocess.DEVNULL,
                 )
             finally:
                 child.close()
                 stop_child.close()
+                read_child.close()
             self._conn = Connection(parent.detach())
             self._stop_line = stop_parent
+            self._read_conn = Connection(read_parent.detach())
             self._finalizer.detach()
             self._finalizer = weakref.finalize(self, _kill_proc, self._proc)
             self._wanted = True
@@ -227,6 +239,9 @@ class FrankaArm(Arm):
                 code = self._proc.poll() if self._proc else None
                 self._drop()
                 raise RobotFault("network", f"driver process for {self.robot_ip} died during '{op}' (exit code {code}): {e}") from None
+        return self._result(op, reply)
+
+    def _result(self, op: str, reply: tuple, read_from: subprocess.Popen | None = None):
         if reply[0] == "ok":
             return reply[1]
         _, kind, message = reply
@@ -235,24 +250,68 @@ class FrankaArm(Arm):
             raise WorkerError(f"franka-driver[{self.robot_ip}]", f"'{op}' failed", message)
         if kind == "network":
             # libfranka drops the connection on a network error; a fresh process is needed anyway.
-            with self._lock:
-                self._drop()
+            # From the read line, never wait for a thread inside a blocking call on the command
+            # line: that call fails the same way and drops the process then.
+            if read_from is None:
+                with self._lock:
+                    self._drop()
+            else:
+                self._drop_unless_busy(read_from)
         raise RobotFault(kind, f"{self.robot_ip}: {message}")
+
+    def _read(self, op: str, wait_s: float):
+        """One call over the read line: it never waits for the command line, so state() answers
+        while another thread is inside a blocking move_joints / recover / gripper call. The same
+        bound as a command: no answer within ``wait_s`` kills the driver process."""
+        with self._read_lock:
+            proc, conn = self._proc, self._read_conn
+            if proc is None or conn is None:
+                raise RobotFault("not_connected", f"arm {self.robot_ip} is not connected; call connect() first")
+            code = proc.poll()
+            if code is not None:
+                self._drop_unless_busy(proc)
+                raise RobotFault("network", f"driver process for {self.robot_ip} exited (code {code}); call connect() or recover()")
+            try:
+                conn.send((op, {}))
+                if not conn.poll(wait_s):
+                    # Kill, not _drop(): another thread may be inside a call on the command line;
+                    # it then sees the process gone and drops it (as after an urgent stop).
+                    _kill_proc(proc)
+                    self._drop_unless_busy(proc)
+                    raise RobotFault(
+                        "hang",
+                        f"franky did not answer '{op}' within {wait_s:.1f}s on the read line (arm {self.robot_ip}); "
+                        f"killed driver process {proc.pid}, which also drops its link to the arm; "
+                        "connect() or recover() starts a fresh one",
+                    )
+                reply = conn.recv()
+            except (EOFError, OSError) as e:
+                code = proc.poll()
+                _kill_proc(proc)
+                self._drop_unless_busy(proc)
+                raise RobotFault("network", f"driver process for {self.robot_ip} died during '{op}' (exit code {code}): {e}") from None
+        return self._result(op, reply, read_from=proc)
+
+    def _drop_unless_busy(self, proc: subprocess.Popen) -> None:
+        """_drop() ``proc`` when no other thread is inside a call on the command line (never waits
+        for one) and no connect() has replaced it meanwhile."""
+        if self._lock.acquire(blocking=False):
+            try:
+                if self._proc is proc:
+                    self._drop()
+            finally:
+                self._lock.release()
 
     def _drop(self) -> None:
         """Kill the driver process now (no goodbye: it may be stuck in C++)."""
-        proc, conn, line = self._proc, self._conn, self._stop_line
-        self._proc = self._conn = self._stop_line = None
-        if line is not None:
-            try:
-                line.close()
-            except OSError:
-                pass
-        if conn is not None:
-            try:
-                conn.close()
-            except OSError:
-                pass
+        proc, conn, line, read_conn = self._proc, self._conn, self._stop_line, self._read_conn
+        self._proc = self._conn = self._stop_line = self._read_conn = None
+        for end in (line, conn, read_conn):
+            if end is not None:
+                try:
+                    end.close()
+                except OSError:
+                    pass
         if proc is not None:
             _kill_proc(proc)
 
@@ -275,7 +334,9 @@ class FrankaArm(Arm):
 
     # -- Arm interface -----------------------------------------------------------------------------
     def state(self) -> ArmState:
-        d = self._call("state", self.options.timeout_s)
+        """The arm's state. Safe from any thread, and answers while another thread is inside a
+        blocking call (it goes over the read line, not the command line)."""
+        d = self._read("state", self.options.timeout_s)
         # The controller's own clock: against wall time it shows a simulator's real-time factor.
         self.robot_time_s = d["robot_time_s"]
         self.robot_mode = d["robot_mode"]

@@ -1,8 +1,11 @@
 """The driver process: the only place franky objects live.
 
-Run as ``python -m drivers.franka.child FD``; FD is one end of a socketpair wrapped in a
-`multiprocessing.connection.Connection`. The parent sends ``(op, kwargs)`` and reads back
-``("ok", value)`` or ``("err", kind, message)``.
+Run as ``python -m drivers.franka.child FD [STOP_FD [READ_FD]]``; FD is one end of a socketpair
+wrapped in a `multiprocessing.connection.Connection` (the command line). The parent sends
+``(op, kwargs)`` and reads back ``("ok", value)`` or ``("err", kind, message)``. STOP_FD is the
+stop line (a byte in, a byte back: see `Driver.listen_for_urgent_stops`); READ_FD is the read line,
+a second Connection served by its own thread with the same messages, for the read-only ops in
+`READ_OPS`, so that a state read never waits behind a blocking move on the command line.
 
 Why a separate process: libfranka can block for tens of seconds (or forever) when the link dies
 (FIELD-NOTES: ``move()`` > 40 s, ``recover_from_errors()`` > 30 s), and a thread stuck in C++ cannot
@@ -35,6 +38,10 @@ GRASP_BELOW_M = 0.005
 GRIPPER_DEADBAND_M = 0.001
 #: Bound on waiting for a stop motion to bring the arm to rest (s, wall time).
 STOP_TIMEOUT_S = 2.0
+#: Ops the read line serves. Read-only by construction: none of them commands the arm. franky's
+#: Robot.state is safe from a second thread during a motion (it returns the state buffer its
+#: control loop refreshes every 1 ms, and serialises its own readOnce when idle).
+READ_OPS = frozenset({"state"})
 
 
 def fault_kind(exc: BaseException) -> str:
@@ -162,6 +169,23 @@ class Driver:
             except OSError:
                 return
 
+    def serve_reads(self, conn: Connection) -> None:
+        """Thread: answers the read line. The main thread may be inside any blocking op meanwhile;
+        ops here only read (READ_OPS), so they cannot interfere with a motion."""
+        while True:
+            try:
+                op, kwargs = conn.recv()
+            except (EOFError, OSError):
+                return  # parent gone: the main thread sees EOF on its own line and stops the arm
+            if op in READ_OPS:
+                reply = execute(self, op, kwargs)
+            else:
+                reply = ("err", "bug", f"'{op}' is not a read-only op ({sorted(READ_OPS)}); send it over the command line")
+            try:
+                conn.send(reply)
+            except (EOFError, OSError):
+                return
+
     # -- ops ---------------------------------------------------------------------------------
     def op_connect(self, robot_ip: str, options: dict) -> dict:
         import franky
@@ -190,14 +214,18 @@ class Driver:
         return info
 
     def op_state(self) -> dict:
-        s = self.robot.state
+        # Local references: the main thread may clear self.robot / self.gripper (close) meanwhile.
+        robot, gripper = self.robot, self.gripper
+        if robot is None:
+            raise _Fault("not_connected", "driver process has no robot connection")
+        s = robot.state
         now = time.time()
         ee = s.O_T_EE
         errors = [name for name in _error_names(s.current_errors)]
         mode = str(s.robot_mode).split(".")[-1]
         if mode in ("Reflex", "UserStopped", "Other"):
             errors.append(f"mode_{mode.lower()}")
-        width = float(self.gripper.gripper.width) if self.gripper else 0.0
+        width = float(gripper.gripper.width) if gripper else 0.0
         return {
             "timestamp": now,
             "q": np.asarray(s.q, dtype=float),
@@ -414,10 +442,27 @@ def _error_names(errors) -> list[str]:
     return names
 
 
-def serve(conn: Connection, stop_line: socket.socket | None = None) -> None:
+def execute(driver: Driver, op: str, kwargs: dict) -> tuple:
+    """Run one op and build its reply; franky exceptions become fault kinds, never escape."""
+    try:
+        if driver.robot is None and op not in ("connect", "close", "ping"):
+            raise _Fault("not_connected", "driver process has no robot connection")
+        return ("ok", getattr(driver, f"op_{op}")(**kwargs))
+    except _Fault as e:
+        return ("err", e.kind, str(e))
+    except Exception as e:
+        kind = fault_kind(e)
+        if kind == "bug":
+            return ("err", "bug", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+        return ("err", kind, f"{type(e).__name__}: {e}{hint(kind, e)}")
+
+
+def serve(conn: Connection, stop_line: socket.socket | None = None, read_line: Connection | None = None) -> None:
     driver = Driver()
     if stop_line is not None:
         threading.Thread(target=driver.listen_for_urgent_stops, args=(stop_line,), name="stop-line", daemon=True).start()
+    if read_line is not None:
+        threading.Thread(target=driver.serve_reads, args=(read_line,), name="read-line", daemon=True).start()
     while True:
         try:
             ready = conn.poll(0.02)
@@ -432,19 +477,7 @@ def serve(conn: Connection, stop_line: socket.socket | None = None) -> None:
             break  # parent gone: stop the arm below
         if op != "command_pose":
             driver.watchdog()
-        try:
-            if driver.robot is None and op not in ("connect", "close", "ping"):
-                raise _Fault("not_connected", "driver process has no robot connection")
-            result = getattr(driver, f"op_{op}")(**kwargs)
-            reply = ("ok", result)
-        except _Fault as e:
-            reply = ("err", e.kind, str(e))
-        except Exception as e:
-            kind = fault_kind(e)
-            if kind == "bug":
-                reply = ("err", "bug", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
-            else:
-                reply = ("err", kind, f"{type(e).__name__}: {e}{hint(kind, e)}")
+        reply = execute(driver, op, kwargs)
         try:
             conn.send(reply)
         except (EOFError, OSError):
@@ -460,8 +493,9 @@ def main(argv: list[str]) -> int:
     # works whatever thread started us; PR_SET_PDEATHSIG would fire when that *thread* exits.
     conn = Connection(int(argv[0]))
     stop_line = socket.socket(fileno=int(argv[1])) if len(argv) > 1 else None
+    read_line = Connection(int(argv[2])) if len(argv) > 2 else None
     signal.signal(signal.SIGTERM, lambda *_: conn.close())
-    serve(conn, stop_line)
+    serve(conn, stop_line, read_line)
     return 0
 
 

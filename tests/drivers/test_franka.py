@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from drivers.franka import FrankaArm, FrankaOptions, probe
+from drivers.franka.arm import STOP_TIMEOUT_S
 from drivers.franky_sim import FrankySim
 from rlhw.errors import ConfigError, RobotFault
 from rlhw.robot.arm import ArmState
@@ -281,6 +282,98 @@ def test_stop_from_another_thread_preempts_a_blocking_joint_move(arm):
 
 
 @pytest.mark.timeout(120)
+def test_state_from_another_thread_answers_during_a_blocking_joint_move_and_shows_the_arm_moving(arm):
+    q0 = arm.state().q
+    target = q0.copy()
+    target[0] += 0.3  # about 3 s at this speed
+    outcome = {}
+
+    def mover():
+        try:
+            arm.move_joints(target, speed_factor=0.05, timeout_s=60)
+            outcome["result"] = "finished"
+        except RobotFault as e:
+            outcome["result"] = e
+
+    t = threading.Thread(target=mover)
+    t.start()
+    reads, latencies = [], []
+    try:
+        time.sleep(0.5)
+        for _ in range(3):
+            started = time.monotonic()
+            reads.append(arm.state())  # the mover holds the command line; this goes over the read line
+            latencies.append(time.monotonic() - started)
+            time.sleep(0.3)
+        move_still_running = t.is_alive()
+    finally:
+        t.join(timeout=60 + STOP_TIMEOUT_S + CALL_TIMEOUT_S)
+    assert move_still_running, "the move ended before the reads: they did not overlap it"
+    assert max(latencies) < 1.0, f"state() waited for the blocking move: {latencies}"
+    assert reads[-1].q[0] - reads[0].q[0] > 0.01, "the reads do not show the arm moving toward the target"
+    assert all(r.errors == () for r in reads)
+    assert not t.is_alive() and outcome["result"] == "finished", outcome
+    assert np.abs(arm.state().q - target).max() < 0.01  # the move itself completed normally
+    arm.move_joints(q0, speed_factor=0.3, timeout_s=30)
+
+
+@pytest.mark.timeout(120)
+def test_a_monitor_thread_reads_state_throughout_streaming_stop_recover_and_gripper_calls(arm):
+    failures, latencies = [], []
+    done = threading.Event()
+
+    def monitor():
+        while not done.is_set():
+            started = time.monotonic()
+            try:
+                arm.state()
+            except Exception as e:  # any failure here is the finding
+                failures.append(repr(e))
+            latencies.append(time.monotonic() - started)
+            time.sleep(0.01)
+
+    m = threading.Thread(target=monitor)
+    m.start()
+    try:
+        start = arm.state()
+        target = start.ee_pose.copy()
+        target[0] += 0.02
+        for _ in range(10):  # 1 s of a 10 Hz RL loop
+            arm.command_pose(target)
+            time.sleep(0.1)
+        arm.stop()
+        assert arm.recover(timeout_s=10)
+        arm.command_gripper(0.05)
+        arm.move_joints(start.q, speed_factor=0.3, timeout_s=30)
+    finally:
+        done.set()
+        m.join(timeout=CALL_TIMEOUT_S + 2)
+    assert failures == []
+    assert len(latencies) > 20, "the monitor barely ran"
+    assert max(latencies) < 1.0, f"a read waited for a command: max {max(latencies):.2f}s"
+
+
+def test_the_read_line_serves_only_reads():
+    from multiprocessing import Pipe
+
+    from drivers.franka.child import Driver
+
+    ours, theirs = Pipe()
+    reader = threading.Thread(target=Driver().serve_reads, args=(theirs,), daemon=True)
+    reader.start()
+    ours.send(("move_joints", {"q": np.zeros(7), "speed_factor": 0.1, "timeout_s": 1.0}))
+    assert ours.poll(5)
+    status, kind, message = ours.recv()
+    assert (status, kind) == ("err", "bug") and "not a read-only op" in message and "command line" in message
+    ours.send(("state", {}))  # no robot connected in this driver yet
+    assert ours.poll(5)
+    assert ours.recv()[:2] == ("err", "not_connected")
+    ours.close()  # parent gone: the read thread ends
+    reader.join(timeout=5)
+    assert not reader.is_alive()
+
+
+@pytest.mark.timeout(120)
 def test_stop_halts_a_motion_and_is_harmless_when_idle(arm):
     st = arm.state()
     target = st.ee_pose.copy()
@@ -341,6 +434,50 @@ def test_a_hung_driver_process_is_killed_reported_as_hang_and_replaced_on_reconn
     assert arm.recover(timeout_s=30) is True  # restarts the driver process, then recovers
     assert arm.connected and arm._proc.pid != pid
     assert arm.state().errors == ()
+
+
+@pytest.mark.timeout(120)
+def test_a_read_line_that_does_not_answer_during_a_blocking_move_is_a_hang_within_the_bound(arm):
+    q0 = arm.state().q
+    target = q0.copy()
+    target[0] += 0.5
+    outcome = {}
+
+    def mover():
+        try:
+            arm.move_joints(target, speed_factor=0.05, timeout_s=60)
+            outcome["result"] = "finished"
+        except RobotFault as e:
+            outcome["result"] = e
+        outcome["ended"] = time.monotonic()
+
+    t = threading.Thread(target=mover)
+    t.start()
+    time.sleep(0.5)
+    pid = arm._proc.pid
+    os.kill(pid, signal.SIGSTOP)  # the driver process stops answering on every line
+    started = time.monotonic()
+    try:
+        with pytest.raises(RobotFault) as e:
+            arm.state()  # must not wait for the mover's command line, nor past its own bound
+        raised = time.monotonic()
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        t.join(timeout=60 + STOP_TIMEOUT_S + CALL_TIMEOUT_S)
+    assert e.value.kind == "hang" and "read line" in str(e.value) and str(pid) in str(e.value)
+    assert raised - started < CALL_TIMEOUT_S + 2.0
+    # The kill ended the blocking move too (its line closed), long before its own 60 s bound.
+    assert not t.is_alive()
+    assert isinstance(outcome["result"], RobotFault) and outcome["result"].kind == "network", outcome
+    assert outcome["ended"] - started < CALL_TIMEOUT_S + 5.0
+    assert not arm.connected
+    assert arm.recover(timeout_s=30) is True
+    assert arm.connected and arm._proc.pid != pid
+    assert arm.state().errors == ()
+    arm.move_joints(q0, speed_factor=0.3, timeout_s=30)
 
 
 # -- a second simulator: impedance control, a dying controller process, a dying link ---------------------
