@@ -17,7 +17,9 @@ shared machine and the object store's first-touch page faults hit every contende
   ``ray.put`` + ``ray.get``; the same with 8 arrays per put_batch/get_batch; streaming: a
   producer actor putting into a bounded channel (maxsize 4) while the driver gets; and the relay
   floor: raw put+get plus two no-op actor calls, a bound no design that relays handles through an
-  actor can beat (one call hands the item in, one takes it out); and, for reference only (it is not
+  actor can beat (one call hands the item in, one takes it out); the channel's ceiling: raw put+get
+  plus the channel's own put+get of a tiny item (no payload at all), i.e. the share this channel
+  could reach if moving the array cost nothing beyond raw; and, for reference only (it is not
   a channel: one fixed writer, one fixed reader), a Ray Compiled Graph carrying the array to an actor
   through Ray's shared-memory channel, the path a relay-free design would use.
 """
@@ -195,7 +197,7 @@ def bench_raw_call_rate(n: int) -> float:
     return n / elapsed
 
 
-def bench_arrays(nbytes: int, reps: int) -> tuple[float, float, float, float, float, float]:
+def bench_arrays(nbytes: int, reps: int) -> tuple[float, float, float, float, float, float, float]:
     arr = np.ones(nbytes, dtype=np.uint8)
     ch = Channel.create(f"arr-{time.time_ns()}")
     echo = Echo.remote()
@@ -215,6 +217,13 @@ def bench_arrays(nbytes: int, reps: int) -> tuple[float, float, float, float, fl
         out = ch.get()
         assert out.nbytes == nbytes
         del out
+        return time.perf_counter() - t
+
+    def empty_once() -> float:
+        """The channel's own cost for one item, with no payload to move."""
+        t = time.perf_counter()
+        ch.put(0)
+        ch.get()
         return time.perf_counter() - t
 
     def floor_once() -> float:
@@ -246,13 +255,13 @@ def bench_arrays(nbytes: int, reps: int) -> tuple[float, float, float, float, fl
     # Interleaved, alternating order: the object store's first-touch page faults and load swings
     # hit both paths alike.
     batch = nbytes <= 10_000_000  # 8 x 100 MB would not fit the benchmark's object store
-    raw_once(), channel_once(), floor_once()
-    raw_s, chan_s, batch_s, floor_s, cg_s = [], [], [], [], []
+    raw_once(), channel_once(), floor_once(), empty_once()
+    raw_s, chan_s, batch_s, floor_s, cg_s, empty_s = [], [], [], [], [], []
     if pipe is not None:
         compiled_once()
     for r in range(reps):
         steps = [lambda: raw_s.append(raw_once()), lambda: chan_s.append(channel_once()),
-                 lambda: floor_s.append(floor_once())]
+                 lambda: floor_s.append(floor_once()), lambda: empty_s.append(empty_once())]
         if batch:
             steps.append(lambda: batch_s.append(channel_batch_once()))
         if pipe is not None:
@@ -264,6 +273,7 @@ def bench_arrays(nbytes: int, reps: int) -> tuple[float, float, float, float, fl
     batched = nbytes / statistics.median(batch_s) if batch else float("nan")
     floor = nbytes / statistics.median(floor_s)
     compiled = nbytes / statistics.median(cg_s) if cg_s else float("nan")
+    ceiling = nbytes / (statistics.median(raw_s) + statistics.median(empty_s))
     ray.kill(echo)
     if pipe is not None:
         pipe.teardown()
@@ -281,7 +291,7 @@ def bench_arrays(nbytes: int, reps: int) -> tuple[float, float, float, float, fl
     ray.get(done)
     stream = nbytes * reps / (time.perf_counter() - t)
     ray.kill(prod)
-    return raw, chan, batched, stream, floor, compiled
+    return raw, chan, batched, stream, floor, compiled, ceiling
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -313,15 +323,19 @@ def main(argv: list[str] | None = None) -> int:
               f"(goal <= 1.5x); Channel hop / Queue hop = {hop_ch / hop_q:.2f}x; "
               f"batched {brate_ch:.0f}/s (goal >= 20000)")
         print(f"\n{'array':>8}{'raw put+get':>13}{'channel':>10}{'ratio':>7}{'batch of 8':>12}{'ratio':>7}"
-              f"{'streaming':>11}{'ratio':>7}{'relay floor':>13}{'ratio':>7}{'compiled 1:1':>14}{'ratio':>7}   (GB/s)")
+              f"{'streaming':>11}{'ratio':>7}{'relay floor':>13}{'ratio':>7}{'ceiling':>9}{'compiled 1:1':>14}{'ratio':>7}"
+              "   (GB/s)")
         for mb in (1, 10, 100):
-            raw_bw, ch_bw, b_bw, st_bw, fl_bw, cg_bw = bench_arrays(mb * 1_000_000, reps)
+            raw_bw, ch_bw, b_bw, st_bw, fl_bw, cg_bw, ceil_bw = bench_arrays(mb * 1_000_000, reps)
             b_txt = f"{b_bw / 1e9:>12.2f}{b_bw / raw_bw:>7.0%}" if b_bw == b_bw else f"{'-':>12}{'-':>7}"
             print(f"{mb:>6}MB{raw_bw / 1e9:>13.2f}{ch_bw / 1e9:>10.2f}{ch_bw / raw_bw:>7.0%}{b_txt}"
                   f"{st_bw / 1e9:>11.2f}{st_bw / raw_bw:>7.0%}{fl_bw / 1e9:>13.2f}{fl_bw / raw_bw:>7.0%}"
+                  f"{ceil_bw / raw_bw:>9.0%}"
                   f"{cg_bw / 1e9:>14.2f}{cg_bw / raw_bw:>7.0%}")
         print("relay floor: raw put+get plus two no-op actor calls, the least any channel through an actor "
               "can cost for one array per put and get")
+        print("ceiling: the share of raw this channel could reach one array per call if moving the array cost "
+              "nothing beyond raw put+get (raw / (raw + the channel's put+get of a tiny item))")
         print("compiled 1:1: a Ray Compiled Graph moving the array to a fixed reader actor through shared "
               "memory (reference only: not a channel)")
     finally:
