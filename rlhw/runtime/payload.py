@@ -64,8 +64,15 @@ def payload_nbytes(obj: Any, stop_at: int = LARGE_PAYLOAD_BYTES, _depth: int = 0
     return total
 
 
+#: Types that payload_nbytes counts as small: skipped without a look (a batch of small items is the
+#: common case, and the look costs a few microseconds per item).
+_PLAIN = frozenset({int, float, bool, str, type(None)})
+
+
 def wrap(obj: Any, threshold: int = LARGE_PAYLOAD_BYTES) -> Any:
     """Return ``obj`` itself when small, else a :class:`StoredRef` to a single ``ray.put`` of it."""
+    if type(obj) in _PLAIN:
+        return obj
     if threshold >= 0 and payload_nbytes(obj, threshold) >= threshold:
         return StoredRef(ray.put(obj))
     return obj
