@@ -66,4 +66,4 @@ def run(args: argparse.Namespace) -> int:
     print(f"rlhw train: run directory {run_dir.path}", file=sys.stderr)
     stop = train(config, run_dir, resume=args.resume)
     print(f"rlhw train: {stop.status}: {stop.reason}; run directory {run_dir.path}", file=sys.stderr)
-    return 0 if stop.status in ("finished", "stopped") else 1
+    return {"finished": 0, "stopped": 0, "interrupted": 130}.get(stop.status, 1)

@@ -16,7 +16,7 @@ from rlhw.rl.episodes import EpisodeRecorder, iter_recorded_transitions
 from rlhw.rl.replay import ReplayBuffer
 from rlhw.rl.rundir import RunDir
 from rlhw.rl.sac import SAC, ObsLayout, resolve_device
-from rlhw.rl.session import Counters, StopReason, TrainingSession
+from rlhw.rl.session import Counters, StopReason, TrainingSession, interrupted
 
 
 def _batched(obs: dict) -> dict:
@@ -117,6 +117,15 @@ def train_local(config, run_dir: RunDir, env_factory: Callable | None = None, re
                 session.check_budget()
             run_dir.save_checkpoint(_checkpoint(agent, session), session.c.env_steps)
             return session.finish()
+        except KeyboardInterrupt:
+            if recorder is not None:
+                recorder.close()
+            try:
+                run_dir.save_checkpoint(_checkpoint(agent, session), session.c.env_steps)
+                saved = True
+            except Exception:  # noqa: BLE001 - report it in run.json rather than hide the interrupt
+                saved = False
+            return session.finish(interrupted(session.c.env_steps, saved))
         except BaseException as e:
             if recorder is not None:
                 recorder.close()

@@ -1,7 +1,7 @@
 """The run directory: everything a training run leaves behind, written by the controller (and rank 0).
 
     <run_dir>/config.yaml          resolved config snapshot (what actually ran, overrides applied)
-    <run_dir>/run.json             status: running / finished / stopped / failed, reason, env steps
+    <run_dir>/run.json             status: running / finished / stopped / interrupted / failed, reason, env steps
     <run_dir>/metrics.jsonl        one JSON object per log step (env_steps, train/..., eval/..., losses/..., perf/...)
     <run_dir>/tb/                  TensorBoard events (same scalars)
     <run_dir>/checkpoints/         latest.pt (+ step-<N>.pt), written atomically
@@ -49,8 +49,10 @@ class RunDir:
         _atomic_write_text(self.config_path, yaml.safe_dump(data, sort_keys=False))
 
     def write_status(self, status: str, **fields: Any) -> None:
-        record = {"status": status, "updated": time.time(), **fields}
-        _atomic_write_text(self.status_path, json.dumps(record, indent=2, default=str) + "\n")
+        record = {"status": status, "updated": time.time(),
+                  **{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in fields.items()}}
+        # allow_nan=False: run.json is read by other tools (jq, dashboards); NaN is not JSON.
+        _atomic_write_text(self.status_path, json.dumps(record, indent=2, default=str, allow_nan=False) + "\n")
 
     def read_status(self) -> dict:
         try:

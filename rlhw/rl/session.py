@@ -28,8 +28,15 @@ class Counters:
 
 @dataclass
 class StopReason:
-    status: str  # "finished" (target reached), "stopped" (step budget), "failed"
+    status: str  # "finished" (target reached), "stopped" (step budget), "interrupted" (Ctrl-C), "failed"
     reason: str
+
+
+def interrupted(env_steps: int, saved: bool) -> StopReason:
+    """Ctrl-C is a user's decision, not a failure: say where the run stands and how to go on."""
+    return StopReason("interrupted", f"Ctrl-C at {env_steps} env steps; "
+                                     f"{'checkpoint saved' if saved else 'checkpoint NOT saved'}; "
+                                     "continue with --resume and the same --run-dir")
 
 
 class TrainingSession:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -47,3 +50,56 @@ def test_a_short_local_run_on_the_default_config_writes_its_run_directory(tmp_pa
     assert status["status"] == "stopped" and status["env_steps"] >= 60
     assert (run / "config.yaml").exists() and (run / "learning_curve.png").exists()
     assert "run directory" in r.stderr
+
+
+SMALL = ("train.sac.hidden_sizes=[16,16]", "train.sac.batch_size=16", "train.progress=false",
+         "train.log_every_steps=50", "train.max_env_steps=1000000")
+
+
+def ctrl_c_after_first_log(run: Path, *args) -> tuple[int, str]:
+    """Start `rlhw train`, wait for its first metrics row, then Ctrl-C it the way a terminal does
+    (SIGINT to the whole process group, Ray's processes included); returns (exit code, stderr)."""
+    proc = subprocess.Popen([sys.executable, "-m", "rlhw.cli.main", "train", *args, "--run-dir", str(run)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 150
+        metrics = run / "metrics.jsonl"
+        while not (metrics.exists() and metrics.read_text().strip()):
+            assert proc.poll() is None, proc.stderr.read()[-2000:]
+            assert time.monotonic() < deadline, "no metrics row within 150 s"
+            time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=90)
+        return proc.returncode, err
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def assert_interrupted_with_a_checkpoint(run: Path, code: int, err: str) -> None:
+    import torch
+
+    assert code == 130, err[-2000:]
+    status = json.loads((run / "run.json").read_text())  # strict JSON: no NaN before the first eval
+    assert status["status"] == "interrupted", status
+    assert "checkpoint saved" in status["reason"] and "--resume" in status["reason"], status["reason"]
+    assert "rlhw train: interrupted: Ctrl-C at" in err and "Traceback" not in err, err[-2000:]
+    saved = torch.load(run / "checkpoints" / "latest.pt", weights_only=False)
+    assert saved["env_steps"] == status["env_steps"] > 0
+
+
+@pytest.mark.timeout(240)
+def test_ctrl_c_ends_a_local_run_as_interrupted_with_a_checkpoint_to_resume_from(tmp_path):
+    run = tmp_path / "run"
+    code, err = ctrl_c_after_first_log(run, "train.runner=local", "train.learning_starts=30", *SMALL)
+    assert_interrupted_with_a_checkpoint(run, code, err)
+    r = rlhw("--run-dir", str(run), "--resume", "train.max_env_steps=1", "train.progress=false")
+    assert r.returncode == 0 and "stopped" in r.stderr, r.stderr[-2000:]
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_stops_the_pipeline_robots_and_saves_a_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    code, err = ctrl_c_after_first_log(run, "train.learning_starts=30", *SMALL)
+    assert_interrupted_with_a_checkpoint(run, code, err)
+    assert "stopping the robots" in err

@@ -27,7 +27,7 @@ from rlhw.rl.pipeline.env_worker import (ACTION_CHANNEL, OBS_CHANNEL, REPLAY_CHA
                                          EnvWorker, has_real_arm)
 from rlhw.rl.pipeline.rollout_worker import RolloutWorker
 from rlhw.rl.rundir import RunDir
-from rlhw.rl.session import Counters, StopReason, TrainingSession
+from rlhw.rl.session import Counters, StopReason, TrainingSession, interrupted
 
 POLL_S = 0.05
 CALL_TIMEOUT_S = 120.0
@@ -267,6 +267,11 @@ def train_pipeline(config, run_dir: RunDir, resume: bool = False, cluster=None) 
         return session.finish(StopReason("failed", f"{who} failed: {reason}; "
                                                    f"{'checkpoint saved' if saved else 'checkpoint NOT saved'}, "
                                                    f"episodes on disk in {run_dir.episodes}"))
+    except KeyboardInterrupt:
+        _note("interrupted: stopping the robots and saving a checkpoint (Ctrl-C again to abandon)")
+        _try(lambda: pipe.envs.stop_loop().wait(CALL_TIMEOUT_S))
+        _try(lambda: absorb(pipe.poll_envs()))
+        return session.finish(interrupted(session.c.env_steps, _try(checkpoint)))
     except BaseException as e:
         _try(checkpoint)
         session.finish(StopReason("failed", f"{type(e).__name__}: {e}"))
