@@ -269,9 +269,14 @@ def train_pipeline(config, run_dir: RunDir, resume: bool = False, cluster=None) 
                                                    f"episodes on disk in {run_dir.episodes}"))
     except KeyboardInterrupt:
         _note("interrupted: stopping the robots and saving a checkpoint (Ctrl-C again to abandon)")
-        _try(lambda: pipe.envs.stop_loop().wait(CALL_TIMEOUT_S))
-        _try(lambda: absorb(pipe.poll_envs()))
-        return session.finish(interrupted(session.c.env_steps, _try(checkpoint)))
+        stop = interrupted(session.c.env_steps, saved=False)
+        try:  # a second Ctrl-C leaves this block; run.json still says what happened
+            _try(lambda: pipe.envs.stop_loop().wait(CALL_TIMEOUT_S))
+            _try(lambda: absorb(pipe.poll_envs()))
+            stop = interrupted(session.c.env_steps, _try(checkpoint))
+        finally:
+            session.finish(stop)
+        return stop
     except BaseException as e:
         _try(checkpoint)
         session.finish(StopReason("failed", f"{type(e).__name__}: {e}"))
