@@ -247,22 +247,30 @@ def test_move_joints_that_cannot_finish_in_time_stops_and_raises_timeout(arm):
     arm.move_joints(q0, speed_factor=0.3, timeout_s=30)
 
 
+def move_in_background(arm, target, timeout_s: float) -> tuple[threading.Thread, dict]:
+    """A slow blocking move_joints on another thread, holding the command line. ``outcome`` gets
+    "result" ("finished" or the RobotFault) and "ended" (monotonic time)."""
+    outcome: dict = {}
+
+    def mover():
+        try:
+            arm.move_joints(target, speed_factor=0.05, timeout_s=timeout_s)
+            outcome["result"] = "finished"
+        except RobotFault as e:
+            outcome["result"] = e
+        outcome["ended"] = time.monotonic()
+
+    t = threading.Thread(target=mover)
+    t.start()
+    return t, outcome
+
+
 @pytest.mark.timeout(120)
 def test_stop_from_another_thread_preempts_a_blocking_joint_move(arm):
     q0 = arm.state().q
     target = q0.copy()
     target[0] += 1.0  # takes many seconds at this speed
-    outcome = {}
-
-    def mover():
-        try:
-            arm.move_joints(target, speed_factor=0.05, timeout_s=30)
-            outcome["result"] = "finished"
-        except RobotFault as e:
-            outcome["result"] = e
-
-    t = threading.Thread(target=mover)
-    t.start()
+    t, outcome = move_in_background(arm, target, timeout_s=30)
     time.sleep(1.0)
     started = time.monotonic()
     arm.stop()  # the mover holds the command line; this goes over the stop line
@@ -286,17 +294,7 @@ def test_state_from_another_thread_answers_during_a_blocking_joint_move_and_show
     q0 = arm.state().q
     target = q0.copy()
     target[0] += 0.3  # about 3 s at this speed
-    outcome = {}
-
-    def mover():
-        try:
-            arm.move_joints(target, speed_factor=0.05, timeout_s=60)
-            outcome["result"] = "finished"
-        except RobotFault as e:
-            outcome["result"] = e
-
-    t = threading.Thread(target=mover)
-    t.start()
+    t, outcome = move_in_background(arm, target, timeout_s=60)
     reads, latencies = [], []
     try:
         time.sleep(0.5)
@@ -441,18 +439,7 @@ def test_a_read_line_that_does_not_answer_during_a_blocking_move_is_a_hang_withi
     q0 = arm.state().q
     target = q0.copy()
     target[0] += 0.5
-    outcome = {}
-
-    def mover():
-        try:
-            arm.move_joints(target, speed_factor=0.05, timeout_s=60)
-            outcome["result"] = "finished"
-        except RobotFault as e:
-            outcome["result"] = e
-        outcome["ended"] = time.monotonic()
-
-    t = threading.Thread(target=mover)
-    t.start()
+    t, outcome = move_in_background(arm, target, timeout_s=60)
     time.sleep(0.5)
     pid = arm._proc.pid
     os.kill(pid, signal.SIGSTOP)  # the driver process stops answering on every line
