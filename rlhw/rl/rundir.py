@@ -23,6 +23,18 @@ import torch
 import yaml
 
 
+def _strict_json(value: Any) -> Any:
+    """``value`` with every non-finite float (no eval yet, an empty loop-health window) as None: run.json
+    is read by other tools (jq, dashboards), and NaN / Infinity are not JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict_json(v) for v in value]
+    return value
+
+
 def default_run_dir(config_path: str | os.PathLike | None) -> Path:
     stem = Path(config_path).stem if config_path else "run"
     return Path("runs") / f"{stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
@@ -49,9 +61,7 @@ class RunDir:
         _atomic_write_text(self.config_path, yaml.safe_dump(data, sort_keys=False))
 
     def write_status(self, status: str, **fields: Any) -> None:
-        record = {"status": status, "updated": time.time(),
-                  **{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in fields.items()}}
-        # allow_nan=False: run.json is read by other tools (jq, dashboards); NaN is not JSON.
+        record = _strict_json({"status": status, "updated": time.time(), **fields})
         _atomic_write_text(self.status_path, json.dumps(record, indent=2, default=str, allow_nan=False) + "\n")
 
     def read_status(self) -> dict:

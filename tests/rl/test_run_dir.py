@@ -102,3 +102,12 @@ def test_a_failing_env_marks_the_run_failed_and_still_saves_a_checkpoint(tmp_pat
     assert status["status"] == "failed" and "exploded" in status["reason"]
     assert (rd.checkpoints / "latest.pt").exists()
     assert episode_files(rd.episodes, "train")  # the interrupted episode is on disk
+
+
+def test_run_json_is_strict_json_with_null_where_a_value_is_not_a_number_yet(tmp_path):
+    rd = RunDir(tmp_path / "run")
+    rd.write_status("running", best_eval_success=float("nan"),
+                    loop_health={"p99_ms": float("inf"), "periods": [10.0, np.float64("nan")]})
+    status = json.loads(rd.status_path.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in run.json"))
+    assert status["best_eval_success"] is None
+    assert status["loop_health"] == {"p99_ms": None, "periods": [10.0, None]}
