@@ -9,9 +9,11 @@ PY=${PYTHON:-python3}
 VENV=.venv
 
 system_packages() {
-  # pyrealsense2 needs libusb at import time; MuJoCo renders offscreen through OSMesa or EGL.
+  # pyrealsense2 needs libusb at import time; MuJoCo renders offscreen through OSMesa or EGL;
+  # pyspacemouse reads the SpaceMouse through easyhid, which loads the system hidapi.
   local missing=()
   ldconfig -p | grep -q 'libusb-1.0.so.0' || missing+=(libusb-1.0-0)
+  ldconfig -p | grep -q 'libhidapi-hidraw.so.0' || missing+=(libhidapi-hidraw0)
   ldconfig -p | grep -q 'libOSMesa.so' || missing+=(libosmesa6)
   ldconfig -p | grep -q 'libEGL.so.1' || missing+=(libegl1)
   if [ ${#missing[@]} -gt 0 ]; then

@@ -1,0 +1,79 @@
+"""The `TeleopDevice` interface every teleop driver implements (SpaceMouse, terminal keyboard, scripted expert).
+
+An operator drives the arm through the same action space as the policy: a reading's ``twist`` is
+normalised to [-1, 1] per axis (full deflection), so its first three components map one to one onto
+the env's hand-displacement action, and the same safety layer bounds both.
+
+A device is read once per control step by whoever acts for the operator (the env's takeover,
+``rlhw record-demos``). ``read`` never blocks longer than its bound: it returns the newest state the
+device has reported, and raises ``RobotFault("teleop", ...)`` when the device has gone away (unplugged,
+its reader thread died, no report within the device's own liveness bound), so a dead device stops the
+arm instead of freezing the operator's last command.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class TeleopEvent(enum.Enum):
+    """Operator intents carried by button or key presses (edges, reported once)."""
+
+    TAKEOVER = "takeover"        # the operator takes control from the policy
+    GIVE_BACK = "give_back"      # the operator hands control back to the policy
+    SUCCESS = "success"          # mark the episode a success and end it
+    FAILURE = "failure"          # mark the episode a failure and end it
+    END_EPISODE = "end_episode"  # end the episode without a label
+
+
+@dataclass(frozen=True)
+class TeleopReading:
+    """One reading of a teleop device.
+
+    ``twist``: (6,) float32 in [-1, 1]: hand linear (x, y, z) then angular (x, y, z) command in the
+    robot's base frame, as a fraction of full deflection. ``gripper``: the action's gripper
+    convention (-1 closes, +1 opens fully), or None for "no gripper command". ``buttons``: raw button
+    states in device order. ``events``: intents since the previous read. ``active``: the operator is
+    commanding the arm now (the device's own rule: a SpaceMouse deflected past its deadband, the
+    keyboard in takeover mode, the scripted expert intervening). ``timestamp``: wall-clock time
+    (``time.time()``) of the newest device report this reading reflects.
+    """
+
+    twist: np.ndarray
+    gripper: float | None
+    buttons: tuple[bool, ...]
+    events: frozenset[TeleopEvent]
+    active: bool
+    timestamp: float
+
+
+class TeleopDevice(abc.ABC):
+    """A 6-DoF input device with a gripper command and buttons."""
+
+    name: str = "teleop"
+
+    @abc.abstractmethod
+    def open(self, timeout_s: float = 5.0) -> None:
+        """Find and open the device. Raises RobotFault("teleop") when it is absent or unreadable."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the device. Safe to call twice."""
+
+    @abc.abstractmethod
+    def read(self, timeout_s: float = 0.05) -> TeleopReading:
+        """The newest state, within ``timeout_s``. Raises RobotFault("teleop") when the device is gone."""
+
+    def __enter__(self) -> "TeleopDevice":
+        self.open()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+__all__ = ["TeleopDevice", "TeleopEvent", "TeleopReading"]
