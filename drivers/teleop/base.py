@@ -34,6 +34,8 @@ class ReaderThreadDevice(TeleopDevice):
         self._thread: threading.Thread | None = None
         self._error: str | None = None
         self._events: set[TeleopEvent] = set()
+        self._changed = threading.Condition(self._lock)
+        self.reports = 0  # reports (key batches, HID reports) taken in since open
 
     # -- subclass hooks ------------------------------------------------------------------------
     @abc.abstractmethod
@@ -59,6 +61,7 @@ class ReaderThreadDevice(TeleopDevice):
         self._stop.clear()
         self._error = None
         self._events = set()
+        self.reports = 0
         self._start(timeout_s)
         self._thread = threading.Thread(target=self._run, name=f"teleop-{self.name}", daemon=True)
         self._thread.start()
@@ -86,6 +89,16 @@ class ReaderThreadDevice(TeleopDevice):
             self._lock.release()
         return TeleopReading(reading.twist, reading.gripper, reading.buttons, events, reading.active, reading.timestamp)
 
+    def wait_reports(self, count: int, timeout_s: float) -> bool:
+        """Wait until ``count`` reports were taken in (or the device died); False on timeout."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.reports >= count or self._error is not None, timeout_s)
+
+    def _note_report(self) -> None:
+        """One report taken in (call under the lock): wakes ``wait_reports``."""
+        self.reports += 1
+        self._changed.notify_all()
+
     def _emit(self, event: TeleopEvent) -> None:
         """Queue an event for the next ``read`` (call under the lock)."""
         self._events.add(event)
@@ -97,6 +110,7 @@ class ReaderThreadDevice(TeleopDevice):
         except Exception as e:  # noqa: BLE001 - any read error means the device is gone; read() reports it
             with self._lock:
                 self._error = f"{type(e).__name__}: {e}"
+                self._changed.notify_all()
 
     @staticmethod
     def now() -> float:

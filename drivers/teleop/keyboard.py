@@ -86,6 +86,7 @@ class TerminalKeyboard(ReaderThreadDevice):
             for key in data.decode(errors="ignore").lower():
                 self._key(key)
             self._stamp = self.now()
+            self._note_report()
 
     def _key(self, key: str) -> None:
         """One key press (under the lock)."""

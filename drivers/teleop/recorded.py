@@ -41,13 +41,11 @@ class RecordedHid:
         self._open = False
         self.nonblocking = False
         self.delivered = 0  # reports handed to the reader so far
-        self.drained = threading.Event()  # set when the queue became empty after a read
 
     # -- what the test or benchmark does -------------------------------------------------------
     def push(self, report: bytes) -> None:
         with self._lock:
             self._queue.append(bytes(report))
-            self.drained.clear()
 
     def unplug(self) -> None:
         self._unplugged = True
@@ -78,10 +76,7 @@ class RecordedHid:
             raise HIDException("Failed to read from HID device: -1")
         with self._lock:
             if not self._queue:
-                self.drained.set()
                 return bytearray()
             report = self._queue.popleft()
             self.delivered += 1
-            if not self._queue:
-                self.drained.set()
         return bytearray(report[:size])

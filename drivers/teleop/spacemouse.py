@@ -149,6 +149,7 @@ class SpaceMouse(ReaderThreadDevice):
             self._emit(TeleopEvent.TAKEOVER if self._takeover else TeleopEvent.GIVE_BACK)
         self._buttons = buttons
         self._stamp = self.now()
+        self._note_report()
 
     @staticmethod
     def _pressed(index: int | None, before: tuple[bool, ...], now: tuple[bool, ...]) -> bool:

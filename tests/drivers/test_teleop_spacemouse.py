@@ -20,11 +20,12 @@ REPORTS = load_reports(Path(__file__).parent / "data" / "spacemouse_compact.hex"
 
 
 def feed(mouse: SpaceMouse, hid: RecordedHid, *reports: bytes):
-    """Queue reports, wait until the reader thread took the last one, return the reading after it."""
+    """Queue reports, wait until the reader thread decoded them all, return the reading after them."""
+    target = mouse.reports + len(reports)
     for report in reports:
         hid.push(report)
-    assert hid.drained.wait(2.0), "the reader thread did not take the reports"
-    return mouse.read(timeout_s=1.0)  # waits for the decode in progress (same lock)
+    assert mouse.wait_reports(target, 2.0), "the reader thread did not take the reports"
+    return mouse.read(timeout_s=1.0)
 
 
 @pytest.fixture
