@@ -50,6 +50,12 @@ class RecordedHid:
     def unplug(self) -> None:
         self._unplugged = True
 
+    def plug(self) -> None:
+        """The device is back (a fresh handle: the queue is dropped)."""
+        with self._lock:
+            self._queue.clear()
+        self._unplugged = False
+
     # -- easyhid.HIDDevice's interface, as pyspacemouse uses it --------------------------------
     def open(self) -> None:
         if self._unplugged:

@@ -130,6 +130,9 @@ class ScriptedExpert(TeleopDevice):
 
     def read(self, timeout_s: float = 0.05) -> TeleopReading:
         events: set[TeleopEvent] = set()
+        if not self.env.episode_active or self.env.measured_state is None:
+            # read between episodes (the env's reset checks the device): nothing to drive yet
+            return TeleopReading(np.zeros(6, dtype=np.float32), None, (), frozenset(), False, self.now())
         self._new_episode_check()
         active = self.mode == "demo" or self._decide(events)
         twist = np.zeros(6, dtype=np.float32)

@@ -339,6 +339,8 @@ class RobotEnv:
         return 0.0
 
     def _recovery_for(self, fault: RobotFault) -> Callable[[], bool] | None:
+        if fault.kind == "teleop":
+            return lambda: True  # the arm is stopped and fine; the device is reopened at the next reset
         if fault.kind != "camera_stall":
             return None
 
