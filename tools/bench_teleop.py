@@ -19,6 +19,7 @@ which both paths pay alike.
 
     PYTHONPATH=$PWD .venv/bin/python tools/bench_teleop.py                 # MuJoCo arm, 3 runs x 300 trials
     PYTHONPATH=$PWD .venv/bin/python tools/bench_teleop.py --sim mock --trials 100 --runs 1
+    PYTHONPATH=$PWD .venv/bin/python tools/bench_teleop.py --experts 30      # the scripted expert's success rates
 """
 
 from __future__ import annotations
@@ -118,12 +119,46 @@ def one_run(sim: str, trials: int) -> dict[str, list[float]]:
     return out
 
 
+def expert_success(task: str, episodes: int) -> tuple[float, float, float]:
+    """Scripted expert in demo mode (default noise and hesitation) on ``task`` in MuJoCo: success rate,
+    mean steps; baseline: the success rate of a policy that never moves (zero actions, no expert)."""
+    overrides = ["env.sim=mujoco", f"env.task={task}", "env.max_episode_steps=100"]
+    if task == "push_cube":
+        overrides.append("env.safety.workspace_low=[0.25,-0.3,0.02]")
+    rates = []
+    for device in ("scripted", "none"):
+        config = load_config(os.path.join(ROOT, "configs", "sim_reach.yaml"), [*overrides, f"env.teleop.device={device}"])
+        env = make_env(config)
+        wins, steps = 0, []
+        try:
+            for seed in range(episodes):
+                env.reset(seed=seed)
+                done, info = False, {}
+                while not done:
+                    _, _, terminated, truncated, info = env.step(np.zeros(env.spec.action.shape, np.float32))
+                    done = terminated or truncated
+                wins += bool(info["success"])
+                steps.append(info["episode_step"])
+        finally:
+            env.close()
+        rates.append((wins / episodes, statistics.fmean(steps)))
+    return rates[0][0], rates[0][1], rates[1][0]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sim", choices=("mujoco", "mock"), default="mujoco")
     parser.add_argument("--trials", type=int, default=300, help="trials per run (half paced, half busy)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--experts", type=int, default=0, metavar="EPISODES",
+                        help="instead: the scripted expert's success rate on reach and push_cube over EPISODES seeds")
     args = parser.parse_args()
+    if args.experts:
+        print(f"scripted expert, demo mode, default noise 0.1 / hesitation 0.05, seeds 0-{args.experts - 1}, MuJoCo")
+        for task in ("reach", "push_cube"):
+            rate, steps, idle = expert_success(task, args.experts)
+            print(f"{task:>10}: success {rate:.2f} (mean {steps:.1f} steps); baseline, zero actions: success {idle:.2f}")
+        return 0
     print(f"teleop latency, {args.sim} arm, {args.trials} trials per run; milliseconds, p50 / p99")
     print(f"{'run':>3} {'policy (baseline)':>18} {'teleop paced':>15} {'of it decode':>15} {'paced/policy p50':>17} "
           f"{'teleop busy':>15} {'busy stale steps':>17}")

@@ -238,6 +238,12 @@ class EnvConfig(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self):
+        if self.teleop.device in ("spacemouse", "keyboard") and self.num_envs != 1:
+            raise ConfigError(
+                "env.teleop.device",
+                f"one {self.teleop.device} drives one arm, but env.num_envs={self.num_envs}; set env.num_envs=1 "
+                "or use the scripted expert (one per env instance)"
+            )
         s = self.safety
         lo, hi = s.workspace_low, s.workspace_high
         for axis, tlo, thi, wlo, whi in zip("xyz", self.reach.target_low, self.reach.target_high, lo, hi):

@@ -155,3 +155,5 @@ def test_an_unknown_teleop_device_is_a_config_error_naming_the_field():
         make_config({"teleop": {"device": "joystick"}})
     with pytest.raises(ConfigError, match=r"env\.teleop\.deadband"):
         make_config({"teleop": {"deadband": 1.5}})
+    with pytest.raises(ConfigError, match=r"env\.teleop\.device: one spacemouse drives one arm"):
+        make_config({"teleop": {"device": "spacemouse"}, "num_envs": 4})
