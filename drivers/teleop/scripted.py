@@ -26,6 +26,7 @@ step it pauses (zero motion) for ``pause_steps`` steps.
 from __future__ import annotations
 
 import math
+import time
 from typing import Callable
 
 import numpy as np
@@ -145,8 +146,6 @@ class ScriptedExpert(TeleopDevice):
 
     @staticmethod
     def now() -> float:
-        import time
-
         return time.time()
 
     def _new_episode_check(self) -> None:

@@ -97,7 +97,7 @@ class SpaceMouse(ReaderThreadDevice):
             raise RobotFault("teleop", f"no usable SpaceMouse ({type(e).__name__}: {e}); plug one in, check "
                                        "the hidraw permissions (udev rule), or set env.teleop.device") from e
         self._mouse = box["mouse"]
-        self._last_t = self._mouse._state.t
+        self._last_t = -1.0  # SpaceMouseState.t before its first report
         self._gripper_button = self._button_index(GRIPPER_BUTTONS)
         self._takeover_button = self._button_index(TAKEOVER_BUTTONS)
 

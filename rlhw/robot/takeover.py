@@ -66,7 +66,10 @@ class Takeover:
         self.opened = True
 
     def reopen(self) -> None:
-        """At reset: reopen a device that died (a live one is left alone). Raises RobotFault("teleop")."""
+        """At reset: reopen a device that died (a live one is left alone). Raises RobotFault("teleop").
+
+        The check is a read, which also drops events given between episodes: a late "success" key
+        must not end the next episode at its first step."""
         try:
             self.device.read(timeout_s=self.config.read_timeout_s)
             return
