@@ -7,7 +7,9 @@ Contract used by the env service (rlhw.env) and the RL pipeline:
   matching ``spec.action``.
 - ``info`` always holds ``"timestamps"`` (obs name -> capture time, wall-clock seconds),
   ``"timing"`` (phase name -> seconds for this call), ``"success"`` (bool) and ``"fault"``
-  (None, or the fault kind that truncated the episode, with ``"fault_message"``).
+  (None, or the fault kind that truncated the episode, with ``"fault_message"``); step infos also hold
+  ``"executed_action"`` (what went to the safety layer: the client's action, or an operator's) and
+  ``"intervened"``, ``"teleop_events"``, ``"operator_label"`` (see rlhw/robot/takeover.py).
 - ``stop()`` halts the arm now; ``status()`` returns a JSON-able dict (read-only, never moves);
   ``close()`` stops and releases hardware.
 """
@@ -252,7 +254,8 @@ class RobotEnv:
             self._observe(state, frames)
             timing["observe"] = time.perf_counter() - t2
         except RobotFault as fault:
-            return self._fault_step(fault, t0, timing, action if choice is not None or self.takeover is None else None)
+            sent = None if self.takeover is not None and choice is None else action  # None: the device died first
+            return self._fault_step(fault, t0, timing, sent, choice)
         except BaseException:
             # A bug or an unexpected driver error: never leave the arm tracking a target nobody owns.
             self._abort("an unexpected error ended the episode (see the exception); call reset()")
@@ -362,7 +365,8 @@ class RobotEnv:
             "attempts": record.attempts,
         }
 
-    def _fault_step(self, fault: RobotFault, t0: float, timing: dict[str, float], executed: np.ndarray | None = None):
+    def _fault_step(self, fault: RobotFault, t0: float, timing: dict[str, float],
+                    executed: np.ndarray | None = None, choice: Choice | None = None):
         self._handle(fault)
         self.episode_active = False
         self._ended_because = f"the episode was truncated by fault {fault.kind}; call reset()"
@@ -374,7 +378,7 @@ class RobotEnv:
             info = self._info(timing, success=False, fault=fault.kind, message=str(fault))
         info["clipped"] = False
         # A fault before anything was chosen (the teleop device died) sent nothing: executed = zeros.
-        self._operator_info(info, np.zeros(self.spec.action.shape, np.float32) if executed is None else executed, None)
+        self._operator_info(info, np.zeros(self.spec.action.shape, np.float32) if executed is None else executed, choice)
         reward = float(self.task.reward(self._state))
         return self._copy_obs(), reward, False, True, info
 

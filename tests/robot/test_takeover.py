@@ -157,3 +157,45 @@ def test_an_unknown_teleop_device_is_a_config_error_naming_the_field():
         make_config({"teleop": {"deadband": 1.5}})
     with pytest.raises(ConfigError, match=r"env\.teleop\.device: one spacemouse drives one arm"):
         make_config({"teleop": {"device": "spacemouse"}, "num_envs": 4})
+
+
+def test_with_a_gripper_action_the_operators_gripper_button_is_executed_and_kept(mock_env):
+    env = mock_env(max_episode_steps=20, action={"gripper": True})
+    env.reset(seed=0)
+    op = Operator(env)
+    op.send(AWAY)
+    _, _, _, _, info = env.step(np.zeros(4, np.float32))
+    assert info["executed_action"].tolist() == [1.0, 0.0, 0.0, 1.0]  # the episode starts open
+    op.send(REPORTS[7], REPORTS[8])  # LEFT pressed and released: close
+    _, _, _, _, info = env.step(np.zeros(4, np.float32))
+    assert info["executed_action"][3] == -1.0
+    _, _, _, _, info = env.step(np.ones(4, np.float32))
+    assert info["executed_action"][3] == -1.0  # kept until the next press, whatever the client sends
+
+
+def test_the_terminal_keyboard_drives_the_env_and_ends_the_episode_with_its_success_key(env):
+    import os
+
+    from drivers.teleop.keyboard import TerminalKeyboard
+
+    master, slave = os.openpty()
+    keyboard = TerminalKeyboard(slave, hold_s=10.0)
+    env.takeover = Takeover(keyboard, TeleopConfig(device="keyboard"), (3,))
+    env.takeover.open()
+    try:
+        def press(keys):
+            target = keyboard.reports + 1
+            os.write(master, keys.encode())
+            assert keyboard.wait_reports(target, 2.0)
+
+        press("w")
+        _, _, _, _, info = env.step(np.array([0.0, -1.0, 0.0], np.float32))
+        assert info["intervened"] and info["executed_action"].tolist() == [1.0, 0.0, 0.0]
+        assert info["teleop_events"] == ["takeover"]
+        press("y")
+        _, _, terminated, _, info = env.step(np.zeros(3, np.float32))
+        assert terminated and info["success"] and info["operator_label"] == "success"
+    finally:
+        env.takeover.close()
+        os.close(master)
+        os.close(slave)
