@@ -17,12 +17,8 @@ import abc
 import threading
 import time
 
-import numpy as np
-
 from rlhw.errors import RobotFault
 from rlhw.robot.teleop import TeleopDevice, TeleopEvent, TeleopReading
-
-ZERO_TWIST = np.zeros(6, dtype=np.float32)
 
 
 class ReaderThreadDevice(TeleopDevice):
