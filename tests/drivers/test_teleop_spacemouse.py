@@ -98,3 +98,20 @@ def test_the_deadband_is_continuous_at_its_edge_and_the_output_is_clipped():
     assert shape_axis(0.1001, 0.1, 1.0) == pytest.approx(0.0, abs=1e-3)
     assert shape_axis(-1.3, 0.1, 1.0) == -1.0
     assert shape_axis(0.55, 0.1, 2.0) == 1.0
+
+
+def test_the_real_usb_enumeration_opens_an_attached_spacemouse_or_says_none_is_attached():
+    # The real path: pyspacemouse.open enumerates HID devices through easyhid and libhidapi.
+    import pyspacemouse
+
+    mouse = SpaceMouse()
+    if pyspacemouse.get_connected_devices():  # a workstation with a SpaceMouse plugged in
+        mouse.open(timeout_s=5.0)
+        try:
+            assert mouse.read(timeout_s=0.5).twist.shape == (6,)
+        finally:
+            mouse.close()
+        return
+    with pytest.raises(RobotFault, match="No connected or supported devices found") as caught:
+        mouse.open(timeout_s=5.0)
+    assert caught.value.kind == "teleop"
