@@ -26,7 +26,8 @@ def make_teleop(config, env=None) -> TeleopDevice | None:
     return ScriptedExpert(
         env, mode=config.mode, noise=config.noise, hesitation=config.hesitation, pause_steps=config.pause_steps,
         patience=config.patience, intervene_prob=config.intervene_prob, intervene_decay=config.intervene_decay,
-        takeover_steps=config.takeover_steps, seed=config.seed,
+        takeover_steps=config.takeover_steps,
+        seed=config.seed + int(getattr(env, "seed", 0) or 0),  # instances of a batched env differ
     )
 
 
