@@ -20,6 +20,8 @@ SUBCOMMANDS = {
     "serve-env": ("rlhw.cli.serve_env", "serve gRPC step/reset in front of one arm or simulator"),
     "train": ("rlhw.cli.train", "train a policy (sim-only default: configs/sim_reach.yaml)"),
     "smoke-test": ("rlhw.cli.smoke_test", "check robots, cameras, nodes and env servers; moves nothing unless asked"),
+    "record-demos": ("rlhw.cli.record_demos", "record operator demonstrations (SpaceMouse, keyboard or scripted expert) as demo episodes"),
+    "view": ("rlhw.cli.view", "show recorded episodes in the Rerun viewer (writes an .rrd file, or serves the viewer)"),
 }
 
 

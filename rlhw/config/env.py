@@ -148,6 +148,35 @@ class MockFaultConfig(StrictModel):
     on: str | None = Field(None, description="driver method the fault hits (default: the natural one for the kind)")
 
 
+class TeleopConfig(StrictModel):
+    """The operator's device (``env.teleop``): read on the robot node, once per env step.
+
+    See docs/teleop.md. ``device: none`` (the default) reads nothing; any other device lets an
+    operator take over: while its reading is active the env executes the operator's action instead
+    of the client's, through the same safety layer.
+    """
+
+    device: Literal["none", "spacemouse", "keyboard", "scripted"] = Field(
+        "none", description="teleop device: none, spacemouse (3Dconnexion, pyspacemouse), keyboard (the terminal), scripted (a simulated expert)"
+    )
+    always_active: bool = Field(False, description="execute the operator's action on every step, active or not (rlhw record-demos sets it)")
+    read_timeout_s: float = Field(0.05, allow_inf_nan=False, gt=0, le=1.0, description="bound on one read of the device per step")
+    open_timeout_s: float = Field(5.0, allow_inf_nan=False, gt=0, le=60, description="bound on finding and opening the device")
+    deadband: float = Field(0.1, allow_inf_nan=False, ge=0, lt=1, description="spacemouse: deflections below this fraction of full scale read as 0")
+    gain: float = Field(1.0, allow_inf_nan=False, gt=0, le=5, description="spacemouse/keyboard: twist = gain * deflection, clipped to [-1, 1]")
+    spacemouse_name: str | None = Field(None, description="spacemouse: pyspacemouse device name (e.g. SpaceMouseCompact); None = the first one found")
+    keyboard_hold_s: float = Field(0.15, allow_inf_nan=False, gt=0, le=2, description="keyboard: a motion key moves the hand for this long after its last press (terminals send no key-up)")
+    mode: Literal["demo", "intervene"] = Field("demo", description="scripted: demo = always drives; intervene = takes over when the policy stops making progress")
+    noise: float = Field(0.1, allow_inf_nan=False, ge=0, le=1, description="scripted: std of Gaussian noise added to the expert's action")
+    hesitation: float = Field(0.05, allow_inf_nan=False, ge=0, le=1, description="scripted: probability per step of starting a pause (zero motion)")
+    pause_steps: int = Field(3, ge=1, le=100, description="scripted: length of one pause (steps)")
+    patience: int = Field(5, ge=1, le=1000, description="scripted intervene: take over after this many steps without progress")
+    intervene_prob: float = Field(1.0, allow_inf_nan=False, ge=0, le=1, description="scripted intervene: probability of taking over when the policy strays, at the start of the run")
+    intervene_decay: float = Field(0.98, allow_inf_nan=False, gt=0, le=1, description="scripted intervene: intervene_prob is multiplied by this after every episode")
+    takeover_steps: int = Field(8, ge=1, le=1000, description="scripted intervene: steps driven before giving back")
+    seed: int = Field(0, ge=0, description="scripted: seed of its noise and decisions")
+
+
 class EnvConfig(StrictModel):
     """The `env:` section. Defaults give a sim-only 10 Hz reach that a safety reviewer would accept."""
 
@@ -178,6 +207,7 @@ class EnvConfig(StrictModel):
     reach: ReachConfig = Field(default_factory=ReachConfig)
     task_options: dict[str, Any] = Field(default_factory=dict, description="extra keyword options of the chosen task (e.g. push_cube)")
     mock_faults: tuple[MockFaultConfig, ...] = Field((), description="faults the mock drivers inject (tests/demos)")
+    teleop: TeleopConfig = Field(default_factory=TeleopConfig)
 
     @field_validator("task")
     @classmethod
@@ -208,6 +238,12 @@ class EnvConfig(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self):
+        if self.teleop.device in ("spacemouse", "keyboard") and self.num_envs != 1:
+            raise ConfigError(
+                "env.teleop.device",
+                f"one {self.teleop.device} drives one arm, but env.num_envs={self.num_envs}; set env.num_envs=1 "
+                "or use the scripted expert (one per env instance)"
+            )
         s = self.safety
         lo, hi = s.workspace_low, s.workspace_high
         for axis, tlo, thi, wlo, whi in zip("xyz", self.reach.target_low, self.reach.target_high, lo, hi):

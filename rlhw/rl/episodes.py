@@ -25,7 +25,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-_NAME = re.compile(r"^(train|eval)-(\d{6})\.(steps|npz)$")
+_NAME = re.compile(r"^(train|eval|demo)-(\d{6})\.(steps|npz)$")
 
 
 def _write_record(f, header: dict, arrays: Mapping[str, np.ndarray]) -> None:
@@ -84,11 +84,12 @@ class EpisodeRecorder:
                       {f"obs/{k}": v for k, v in self._obs[0].items()})
 
     def step(self, action, reward: float, terminated: bool, truncated: bool, next_obs: Mapping[str, np.ndarray],
-             success: bool = False) -> None:
+             success: bool = False, *, intervened: bool = False, policy_version: int = -1) -> None:
         if self._f is None:
             raise RuntimeError("EpisodeRecorder.step before begin()")
         rec = {"reward": float(reward), "terminated": bool(terminated), "truncated": bool(truncated),
-               "success": bool(success), "time": time.time()}
+               "success": bool(success), "time": time.time(), "intervened": bool(intervened),
+               "policy_version": int(policy_version)}
         action = np.asarray(action, dtype=np.float32)
         self._obs.append({k: np.array(v) for k, v in next_obs.items()})
         self._steps.append({**rec, "action": action})
@@ -131,6 +132,8 @@ def _episode_arrays(obs: list[dict], steps: list[dict], meta: dict) -> dict[str,
     for k, dt in (("reward", np.float32), ("terminated", bool), ("truncated", bool), ("success", bool),
                   ("time", np.float64)):
         out[k] = np.array([s[k] for s in steps], dtype=dt)
+    out["intervened"] = np.array([s.get("intervened", False) for s in steps], dtype=bool)
+    out["policy_version"] = np.array([s.get("policy_version", -1) for s in steps], dtype=np.int64)
     out["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     return out
 

@@ -7,7 +7,9 @@ Contract used by the env service (rlhw.env) and the RL pipeline:
   matching ``spec.action``.
 - ``info`` always holds ``"timestamps"`` (obs name -> capture time, wall-clock seconds),
   ``"timing"`` (phase name -> seconds for this call), ``"success"`` (bool) and ``"fault"``
-  (None, or the fault kind that truncated the episode, with ``"fault_message"``).
+  (None, or the fault kind that truncated the episode, with ``"fault_message"``); step infos also hold
+  ``"executed_action"`` (what went to the safety layer: the client's action, or an operator's) and
+  ``"intervened"``, ``"teleop_events"``, ``"operator_label"`` (see rlhw/robot/takeover.py).
 - ``stop()`` halts the arm now; ``status()`` returns a JSON-able dict (read-only, never moves);
   ``close()`` stops and releases hardware.
 """
@@ -28,6 +30,7 @@ from rlhw.robot.camera import Camera, Frame
 from rlhw.robot.images import fit_image
 from rlhw.robot.safety import SafetyLayer
 from rlhw.robot.spec import EnvSpec, TensorSpec
+from rlhw.robot.takeover import Choice, Takeover
 from rlhw.robot.tasks.base import Task
 
 log = logging.getLogger(__name__)
@@ -107,6 +110,8 @@ class RobotEnv:
             cameras=tuple(self.cameras),
             description=f"{task.name} on {type(arm).__name__}" + (" (simulated time)" if not self.realtime else ""),
         )
+        # The operator's device (env.teleop; None = no operator). See rlhw/robot/takeover.py.
+        self.takeover: Takeover | None = Takeover.from_config(config.teleop, self)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def connect(self) -> None:
@@ -116,6 +121,8 @@ class RobotEnv:
         self.arm.connect(timeout_s=self.config.connect_timeout_s)
         for cam in self.cameras.values():
             cam.open(timeout_s=self.config.connect_timeout_s)
+        if self.takeover is not None:
+            self.takeover.open()
         self.connected = True
 
     def close(self) -> None:
@@ -125,6 +132,8 @@ class RobotEnv:
         self.closed = True
         self.episode_active = False
         self.safety.safe_stop()
+        if self.takeover is not None:
+            self.takeover.close()
         for thing in [*self.cameras.values(), self.arm]:
             try:
                 thing.close()
@@ -164,6 +173,9 @@ class RobotEnv:
         if not self.connected:
             self.connect()
         self.episode_active = False
+        if self.takeover is not None:
+            self.takeover.reopen()  # a device that died in the last episode: RobotFault("teleop") if still gone
+            self.takeover.start_episode()
         faults: list[str] = []
         while True:
             try:
@@ -222,7 +234,11 @@ class RobotEnv:
         t0 = time.perf_counter()
         timing: dict[str, float] = {}
         clipped = False
+        choice = None
         try:
+            if self.takeover is not None:
+                choice = self.takeover.choose(action)  # the operator's action replaces the client's while active
+                action = choice.action
             cmd = self.task.command(action, self._state)
             report = self.safety.move_to(cmd.position, self._state, self.task.orientation)
             clipped = report.clipped
@@ -238,7 +254,8 @@ class RobotEnv:
             self._observe(state, frames)
             timing["observe"] = time.perf_counter() - t2
         except RobotFault as fault:
-            return self._fault_step(fault, t0, timing)
+            sent = None if self.takeover is not None and choice is None else action  # None: the device died first
+            return self._fault_step(fault, t0, timing, sent, choice)
         except BaseException:
             # A bug or an unexpected driver error: never leave the arm tracking a target nobody owns.
             self._abort("an unexpected error ended the episode (see the exception); call reset()")
@@ -249,12 +266,17 @@ class RobotEnv:
         success = bool(self.task.success(state))
         terminated = bool(self.task.terminated(state))
         truncated = not terminated and self.episode_step >= self.config.max_episode_steps
+        if choice is not None and choice.ends_episode:  # the operator ended it (docs/teleop.md)
+            success = choice.label == "success" or (success and choice.label != "failure")
+            terminated = terminated or choice.label == "success"
+            truncated = not terminated
         if terminated or truncated:
             self.episode_active = False
             self._ended_because = "the episode ended; call reset()"
         timing["total"] = time.perf_counter() - t0
         info = self._info(timing, success=success, fault=None)
         info["clipped"] = clipped
+        self._operator_info(info, action, choice)
         return self._copy_obs(), reward, terminated, truncated, info
 
     # -- pieces --------------------------------------------------------------------------------
@@ -320,6 +342,8 @@ class RobotEnv:
         return 0.0
 
     def _recovery_for(self, fault: RobotFault) -> Callable[[], bool] | None:
+        if fault.kind == "teleop":
+            return lambda: True  # the arm is stopped and fine; the device is reopened at the next reset
         if fault.kind != "camera_stall":
             return None
 
@@ -341,7 +365,8 @@ class RobotEnv:
             "attempts": record.attempts,
         }
 
-    def _fault_step(self, fault: RobotFault, t0: float, timing: dict[str, float]):
+    def _fault_step(self, fault: RobotFault, t0: float, timing: dict[str, float],
+                    executed: np.ndarray | None = None, choice: Choice | None = None):
         self._handle(fault)
         self.episode_active = False
         self._ended_because = f"the episode was truncated by fault {fault.kind}; call reset()"
@@ -352,6 +377,8 @@ class RobotEnv:
         else:
             info = self._info(timing, success=False, fault=fault.kind, message=str(fault))
         info["clipped"] = False
+        # A fault before anything was chosen (the teleop device died) sent nothing: executed = zeros.
+        self._operator_info(info, np.zeros(self.spec.action.shape, np.float32) if executed is None else executed, choice)
         reward = float(self.task.reward(self._state))
         return self._copy_obs(), reward, False, True, info
 
@@ -365,6 +392,18 @@ class RobotEnv:
             "episode_step": self.episode_step,
             "frame_index": dict(self._frame_index),
         }
+
+    def _operator_info(self, info: dict[str, Any], executed: np.ndarray, choice: Choice | None) -> None:
+        """What really went to the safety layer and whether the operator sent it (every step)."""
+        info["executed_action"] = np.array(executed, dtype=np.float32)
+        info["intervened"] = bool(choice is not None and choice.intervened)
+        info["teleop_events"] = [e.value for e in choice.events] if choice is not None else []
+        info["operator_label"] = choice.label if choice is not None else None
+
+    @property
+    def measured_state(self) -> ArmState | None:
+        """The last measured arm state (privileged: for scripted experts, never the policy's observation)."""
+        return self._state
 
     def _raise_if_locked(self) -> None:
         if self.safety.locked:
