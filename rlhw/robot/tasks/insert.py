@@ -117,6 +117,7 @@ class Insert(Task):
         #: Replaces the pose test when set: ``judge(state) -> bool`` (e.g. a success classifier).
         self.judge: Callable[[ArmState], bool] | None = None
         self._marked = False
+        self._place_hole = None
         self._judged: tuple[ArmState | None, bool] = (None, False)
 
     def _validate(self, config) -> None:
