@@ -82,3 +82,31 @@ def test_the_recorded_pose_is_accepted_by_the_insert_task(tmp_path):
     config = load_config(SIM_INSERT, [f"env.task_options.goal_pose={out}", "env.safety.workspace_high=[0.7,0.3,0.65]"])
     task = make_task("insert", config.env, config.env.task_options)
     assert np.allclose(task.goal, load_pose(str(out), "goal_pose").ee_pose)
+
+
+def test_at_a_terminal_it_shows_the_live_pose_and_records_on_enter(tmp_path):
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    out = tmp_path / "goal.json"
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "rlhw.cli.main", "record-pose", SIM_INSERT, "goal_pose", "--out", str(out),
+                             "env.sim=mock"],  # the mock arm: no model to load in the child
+                            stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    os.close(slave)
+    try:
+        shown = b""
+        while b"hand at x=" not in shown:  # the live pose is on screen: the arm is connected
+            chunk = proc.stderr.read1(4096)
+            assert chunk, f"record-pose ended early: {shown!r}"
+            shown += chunk
+        assert b"press Enter" in shown and not out.exists()
+        os.write(master, b"\n")
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+        os.close(master)
+    assert load_pose(str(out), "goal_pose").name == "goal_pose"

@@ -95,3 +95,31 @@ def test_an_injected_wrench_truncates_the_episode_with_fault_contact_and_the_nex
     assert info["fault"] is None
     env.step(np.zeros(3, np.float32))
     assert env.status()["strikes"] == 0
+
+
+def test_insert_reset_paths_on_the_mock_move_in_slow_bounded_steps_and_end_at_the_start(tmp_path):
+    from rlhw.robot import make_env
+    from rlhw.robot.poses import RecordedPose, save_pose
+    from tests.robot.conftest import make_config
+
+    goal = tmp_path / "goal.json"
+    save_pose(str(goal), RecordedPose("goal_pose", "mock", 0.0, np.array([0.45, 0.0, 0.25, 1.0, 0, 0, 0]), np.zeros(7), 0.02))
+    env = make_env(make_config({"task": "insert", "task_options": {"goal_pose": str(goal), "path_speed_mps": 0.1}}))
+    try:
+        obs, info = env.reset(seed=0)
+        targets = np.array([m[1] for m in env.arm.motions if m[0] == "command_pose"])
+        assert len(targets) > 10  # many small steps, no jump
+        assert np.linalg.norm(np.diff(targets, axis=0), axis=1).max() <= 2 * 0.01 + 1e-9  # 0.1 m/s at 10 Hz
+        assert targets[-1] == pytest.approx(env.task.start, abs=1e-9)
+        assert np.linalg.norm(obs["to_goal"] + (env.task.start - env.task.goal[:3])) < 0.003
+    finally:
+        env.close()
+
+
+def test_an_approach_that_cannot_arrive_is_a_timeout_fault(mock_env):
+    env = mock_env()
+    env.reset()
+    beyond = np.array([0.9, 0.0, 0.3, 1.0, 0.0, 0.0, 0.0])  # outside the workspace: clipped, never reached
+    with pytest.raises(RobotFault, match="did not arrive") as caught:
+        env.safety.approach(beyond, env.arm.state(), env.arm.state, env.arm.advance, speed_mps=0.3, timeout_s=2.0)
+    assert caught.value.kind == "timeout"
