@@ -191,6 +191,7 @@ class RobotEnv:
         home = np.array(rc.home_q)
         # Unchecked read: a joint parked at its limit must not block the move that takes it away.
         state = self.arm.state()
+        self.safety.set_contact_zone(*(self.task.contact_zone or (None,)))  # slow out of it too
         state = self._follow(self.task.retreat_path(state), state)
         if state.errors or np.max(np.abs(state.q - home)) > rc.at_home_tolerance_rad:
             self.safety.move_home(home, rc.speed_factor, rc.timeout_s)

@@ -123,3 +123,22 @@ def test_an_approach_that_cannot_arrive_is_a_timeout_fault(mock_env):
     with pytest.raises(RobotFault, match="did not arrive") as caught:
         env.safety.approach(beyond, env.arm.state(), env.arm.state, env.arm.advance, speed_mps=0.3, timeout_s=2.0)
     assert caught.value.kind == "timeout"
+
+
+def test_the_first_reset_leaves_the_hole_straight_up_at_the_contact_zone_speed(tmp_path):
+    """record-pose leaves the arm AT the goal, in the hole: the very first reset must rise slowly."""
+    from drivers.mock import HOME_EE
+    from rlhw.robot import make_env
+    from rlhw.robot.poses import RecordedPose, save_pose
+    from tests.robot.conftest import make_config
+
+    goal = tmp_path / "goal.json"  # the mock's hand starts at HOME_EE: put the goal there
+    save_pose(str(goal), RecordedPose("goal_pose", "mock", 0.0, np.array([*HOME_EE, 1.0, 0, 0, 0]), np.zeros(7), 0.02))
+    env = make_env(make_config({"task": "insert", "task_options": {"goal_pose": str(goal)}}))
+    try:
+        env.reset(seed=0)
+        first = next(m[1] for m in env.arm.motions if m[0] == "command_pose")
+        assert first[:2] == pytest.approx(HOME_EE[:2])  # straight up
+        assert first[2] - HOME_EE[2] == pytest.approx(env.safety.zone_step)  # 3 mm, not the 1 cm path step
+    finally:
+        env.close()
