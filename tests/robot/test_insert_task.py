@@ -82,6 +82,14 @@ def test_options_that_cannot_work_are_refused_with_the_field_named(tmp_path, opt
     assert e.value.path == path
 
 
+def test_a_goal_whose_hole_leans_away_from_vertical_is_refused(tmp_path):
+    leaning = [0.5, 0.0, 0.12, np.cos(0.15), 0.0, 0.0, np.sin(0.15)]  # 180 deg about x, then 0.3 rad more
+    config = make_config({"task": "insert", "task_options": {"goal_pose": goal_file(tmp_path, leaning)}})
+    with pytest.raises(ConfigError, match="leans 17 deg from straight down") as e:
+        make_task("insert", config.env, config.env.task_options)
+    assert e.value.path == "env.task_options.goal_pose"
+
+
 def test_success_needs_both_the_position_and_the_orientation_within_tolerance(tmp_path):
     task = insert_task(tmp_path)
     assert task.success(state_at(GOAL[:3] + [0.0, 0.0, 0.005]))

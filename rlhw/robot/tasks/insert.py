@@ -51,6 +51,9 @@ OPTIONS = {"goal_pose", "insertion_depth_m", "start_low", "start_high", "approac
            "success_m", "success_rad", "dense_reward", "reward_scale_m", "path_speed_mps"}
 #: Start heights must leave the peg's tip this far above the hole (m).
 START_MARGIN_M = 0.005
+#: The reset paths move along the base frame's z: the hole's axis (the hand's approach axis at the
+#: goal) may lean this far from vertical (rad) before they would scrape its walls.
+MAX_TILT_RAD = 0.1
 
 
 def rotation_error(current_xyzw, goal_xyzw) -> tuple[float, float, float]:
@@ -122,6 +125,14 @@ class Insert(Task):
 
     def _validate(self, config) -> None:
         opt = "env.task_options."
+        qx, qy, qz, qw = self.goal[3:7]
+        down = -(1.0 - 2.0 * (qx * qx + qy * qy))  # minus the z of the hand's approach axis
+        tilt = math.acos(max(-1.0, min(1.0, down)))
+        if tilt > MAX_TILT_RAD:
+            raise ConfigError("env.task_options.goal_pose",
+                              f"the recorded goal's approach axis leans {math.degrees(tilt):.0f} deg from straight down; "
+                              f"insert moves in and out of the hole vertically (up to {math.degrees(MAX_TILT_RAD):.0f} deg "
+                              "of lean): record the goal with the hand pointing down into a vertical hole")
         if config.action.gripper:
             raise ConfigError("env.action.gripper", "insert holds the peg in closed fingers and never moves them "
                                                     "(opening drops the peg); set env.action.gripper=false")
