@@ -29,6 +29,10 @@ drop_frames     latest              each affected call skips one frame index (a 
 
 ``after`` counts successful calls of that method before the fault fires; ``count`` is how many
 consecutive calls it affects. ``on`` picks another method.
+
+Contact: `MockArm.set_external_wrench` sets the external wrench that ``state()`` reports from then on
+(zeros by default, like franky-sim, which measures no force), so the safety layer's contact bound
+can be tested without a real collision.
 """
 
 from __future__ import annotations
@@ -153,6 +157,7 @@ class MockArm(Arm):
         self.width_target = self.width
         self.target: np.ndarray | None = None  # absolute position target, None = hold
         self.errors: tuple[str, ...] = ()
+        self.external_wrench = np.zeros(6)
         #: Every motion command received, in order: ("command_pose", xyz), ("command_gripper", w),
         #: ("move_joints", q, speed_factor). Tests read it to prove that nothing moved unless asked.
         self.motions: list[tuple[str, Any]] = []
@@ -169,6 +174,13 @@ class MockArm(Arm):
         """Teleport the joints (tests: e.g. put a joint at its limit)."""
         self.q = np.asarray(q, dtype=float).copy()
         self.target = None
+
+    def set_external_wrench(self, wrench: Iterable[float]) -> None:
+        """The wrench ``[fx, fy, fz, tx, ty, tz]`` (N, Nm, base frame) every later state reports."""
+        wrench = np.asarray(wrench, dtype=float)
+        if wrench.shape != (6,):
+            raise ValueError(f"wrench: expected 6 numbers [fx, fy, fz, tx, ty, tz], got shape {wrench.shape}")
+        self.external_wrench = wrench.copy()
 
     def inject(self, kind: str, after: int = 0, count: int = 1, on: str | None = None) -> None:
         """Schedule a fault from now on: it fires after ``after`` more calls of its method."""
@@ -233,6 +245,7 @@ class MockArm(Arm):
             ee_pose=np.concatenate([ee, DOWN_QUAT]),
             gripper_width=float(self.width),
             errors=self.errors,
+            external_wrench=self.external_wrench.copy(),
         )
 
     def command_pose(self, pose: np.ndarray) -> None:

@@ -44,7 +44,7 @@ class RobotFault(RlhwError):
     """A recoverable fault reported by an arm or camera driver.
 
     ``kind`` is one of ``reflex``, ``timeout``, ``network``, ``hang``, ``limit``, ``camera_stall``,
-    ``not_connected``, ``stopped`` (a blocking call interrupted by stop()), ``teleop`` (the operator's
+    ``not_connected``, ``contact`` (the measured external wrench is over the bound), ``stopped`` (a blocking call interrupted by stop()), ``teleop`` (the operator's
     device went away); environments turn it into a truncated episode with ``info["fault"]``.
     """
 

@@ -343,6 +343,7 @@ class FrankaArm(Arm):
         return ArmState(
             timestamp=d["timestamp"], q=d["q"], dq=d["dq"], ee_pose=d["ee_pose"],
             gripper_width=d["gripper_width"], errors=tuple(d["errors"]),
+            external_wrench=d.get("external_wrench"),
         )
 
     def command_pose(self, pose: np.ndarray) -> None:

@@ -233,6 +233,8 @@ class Driver:
             "ee_pose": np.concatenate([np.asarray(ee.translation, float), np.asarray(ee.quaternion, float)]),
             "gripper_width": width,
             "errors": tuple(errors),
+            # estimated external wrench at the stiffness frame (the EE by default), base frame
+            "external_wrench": np.asarray(s.O_F_ext_hat_K, dtype=float),
             "robot_mode": mode,
             "robot_time_s": float(s.time.to_sec()),
         }

@@ -44,6 +44,9 @@ JOINT_LIMIT_FLAG_MARGIN = 0.005
 #: Largest joint change (rad) one IK iteration may ask for.
 MAX_IK_STEP = 0.25
 _BAD_QACC = int(mujoco.mjtWarning.mjWARN_BADQACC)
+#: The external wrench without contact (shared, read-only: ArmStates hand it out).
+_NO_WRENCH = np.zeros(6)
+_NO_WRENCH.setflags(write=False)
 
 
 def _xyzw(wxyz: np.ndarray) -> np.ndarray:
@@ -89,6 +92,7 @@ class MujocoArm(Arm):
         name: str = "mujoco",
         *,
         cube: bool = False,
+        peg: bool = False,
         timestep: float = 0.002,
         home_q: np.ndarray | None = None,
         collision_force_n: float = 30.0,
@@ -97,7 +101,7 @@ class MujocoArm(Arm):
         if collision_force_n <= 0:
             raise ValueError(f"collision_force_n: must be > 0 newtons, got {collision_force_n}")
         self.name = name
-        self.options = _scene.SceneOptions(cube=cube, timestep=timestep)
+        self.options = _scene.SceneOptions(cube=cube, peg=peg, timestep=timestep)
         self.model = _scene.scene_model(self.options)
         self.home_q = np.array(HOME_Q if home_q is None else home_q, dtype=float)
         if self.home_q.shape != (7,):
@@ -128,6 +132,7 @@ class MujocoArm(Arm):
         self._objects: dict[str, int] = {}
         if cube:
             self._objects["cube"] = m.joint("cube").qposadr[0]
+        self._init_peg_in_hole(peg)
 
         # Scratch buffers, allocated once: the per-step path allocates little.
         # The TCP jacobian, full width: its rows 0-2 (translation) and 3-5 (rotation) are the two
@@ -189,13 +194,14 @@ class MujocoArm(Arm):
         self.data = mujoco.MjData(m)
         d = self.data
         d.qpos[self._arm] = self.home_q
-        d.qpos[self._finger_qadr] = self.max_gripper_width / 2
+        d.qpos[self._finger_qadr] = self._start_width / 2
         for qadr in self._objects.values():
             d.qpos[qadr:qadr + 3] = _scene.CUBE_PARKED
             d.qpos[qadr + 3:qadr + 7] = (1.0, 0.0, 0.0, 0.0)
         d.ctrl[self._arm_ctrl] = self.home_q
-        d.ctrl[self._gripper_act] = _scene.GRIPPER_CTRL_MAX
+        d.ctrl[self._gripper_act] = self._start_width / self.max_gripper_width * _scene.GRIPPER_CTRL_MAX
         mujoco.mj_forward(m, d)
+        self._wrench = _NO_WRENCH
         self._kinematics_time = d.time
         self._com_current, self._tcp_wxyz, self._stepped1 = True, None, False
         self._forces_valid = True
@@ -299,6 +305,7 @@ class MujocoArm(Arm):
             ee_pose=np.array((x, y, z, qx, qy, qz, w)),
             gripper_width=v.gripper_width(),
             errors=tuple(self._errors),
+            external_wrench=self._wrench,
         )
 
     def _tcp_quat(self, v: "_Views") -> tuple[float, float, float, float]:
@@ -525,7 +532,7 @@ class MujocoArm(Arm):
         if min(map(operator.sub, q, self._flag_low_list)) < 0.0 or min(map(operator.sub, self._flag_high_list, q)) < 0.0:
             faults.append("joint_limit")
         if self._forces_valid:
-            self._table_force = self._robot_table_force(d)
+            self._table_force, self._wrench = self._contact_forces(d)
         # else mj_step1 has replaced the contacts (their forces come with mj_step2): judge the
         # force measured on the last complete substep, as after a plain mj_step.
         if self._table_force > self.collision_force_n:
@@ -537,19 +544,56 @@ class MujocoArm(Arm):
             faults.append("sim_unstable")
         return faults
 
-    def _robot_table_force(self, d: mujoco.MjData) -> float:
-        """The largest normal force (N) of a robot-table contact; 0 without one."""
+    def _contact_forces(self, d: mujoco.MjData) -> tuple[float, np.ndarray]:
+        """The largest normal force (N) of a robot-table contact (0 without one), and the external
+        wrench on the robot ``[f, torque about the TCP]`` (N, Nm, base frame): the sum over every
+        contact between a robot geom and anything else (table, block, cube).
+
+        This is the simulator's exact counterpart of franky's ``O_F_ext_hat_K``, the wrench the
+        real arm estimates from its joint torques, gravity and model removed: a force/torque
+        sensor body at the flange would also read the hand's weight and inertia."""
         if not d.ncon:
-            return 0.0
+            return 0.0, _NO_WRENCH
         geoms = d.contact.geom
         g1, g2 = geoms[:, 0], geoms[:, 1]
-        hits = np.flatnonzero((self._robot_geom[g1] & self._table_geom[g2])
-                              | (self._table_geom[g1] & self._robot_geom[g2]))
-        strongest = 0.0
+        robot1, robot2 = self._robot_geom[g1], self._robot_geom[g2]
+        hits = np.flatnonzero(robot1 != robot2)
+        if not hits.size:
+            return 0.0, _NO_WRENCH
+        strongest, wrench = 0.0, np.zeros(6)
+        tcp = d.site_xpos[self._tcp]
         for i in hits.tolist():
             mujoco.mj_contactForce(self.model, d, i, self._force)
-            strongest = max(strongest, abs(float(self._force[0])))
-        return strongest
+            contact = d.contact[i]
+            a, b = int(contact.geom[0]), int(contact.geom[1])
+            if self._table_geom[a] or self._table_geom[b]:
+                strongest = max(strongest, abs(float(self._force[0])))
+            # the contact frame's rows are its axes (normal first, from geom1 to geom2); the
+            # force is geom1's on geom2, so the robot as geom1 gets the opposite
+            force = contact.frame.reshape(3, 3).T @ self._force[:3]
+            if robot1[i]:
+                force = -force
+            wrench[:3] += force
+            wrench[3:] += np.cross(contact.pos - tcp, force)
+        return strongest, wrench
+
+    def _init_peg_in_hole(self, peg: bool) -> None:
+        """The ``insert`` props (scene.py): the fingers start at the peg's width around it, and
+        the hole block's mocap slot for `place_hole`."""
+        m = self.model
+        self._hole_mocap = m.body("hole_block").mocapid[0] if peg else None
+        self._start_width = 2 * _scene.PEG_HALF_WIDTH if peg else self.max_gripper_width
+        self._wrench = _NO_WRENCH
+
+    def place_hole(self, goal_pose: np.ndarray, insertion_depth_m: float) -> None:
+        """Put the block so that the peg is ``insertion_depth_m`` deep in its hole when the TCP is
+        at ``goal_pose`` ``[x, y, z, qx, qy, qz, qw]`` (sim only; scene built with ``peg=True``)."""
+        d = self._live()
+        if self._hole_mocap is None:
+            raise ValueError("this sim scene has no hole block; build MujocoArm(peg=True)")
+        pos, quat = _scene.hole_block_pose(goal_pose, insertion_depth_m)
+        d.mocap_pos[self._hole_mocap], d.mocap_quat[self._hole_mocap] = pos, quat
+        self._moved()
 
     def _check_faults(self) -> None:
         new = self._new_faults()

@@ -12,6 +12,13 @@ edited: the scene is composed around it in memory (MjSpec), which adds
 - ``target``: a mocap body with a translucent sphere, a goal marker a task moves per episode
   (mocap positions live in MjData, so each arm has its own),
 - ``cube`` (when ``cube=True``): a 5 cm free-floating box for contact tasks,
+- ``peg`` and ``hole_block`` (when ``peg=True``, the ``insert`` task): a 2 cm square peg, 6 cm long,
+  RIGIDLY attached to the hand (a geom of the hand body, its tip 5 cm past the TCP along the hand's
+  approach axis; the fingers are set to its width and, being the hand's children, never collide
+  with it), and a static block with a square hole (4 boxes of walls and a floor; clearance
+  ``HOLE_CLEARANCE`` in total, 2 mm per side). The block is a mocap body: `hole_block_pose` puts it
+  where a recorded goal pose wants it (`MujocoArm.place_hole`), so a config recorded on a real cell
+  rehearses the same layout in sim; until then it is parked out of reach and out of view,
 - cameras ``front``, ``side`` (fixed, looking at the workspace) and ``wrist`` (on the hand),
 - gravity compensation on the arm's links, as the real Franka controller compensates gravity.
 
@@ -53,12 +60,65 @@ CUBE_HALF_SIZE = 0.025
 #: Where an unused cube waits: on the table, out of reach and out of every camera's view.
 CUBE_PARKED = np.array([0.0, -1.5, CUBE_HALF_SIZE])
 
+# The peg-in-hole props (metres). The peg is a box on the hand body, along its approach (z) axis.
+PEG_HALF_WIDTH = 0.01
+PEG_LENGTH = 0.06
+#: How far the peg's tip lies past the TCP along the approach axis.
+PEG_TIP = 0.05
+HOLE_CLEARANCE = 0.004
+BLOCK_HALF_WIDTH = 0.05
+#: Depth of the hole (the walls' height); its floor is below that.
+HOLE_DEPTH = 0.04
+HOLE_PARKED = np.array([0.0, 1.5, 0.0])
+
+
+def _add_peg_in_hole(spec: mujoco.MjSpec, hand) -> None:
+    """The peg on the hand and the block with the hole as a mocap body (origin: the hole's top
+    centre, z along the hole's axis, out of the hole)."""
+    hand.add_geom(name="peg", type=mujoco.mjtGeom.mjGEOM_BOX,
+                  size=[PEG_HALF_WIDTH, PEG_HALF_WIDTH, PEG_LENGTH / 2],
+                  pos=[0.0, 0.0, TCP_OFFSET + PEG_TIP - PEG_LENGTH / 2], mass=0.05,
+                  rgba=[0.2, 0.4, 0.9, 1.0], friction=[0.3, 0.005, 0.0001])
+    block = spec.worldbody.add_body(name="hole_block", mocap=True, pos=list(HOLE_PARKED))
+    a = PEG_HALF_WIDTH + HOLE_CLEARANCE / 2  # the hole's half width
+    b, h = BLOCK_HALF_WIDTH, HOLE_DEPTH / 2
+    wall = (b - a) / 2
+    rgba, friction = [0.75, 0.65, 0.3, 1.0], [0.3, 0.005, 0.0001]
+    # Soft contacts stand in for the compliance of a real arm's impedance controller: the sim
+    # arm's joint servos are stiff (about 35 N per mm pressed into a hard block; about 10 with these).
+    soft = dict(solref=[0.1, 1.0], solimp=[0.5, 0.95, 0.01, 0.5, 2.0])
+    for name, pos, size in (
+        ("wall_px", [a + wall, 0.0, -h], [wall, b, h]),
+        ("wall_nx", [-a - wall, 0.0, -h], [wall, b, h]),
+        ("wall_py", [0.0, a + wall, -h], [a, wall, h]),
+        ("wall_ny", [0.0, -a - wall, -h], [a, wall, h]),
+        ("hole_floor", [0.0, 0.0, -HOLE_DEPTH - 0.005], [b, b, 0.005]),
+    ):
+        block.add_geom(name=name, type=mujoco.mjtGeom.mjGEOM_BOX, pos=pos, size=size, rgba=rgba, friction=friction, **soft)
+
+
+def hole_block_pose(goal_pose, insertion_depth_m: float) -> tuple[np.ndarray, np.ndarray]:
+    """Mocap position and quaternion (w, x, y, z) of ``hole_block`` such that the peg is
+    ``insertion_depth_m`` deep in the hole, on its axis, when the TCP is at ``goal_pose``
+    ``[x, y, z, qx, qy, qz, qw]``. The hole's axis is the hand's approach axis at the goal."""
+    goal_pose = np.asarray(goal_pose, dtype=float)
+    qx, qy, qz, qw = goal_pose[3:7] / np.linalg.norm(goal_pose[3:7])
+    tcp_wxyz = np.array([qw, qx, qy, qz])
+    rot = np.zeros(9)
+    mujoco.mju_quat2Mat(rot, tcp_wxyz)
+    approach = rot.reshape(3, 3)[:, 2]  # the hand's z axis: out of the hand, into the hole
+    top = goal_pose[:3] + approach * (PEG_TIP - insertion_depth_m)
+    flip = np.zeros(4)  # the block's z points out of the hole: the hand's frame turned about its x
+    mujoco.mju_mulQuat(flip, tcp_wxyz, np.array([0.0, 1.0, 0.0, 0.0]))
+    return top, flip
+
 
 @dataclass(frozen=True)
 class SceneOptions:
     """What varies between scenes; every arm built with equal options shares one compiled model."""
 
     cube: bool = False
+    peg: bool = False
     timestep: float = 0.002
 
     def __post_init__(self) -> None:
@@ -87,7 +147,7 @@ def look_at(position, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
 def _build_spec(options: SceneOptions) -> mujoco.MjSpec:
     spec = mujoco.MjSpec.from_file(ARM_XML)
     spec.meshdir = MESH_DIR  # the asset says "assets", relative to itself; meshes live in assets/meshes
-    spec.modelname = "rlhw_fr3_cube" if options.cube else "rlhw_fr3"
+    spec.modelname = "rlhw_fr3" + ("_cube" if options.cube else "") + ("_peg" if options.peg else "")
     spec.option.timestep = options.timestep
     spec.visual.global_.offwidth = 640
     spec.visual.global_.offheight = 480
@@ -121,6 +181,9 @@ def _build_spec(options: SceneOptions) -> mujoco.MjSpec:
         cube.add_freejoint(name="cube")
         cube.add_geom(name="cube", type=mujoco.mjtGeom.mjGEOM_BOX, size=[CUBE_HALF_SIZE] * 3,
                       mass=0.1, rgba=[0.85, 0.15, 0.1, 1.0], friction=[1.0, 0.005, 0.0001])
+
+    if options.peg:
+        _add_peg_in_hole(spec, hand)
 
     world.add_camera(name="front", pos=[1.15, 0.0, 0.6], quat=look_at([1.15, 0.0, 0.6], [0.45, 0.0, 0.15]),
                      fovy=50.0)

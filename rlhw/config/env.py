@@ -69,6 +69,9 @@ class SafetyConfig(StrictModel):
     gripper_max_speed_mps: float = Field(0.1, allow_inf_nan=False, gt=0, le=1.0, description="largest commanded change of finger width per second (m/s)")
     max_recoveries: int = Field(3, ge=1, le=20, description="strikes (failed recoveries, or faults right after one) before the env locks itself")
     camera_max_age_s: float = Field(0.5, allow_inf_nan=False, gt=0, description="a camera frame older than this is a 'camera_stall' fault (real-time drivers)")
+    max_contact_force_n: float = Field(40.0, allow_inf_nan=False, gt=0, le=200, description="a measured external force (norm, N) above this stops the arm with fault 'contact'")
+    max_contact_torque_nm: float = Field(8.0, allow_inf_nan=False, gt=0, le=50, description="a measured external torque (norm, Nm, about the TCP) above this stops the arm with fault 'contact'")
+    contact_zone_speed_mps: float = Field(0.03, allow_inf_nan=False, gt=0, le=0.5, description="largest commanded hand speed (m/s) inside the contact zone a task declares around its target (insert)")
 
     _xyz = field_validator("workspace_low", "workspace_high", mode="before")(_vector(3, "[x, y, z]"))
     _joints = field_validator("q_min", "q_max", "dq_max", mode="before")(_vector(7, "(one per joint)"))
@@ -180,7 +183,7 @@ class TeleopConfig(StrictModel):
 class EnvConfig(StrictModel):
     """The `env:` section. Defaults give a sim-only 10 Hz reach that a safety reviewer would accept."""
 
-    task: str = Field("reach", description="task name: 'reach' (built in) or 'push_cube' (sim only)")
+    task: str = Field("reach", description="task name: 'reach' (built in), 'push_cube' (sim only) or 'insert' (peg in hole at a recorded pose)")
     driver: Literal["auto", "franka", "mujoco", "mock"] = Field(
         "auto", description="arm driver; auto = franka when the env node group has Franka hardware, else mujoco"
     )

@@ -24,7 +24,10 @@ class ArmState:
     ``ee_pose`` is ``[x, y, z, qx, qy, qz, qw]`` of the flange/TCP in the base frame (metres).
     ``timestamp`` is wall-clock seconds (``time.time()``) when the reading was taken, so it can be
     compared across processes on one machine. ``errors`` lists active error flags by name; empty
-    means the arm is ready to move.
+    means the arm is ready to move. ``external_wrench`` is the measured external wrench on the hand
+    ``[fx, fy, fz, tx, ty, tz]`` (N, Nm; base frame, torque about the TCP), franky's
+    ``O_F_ext_hat_K``; None when the driver cannot measure it (the safety layer then has nothing
+    to bound, and tasks observe zeros).
     """
 
     timestamp: float
@@ -33,15 +36,17 @@ class ArmState:
     ee_pose: np.ndarray
     gripper_width: float
     errors: tuple[str, ...] = field(default_factory=tuple)
+    external_wrench: np.ndarray | None = None
 
     def __init__(self, timestamp: float, q: np.ndarray, dq: np.ndarray, ee_pose: np.ndarray,
-                 gripper_width: float, errors: tuple[str, ...] = ()):
+                 gripper_width: float, errors: tuple[str, ...] = (), external_wrench: np.ndarray | None = None):
         # Every driver builds one per control step: filling the instance dict directly costs
         # half of the generated frozen __init__ (an object.__setattr__ call per field). Still
         # frozen: assigning a field afterwards raises FrozenInstanceError.
         fields = self.__dict__
         fields["timestamp"], fields["q"], fields["dq"] = timestamp, q, dq
         fields["ee_pose"], fields["gripper_width"], fields["errors"] = ee_pose, gripper_width, errors
+        fields["external_wrench"] = external_wrench
 
     @property
     def ee_position(self) -> np.ndarray:

@@ -203,6 +203,8 @@ class RobotEnv:
         home = np.array(rc.home_q)
         # Unchecked read: a joint parked at its limit must not block the move that takes it away.
         state = self.arm.state()
+        self.safety.set_contact_zone(*(self.task.contact_zone or (None,)))  # slow out of it too
+        state = self._follow(self.task.retreat_path(state), state)
         if state.errors or np.max(np.abs(state.q - home)) > rc.at_home_tolerance_rad:
             self.safety.move_home(home, rc.speed_factor, rc.timeout_s)
             state = self._read_state()
@@ -222,9 +224,18 @@ class RobotEnv:
         self.safety.sync_gripper(state)
         t1 = time.perf_counter()
         self.task.reset(state, self._rng)
+        self.safety.set_contact_zone(*(self.task.contact_zone or (None,)))
+        state = self._follow(self.task.approach_path(state), state)
         frames = self._read_frames()
         self._observe(state, frames)
         return {"move_home": t1 - t0, "observe": time.perf_counter() - t1}
+
+    def _follow(self, path, state: ArmState) -> ArmState:
+        """A task's reset path: slow straight moves through the safety layer (checked reads)."""
+        for pose in path:
+            state = self.safety.approach(pose, state, self._read_state, self._wait, self.task.path_speed_mps,
+                                         timeout_s=self.config.reset.timeout_s)
+        return state
 
     def step(self, action) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         self._raise_if_locked()

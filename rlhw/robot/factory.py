@@ -151,6 +151,27 @@ def _call(cls, **kwargs):
     return cls(**kwargs)
 
 
+def build_arm(config, plan: EnvPlan, *, seed: int, index: int = 0, sim_options: dict[str, Any] | None = None):
+    """Construct (not connect) the arm ``plan`` chose; ``sim_options`` are the task's scene options
+    (simulators only). Also used alone, without a task (`rlhw record-pose`)."""
+    env_cfg = config.env
+    arm_cls = arm_class(plan.arm_driver)
+    if plan.arm_driver == "franka":
+        hw = plan.hardware
+        return _call(
+            arm_cls,
+            robot_ip=hw.robot_ip,
+            gripper=getattr(hw, "gripper", True),
+            controller=getattr(hw, "controller", None),
+            timeout_s=env_cfg.driver_timeout_s,
+        )
+    arm_kwargs: dict[str, Any] = dict(name=f"{plan.robot}.{index}" if index else plan.robot, seed=seed, home_q=tuple(env_cfg.reset.home_q))
+    arm_kwargs.update(sim_options or {})
+    if plan.arm_driver == "mock":
+        arm_kwargs.update(faults=env_cfg.mock_faults, timeout_s=min(env_cfg.driver_timeout_s, 0.5))
+    return _call(arm_cls, **arm_kwargs)
+
+
 def make_env(config, robot_rank: int = 0, *, index: int = 0, connect: bool = True) -> RobotEnv:
     """Build task + arm + cameras + safety for Franka rank ``robot_rank`` (or its simulated stand-in).
 
@@ -164,22 +185,7 @@ def make_env(config, robot_rank: int = 0, *, index: int = 0, connect: bool = Tru
     allowed = getattr(task, "drivers", None)
     if allowed is not None and plan.arm_driver not in allowed:
         raise ConfigError("env.task", f"task {task.name!r} runs on {', '.join(allowed)} only, not {plan.arm_driver!r}; set env.sim={allowed[0]}")
-    arm_cls = arm_class(plan.arm_driver)
-    if plan.arm_driver == "franka":
-        hw = plan.hardware
-        arm = _call(
-            arm_cls,
-            robot_ip=hw.robot_ip,
-            gripper=getattr(hw, "gripper", True),
-            controller=getattr(hw, "controller", None),
-            timeout_s=env_cfg.driver_timeout_s,
-        )
-    else:
-        arm_kwargs: dict[str, Any] = dict(name=f"{plan.robot}.{index}" if index else plan.robot, seed=seed, home_q=tuple(env_cfg.reset.home_q))
-        arm_kwargs.update(getattr(task, "sim_arm_options", {}) or {})
-        if plan.arm_driver == "mock":
-            arm_kwargs.update(faults=env_cfg.mock_faults, timeout_s=min(env_cfg.driver_timeout_s, 0.5))
-        arm = _call(arm_cls, **arm_kwargs)
+    arm = build_arm(config, plan, seed=seed, index=index, sim_options=getattr(task, "sim_arm_options", None))
     cameras = {}
     if plan.camera_driver is not None:
         cam_cls = camera_class(plan.camera_driver)

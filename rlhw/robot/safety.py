@@ -12,7 +12,12 @@ Rules (limits from ``env.safety``, see rlhw/config/env.py):
    ``gripper_max_speed_mps * control_period`` per step.
 5. Every measured state is checked: a joint within ``joint_limit_margin_rad`` of its limit, a joint
    faster than ``dq_max``, a non-finite reading or active driver error flags stop the arm and raise
-   `RobotFault` (kind ``limit``, or ``reflex`` for driver error flags).
+   `RobotFault` (kind ``limit``, or ``reflex`` for driver error flags). A measured external wrench
+   (`ArmState.external_wrench`, when the driver measures one) above ``max_contact_force_n`` or
+   ``max_contact_torque_nm`` stops the arm and raises `RobotFault` kind ``contact``.
+6. Inside the contact zone a task declares (`set_contact_zone`: a ball around its target, e.g. the
+   hole of ``insert``), the step of rule 3 is capped further by ``contact_zone_speed_mps``: when the
+   hand or the target is in the zone. Contact then builds up slowly enough for rule 5 to stop it.
 
 Fault handling (`handle_fault`): stop, then try ``recover()`` (each bounded by the driver). The layer
 keeps *strikes*: one per failed recovery attempt, and one per fault that happens before any clean
@@ -108,6 +113,8 @@ class SafetyLayer:
         n = len(self._q_min_list)
         self._joint_shape = (n,) if len(self._q_max_list) == len(self._dq_max_list) == n else None
         self.max_gripper_step = limits.gripper_max_speed_mps * self.period
+        self.zone_step = min(self.max_step, limits.contact_zone_speed_mps * self.period)
+        self._zone: tuple[float, float, float, float] | None = None  # centre x, y, z and radius squared
         self.gripper_target: float | None = None
         self.locked = False
         self.lock_reason: str | None = None
@@ -131,31 +138,73 @@ class SafetyLayer:
         report.target = np.array(target)
         return report
 
-    def _clip(self, target_xyz, current_xyz) -> tuple[CommandReport, list[float]]:
+    def set_contact_zone(self, center: np.ndarray | None, radius_m: float = 0.0) -> None:
+        """Rule 6: slow down within ``radius_m`` of ``center`` (None: no zone). Tasks with contact
+        near a known target declare it at every reset (the env passes ``task.contact_zone``)."""
+        if center is None or radius_m <= 0:
+            self._zone = None
+            return
+        x, y, z = _finite_floats(center, "contact zone centre")[:3]
+        self._zone = (x, y, z, float(radius_m) ** 2)
+
+    def _in_zone(self, x: float, y: float, z: float) -> bool:
+        zx, zy, zz, r2 = self._zone
+        return (x - zx) ** 2 + (y - zy) ** 2 + (z - zz) ** 2 <= r2
+
+    def _clip(self, target_xyz, current_xyz, max_step: float | None = None) -> tuple[CommandReport, list[float]]:
         """`clip_target` on plain floats (3 numbers: cheaper than numpy calls); the report's
-        ``target`` is left for the caller to fill."""
+        ``target`` is left for the caller to fill. ``max_step`` lowers the cap further (approach)."""
         tx, ty, tz = _finite_floats(target_xyz, "end-effector target")[:3]
         cx, cy, cz = np.asarray(current_xyz, dtype=float)[:3].tolist()
         (lx, ly, lz), (hx, hy, hz) = self._low3, self._high3
         bx, by, bz = min(max(tx, lx), hx), min(max(ty, ly), hy), min(max(tz, lz), hz)
         report = CommandReport(target=None, workspace_clipped=bx != tx or by != ty or bz != tz)
+        cap = self.max_step if max_step is None else min(max_step, self.max_step)
+        if self._zone is not None and (self._in_zone(cx, cy, cz) or self._in_zone(bx, by, bz)):
+            cap = min(cap, self.zone_step)
         dx, dy, dz = bx - cx, by - cy, bz - cz
         dist = math.sqrt(dx * dx + dy * dy + dz * dz)
-        if dist > self.max_step:
-            scale = self.max_step / dist
+        if dist > cap:
+            scale = cap / dist
             report.step_clipped = True
             return report, [cx + dx * scale, cy + dy * scale, cz + dz * scale]
         return report, [bx, by, bz]
 
-    def move_to(self, target_xyz: np.ndarray, state: ArmState, orientation: np.ndarray | None = None) -> CommandReport:
-        """Send a bounded Cartesian target (rules 1-3). ``state`` is the latest measured state."""
+    def move_to(self, target_xyz: np.ndarray, state: ArmState, orientation: np.ndarray | None = None,
+                max_step: float | None = None) -> CommandReport:
+        """Send a bounded Cartesian target (rules 1-3, 6). ``state`` is the latest measured state;
+        ``max_step`` (m) caps this step further (slow approaches)."""
         self._check_unlocked()
         quat = _finite_floats(state.ee_pose[3:7] if orientation is None else orientation, "end-effector orientation")
-        report, target = self._clip(target_xyz, state.ee_position)
+        report, target = self._clip(target_xyz, state.ee_position, max_step)
         pose = np.array(target + quat)
         report.target = pose[:3]
         self.arm.command_pose(pose)
         return report
+
+    def approach(self, pose: np.ndarray, state: ArmState, read_state: Callable[[], ArmState],
+                 wait: Callable[[float], None], speed_mps: float, tolerance_m: float = 0.002,
+                 timeout_s: float = 20.0) -> ArmState:
+        """A slow straight-line move of the hand to ``pose`` ``[x, y, z, qx, qy, qz, qw]`` made of
+        ordinary bounded steps (rules 1-3 and 6 at ``speed_mps`` or less), for a task's reset path.
+
+        Each step waits one control period (``wait``) and reads the state with ``read_state`` (the
+        env's checked read: a contact or limit fault ends the move like any step). Returns the
+        state once the hand is within ``tolerance_m``; RobotFault ``timeout`` when ``timeout_s`` of
+        control periods pass first (blocked by an obstacle, or a target outside the workspace)."""
+        pose = _require_finite(pose, "approach pose")
+        step = max(speed_mps * self.period, 1e-4)
+        for _ in range(max(1, int(timeout_s / self.period))):
+            if np.linalg.norm(state.ee_position - pose[:3]) <= tolerance_m:
+                return state
+            self.move_to(pose[:3], state, pose[3:7], max_step=step)
+            wait(self.period)
+            state = read_state()
+        if np.linalg.norm(state.ee_position - pose[:3]) <= tolerance_m:
+            return state
+        self.safe_stop()
+        raise RobotFault("timeout", f"the approach to {np.round(pose[:3], 4).tolist()} did not arrive within {timeout_s} s "
+                                    f"(hand at {np.round(state.ee_position, 4).tolist()}); an obstacle, or a target outside the workspace")
 
     def set_gripper(self, width: float) -> bool:
         """Send a rate-limited gripper width (rule 4). Returns True when the request was clipped."""
@@ -187,6 +236,23 @@ class SafetyLayer:
         """Rule 5. On a violation the arm is stopped first, then RobotFault is raised.
 
         Written for the hot path (once per step): one vectorised test, details only on failure."""
+        problem = self._joint_problem(state)
+        if problem is None and state.external_wrench is not None:
+            problem = self._contact_problem(state.external_wrench)
+        if problem is not None:
+            self.safe_stop()
+            raise RobotFault(*problem)
+
+    def _contact_problem(self, wrench) -> tuple[str, str] | None:
+        fx, fy, fz, tx, ty, tz = np.asarray(wrench, dtype=float).tolist()
+        force, torque = math.sqrt(fx * fx + fy * fy + fz * fz), math.sqrt(tx * tx + ty * ty + tz * tz)
+        if force <= self.limits.max_contact_force_n and torque <= self.limits.max_contact_torque_nm:
+            return None  # a NaN compares False: a non-finite wrench is a contact fault too
+        return ("contact", f"measured external wrench {force:.1f} N / {torque:.2f} Nm is over the bound "
+                           f"{self.limits.max_contact_force_n} N / {self.limits.max_contact_torque_nm} Nm "
+                           "(env.safety.max_contact_force_n / max_contact_torque_nm)")
+
+    def _joint_problem(self, state: ArmState) -> tuple[str, str] | None:
         q, dq = np.asarray(state.q), np.asarray(state.dq)
         if state.errors:
             problem = ("reflex", f"the arm reports errors {list(state.errors)}")
@@ -201,16 +267,15 @@ class SafetyLayer:
                   or min(map(operator.sub, self._dq_max_list, map(abs, dql))) < 0.0):
                 problem = self._describe_limit(q, dq)
             else:
-                return
+                return None
         # any other shape: the vectorised test (numpy reports a length mismatch)
         elif not math.isfinite(float(q.sum()) + float(dq.sum()) + float(np.asarray(state.ee_pose).sum())):
             problem = ("limit", "the arm reported non-finite joint or pose values")
         elif ((q < self.q_min) | (q > self.q_max) | (np.abs(dq) > self.dq_max)).any():
             problem = self._describe_limit(q, dq)
         else:
-            return
-        self.safe_stop()
-        raise RobotFault(*problem)
+            return None
+        return problem
 
     def _describe_limit(self, q: np.ndarray, dq: np.ndarray) -> tuple[str, str]:
         low = np.flatnonzero(q < self.q_min)
@@ -292,5 +357,9 @@ class SafetyLayer:
             "max_step_m": self.max_step,
             "max_gripper_step_m": self.max_gripper_step,
             "max_recoveries": self.limits.max_recoveries,
+            "max_contact_force_n": self.limits.max_contact_force_n,
+            "max_contact_torque_nm": self.limits.max_contact_torque_nm,
+            "contact_zone": None if self._zone is None else {"center": list(self._zone[:3]), "radius_m": math.sqrt(self._zone[3]),
+                                                             "max_step_m": self.zone_step},
             "control_period_s": self.period if math.isfinite(self.period) else None,
         }

@@ -17,6 +17,7 @@ T = TypeVar("T", bound=type)
 TASK_MODULES: dict[str, str] = {
     "reach": "rlhw.robot.tasks.reach",
     "push_cube": "rlhw.robot.tasks.push_cube",
+    "insert": "rlhw.robot.tasks.insert",
 }
 _TASKS: dict[str, type] = {}
 

@@ -3,7 +3,11 @@
 A task owns the meaning of observations, actions and rewards; the env owns time, safety and faults.
 Per episode the env calls, in order:
 
-1. ``reset(arm, rng)`` after the arm is home (sample a goal; set up the scene in sim);
+0. ``retreat_path(state)`` before the homing move: poses the env visits first, slowly, in straight
+   lines through the safety layer (``insert``: up out of the hole);
+1. ``reset(arm, rng)`` after the arm is home (sample a goal; set up the scene in sim), then
+   ``approach_path(state)``: poses visited the same way (``insert``: above the hole, down to the start)
+   and ``contact_zone`` (handed to the safety layer, rule 6);
 2. ``observe(state, frames)`` -> the observation dict (proprio here, images added by the env);
 3. per step: ``command(action, state)`` -> `Command` (an absolute hand target + optional gripper
    width; the safety layer bounds it), then ``observe``, ``reward``, ``success``, ``terminated``.
@@ -53,6 +57,14 @@ class Task(abc.ABC):
     #: Keyword options a simulated arm needs for this task (make_env passes them to mujoco/mock
     #: arms only), e.g. push_cube: ``{"cube": True}``.
     sim_arm_options: dict[str, Any] = {}
+
+    #: Options that name pose files recorded on the robot (`rlhw record-pose CONFIG NAME`).
+    pose_options: tuple[str, ...] = ()
+    #: (centre, radius m) of the ball around the target where the safety layer slows the hand,
+    #: or None; the env hands it over after each ``reset``.
+    contact_zone: tuple[np.ndarray, float] | None = None
+    #: Speed (m/s) of the env's straight moves along ``retreat_path`` / ``approach_path``.
+    path_speed_mps: float = 0.05
 
     def __init__(self, config: EnvConfig, options: Mapping[str, Any] | None = None):
         self.config = config
@@ -122,6 +134,14 @@ class Task(abc.ABC):
 
     @abc.abstractmethod
     def success(self, state: ArmState) -> bool: ...
+
+    def retreat_path(self, state: ArmState) -> list[np.ndarray]:
+        """Poses ``[x, y, z, qx, qy, qz, qw]`` to visit before the reset's homing move (default none)."""
+        return []
+
+    def approach_path(self, state: ArmState) -> list[np.ndarray]:
+        """Poses to visit after homing and ``reset``, before the first observation (default none)."""
+        return []
 
     def terminated(self, state: ArmState) -> bool:
         """True when the episode ends by the task's own logic (default: never; truncation is the env's)."""

@@ -1,0 +1,87 @@
+"""`insert` and `rlhw record-pose` on the real franka driver path, against franky-sim.
+
+franky-sim has no peg and no hole and measures no force (FIELD-NOTES), but everything pose-based is
+real: the test moves the arm with franky itself, records the pose with `rlhw record-pose`, then runs
+insert's reset (out of the "hole", home, over the goal, down to the start) and a few expert steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from drivers.teleop.insert_expert import insert_expert_action
+from rlhw.cli.main import main
+from rlhw.config import load_config
+from rlhw.robot import make_env
+from rlhw.robot.poses import load_pose
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+ENTRY = "cluster.node_groups.0.hardware.configs.0"
+
+
+def move_with_franky(host: str, position) -> np.ndarray:
+    """Move the simulated arm's hand to ``position`` (orientation kept) with franky, as an operator
+    would by hand-guiding; returns franky's own reading of the pose (x, y, z, qx, qy, qz, qw)."""
+    import franky
+
+    robot = franky.Robot(host, realtime_config=franky.RealtimeConfig.Ignore)
+    try:
+        robot.relative_dynamics_factor = 0.2
+        quat = robot.current_cartesian_state.pose.end_effector_pose.quaternion
+        robot.move(franky.CartesianMotion(franky.Affine(list(position), quat)))
+        pose = robot.current_cartesian_state.pose.end_effector_pose
+        return np.concatenate([pose.translation, pose.quaternion])
+    finally:
+        del robot
+
+
+def driver_pose(host: str) -> np.ndarray:
+    from drivers.franka import FrankaArm
+
+    arm = FrankaArm(host, realtime="ignore")
+    arm.connect()
+    try:
+        return np.array(arm.state().ee_pose)
+    finally:
+        arm.close()
+
+
+def test_record_pose_then_insert_against_franky_sim(tmp_path, capsys):
+    from drivers.franky_sim import FrankySim
+
+    out = tmp_path / "goal.json"
+    with FrankySim() as sim:
+        overrides = [f"{ENTRY}.robot_ip={sim.host}", f"{ENTRY}.controller.relative_dynamics_factor=1.0",
+                     "env.task=insert", f"env.task_options.goal_pose={out}", "env.reset.timeout_s=40",
+                     # quicker reset paths (real time): faster moves, a lower approach height
+                     "env.task_options.path_speed_mps=0.25", "env.task_options.approach_height_m=0.07",
+                     "env.safety.contact_zone_speed_mps=0.05"]
+        move_with_franky(sim.host, [0.45, 0.05, 0.3])
+
+        assert main(["record-pose", "configs/franky_sim.yaml", "goal_pose", "--now", *overrides]) == 0
+        assert f"from franka@{sim.host}" in capsys.readouterr().err
+        goal = load_pose(str(out), "goal_pose")
+        # what the env's own driver reads there (its EE frame is the one the task compares against)
+        now = driver_pose(sim.host)
+        assert goal.ee_pose[:3] == pytest.approx(now[:3], abs=1e-3)
+        assert abs(float(np.dot(goal.ee_pose[3:], now[3:]))) == pytest.approx(1.0, abs=1e-4)
+        assert np.linalg.norm(goal.ee_pose[:3] - [0.307, 0.0, 0.487]) > 0.1  # where franky moved it, not home
+
+        env = make_env(load_config("configs/franky_sim.yaml", overrides))
+        try:
+            assert type(env.arm).__name__ == "FrankaArm"
+            obs, info = env.reset(seed=0)  # the hand starts AT the goal: it must rise first
+            assert info["fault"] is None and info["reset_faults"] == []
+            offset = -obs["to_goal"]
+            assert np.all(offset >= env.task.start_low - 0.005) and np.all(offset <= env.task.start_high + 0.005)
+            assert np.array_equal(obs["external_wrench"], np.zeros(6))  # franky-sim measures no force
+            assert env.arm.state().external_wrench.shape == (6,)
+            start = np.linalg.norm(obs["to_goal"])
+            for _ in range(10):
+                obs, reward, terminated, truncated, info = env.step(insert_expert_action(env))
+                assert info["fault"] is None, info["fault_message"]
+            assert np.linalg.norm(obs["to_goal"]) < start - 0.005  # on its way down to the goal
+        finally:
+            env.close()
