@@ -7,8 +7,11 @@ The SpaceMouse module imports pyspacemouse only when a SpaceMouse is opened.
 
 from __future__ import annotations
 
+from drivers.teleop.insert_expert import insert_expert_action
 from drivers.teleop.scripted import ScriptedExpert, expert_for, register_expert
 from rlhw.robot.teleop import TeleopDevice
+
+register_expert("insert", insert_expert_action)
 
 
 def make_teleop(config, env=None) -> TeleopDevice | None:

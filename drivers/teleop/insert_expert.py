@@ -1,13 +1,14 @@
 """A scripted expert for the ``insert`` task: demos in sim, and a baseline for the learned policy.
 
 `insert_expert_action(env)` reads PRIVILEGED state from the env object, the task's recorded goal
-(``env.task.goal``) and the arm's measured state (``env.arm.state()``), never the policy's
+(``env.task.goal``) and the arm's last measured state (``env.measured_state``), never the policy's
 observations, so a change of observation layout cannot break it. It does what an operator does:
 line the peg up over the hole at a safe height (the peg's tip above the hole's top), then go down
 the hole's axis, correcting x and y on the way. The safety layer still bounds every step (slow
 inside the contact zone), as for any policy.
 
-A teleop device wraps it (drivers/teleop, helper "teleop") to record demos with `rlhw record-demos`.
+`drivers.teleop.ScriptedExpert` wraps it (registered for ``insert`` in drivers/teleop/__init__.py), so
+`rlhw record-demos --teleop scripted` records insert demos.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def insert_expert_action(env) -> np.ndarray:
     """The next action (float32 in [-1, 1], shape of ``env.spec.action``) for a `RobotEnv` running insert."""
     task = env.task
     goal = np.asarray(task.goal[:3], dtype=float)
-    hand = np.asarray(env.arm.state().ee_position, dtype=float)
+    hand = np.asarray(env.measured_state.ee_position, dtype=float)
     target = goal.copy()
     if np.linalg.norm(goal[:2] - hand[:2]) > ALIGNED_M:
         # not over the hole: stay (or rise) to where the peg's tip clears the hole's top

@@ -99,3 +99,19 @@ def test_the_real_cell_config_rehearses_on_mujoco_with_sim(tmp_path):
 
 def scene_goal() -> str:
     return "configs/poses/sim_insert_goal.json"
+
+
+def test_the_scripted_teleop_device_drives_insert_through_the_takeover_to_success():
+    """`rlhw record-demos --teleop scripted` on insert: the registered expert acts as the operator."""
+    e = make_env(load_config(SIM, ["env.teleop.device=scripted", "env.teleop.mode=demo",
+                                   "env.teleop.noise=0.05", "env.teleop.hesitation=0"]))
+    try:
+        e.reset(seed=1)
+        for _ in range(e.config.max_episode_steps):
+            _, _, terminated, truncated, info = e.step(np.zeros(e.spec.action.shape, np.float32))
+            assert info["intervened"], "in demo mode the operator drives every step"
+            if terminated or truncated:
+                break
+        assert terminated and info["success"], f"the expert ended without success: {info['fault']}"
+    finally:
+        e.close()
