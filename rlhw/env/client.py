@@ -14,7 +14,6 @@ from __future__ import annotations
 import queue
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -23,9 +22,8 @@ import gymnasium as gym
 import numpy as np
 
 from rlhw.env import codec, step_layout, wire
-from rlhw.env.auth import bearer
+from rlhw.env.auth import SESSION_METADATA_KEY, bearer, check_session_secret, new_session_secret, session_fingerprint
 from rlhw.env.control import ControlConflict
-from rlhw.env.service import SESSION_METADATA_KEY
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.env.v1 import env_pb2_grpc
 from rlhw.errors import RlhwError
@@ -212,8 +210,10 @@ class RemoteEnv(gym.Env):
     """A gymnasium.Env backed by an env server at ``address`` (``host:port`` or ``unix:/path``).
 
     ``token``: the server's bearer token (needed off loopback). ``tls_root_cert``: PEM (path or
-    bytes) of the CA/self-signed cert to trust; enables TLS. ``session_id``: names this client for
-    the single-controller rule (random by default). ``timeout_s``/``reset_timeout_s``: deadlines.
+    bytes) of the CA/self-signed cert to trust; enables TLS. ``session_secret``: proves this client's
+    session for the single-controller rule (random by default; at least 32 characters, never shown
+    by the server, which names the session by ``session_fingerprint``). ``session_id``: a name for
+    this client in your own logs only; it proves nothing and the server never sees it. ``timeout_s``/``reset_timeout_s``: deadlines.
     ``reconnect_s``: how long repeatable calls retry while the server is unavailable.
     """
 
@@ -226,6 +226,7 @@ class RemoteEnv(gym.Env):
         *,
         tls_root_cert: str | Path | bytes | None = None,
         tls_server_name: str | None = None,
+        session_secret: str | None = None,
         session_id: str | None = None,
         timeout_s: float = 5.0,
         reset_timeout_s: float = 60.0,
@@ -234,12 +235,14 @@ class RemoteEnv(gym.Env):
         max_message_mb: int = 64,
     ):
         self.address = address
-        self.session_id = session_id or f"client-{uuid.uuid4().hex[:12]}"
+        secret = check_session_secret(session_secret) if session_secret is not None else new_session_secret()
+        self.session_fingerprint = session_fingerprint(secret)
+        self.session_id = session_id or self.session_fingerprint
         self.timeout_s = timeout_s
         self.reset_timeout_s = reset_timeout_s
         self.reconnect_s = reconnect_s
         self.use_session = use_session
-        self._metadata = [(SESSION_METADATA_KEY, self.session_id)]
+        self._metadata = [(SESSION_METADATA_KEY, secret)]
         if token:
             self._metadata.append(bearer(token))
         self._metadata = tuple(self._metadata)
@@ -315,7 +318,10 @@ class RemoteEnv(gym.Env):
     def _parse_session(self, response: bytes):
         kind, head, observations = wire.read_session_response(response)
         if kind == "error":
-            raise _error(self.address, _CODES.get(head.code), head.message, head.field)
+            err = _error(self.address, _CODES.get(head.code), head.message, head.field)
+            if isinstance(err, ControlConflictError):
+                self._drop_stream()  # the server ends a refused would-be controller's stream
+            raise err
         return kind, head, observations
 
     def _receive_bytes(self, timeout_s: float) -> bytes:

@@ -17,6 +17,7 @@ from grpc_reflection.v1alpha import reflection
 from rlhw.config.server import ServerConfig
 from rlhw.env.auth import TokenAuthInterceptor
 from rlhw.env.host import EnvHost
+from rlhw.env.limits import StreamGate
 from rlhw.env.service import SERVICE_NAME, EnvService
 from rlhw.errors import ConfigError
 
@@ -52,7 +53,8 @@ class EnvServer:
         self.token = config.resolve_token()
         check_exposure(config, self.token)
         self.host = EnvHost(env, watchdog_s=config.watchdog_s)
-        self.native = EnvService(self.host, config.watchdog_s, config.step_deadline_s, config.reset_deadline_s)
+        gate = StreamGate(config.max_streams, config.max_streams_per_peer)
+        self.native = EnvService(self.host, config.watchdog_s, config.step_deadline_s, config.reset_deadline_s, gate)
         self.close_env = close_env
         interceptors = [TokenAuthInterceptor(self.token)] if self.token else []
         max_bytes = config.max_message_bytes
@@ -63,8 +65,12 @@ class EnvServer:
                 ("grpc.max_receive_message_length", max_bytes),
                 ("grpc.max_send_message_length", max_bytes),
                 ("grpc.so_reuseport", 0),  # a second server on a busy port must fail, not share it
+                # Per connection: calls beyond this wait at the client, holding nothing here.
+                ("grpc.max_concurrent_streams", config.max_calls_per_connection),
             ],
-            maximum_concurrent_rpcs=max(4 * config.max_workers, 16),
+            # No server-wide cap: grpc would refuse every new call past it, a Stop included.
+            # Session streams are capped by the StreamGate, calls per connection by the option above.
+            maximum_concurrent_rpcs=None,
         )
         handlers = [self.native.handler()]
         names = [SERVICE_NAME]
@@ -142,6 +148,7 @@ class EnvServer:
             for name in ("", *self._service_names):
                 self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
             self.server.stop(grace_s).wait(grace_s + 1.0)
+            self.native.close()
             if self.close_env:
                 self.host.close()
             else:
