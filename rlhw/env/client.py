@@ -27,6 +27,7 @@ from rlhw.env.control import ControlConflict
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.env.v1 import env_pb2_grpc
 from rlhw.errors import RlhwError
+from rlhw.robot.gym import set_measurements_apart
 from rlhw.robot.spec import EnvSpec
 
 
@@ -215,6 +216,8 @@ class RemoteEnv(gym.Env):
     by the server, which names the session by ``session_fingerprint``). ``session_id``: a name for
     this client in your own logs only; it proves nothing and the server never sees it. ``timeout_s``/``reset_timeout_s``: deadlines.
     ``reconnect_s``: how long repeatable calls retry while the server is unavailable.
+    ``measurements_in_info=False``: ``timestamps`` and ``timing`` go to ``last_measurements``
+    instead of ``info`` (as rlhw.robot.gym.GymRobotEnv; for tools that compare infos).
     """
 
     metadata = {"render_modes": []}
@@ -233,8 +236,11 @@ class RemoteEnv(gym.Env):
         reconnect_s: float = 10.0,
         use_session: bool = True,
         max_message_mb: int = 64,
+        measurements_in_info: bool = True,
     ):
         self.address = address
+        self.measurements_in_info = measurements_in_info
+        self.last_measurements: dict[str, Any] = {}  # with measurements_in_info=False
         secret = check_session_secret(session_secret) if session_secret is not None else new_session_secret()
         self.session_fingerprint = session_fingerprint(secret)
         self.session_id = session_id or self.session_fingerprint
@@ -366,6 +372,8 @@ class RemoteEnv(gym.Env):
             response, observations = wire.read_response(data, pb.ResetResponse)
         obs, stamps = observations.get("observation", ({}, {}))
         info = {"timestamps": _stamps(stamps), "timing": dict(response.timing), "success": _flags(response.success, self.num_envs)}
+        if not self.measurements_in_info:
+            self.last_measurements = set_measurements_apart(info)
         return obs, info
 
     def step(self, action):
@@ -392,6 +400,8 @@ class RemoteEnv(gym.Env):
         if reader is not None:
             fast = reader.read(data)  # the common case: laid out like the previous step
             if fast is not None:
+                if not self.measurements_in_info:
+                    self.last_measurements = set_measurements_apart(fast[4])
                 return fast
         if session:
             _, response, observations = self._parse_session(data)
@@ -399,7 +409,10 @@ class RemoteEnv(gym.Env):
             response, observations = wire.read_response(data, pb.StepResponse)
         if reader is not None:
             reader.learn(data, response, session)
-        return self._unpack_step(response, observations)
+        out = self._unpack_step(response, observations)
+        if not self.measurements_in_info:
+            self.last_measurements = set_measurements_apart(out[4])
+        return out
 
     def _unpack_step(self, response: pb.StepResponse, observations: dict):
         obs, stamps = observations.get("observation", ({}, {}))
