@@ -424,6 +424,13 @@ class RemoteEnv(gym.Env):
             "fault": (response.fault[0] or None) if n == 1 and response.fault else list(response.fault),
             "fault_message": (response.fault_message[0] if n == 1 and response.fault_message else list(response.fault_message)),
         }
+        if n == 1:
+            info["intervened"] = bool(response.intervened[0]) if response.intervened else False
+        else:
+            info["intervened"] = (np.asarray(response.intervened, dtype=bool) if response.intervened
+                                  else np.zeros(n, dtype=bool))
+        if response.HasField("executed_action"):
+            info["executed_action"] = codec.from_tensor(response.executed_action)
         if response.final_mask:
             info["final_observation"] = observations.get("final_observation", ({}, {}))[0]
             info["_final_observation"] = np.asarray(response.final_mask, dtype=bool)

@@ -163,7 +163,8 @@ class EnvService:
             t2 = perf_counter()
             timing["server"] = t2 - t0
             head = wire.encode_step_head(result.reward, result.terminated, result.truncated, result.success,
-                                          result.fault, result.fault_message, timing, result.final_mask or ())
+                                          result.fault, result.fault_message, timing, result.final_mask or (),
+                                          result.executed_action, result.intervened)
             observations = [(1, result.obs, result.stamps)]
             if result.final_obs is not None:
                 observations.append((9, result.final_obs, None))

@@ -207,7 +207,8 @@ def test_remote_env_steps_match_the_general_decoder_across_episode_ends_and_faul
         obs, reward, terminated, truncated, info = got
         assert set(obs) == {"joint_pos", "ee_pose", "gripper", "cam0", "cam1"}
         assert reward == pytest.approx(-3.5) and not terminated
-        assert set(info) == {"timestamps", "timing", "success", "fault", "fault_message"}
+        assert set(info) == {"timestamps", "timing", "success", "fault", "fault_message", "intervened"}
+        assert info["intervened"] is False
     np.testing.assert_array_equal(latest[0]["cam1"], reference[0]["cam1"])
     assert latest[4]["fault"] is None is reference[4]["fault"] and latest[4]["fault_message"] == ""
     assert [s[3] for s in steps[:3]] == [False, False, True]  # truncated at episode_length, read by layout
