@@ -50,17 +50,20 @@ class StreamGate:
         self._sessions: dict[str, int] = {}
         self._total = 0
 
-    def open(self, peer: str, session: str) -> None:
-        """Admit one stream or raise StreamRefused (nothing counted then)."""
+    def open(self, peer: str, session: str, controller: bool = False) -> None:
+        """Admit one stream or raise StreamRefused (nothing counted then). The controller's own
+        streams are exempt from the server-wide cap (not the per-connection one), so that streams
+        others hold open cannot lock the controller out."""
         with self._lock:
             if self._peers.get(peer, 0) >= self.max_streams_per_peer:
                 raise StreamRefused(
                     f"this connection already has {self.max_streams_per_peer} Session streams open "
                     f"(server.max_streams_per_peer); one stream per client is enough: close the others")
-            if self._total >= self.max_streams:
+            if self._total >= self.max_streams and not controller:
                 raise StreamRefused(
                     f"the server has {self.max_streams} Session streams open (server.max_streams); "
-                    f"retry later, or ask the operator who holds them (GetStatus)")
+                    f"retry later, or take control with a unary Reset first (the controller's streams "
+                    f"are always admitted)")
             self._peers[peer] = self._peers.get(peer, 0) + 1
             self._sessions[session] = self._sessions.get(session, 0) + 1
             self._total += 1

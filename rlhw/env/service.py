@@ -245,7 +245,7 @@ class EnvService:
         try:
             session = session_id(context)
             peer = context.peer()
-            self.gate.open(peer, session)
+            self.gate.open(peer, session, controller=self.host.control.controller == session)
         except (InvalidRequest, StreamRefused) as e:
             e = _failure(e) if isinstance(e, InvalidRequest) else e
             context.abort(e.code, e.message)

@@ -97,6 +97,24 @@ def test_stop_is_served_even_when_idle_streams_fill_the_handler_pool(serve):
 
 
 @pytest.mark.timeout(60)
+def test_streams_others_hold_open_cannot_lock_out_a_controller(serve, clients):
+    server = serve(FakeEnv(), max_workers=4, max_streams=2, max_streams_per_peer=2)
+    channel = grpc.insecure_channel(server.address)
+    held = [_HeldStream(channel) for _ in range(2)]  # idle: the server-wide cap is reached
+    try:
+        assert _wait_for(lambda: server.native.gate.open_streams == 2, 2.0)
+        owner = clients(RemoteEnv(server.address, use_session=False))
+        owner.reset()  # a unary Reset takes control ...
+        owner.use_session = True
+        owner.step(GOOD)  # ... and the controller's stream is admitted beyond the cap
+        assert server.native.gate.open_streams == 3
+    finally:
+        for s in held:
+            s.close()
+        channel.close()
+
+
+@pytest.mark.timeout(60)
 def test_one_connection_may_hold_only_a_few_session_streams(serve):
     server = serve(FakeEnv(), max_streams_per_peer=2)
     channel = grpc.insecure_channel(server.address)
