@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import sys
 import threading
 from concurrent import futures
 
@@ -22,6 +23,8 @@ from rlhw.env.service import SERVICE_NAME, EnvService
 from rlhw.errors import ConfigError
 
 log = logging.getLogger("rlhw.env")
+
+GIL_SWITCH_INTERVAL_S = 0.001
 
 
 def _bind_address(host: str, port: int) -> str:
@@ -100,6 +103,11 @@ class EnvServer:
 
     def start(self) -> "EnvServer":
         cfg = self.config
+        # Every handler thread of this process takes turns at the GIL; a thread that waits gets it
+        # after at most about one switch interval per runnable thread. CPython's default (5 ms)
+        # let a busy pool keep a Stop waiting for tens of milliseconds; 1 ms bounds that wait.
+        if sys.getswitchinterval() > GIL_SWITCH_INTERVAL_S:
+            sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         addr = _bind_address(cfg.host, cfg.port)
         try:
             if cfg.tls_enabled:
