@@ -64,7 +64,7 @@ def serve(cameras: int, h: int, w: int) -> None:
     from rlhw.env.server import EnvServer
 
     env = FakeEnv(cameras=cameras, image_hw=(h or 1, w or 1), episode_length=10**9)
-    env_server = EnvServer(env, ServerConfig(port=0, watchdog_s=60.0, max_workers=8)).start()
+    env_server = EnvServer(env, ServerConfig(port=0, watchdog_s=60.0, max_workers=8, max_streams=4)).start()
 
     payloads: dict[int, bytes] = {}
 

@@ -236,3 +236,12 @@ def test_a_refused_controller_on_the_python_client_sees_a_control_conflict_every
     for call in (other.reset, lambda: other.step(GOOD), lambda: other.step(GOOD)):
         with pytest.raises(ControlConflictError):
             call()
+
+
+def test_a_stream_cap_that_leaves_no_threads_for_calls_is_refused_naming_both_settings():
+    from pydantic import ValidationError
+
+    from rlhw.config.server import ServerConfig
+
+    with pytest.raises(ValidationError, match=r"max_streams \(8\) must leave at least 2 of max_workers \(8\)"):
+        ServerConfig(max_workers=8, max_streams=8)
