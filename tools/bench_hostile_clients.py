@@ -38,12 +38,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def _serve(addresses: mp.Queue, stop: mp.Event) -> None:
+def _serve(addresses: mp.Queue, stop: mp.Event, server_options: dict) -> None:
     from rlhw.config.server import ServerConfig
     from rlhw.env.fake_env import FakeEnv
     from rlhw.env.server import EnvServer
 
-    server = EnvServer(FakeEnv(episode_length=10**9), ServerConfig(port=0)).start()
+    server = EnvServer(FakeEnv(episode_length=10**9), ServerConfig(port=0, **server_options)).start()
     addresses.put(server.address)
     stop.wait()
     server.stop(grace_s=0.5)
@@ -198,7 +198,12 @@ def _phase(ctx, address: str, env, duration_s: float, hostile: int, procs: int, 
     controller.measuring.clear()
     prober.join(10)
     stop.set()
-    tallies = [counts.get(timeout=120) for _ in workers]
+    tallies = []
+    for _ in workers:  # a hostile process starved past this is reported, not waited for
+        try:
+            tallies.append(counts.get(timeout=120))
+        except queue.Empty:
+            tallies.append({"hostile_process_not_reporting": 1})
     for w in workers:
         w.join(10)
     steps = controller.finish()
@@ -217,6 +222,8 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=4, help="processes the hostile clients run in")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each phase")
     parser.add_argument("--quick", action="store_true", help="4 s per phase")
+    parser.add_argument("--max-workers", type=int, default=0, help="server.max_workers (default: the config's)")
+    parser.add_argument("--max-streams", type=int, default=0, help="server.max_streams (default: the config's)")
     parser.add_argument("--hostile-nice", type=int, default=0,
                         help="niceness added to the hostile processes (0: same priority as the server)")
     args = parser.parse_args()
@@ -226,9 +233,10 @@ def main() -> int:
     ctx = mp.get_context("spawn")
     addresses: mp.Queue = ctx.Queue()
     stop_server = ctx.Event()
-    server = ctx.Process(target=_serve, args=(addresses, stop_server), daemon=True)
+    options = {k: v for k, v in (("max_workers", args.max_workers), ("max_streams", args.max_streams)) if v}
+    server = ctx.Process(target=_serve, args=(addresses, stop_server, options), daemon=True)
     server.start()
-    address = addresses.get(timeout=60)
+    address = addresses.get(timeout=300)
     env = RemoteEnv(address, timeout_s=10.0)
     try:
         env.reset()
@@ -240,7 +248,7 @@ def main() -> int:
         server.join(10)
     ratio = {k: round(hostile[k]["p50_ms"] / quiet[k]["p50_ms"], 2) for k in ("stop", "controller_step")}
     ratio99 = {k: round(hostile[k]["p99_ms"] / quiet[k]["p99_ms"], 2) for k in ("stop", "controller_step")}
-    report = {"load_average": os.getloadavg(), "cpus": os.cpu_count(), "seconds_per_phase": duration,
+    report = {"server": options or "defaults", "load_average": os.getloadavg(), "cpus": os.cpu_count(), "seconds_per_phase": duration,
               "quiet": quiet, "hostile": hostile, "p50_ratio_hostile_to_quiet": ratio,
               "p99_ratio_hostile_to_quiet": ratio99,
               "goal_stop_p99_under_50ms_no_timeout": hostile["stop"]["p99_ms"] < 50 and hostile["probe_timeouts"] == 0}
