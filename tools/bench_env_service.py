@@ -64,7 +64,7 @@ def serve(cameras: int, h: int, w: int) -> None:
     from rlhw.env.server import EnvServer
 
     env = FakeEnv(cameras=cameras, image_hw=(h or 1, w or 1), episode_length=10**9)
-    env_server = EnvServer(env, ServerConfig(port=0, watchdog_s=60.0, max_workers=8)).start()
+    env_server = EnvServer(env, ServerConfig(port=0, watchdog_s=60.0, max_workers=8, max_streams=4)).start()
 
     payloads: dict[int, bytes] = {}
 
@@ -162,7 +162,7 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
         channel.close()
 
         echo = EchoClient(addresses["echo"], request_size, response_size)
-        unary_env = RemoteEnv(addresses["env"], use_session=False, session_id="bench-unary")
+        unary_env = RemoteEnv(addresses["env"], use_session=False)
         unary_env.reset()
         keys = ("echo_unary", "step_unary", "echo_stream", "step_session", "dm_env_rpc")
         results: dict[str, list[float]] = {k: [] for k in keys}
@@ -191,7 +191,7 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
 
         # Streams: the native Session and dm_env_rpc's Process stream share one session id, so both
         # may control the env at once and their blocks can alternate with the echo's.
-        session_env = RemoteEnv(addresses["env"], use_session=True, session_id="bench-stream")
+        session_env = RemoteEnv(addresses["env"], use_session=True)
         session_env.reset()
         dm_channel = grpc.insecure_channel(addresses["env"], OPTIONS[:2])
         conn = dm_connection.Connection(dm_channel, metadata=[("rlhw-session", "bench-stream")])

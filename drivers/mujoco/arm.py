@@ -11,8 +11,10 @@ gravity compensated, like the real controller does.
 
 Time: the simulation does not run by itself. ``realtime = False`` tells the env to call
 ``advance(dt)`` (which steps physics for ``dt`` seconds of simulated time) instead of sleeping.
-Timestamps are ``epoch + sim_time`` with ``epoch`` the wall clock at `connect`, so states and the
-frames rendered from them share one clock.
+Timestamps are wall-clock (``time.time()``), as the env contract says: the wall time at which the
+simulation reached the state (the end of the `advance` or `move_joints` that produced it), so
+states and the frames rendered from them share one clock. (Simulated time runs faster than the
+wall clock here; ``epoch + sim_time`` ran seconds ahead of real capture times within a minute.)
 
 Faults, as on the real arm: a collision of the robot with the table (contact normal force above
 ``collision_force_n``) or a joint at its limit latches an error flag, the arm holds its pose and
@@ -175,7 +177,10 @@ class MujocoArm(Arm):
 
         self.data: mujoco.MjData | None = None
         self._ik_data: mujoco.MjData | None = None
-        self._epoch = 0.0
+        self._clock = (0.0, 0.0)  # (sim time, wall time when the simulation reached it)
+        #: Counts changes of the state made by hand (teleports, restores): with the simulated time it
+        #: tells cameras whether their last frame still shows the current state.
+        self.state_changes = 0
         self._errors: list[str] = []
         self._kinematics_time = -1.0
         self._camlight_time = -1.0
@@ -209,7 +214,15 @@ class MujocoArm(Arm):
         self._errors = []
         self._bad_qacc_seen = 0
         self._warnings = d.warning.number  # a live view: reading it later costs no binding call
-        self._epoch = time.time()
+        self._clock = (d.time, time.time())
+
+    def restore_initial_state(self) -> None:
+        """Put the simulation back into the state `connect` creates (home posture, gripper open,
+        objects parked, at rest, simulated time 0), bit for bit: a simulator's reset that does not
+        depend on what the previous episode left, so that seeded resets are reproducible."""
+        self.close()
+        self.connect()
+        self._moved()
 
     def close(self) -> None:
         self.data = None
@@ -236,8 +249,10 @@ class MujocoArm(Arm):
         return self.model.opt.timestep
 
     def to_wall_clock(self, sim_time: float) -> float:
-        """The timestamp reported for simulated time ``sim_time``."""
-        return self._epoch + sim_time
+        """The timestamp reported for simulated time ``sim_time``: the wall time at which the
+        simulation last got there (exact for the current state, which is what is captured)."""
+        sim_then, wall_then = self._clock
+        return wall_then + (sim_time - sim_then)
 
     def advance(self, dt: float) -> None:
         """Step physics for ``dt`` seconds of simulated time (rounded to whole physics steps).
@@ -265,6 +280,7 @@ class MujocoArm(Arm):
         else:
             mujoco.mj_step(m, d, nstep)
         self._forces_valid = True
+        self._clock = (d.time, time.time())  # mj_step1 below does not advance time
         new = self._new_faults()  # on the contacts and forces of the last substep, as mj_step leaves them
         if new:
             self._raise_faults(new)  # and leave the state as mj_step left it, for `recover` to look at
@@ -299,7 +315,7 @@ class MujocoArm(Arm):
         w, qx, qy, qz = self._tcp_quat(v)
         x, y, z = v.tcp_xpos.tolist()
         return ArmState(
-            timestamp=self._epoch + d.time,
+            timestamp=self.to_wall_clock(d.time),
             q=v.qpos_arm.copy(),
             dq=v.qvel_arm.copy(),
             ee_pose=np.array((x, y, z, qx, qy, qz, w)),
@@ -504,6 +520,7 @@ class MujocoArm(Arm):
                     "timeout", f"move_joints did not reach its target within {timeout_s} s "
                     f"(max joint error {np.max(np.abs(d.qpos[self._arm] - target)):.4f} rad)")
             mujoco.mj_step(self.model, d, chunk)
+            self._clock = (d.time, time.time())
             self._stepped1, self._forces_valid = False, True
             self._check_faults()
 
@@ -654,6 +671,7 @@ class MujocoArm(Arm):
         self._moved()
 
     def _moved(self) -> None:
-        """The state was changed by hand: kinematics and any pending mj_step1 are stale."""
+        """The state was changed by hand: kinematics, any pending mj_step1 and frames are stale."""
+        self.state_changes += 1
         self._kinematics_time = -1.0
         self._stepped1 = False

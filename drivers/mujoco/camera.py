@@ -116,7 +116,7 @@ class MujocoCamera(Camera):
         self._fps = float(fps)
         self._renderer: _SharedRenderer | None = None
         self._last: Frame | None = None
-        self._last_sim_time = -1.0
+        self._last_key: tuple[float, int] | None = None  # (sim time, arm.state_changes) of the last frame
         self._returned_index = -1
         self._index = -1
 
@@ -141,7 +141,7 @@ class MujocoCamera(Camera):
         self._index = -1
         self._returned_index = -1
         self._last = None
-        self._last_sim_time = -1.0
+        self._last_key = None
 
     def close(self) -> None:
         renderer, self._renderer = self._renderer, None
@@ -161,12 +161,13 @@ class MujocoCamera(Camera):
         data = self.arm.sync(cameras=True)
         color = renderer.render(data, self._camera_id)
         self._index += 1
-        self._last_sim_time = data.time
+        self._last_key = (data.time, self.arm.state_changes)
         self._last = Frame(color=color, timestamp=self.arm.to_wall_clock(data.time), index=self._index)
         return self._last
 
     def _fresh(self) -> bool:
-        return self._last is not None and self._last_sim_time == self.arm.sim_time
+        # Same simulated time and no change by hand (a teleported cube, a restored state) since.
+        return self._last is not None and self._last_key == (self.arm.sim_time, self.arm.state_changes)
 
     def latest(self, max_age_s: float | None = None) -> Frame:
         """The scene as it is now (rendered if the sim advanced since the last frame); never stale."""

@@ -1,4 +1,5 @@
-"""Bearer-token check for every call, as a server interceptor.
+"""Who may call (a bearer token, checked by a server interceptor) and who controls the arm (a
+session secret the client generated; the server names the session by its fingerprint).
 
 The token travels as ``authorization: Bearer <token>`` metadata (the usual gRPC convention, which
 grpcurl and other languages' clients can send). Comparison is constant-time.
@@ -6,7 +7,9 @@ grpcurl and other languages' clients can send). Comparison is constant-time.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import secrets
 
 import grpc
 
@@ -58,3 +61,57 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
         if handler.response_streaming:
             return grpc.unary_stream_rpc_method_handler(deny_stream, **kw)
         return grpc.unary_unary_rpc_method_handler(deny, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Session identity: who controls the arm
+
+
+SESSION_METADATA_KEY = "rlhw-session"
+#: A session secret must be at least this long: 32 characters of a random string (e.g.
+#: ``secrets.token_urlsafe(32)``, 43 characters) cannot be guessed during a lease.
+MIN_SECRET_CHARS = 32
+MAX_SECRET_CHARS = 256
+#: Hex digits of the secret's SHA-256 kept as the session's name: 64 bits, shown by GetStatus.
+FINGERPRINT_HEX = 16
+
+
+class SessionSecretRefused(ValueError):
+    """The ``rlhw-session`` metadata is not an acceptable secret (too short or too long)."""
+
+    field = "metadata.rlhw-session"
+
+
+def new_session_secret() -> str:
+    """A fresh random session secret (43 URL-safe characters, 256 bits)."""
+    return secrets.token_urlsafe(32)
+
+
+def check_session_secret(secret: str) -> str:
+    """``secret`` if it is acceptable, else SessionSecretRefused saying how to make one."""
+    if not MIN_SECRET_CHARS <= len(secret) <= MAX_SECRET_CHARS:
+        raise SessionSecretRefused(
+            f"{SessionSecretRefused.field}: is {len(secret)} characters; a session secret must be "
+            f"{MIN_SECRET_CHARS} to {MAX_SECRET_CHARS} characters of a random string the client generated "
+            f"(Python: secrets.token_urlsafe(32)). It proves which client controls the arm, so it must be "
+            f"unguessable; the server only ever shows its fingerprint"
+        )
+    return secret
+
+
+def session_fingerprint(secret: str) -> str:
+    """The public name of the session that holds ``secret``: ``key:`` + 16 hex digits of its SHA-256.
+
+    Knowing the fingerprint does not let anyone act as the session: that takes the secret itself.
+    """
+    return "key:" + hashlib.sha256(secret.encode()).hexdigest()[:FINGERPRINT_HEX]
+
+
+def session_of(metadata, peer: str, prefix: str = "") -> str:
+    """The session of a call: the fingerprint of its ``rlhw-session`` secret, else ``peer:`` + the
+    connection's address. The two namespaces cannot meet: a metadata value is always hashed into
+    ``key:...``, and only the transport decides a ``peer:...`` name."""
+    for key, value in metadata or ():
+        if key == SESSION_METADATA_KEY and value:
+            return session_fingerprint(check_session_secret(str(value)))
+    return f"peer:{prefix}{peer}"

@@ -14,7 +14,6 @@ from __future__ import annotations
 import queue
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -23,12 +22,12 @@ import gymnasium as gym
 import numpy as np
 
 from rlhw.env import codec, step_layout, wire
-from rlhw.env.auth import bearer
+from rlhw.env.auth import SESSION_METADATA_KEY, bearer, check_session_secret, new_session_secret, session_fingerprint
 from rlhw.env.control import ControlConflict
-from rlhw.env.service import SESSION_METADATA_KEY
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.env.v1 import env_pb2_grpc
 from rlhw.errors import RlhwError
+from rlhw.robot.gym import set_measurements_apart
 from rlhw.robot.spec import EnvSpec
 
 
@@ -212,9 +211,13 @@ class RemoteEnv(gym.Env):
     """A gymnasium.Env backed by an env server at ``address`` (``host:port`` or ``unix:/path``).
 
     ``token``: the server's bearer token (needed off loopback). ``tls_root_cert``: PEM (path or
-    bytes) of the CA/self-signed cert to trust; enables TLS. ``session_id``: names this client for
-    the single-controller rule (random by default). ``timeout_s``/``reset_timeout_s``: deadlines.
+    bytes) of the CA/self-signed cert to trust; enables TLS. ``session_secret``: proves this client's
+    session for the single-controller rule (random by default; at least 32 characters, never shown
+    by the server, which names the session by ``session_fingerprint``). ``session_id``: a name for
+    this client in your own logs only; it proves nothing and the server never sees it. ``timeout_s``/``reset_timeout_s``: deadlines.
     ``reconnect_s``: how long repeatable calls retry while the server is unavailable.
+    ``measurements_in_info=False``: ``timestamps`` and ``timing`` go to ``last_measurements``
+    instead of ``info`` (as rlhw.robot.gym.GymRobotEnv; for tools that compare infos).
     """
 
     metadata = {"render_modes": []}
@@ -226,20 +229,26 @@ class RemoteEnv(gym.Env):
         *,
         tls_root_cert: str | Path | bytes | None = None,
         tls_server_name: str | None = None,
+        session_secret: str | None = None,
         session_id: str | None = None,
         timeout_s: float = 5.0,
         reset_timeout_s: float = 60.0,
         reconnect_s: float = 10.0,
         use_session: bool = True,
         max_message_mb: int = 64,
+        measurements_in_info: bool = True,
     ):
         self.address = address
-        self.session_id = session_id or f"client-{uuid.uuid4().hex[:12]}"
+        self.measurements_in_info = measurements_in_info
+        self.last_measurements: dict[str, Any] = {}  # with measurements_in_info=False
+        secret = check_session_secret(session_secret) if session_secret is not None else new_session_secret()
+        self.session_fingerprint = session_fingerprint(secret)
+        self.session_id = session_id or self.session_fingerprint
         self.timeout_s = timeout_s
         self.reset_timeout_s = reset_timeout_s
         self.reconnect_s = reconnect_s
         self.use_session = use_session
-        self._metadata = [(SESSION_METADATA_KEY, self.session_id)]
+        self._metadata = [(SESSION_METADATA_KEY, secret)]
         if token:
             self._metadata.append(bearer(token))
         self._metadata = tuple(self._metadata)
@@ -315,7 +324,10 @@ class RemoteEnv(gym.Env):
     def _parse_session(self, response: bytes):
         kind, head, observations = wire.read_session_response(response)
         if kind == "error":
-            raise _error(self.address, _CODES.get(head.code), head.message, head.field)
+            err = _error(self.address, _CODES.get(head.code), head.message, head.field)
+            if isinstance(err, ControlConflictError):
+                self._drop_stream()  # the server ends a refused would-be controller's stream
+            raise err
         return kind, head, observations
 
     def _receive_bytes(self, timeout_s: float) -> bytes:
@@ -360,6 +372,8 @@ class RemoteEnv(gym.Env):
             response, observations = wire.read_response(data, pb.ResetResponse)
         obs, stamps = observations.get("observation", ({}, {}))
         info = {"timestamps": _stamps(stamps), "timing": dict(response.timing), "success": _flags(response.success, self.num_envs)}
+        if not self.measurements_in_info:
+            self.last_measurements = set_measurements_apart(info)
         return obs, info
 
     def step(self, action):
@@ -386,6 +400,8 @@ class RemoteEnv(gym.Env):
         if reader is not None:
             fast = reader.read(data)  # the common case: laid out like the previous step
             if fast is not None:
+                if not self.measurements_in_info:
+                    self.last_measurements = set_measurements_apart(fast[4])
                 return fast
         if session:
             _, response, observations = self._parse_session(data)
@@ -393,7 +409,10 @@ class RemoteEnv(gym.Env):
             response, observations = wire.read_response(data, pb.StepResponse)
         if reader is not None:
             reader.learn(data, response, session)
-        return self._unpack_step(response, observations)
+        out = self._unpack_step(response, observations)
+        if not self.measurements_in_info:
+            self.last_measurements = set_measurements_apart(out[4])
+        return out
 
     def _unpack_step(self, response: pb.StepResponse, observations: dict):
         obs, stamps = observations.get("observation", ({}, {}))
@@ -405,6 +424,13 @@ class RemoteEnv(gym.Env):
             "fault": (response.fault[0] or None) if n == 1 and response.fault else list(response.fault),
             "fault_message": (response.fault_message[0] if n == 1 and response.fault_message else list(response.fault_message)),
         }
+        if n == 1:
+            info["intervened"] = bool(response.intervened[0]) if response.intervened else False
+        else:
+            info["intervened"] = (np.asarray(response.intervened, dtype=bool) if response.intervened
+                                  else np.zeros(n, dtype=bool))
+        if response.HasField("executed_action"):
+            info["executed_action"] = codec.from_tensor(response.executed_action)
         if response.final_mask:
             info["final_observation"] = observations.get("final_observation", ({}, {}))[0]
             info["_final_observation"] = np.asarray(response.final_mask, dtype=bool)

@@ -70,17 +70,27 @@ class ControlLease:
         with self._lock:
             s = self._state
             if s.session and s.session != session:
-                raise ControlConflict(
-                    f"arm is controlled by session {s.session} since {_clock_time(s.since)} "
-                    f"(last call {now - s.last_seen:.1f} s ago); call Stop(release=true) from that session, "
-                    f"or wait: the watchdog releases control after {self.watchdog_s:g} s of silence"
-                )
+                raise self._conflict(s, now)
             if not s.session:
                 self._state = s = ControlState(session=session, since=now, last_seen=now)
             if not s.busy:
                 s.busy_since, s.limit_s, s.overrun_reported = now, limit_s, False
             s.busy += 1
             s.last_seen = now
+
+    def check(self, session: str) -> None:
+        """Raise ControlConflict if another session controls the arm (takes nothing)."""
+        with self._lock:
+            s = self._state
+            if s.session and s.session != session:
+                raise self._conflict(s, time.time())
+
+    def _conflict(self, s: ControlState, now: float) -> ControlConflict:
+        return ControlConflict(
+            f"arm is controlled by session {s.session} since {_clock_time(s.since)} "
+            f"(last call {now - s.last_seen:.1f} s ago); call Stop(release=true) from that session, "
+            f"or wait: the watchdog releases control after {self.watchdog_s:g} s of silence"
+        )
 
     def done(self, session: str) -> None:
         now = time.time()

@@ -31,6 +31,7 @@ from dm_env_rpc.v1 import tensor_spec_utils, tensor_utils
 from google.rpc import status_pb2
 
 from rlhw.env.host import EnvHost
+from rlhw.env.limits import StreamRefused, bounded
 from rlhw.env.service import CallFailed, EnvService, run_guarded, session_id
 from rlhw.env.validate import InvalidRequest
 
@@ -88,7 +89,14 @@ class DmEnvRpcService(dm_env_rpc_pb2_grpc.EnvironmentServicer):
 
     # -- the stream -----------------------------------------------------------------------------
     def Process(self, request_iterator, context):
-        stream = _Stream(self, next(self._streams), session_id(context, prefix="dm_env_rpc:"))
+        try:
+            session = session_id(context, prefix="dm_env_rpc:")
+            peer = context.peer()
+            self.native.gate.open(peer, session)  # a dm_env_rpc stream holds a handler thread too
+        except (InvalidRequest, StreamRefused) as e:
+            code = grpc.StatusCode.INVALID_ARGUMENT if isinstance(e, InvalidRequest) else e.code
+            context.abort(code, bounded(str(e) if isinstance(e, InvalidRequest) else e.message))
+        stream = _Stream(self, next(self._streams), session)
         try:
             for request in request_iterator:
                 kind = request.WhichOneof("payload")
@@ -103,9 +111,12 @@ class DmEnvRpcService(dm_env_rpc_pb2_grpc.EnvironmentServicer):
                 except Exception as e:  # a bug here must not end the client's stream silently
                     log.exception("dm_env_rpc request failed")
                     yield dm.EnvironmentResponse(error=status_pb2.Status(
-                        code=grpc.StatusCode.INTERNAL.value[0], message=f"{type(e).__name__}: {e}"))
+                        code=grpc.StatusCode.INTERNAL.value[0], message=bounded(f"{type(e).__name__}: {e}")))
         finally:
-            stream.close()
+            try:
+                stream.close()
+            finally:
+                self.native.gate.close(peer, session)
 
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(

@@ -28,8 +28,12 @@ class FakeEnv:
         num_envs: int = 1,
         step_delay_s: float = 0.0,
         reset_delay_s: float = 0.0,
+        intervene_every: int = 0,
     ):
         self.num_envs = num_envs
+        #: > 0: report interventions as RobotEnv does with a teleop operator: every k-th step an
+        #: "operator" executed the negated action (info["intervened"], info["executed_action"]).
+        self.intervene_every = intervene_every
         self.episode_length = episode_length
         self.step_delay_s = step_delay_s
         self.reset_delay_s = reset_delay_s
@@ -109,7 +113,10 @@ class FakeEnv:
                 jp = self._obs["joint_pos"]
                 jp += 0.01 * action
                 np.clip(jp, -3.0, 3.0, out=jp)
-            return self._obs, -sum(map(abs, values)), False, self._t1 >= self.episode_length, self._info(t0)
+            info = self._info(t0)
+            if self.intervene_every:
+                self._report_intervention(info, action, self._t1)
+            return self._obs, -sum(map(abs, values)), False, self._t1 >= self.episode_length, info
         self._t += 1
         # The joint position follows the action a little, so tests can see actions arrive.
         if action.any():
@@ -118,6 +125,8 @@ class FakeEnv:
             np.clip(jp, -3.0, 3.0, out=jp)
         truncated = self._t >= self.episode_length
         info = self._info(t0)
+        if self.intervene_every:
+            self._report_intervention(info, action, int(self._t[0]))
         reward = -np.abs(action).sum(axis=-1).astype(np.float32)
         terminated = np.zeros(self.num_envs, bool)
         if truncated.any():
@@ -126,6 +135,16 @@ class FakeEnv:
             self._t[truncated] = 0
             self._obs["joint_pos"][truncated] = 0.0  # same-step autoreset: rows start a new episode
         return self._obs, reward, terminated, truncated, info
+
+    def _report_intervention(self, info: dict, action: np.ndarray, t: int) -> None:
+        taken = t % self.intervene_every == 0
+        human = (-action).astype(np.float32)
+        if self.num_envs == 1:
+            info["intervened"] = taken
+            info["executed_action"] = human if taken else action.astype(np.float32)
+        else:  # per instance, as a BatchedEnv lists its members' infos; instance 0 only is taken over
+            info["intervened"] = [taken] + [False] * (self.num_envs - 1)
+            info["executed_action"] = [human[0] if taken else None] + [None] * (self.num_envs - 1)
 
     def stop(self) -> None:
         self.events.append("stop")
@@ -160,4 +179,5 @@ def make_fake_env(config=None, robot_rank: int = 0, **kwargs) -> FakeEnv:
         num_envs=int(opts.pop("num_envs", 1)),
         step_delay_s=float(opts.pop("step_delay_s", 0.0)),
         reset_delay_s=float(opts.pop("reset_delay_s", 0.0)),
+        intervene_every=int(opts.pop("intervene_every", 0)),
     )

@@ -36,11 +36,11 @@ class StepResult:
 
     __slots__ = (
         "obs", "stamps", "reward", "terminated", "truncated", "success", "fault", "fault_message",
-        "timing", "final_obs", "final_mask",
+        "timing", "final_obs", "final_mask", "executed_action", "intervened",
     )
 
     def __init__(self, obs, stamps, reward, terminated, truncated, success, fault, fault_message, timing,
-                 final_obs=None, final_mask=None):
+                 final_obs=None, final_mask=None, executed_action=None, intervened=None):
         self.obs = obs
         self.stamps = stamps
         self.reward = reward
@@ -52,6 +52,8 @@ class StepResult:
         self.timing = timing
         self.final_obs = final_obs
         self.final_mask = final_mask
+        self.executed_action = executed_action  # float32, the action's shape; None = not reported
+        self.intervened = intervened  # list of bools per instance; None = not reported
 
 
 def _per_instance(value, n: int, dtype) -> list:
@@ -99,6 +101,26 @@ def _timing(value) -> dict[str, float]:
         for k, v in (d or {}).items():
             out[f"env.{k}"] = max(out.get(f"env.{k}", 0.0), float(v))
     return out
+
+
+def _interventions(info: dict, action: np.ndarray, n: int):
+    """(executed action or None, intervened per instance or None) from the env's info.
+
+    ``info["executed_action"]`` is the action the arm really executed (a human's command instead
+    of the client's); in a batch a row the env did not report is the requested action's row.
+    """
+    executed = info.get("executed_action")
+    flags = info.get("intervened")
+    if executed is not None:
+        if n > 1 and isinstance(executed, (list, tuple)):
+            executed = np.stack([action[i] if row is None else np.asarray(row, np.float32).reshape(action.shape[1:])
+                                 for i, row in enumerate(executed)])
+        executed = np.ascontiguousarray(executed, dtype=np.float32).reshape(action.shape)
+    if flags is not None:
+        if n > 1 and isinstance(flags, (list, tuple)):
+            flags = [bool(f) if f is not None else False for f in flags]
+        flags = _per_instance(flags, n, bool)
+    return executed, flags
 
 
 def _final(value, obs: dict, n: int):
@@ -198,7 +220,8 @@ class EnvHost:
         self.stopped = False
         self.steps += 1
         n = self.num_envs
-        if n == 1 and info.get("fault") is None:  # the common case, without the general normalisation
+        if n == 1 and info.get("fault") is None and "intervened" not in info and "executed_action" not in info:
+            # the common case, without the general normalisation
             timing = {"env": dt}
             phases = info.get("timing")
             if phases:
@@ -222,10 +245,12 @@ class EnvHost:
             if mask is None:
                 mask = np.logical_or(terminated, truncated)
             final_mask = np.asarray(mask, dtype=bool).reshape(-1).tolist()
+        executed, intervened = _interventions(info, action, n)
         return StepResult(
             obs, _stamps(info.get("timestamps")), _per_instance(reward, n, np.float32),
             _per_instance(terminated, n, bool), _per_instance(truncated, n, bool),
             _per_instance(info.get("success", False), n, bool), fault, fmsg, timing, final_obs, final_mask,
+            executed, intervened,
         )
 
     # -- timings and status ------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import sys
 import threading
 from concurrent import futures
 
@@ -17,10 +18,13 @@ from grpc_reflection.v1alpha import reflection
 from rlhw.config.server import ServerConfig
 from rlhw.env.auth import TokenAuthInterceptor
 from rlhw.env.host import EnvHost
+from rlhw.env.limits import StreamGate
 from rlhw.env.service import SERVICE_NAME, EnvService
 from rlhw.errors import ConfigError
 
 log = logging.getLogger("rlhw.env")
+
+GIL_SWITCH_INTERVAL_S = 0.001
 
 
 def _bind_address(host: str, port: int) -> str:
@@ -52,7 +56,8 @@ class EnvServer:
         self.token = config.resolve_token()
         check_exposure(config, self.token)
         self.host = EnvHost(env, watchdog_s=config.watchdog_s)
-        self.native = EnvService(self.host, config.watchdog_s, config.step_deadline_s, config.reset_deadline_s)
+        gate = StreamGate(config.max_streams, config.max_streams_per_peer)
+        self.native = EnvService(self.host, config.watchdog_s, config.step_deadline_s, config.reset_deadline_s, gate)
         self.close_env = close_env
         interceptors = [TokenAuthInterceptor(self.token)] if self.token else []
         max_bytes = config.max_message_bytes
@@ -63,8 +68,12 @@ class EnvServer:
                 ("grpc.max_receive_message_length", max_bytes),
                 ("grpc.max_send_message_length", max_bytes),
                 ("grpc.so_reuseport", 0),  # a second server on a busy port must fail, not share it
+                # Per connection: calls beyond this wait at the client, holding nothing here.
+                ("grpc.max_concurrent_streams", config.max_calls_per_connection),
             ],
-            maximum_concurrent_rpcs=max(4 * config.max_workers, 16),
+            # No server-wide cap: grpc would refuse every new call past it, a Stop included.
+            # Session streams are capped by the StreamGate, calls per connection by the option above.
+            maximum_concurrent_rpcs=None,
         )
         handlers = [self.native.handler()]
         names = [SERVICE_NAME]
@@ -94,6 +103,11 @@ class EnvServer:
 
     def start(self) -> "EnvServer":
         cfg = self.config
+        # Every handler thread of this process takes turns at the GIL; a thread that waits gets it
+        # after at most about one switch interval per runnable thread. CPython's default (5 ms)
+        # let a busy pool keep a Stop waiting for tens of milliseconds; 1 ms bounds that wait.
+        if sys.getswitchinterval() > GIL_SWITCH_INTERVAL_S:
+            sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         addr = _bind_address(cfg.host, cfg.port)
         try:
             if cfg.tls_enabled:
@@ -142,6 +156,7 @@ class EnvServer:
             for name in ("", *self._service_names):
                 self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
             self.server.stop(grace_s).wait(grace_s + 1.0)
+            self.native.close()
             if self.close_env:
                 self.host.close()
             else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from concurrent import futures
 import time
 from time import perf_counter
 
@@ -16,8 +17,10 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from rlhw.env import codec, step_layout, wire
+from rlhw.env.auth import SESSION_METADATA_KEY, SessionSecretRefused, session_of
 from rlhw.env.control import ControlConflict
 from rlhw.env.host import EnvHost, StepResult
+from rlhw.env.limits import MAX_FIELD_CHARS, StreamGate, StreamRefused, bounded
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.env.validate import InvalidRequest
 from rlhw.errors import RobotFault, SafetyViolation
@@ -25,25 +28,27 @@ from rlhw.errors import RobotFault, SafetyViolation
 log = logging.getLogger("rlhw.env")
 
 SERVICE_NAME = "rlhw.env.v1.Env"
-SESSION_METADATA_KEY = "rlhw-session"
 
 
 def session_id(context: grpc.ServicerContext, prefix: str = "") -> str:
-    """The caller's session: its ``rlhw-session`` metadata, else its connection's peer address."""
-    for key, value in context.invocation_metadata() or ():
-        if key == SESSION_METADATA_KEY and value:
-            return str(value)
-    return prefix + context.peer()
+    """The caller's session (rlhw.env.auth.session_of): the fingerprint of its ``rlhw-session``
+    secret, else its connection's peer address; InvalidRequest for an unacceptable secret."""
+    try:
+        return session_of(context.invocation_metadata(), context.peer(), prefix)
+    except SessionSecretRefused as e:
+        raise InvalidRequest(SessionSecretRefused.field, str(e).split(": ", 1)[1]) from None
 
 
 class CallFailed(Exception):
-    """A call failed with a gRPC status; raised inside handlers, turned into abort or in-band error."""
+    """A call failed with a gRPC status; raised inside handlers, turned into abort or in-band error.
+
+    The message is bounded (rlhw.env.limits): it travels in metadata, which has a size limit."""
 
     def __init__(self, code: grpc.StatusCode, message: str, field: str = ""):
         self.code = code
-        self.message = message
-        self.field = field
-        super().__init__(message)
+        self.message = bounded(message)
+        self.field = bounded(field, MAX_FIELD_CHARS)
+        super().__init__(self.message)
 
 
 def _failure(e: Exception) -> CallFailed:
@@ -90,7 +95,7 @@ class EnvService:
     """Handlers of the native service, bound to one EnvHost."""
 
     def __init__(self, host: EnvHost, watchdog_s: float, step_limit_s: float | None = None,
-                 reset_limit_s: float | None = None):
+                 reset_limit_s: float | None = None, gate: StreamGate | None = None):
         self.host = host
         self.watchdog_s = watchdog_s
         self.step_limit_s = step_limit_s
@@ -98,8 +103,12 @@ class EnvService:
         self.spec_message = codec.env_spec_to_message(host.spec)
         self.writer = step_layout.StepWriter()
         self.shutting_down = False
-        self._open_streams: dict[str, int] = {}  # session -> Session streams open (a client may reopen one)
-        self._streams_lock = threading.Lock()
+        self.gate = gate or StreamGate(max_streams=6, max_streams_per_peer=4)
+        # Stop and GetStatus run on pools of their own (grpc runs a handler on the pool named by
+        # its ``experimental_thread_pool``): streams that hold every thread of the shared pool,
+        # or a flood of calls queued on it, never delay an emergency stop.
+        self.stop_pool = futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="rlhw-env-stop")
+        self.status_pool = futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="rlhw-env-status")
 
     # -- operations shared by unary calls and the Session stream ----------------------------------
     def _controlled(self, session: str, fn, *args, limit_s: float | None = None):
@@ -154,7 +163,8 @@ class EnvService:
             t2 = perf_counter()
             timing["server"] = t2 - t0
             head = wire.encode_step_head(result.reward, result.terminated, result.truncated, result.success,
-                                          result.fault, result.fault_message, timing, result.final_mask or ())
+                                          result.fault, result.fault_message, timing, result.final_mask or (),
+                                          result.executed_action, result.intervened)
             observations = [(1, result.obs, result.stamps)]
             if result.final_obs is not None:
                 observations.append((9, result.final_obs, None))
@@ -164,31 +174,50 @@ class EnvService:
         return data
 
     # -- unary handlers -------------------------------------------------------------------------
-    def GetSpec(self, request, context):
+    # Each takes the request's bytes and parses them itself, so bytes that are not the request
+    # message get INVALID_ARGUMENT naming `request` (grpc's own deserialiser would answer INTERNAL).
+    def GetSpec(self, data: bytes, context):
+        _parse_or_abort(pb.GetSpecRequest, data, context)
         return pb.GetSpecResponse(spec=self.spec_message)
 
-    def Reset(self, request, context):
+    def Reset(self, data: bytes, context):
         try:
+            request = _parse(pb.ResetRequest, data)
             return self._controlled(session_id(context), self._reset, request, None, limit_s=self.reset_limit_s)
-        except CallFailed as e:
+        except (CallFailed, InvalidRequest) as e:
+            e = _failure(e)
             context.abort(e.code, e.message)
 
-    def Step(self, request, context):
+    def Step(self, data: bytes, context):
         try:
-            return self._controlled(session_id(context), self._step, request, None, limit_s=self.step_limit_s)
-        except CallFailed as e:
+            return self._controlled(session_id(context), self._step, data, None, limit_s=self.step_limit_s)
+        except (CallFailed, InvalidRequest) as e:
+            e = _failure(e)
             context.abort(e.code, e.message)
 
-    def Stop(self, request, context):
-        session = session_id(context)
-        message = "arm stopped"
+    def Stop(self, data: bytes, context):
+        """Stop the arm first, whatever else is wrong with the call (a stop always gets through)."""
         try:
-            self.host.stop_arm(f"Stop called by {session}")
+            session = session_id(context)
+        except InvalidRequest as e:
+            session, refused = None, e
+        try:
+            self.host.stop_arm(f"Stop called by {session or context.peer()}")
         except Exception as e:
-            context.abort(grpc.StatusCode.INTERNAL, f"stopping the arm failed: {e!r}")
+            context.abort(grpc.StatusCode.INTERNAL, bounded(f"stopping the arm failed: {e!r}"))
+        try:
+            request = _parse(pb.StopRequest, data)
+        except InvalidRequest as e:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, bounded(f"{e}; the arm was stopped anyway, control not released"))
+        if session is None:
+            if request.release:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              bounded(f"{refused}; the arm was stopped anyway, control not released"))
+            session = "peer:" + context.peer()
+        message = "arm stopped"
         released = False
         if request.release:
-            released = self.host.control.release(session)
+            released = self.host.release(session, "Stop(release=true)")
             if not released:
                 holder = self.host.control.controller
                 message += (f"; control not released: it is held by {holder}, not {session}" if holder
@@ -197,7 +226,8 @@ class EnvService:
                 message += f"; control released by {session}"
         return pb.StopResponse(stopped=True, released=released, message=message)
 
-    def GetStatus(self, request, context):
+    def GetStatus(self, data: bytes, context):
+        _parse_or_abort(pb.GetStatusRequest, data, context)
         host = self.host
         c = host.control.snapshot()
         timing = {k: pb.PhaseTiming(**v) for k, v in host.timing_summary().items()}
@@ -209,11 +239,25 @@ class EnvService:
         )
 
     # -- Session stream -------------------------------------------------------------------------
+    def _admit(self, context) -> tuple[str, str]:
+        """(session, peer) of a new stream, or abort: bad secret, too many streams, or another
+        session controls the arm (refused at once, so that a refused stream holds no thread)."""
+        try:
+            session = session_id(context)
+            peer = context.peer()
+            self.gate.open(peer, session, controller=self.host.control.controller == session)
+        except (InvalidRequest, StreamRefused) as e:
+            e = _failure(e) if isinstance(e, InvalidRequest) else e
+            context.abort(e.code, e.message)
+        try:
+            self.host.control.check(session)
+        except ControlConflict as e:
+            self.gate.close(peer, session)
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, bounded(str(e)))
+        return session, peer
+
     def Session(self, request_iterator, context):
-        session = session_id(context)
-        held = False
-        with self._streams_lock:
-            self._open_streams[session] = self._open_streams.get(session, 0) + 1
+        session, peer = self._admit(context)
         try:
             prefix, size = self.host.checker.canonical_request(True)
             for data in request_iterator:  # serialised SessionRequests
@@ -230,20 +274,19 @@ class EnvService:
                         else:
                             raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT,
                                              "empty SessionRequest; set reset or step", "kind")
-                    held = True
                     yield out
                 except (CallFailed, InvalidRequest) as e:  # InvalidRequest: a request that does not parse
                     e = _failure(e)
                     yield pb.SessionResponse(error=pb.Error(code=e.code.value[0], message=e.message,
                                                             field=e.field)).SerializeToString()
+                    if e.code == grpc.StatusCode.FAILED_PRECONDITION and self.host.control.controller != session:
+                        return  # a refused would-be controller: end its stream now, freeing the thread
         finally:
-            with self._streams_lock:
-                left = self._open_streams[session] = self._open_streams[session] - 1
-                if not left:
-                    del self._open_streams[session]
+            left = self.gate.close(peer, session)
             # A client that timed out reopens its stream under the same session while the old one
-            # drains: only the last stream of a session to end gives control back.
-            if held and not left:
+            # drains: only the last stream of a session to end gives control back. Any stream of
+            # the controller counts, also one whose every request failed (it took control first).
+            if not left:
                 self.host.release(session, "Session stream ended")
 
     # -- registration ---------------------------------------------------------------------------
@@ -251,8 +294,15 @@ class EnvService:
         def ser(msg) -> bytes:
             return msg if isinstance(msg, bytes) else msg.SerializeToString()
 
-        def uu(fn, req):
-            return grpc.unary_unary_rpc_method_handler(fn, request_deserializer=req.FromString, response_serializer=ser)
+        def on(pool, fn):
+            def behavior(request, context):
+                return fn(request, context)
+
+            behavior.experimental_thread_pool = pool  # grpc runs this handler on that pool
+            return behavior
+
+        def uu(fn):  # bytes in; the handler parses (and answers INVALID_ARGUMENT for bad bytes)
+            return grpc.unary_unary_rpc_method_handler(fn, response_serializer=ser)
 
         # Step and Session take and return bytes (no (de)serialiser call per message): `_step`
         # reads a canonical action straight from the request and parses anything else with
@@ -260,14 +310,25 @@ class EnvService:
         return grpc.method_handlers_generic_handler(
             SERVICE_NAME,
             {
-                "GetSpec": uu(self.GetSpec, pb.GetSpecRequest),
-                "Reset": uu(self.Reset, pb.ResetRequest),
-                "Step": grpc.unary_unary_rpc_method_handler(self.Step),  # bytes in, bytes out
-                "Stop": uu(self.Stop, pb.StopRequest),
-                "GetStatus": uu(self.GetStatus, pb.GetStatusRequest),
+                "GetSpec": uu(self.GetSpec),
+                "Reset": uu(self.Reset),
+                "Step": uu(self.Step),
+                "Stop": uu(on(self.stop_pool, self.Stop)),
+                "GetStatus": uu(on(self.status_pool, self.GetStatus)),
                 "Session": grpc.stream_stream_rpc_method_handler(self.Session),  # bytes in, bytes out
             },
         )
+
+    def close(self) -> None:
+        self.stop_pool.shutdown(wait=False)
+        self.status_pool.shutdown(wait=False)
+
+
+def _parse_or_abort(message_type, data: bytes, context):
+    try:
+        return _parse(message_type, data)
+    except InvalidRequest as e:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, bounded(str(e)))
 
 
 __all__ = ["EnvService", "SERVICE_NAME", "SESSION_METADATA_KEY", "session_id", "CallFailed", "run_guarded"]

@@ -184,8 +184,8 @@ class StepReader:
     """Reads single-instance StepResponses (optionally inside SessionResponse.step) by layout.
 
     ``read`` returns what `RemoteEnv.step` returns for a single env - ``(obs, reward, terminated,
-    truncated, info)`` with info's ``timestamps``, ``timing``, ``success``, ``fault`` and
-    ``fault_message`` - from the values `read_response` would give, or None when the message does
+    truncated, info)`` with info's ``timestamps``, ``timing``, ``success``, ``fault``,
+    ``fault_message`` and ``intervened`` - from the values `read_response` would give, or None when the message does
     not have the layout of the previous one that `learn` was given. Every byte outside the value slots
     is compared with that message, and the slots hold only fixed-size values (floats, tensor data,
     one-byte flags), so a message that passes parses exactly as the general reader would parse it.
@@ -207,7 +207,8 @@ class StepReader:
         return obs, reward, terminated == 1, truncated == 1, {
             "timestamps": dict(zip(layout.stamp_names, v[layout.stamp_slice])),
             "timing": dict(zip(layout.timing_keys, v[layout.timing_slice])),
-            "success": success == 1, "fault": layout.fault, "fault_message": layout.fault_message}
+            "success": success == 1, "fault": layout.fault, "fault_message": layout.fault_message,
+            "intervened": False}  # a message with interventions has no layout
 
     def learn(self, data: bytes, head: pb.StepResponse, session: bool) -> None:
         """Prepare the layout of ``data`` (a StepResponse, or with ``session`` a
@@ -315,8 +316,8 @@ def _layout_step(buf, pos: int, end: int, segments: list, slots: dict) -> None:
         elif field in (3, 4, 5) and n == 1:
             segments += [("fixed", start, pos), ("slot", "flag", pos, stop, field)]
             slots["flags"] += 1
-        elif field in (2, 3, 4, 5, 9, 10):
-            raise _NoLayout()  # batched replies and final observations: the general reader
+        elif field in (2, 3, 4, 5, 9, 10, 11, 12):
+            raise _NoLayout()  # batched replies, final observations, interventions: the general reader
         elif field == 8:
             # map<string, double> entry: key then value, as every writer lays it out
             name, p = _entry_key(buf, pos)

@@ -74,7 +74,7 @@ class ActionChecker:
             )
         shape = tuple(tensor.shape)
         if shape != self.shape:
-            raise InvalidRequest(f"{field}.shape", f"expected {list(self.shape)}, got {list(shape)}")
+            raise InvalidRequest(f"{field}.shape", f"expected {list(self.shape)}, got {_dims(shape)}")
         data = tensor.data  # each access of a bytes field copies it: read it once
         if len(data) != self.nbytes:
             raise InvalidRequest(
@@ -148,6 +148,13 @@ class ActionChecker:
     def _bound(self, bound: np.ndarray, idx: list[int]):
         per_instance = idx[len(idx) - len(self.spec.shape):] if self.spec.shape else []
         return bound[tuple(per_instance)]
+
+
+def _dims(shape: tuple[int, ...], most: int = 8) -> str:
+    """A shape as text, the first ``most`` dimensions only: a request may claim any number."""
+    if len(shape) <= most:
+        return str(list(shape))
+    return f"[{', '.join(map(str, shape[:most]))}, ...] ({len(shape)} dimensions)"
 
 
 def _num(value) -> str:

@@ -180,8 +180,15 @@ def _strings(field: int, values) -> bytes:
 _BOOL1 = {(f, v): varint((f << 3) | 2) + b"\x01" + (b"\x01" if v else b"\x00") for f in (3, 4, 5) for v in (False, True)}
 
 
-def encode_step_head(reward, terminated, truncated, success, fault, fault_message, timing, final_mask=()) -> bytes:
+def encode_step_head(reward, terminated, truncated, success, fault, fault_message, timing, final_mask=(),
+                     executed_action=None, intervened=None) -> bytes:
     """StepResponse fields other than the observations, written directly (same bytes protobuf makes)."""
+    if executed_action is not None or intervened is not None:  # what the arm really did (field 11, 12)
+        head = encode_step_head(reward, terminated, truncated, success, fault, fault_message, timing, final_mask)
+        if executed_action is not None:
+            parts, size = _tensor_parts(executed_action)
+            head += len_prefix(11, size) + b"".join(parts)
+        return head + _packed(12, "?", intervened or ())
     if len(reward) == 1 and not final_mask and not fault[0] and not fault_message[0]:  # the common case
         parts = [b"\x12\x04", _struct_f.pack(reward[0]), _BOOL1[3, bool(terminated[0])],
                  _BOOL1[4, bool(truncated[0])], _BOOL1[5, bool(success[0])], b"\x32\x00\x3a\x00"]

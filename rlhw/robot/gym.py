@@ -4,6 +4,11 @@ wrappers, other RL libraries) without going through the env server.
 Spaces come from the env's spec: a Dict of Boxes (bounds from the spec; unbounded where it has
 none) and a Box action. ``info`` is the RobotEnv's. Safety behaviour is unchanged: a step after
 the episode ended raises `SafetyViolation` instead of silently continuing.
+
+``measurements_in_info=False`` keeps the per-call measurements (``timestamps``: wall-clock capture
+times, ``timing``: durations) out of ``info`` and in ``last_measurements`` instead. They differ on
+every call by nature, so tools that compare infos of identical transitions (gymnasium's
+``check_env``, replay comparisons) need them set apart; everything else in ``info`` stays.
 """
 
 from __future__ import annotations
@@ -29,20 +34,37 @@ def box(spec: TensorSpec) -> gym.spaces.Box:
     return gym.spaces.Box(low=low.copy(), high=high.copy(), shape=spec.shape, dtype=dtype)
 
 
+#: The ``info`` keys that are measurements of the call itself rather than facts of the transition.
+MEASUREMENT_KEYS = ("timestamps", "timing")
+
+
+def set_measurements_apart(info: dict[str, Any]) -> dict[str, Any]:
+    """Remove the `MEASUREMENT_KEYS` from ``info`` (in place) and return them."""
+    return {k: info.pop(k) for k in MEASUREMENT_KEYS if k in info}
+
+
 class GymRobotEnv(gym.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, env: RobotEnv):
+    def __init__(self, env: RobotEnv, *, measurements_in_info: bool = True):
         self.env = env
+        self.measurements_in_info = measurements_in_info
+        self.last_measurements: dict[str, Any] = {}
         self.observation_space = gym.spaces.Dict({k: box(s) for k, s in env.spec.observations.items()})
         self.action_space = box(env.spec.action)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        return self.env.reset(seed=seed)
+        obs, info = self.env.reset(seed=seed)
+        if not self.measurements_in_info:
+            self.last_measurements = set_measurements_apart(info)
+        return obs, info
 
     def step(self, action):
-        return self.env.step(action)
+        out = self.env.step(action)
+        if not self.measurements_in_info:
+            self.last_measurements = set_measurements_apart(out[4])
+        return out
 
     def close(self) -> None:
         self.env.close()

@@ -115,7 +115,7 @@ def test_push_cube_rejects_unknown_or_malformed_options():
         make_env(load_config(SIM, PUSH + ["env.task_options={cube_low: [0.4]}"]))
 
 
-def test_env_with_images_returns_rendered_camera_observations_in_sim_time():
+def test_env_with_images_returns_rendered_camera_observations_stamped_with_the_proprio_instant():
     env = make_env(load_config(SIM, ["env.sim=mujoco", "env.images=true", "env.image_size=[48,64]",
                                      "env.sim_cameras=[front,wrist]"]))
     try:
@@ -124,9 +124,9 @@ def test_env_with_images_returns_rendered_camera_observations_in_sim_time():
         obs2, *_, info2 = env.step(np.zeros(3, np.float32))
         for key in ("image_front", "image_wrist"):
             assert obs2[key].shape == (48, 64, 3) and obs2[key].dtype == np.uint8 and obs2[key].std() > 5
-            # The image is stamped with the same (simulated) instant as the proprio reading.
-            assert info2["timestamps"][key] == pytest.approx(info2["timestamps"]["ee_position"])
-            assert info2["timestamps"][key] - info["timestamps"][key] == pytest.approx(env.period, abs=1e-6)
+            # The image is stamped with the same instant as the proprio reading (wall-clock).
+            assert info2["timestamps"][key] == info2["timestamps"]["ee_position"]
+            assert 0 < info2["timestamps"][key] - info["timestamps"][key] < 5.0
     finally:
         env.close()
 

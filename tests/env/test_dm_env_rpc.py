@@ -133,11 +133,11 @@ def test_dm_env_rpc_and_native_clients_share_the_single_controller_rule():
     conn = dm_connection.Connection(channel)
     world = conn.send(dm_env_rpc_pb2.CreateWorldRequest()).world_name
     conn.send(dm_env_rpc_pb2.JoinWorldRequest(world_name=world))
-    native = RemoteEnv(_server().address, session_id="native")
+    native = RemoteEnv(_server().address)
     try:
         from rlhw.env.client import ControlConflictError
 
-        with pytest.raises(ControlConflictError, match="arm is controlled by session dm_env_rpc:"):
+        with pytest.raises(ControlConflictError, match="arm is controlled by session peer:dm_env_rpc:"):
             native.reset()
     finally:
         conn.send(dm_env_rpc_pb2.LeaveWorldRequest())

@@ -185,7 +185,7 @@ def test_batched_and_final_observation_replies_have_no_layout():
 def test_remote_env_steps_match_the_general_decoder_across_episode_ends_and_faults(serve, clients, use_session):
     env = FakeEnv(cameras=2, image_hw=(24, 32), episode_length=3)
     server = serve(env)
-    fast = clients(RemoteEnv(server.address, use_session=use_session, session_id="a"))
+    fast = clients(RemoteEnv(server.address, use_session=use_session, session_secret="a" * 40))
     fast.reset()
     action = np.full(7, 0.5, np.float32)
     steps = []
@@ -199,7 +199,7 @@ def test_remote_env_steps_match_the_general_decoder_across_episode_ends_and_faul
         steps.append(fast.step(action))
         if steps[-1][3]:
             fast.reset()
-    slow = clients(RemoteEnv(server.address, use_session=use_session, session_id="a"))
+    slow = clients(RemoteEnv(server.address, use_session=use_session, session_secret="a" * 40))
     slow._reader = None  # the general decoder only
     reference = slow.step(action)
     latest = fast.step(action)
@@ -207,7 +207,8 @@ def test_remote_env_steps_match_the_general_decoder_across_episode_ends_and_faul
         obs, reward, terminated, truncated, info = got
         assert set(obs) == {"joint_pos", "ee_pose", "gripper", "cam0", "cam1"}
         assert reward == pytest.approx(-3.5) and not terminated
-        assert set(info) == {"timestamps", "timing", "success", "fault", "fault_message"}
+        assert set(info) == {"timestamps", "timing", "success", "fault", "fault_message", "intervened"}
+        assert info["intervened"] is False
     np.testing.assert_array_equal(latest[0]["cam1"], reference[0]["cam1"])
     assert latest[4]["fault"] is None is reference[4]["fault"] and latest[4]["fault_message"] == ""
     assert [s[3] for s in steps[:3]] == [False, False, True]  # truncated at episode_length, read by layout

@@ -150,7 +150,7 @@ class StepRequest(_message.Message):
     def __init__(self, action: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class StepResponse(_message.Message):
-    __slots__ = ("observation", "reward", "terminated", "truncated", "success", "fault", "fault_message", "timing", "final_observation", "final_mask")
+    __slots__ = ("observation", "reward", "terminated", "truncated", "success", "fault", "fault_message", "timing", "final_observation", "final_mask", "executed_action", "intervened")
     class TimingEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -168,6 +168,8 @@ class StepResponse(_message.Message):
     TIMING_FIELD_NUMBER: _ClassVar[int]
     FINAL_OBSERVATION_FIELD_NUMBER: _ClassVar[int]
     FINAL_MASK_FIELD_NUMBER: _ClassVar[int]
+    EXECUTED_ACTION_FIELD_NUMBER: _ClassVar[int]
+    INTERVENED_FIELD_NUMBER: _ClassVar[int]
     observation: Observation
     reward: _containers.RepeatedScalarFieldContainer[float]
     terminated: _containers.RepeatedScalarFieldContainer[bool]
@@ -178,7 +180,9 @@ class StepResponse(_message.Message):
     timing: _containers.ScalarMap[str, float]
     final_observation: Observation
     final_mask: _containers.RepeatedScalarFieldContainer[bool]
-    def __init__(self, observation: _Optional[_Union[Observation, _Mapping]] = ..., reward: _Optional[_Iterable[float]] = ..., terminated: _Optional[_Iterable[bool]] = ..., truncated: _Optional[_Iterable[bool]] = ..., success: _Optional[_Iterable[bool]] = ..., fault: _Optional[_Iterable[str]] = ..., fault_message: _Optional[_Iterable[str]] = ..., timing: _Optional[_Mapping[str, float]] = ..., final_observation: _Optional[_Union[Observation, _Mapping]] = ..., final_mask: _Optional[_Iterable[bool]] = ...) -> None: ...
+    executed_action: Tensor
+    intervened: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, observation: _Optional[_Union[Observation, _Mapping]] = ..., reward: _Optional[_Iterable[float]] = ..., terminated: _Optional[_Iterable[bool]] = ..., truncated: _Optional[_Iterable[bool]] = ..., success: _Optional[_Iterable[bool]] = ..., fault: _Optional[_Iterable[str]] = ..., fault_message: _Optional[_Iterable[str]] = ..., timing: _Optional[_Mapping[str, float]] = ..., final_observation: _Optional[_Union[Observation, _Mapping]] = ..., final_mask: _Optional[_Iterable[bool]] = ..., executed_action: _Optional[_Union[Tensor, _Mapping]] = ..., intervened: _Optional[_Iterable[bool]] = ...) -> None: ...
 
 class SessionRequest(_message.Message):
     __slots__ = ("reset", "step")

@@ -33,6 +33,7 @@ from rlhw.robot.camera import Frame
 from rlhw.robot.spec import TensorSpec
 from rlhw.robot.tasks import register_task
 from rlhw.robot.tasks.base import Command, Task
+from rlhw.robot.tasks.reach import GRIPPER_WIDTH_MAX, gripper_width_observation
 
 CUBE_HALF_SIZE = 0.025
 #: The highest hand (TCP) floor that still lets the fingertips touch a 5 cm cube's side.
@@ -114,7 +115,7 @@ class PushCube(Task):
             "goal_position": TensorSpec("goal_position", "float32", (3,), table_low, table_high),
             "cube_to_goal": TensorSpec("cube_to_goal", "float32", (3,), -span, span),
             "ee_to_cube": TensorSpec("ee_to_cube", "float32", (3,), -span, span),
-            "gripper_width": TensorSpec("gripper_width", "float32", (1,), 0.0, 0.08),
+            "gripper_width": TensorSpec("gripper_width", "float32", (1,), 0.0, GRIPPER_WIDTH_MAX),
         }
 
     def action_spec(self) -> TensorSpec:
@@ -158,7 +159,7 @@ class PushCube(Task):
             "goal_position": goal,
             "cube_to_goal": goal - cube,
             "ee_to_cube": cube - ee,
-            "gripper_width": np.array([state.gripper_width], dtype=np.float32),
+            "gripper_width": np.array([gripper_width_observation(state.gripper_width)], dtype=np.float32),
         }
 
     # -- outcome (uses the cube pose read by the latest observe) ---------------------------------

@@ -24,6 +24,16 @@ from rlhw.robot.tasks import register_task
 from rlhw.robot.tasks.base import Command, Task
 
 
+#: The gripper_width observation's bound (m): the Franka hand's opening. Measured widths can read a
+#: hair above it (MuJoCo's finger joints settle at 0.0800002), so observations are clipped to it.
+GRIPPER_WIDTH_MAX = 0.08
+
+
+def gripper_width_observation(width: float) -> float:
+    """The measured ``width`` within the declared [0, GRIPPER_WIDTH_MAX] (the observation space)."""
+    return min(max(float(width), 0.0), GRIPPER_WIDTH_MAX)
+
+
 @register_task("reach")
 class Reach(Task):
     def __init__(self, config, options: Mapping[str, Any] | None = None):
@@ -62,7 +72,7 @@ class Reach(Task):
             "ee_position": TensorSpec("ee_position", "float32", (3,), self.ws_low, self.ws_high),
             "target_position": TensorSpec("target_position", "float32", (3,), self.target_low.astype(np.float32), self.target_high.astype(np.float32)),
             "to_target": TensorSpec("to_target", "float32", (3,), -span, span),
-            "gripper_width": TensorSpec("gripper_width", "float32", (1,), 0.0, 0.08),
+            "gripper_width": TensorSpec("gripper_width", "float32", (1,), 0.0, GRIPPER_WIDTH_MAX),
         }
 
     def action_spec(self) -> TensorSpec:
@@ -103,7 +113,7 @@ class Reach(Task):
     def observe(self, state: ArmState, frames: Mapping[str, Frame]) -> dict[str, np.ndarray]:
         # One float32 array for the per-step values, handed out as slices: the env returns
         # copies of observations (never these arrays), so sharing one buffer here is safe.
-        values = np.array((*self._offset(state), state.gripper_width), dtype=np.float32)
+        values = np.array((*self._offset(state), gripper_width_observation(state.gripper_width)), dtype=np.float32)
         return {
             "ee_position": values[0:3],
             "target_position": self._target_obs,

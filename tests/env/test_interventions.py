@@ -1,0 +1,55 @@
+"""Human interventions reported by the env (info["intervened"], info["executed_action"]) reach
+the client: StepResponse.intervened / executed_action, back into RemoteEnv's step info."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlhw.env.client import RemoteEnv
+from rlhw.env.fake_env import FakeEnv
+
+ACTION = np.linspace(-0.5, 0.5, 7, dtype=np.float32)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("cameras", [0, 1], ids=["proprio", "image"])
+@pytest.mark.parametrize("use_session", [True, False], ids=["session", "unary"])
+def test_an_operator_takeover_reaches_the_client_step_info(serve, clients, use_session, cameras):
+    server = serve(FakeEnv(intervene_every=3, cameras=cameras))
+    env = clients(RemoteEnv(server.address, use_session=use_session))
+    env.reset()
+    for t in range(1, 7):
+        *_, info = env.step(ACTION)
+        taken = t % 3 == 0
+        assert info["intervened"] is taken
+        assert info["executed_action"].dtype == np.float32 and info["executed_action"].shape == (7,)
+        np.testing.assert_array_equal(info["executed_action"], -ACTION if taken else ACTION)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("use_session", [True, False], ids=["session", "unary"])
+def test_an_env_that_reports_no_interventions_gives_intervened_false_and_no_executed_action(serve, clients, use_session):
+    server = serve(FakeEnv())
+    env = clients(RemoteEnv(server.address, use_session=use_session))
+    env.reset()
+    for _ in range(4):  # the first step takes the general reader, the others the per-step layout
+        *_, info = env.step(ACTION)
+        assert info["intervened"] is False and "executed_action" not in info
+
+
+@pytest.mark.timeout(60)
+def test_batched_interventions_are_per_instance_and_executed_actions_batched_like_the_action(serve, clients):
+    server = serve(FakeEnv(num_envs=3, intervene_every=2))
+    env = clients(RemoteEnv(server.address))
+    env.reset()
+    actions = np.stack([ACTION, 0.5 * ACTION, 0.25 * ACTION])
+    for t in (1, 2):
+        *_, info = env.step(actions)
+        taken = t % 2 == 0
+        np.testing.assert_array_equal(info["intervened"], [taken, False, False])
+        expected = actions.copy()
+        if taken:
+            expected[0] = -actions[0]
+        assert info["executed_action"].shape == (3, 7)
+        np.testing.assert_array_equal(info["executed_action"], expected)
