@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "serve-env": ("rlhw.cli.serve_env", "serve gRPC step/reset in front of one arm or simulator"),
     "train": ("rlhw.cli.train", "train a policy (sim-only default: configs/sim_reach.yaml)"),
     "smoke-test": ("rlhw.cli.smoke_test", "check robots, cameras, nodes and env servers; moves nothing unless asked"),
+    "train-reward": ("rlhw.cli.train_reward", "train the success (reward) classifier on recorded episodes' camera frames"),
 }
 
 
