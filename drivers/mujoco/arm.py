@@ -174,6 +174,7 @@ class MujocoArm(Arm):
         self._errors: list[str] = []
         self._kinematics_time = -1.0
         self._camlight_time = -1.0
+        self.scene_edits = 0  # bumped when the state is changed by hand: cameras must not reuse a frame
         self._com_current = False  # COM terms (for the jacobian) match the kinematics
         self._stepped1 = False  # mj_step1 ran on the current state; mj_step2 finishes that substep
         self._forces_valid = False  # the MjData's contact forces belong to its contacts (not so after mj_step1)
@@ -610,6 +611,7 @@ class MujocoArm(Arm):
         self._moved()
 
     def _moved(self) -> None:
-        """The state was changed by hand: kinematics and any pending mj_step1 are stale."""
+        """The state was changed by hand: kinematics, any pending mj_step1 and rendered frames are stale."""
         self._kinematics_time = -1.0
+        self.scene_edits += 1
         self._stepped1 = False

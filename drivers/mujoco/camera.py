@@ -117,6 +117,7 @@ class MujocoCamera(Camera):
         self._renderer: _SharedRenderer | None = None
         self._last: Frame | None = None
         self._last_sim_time = -1.0
+        self._last_edits = -1
         self._returned_index = -1
         self._index = -1
 
@@ -161,12 +162,15 @@ class MujocoCamera(Camera):
         data = self.arm.sync(cameras=True)
         color = renderer.render(data, self._camera_id)
         self._index += 1
-        self._last_sim_time = data.time
+        self._last_sim_time, self._last_edits = data.time, self.arm.scene_edits
         self._last = Frame(color=color, timestamp=self.arm.to_wall_clock(data.time), index=self._index)
         return self._last
 
     def _fresh(self) -> bool:
-        return self._last is not None and self._last_sim_time == self.arm.sim_time
+        # Same instant AND no object or marker placed by hand since (a task's reset teleports them
+        # without advancing time: the reset observation must show the new scene).
+        return (self._last is not None and self._last_sim_time == self.arm.sim_time
+                and self._last_edits == self.arm.scene_edits)
 
     def latest(self, max_age_s: float | None = None) -> Frame:
         """The scene as it is now (rendered if the sim advanced since the last frame); never stale."""
