@@ -23,9 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("episodes", nargs="*", metavar="EPISODES", help="episode files or directories of them")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"model file to write (default: {DEFAULT_OUT})")
     parser.add_argument("--cameras", nargs="+", default=None, help="cameras to use (default: every camera in the episodes)")
-    parser.add_argument("--epochs", type=int, default=15, help="training epochs (default: 15)")
+    parser.add_argument("--epochs", type=int, default=60, help="training epochs (default: 60)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the split, the initialisation and the augmentation")
     parser.add_argument("--input-size", type=int, default=64, help="square input size in pixels, 32-256 (default: 64)")
+    parser.add_argument("--crop", nargs=4, type=float, default=(0.0, 0.0, 1.0, 1.0), metavar=("TOP", "LEFT", "BOTTOM", "RIGHT"),
+                        help="region of interest of every frame, as fractions (default: the whole frame); saved in the file")
     parser.add_argument("--encoder", default="cnn", choices=("cnn", "resnet10", "resnet18"), help="image encoder kind")
     parser.add_argument("--encoder-weights", default=None, help="local state_dict file to start the encoder from")
     parser.add_argument("--frozen", action="store_true", help="freeze the encoder backbone (with --encoder-weights)")
@@ -47,6 +49,8 @@ def _options(args: argparse.Namespace):
               ("--threshold", 0.0 <= args.threshold <= 1.0, "must be in [0, 1]"),
               ("--held-out", 0.0 < args.held_out < 1.0, "must be in (0, 1)"),
               ("--positive-last-k", args.positive_last_k >= 1, "must be >= 1"), ("--ambiguous-gap", args.ambiguous_gap >= 0, "must be >= 0"))
+    top, left, bottom, right = args.crop
+    checks += (("--crop", 0 <= top < bottom <= 1 and 0 <= left < right <= 1, "needs fractions 0 <= TOP < BOTTOM <= 1, 0 <= LEFT < RIGHT <= 1"),)
     for flag, ok, why in checks:
         if not ok:
             raise ConfigError(flag, f"{why}, got {getattr(args, flag[2:].replace('-', '_'))}")
@@ -55,7 +59,7 @@ def _options(args: argparse.Namespace):
     except ValidationError as e:
         raise ConfigError("--encoder", str(e.errors()[0]["msg"])) from None
     return TrainOptions(
-        cameras=tuple(args.cameras) if args.cameras else None, input_size=(args.input_size, args.input_size),
+        cameras=tuple(args.cameras) if args.cameras else None, input_size=(args.input_size, args.input_size), crop=tuple(args.crop),
         encoder=encoder, epochs=args.epochs, threshold=args.threshold, held_out_fraction=args.held_out, seed=args.seed,
         rules=LabelRules(positive_last_k=args.positive_last_k, ambiguous_gap=args.ambiguous_gap))
 

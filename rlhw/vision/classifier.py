@@ -44,6 +44,9 @@ class ClassifierSpec:
     features: int = 64
     hidden: int = 64
     threshold: float = 0.5
+    #: region of interest (top, left, bottom, right) as fractions of every frame, cut before resizing:
+    #: HIL-SERL crops its cameras to the work area, so a small object fills more of the input.
+    crop: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0)
 
     def __post_init__(self):
         if not self.cameras:
@@ -52,15 +55,32 @@ class ClassifierSpec:
             raise ValueError(f"encoder {self.encoder!r}: known kinds are {', '.join(ENCODER_KINDS)}")
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
+        top, left, bottom, right = self.crop
+        if not (0.0 <= top < bottom <= 1.0 and 0.0 <= left < right <= 1.0):
+            raise ValueError(f"crop (top, left, bottom, right) = {self.crop}: fractions with top < bottom, left < right, in [0, 1]")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["cameras"], d["input_size"] = list(self.cameras), list(self.input_size)
+        d["cameras"], d["input_size"], d["crop"] = list(self.cameras), list(self.input_size), list(self.crop)
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ClassifierSpec":
-        return cls(**{**d, "cameras": tuple(d["cameras"]), "input_size": tuple(int(s) for s in d["input_size"])})
+        return cls(**{**d, "cameras": tuple(d["cameras"]), "input_size": tuple(int(s) for s in d["input_size"]),
+                      "crop": tuple(float(f) for f in d.get("crop", (0.0, 0.0, 1.0, 1.0)))})
+
+
+def crop_images(images: np.ndarray | torch.Tensor, crop: tuple[float, float, float, float]) -> torch.Tensor:
+    """uint8 [B, H, W, 3] -> the region ``crop`` = (top, left, bottom, right) in fractions (a view, no copy)."""
+    x = torch.as_tensor(np.asarray(images)) if not torch.is_tensor(images) else images
+    if x.dim() == 3:
+        x = x.unsqueeze(0)
+    if tuple(crop) == (0.0, 0.0, 1.0, 1.0):
+        return x
+    h, w = x.shape[1:3]
+    top, left, bottom, right = crop
+    return x[:, int(round(top * h)):max(int(round(bottom * h)), int(round(top * h)) + 1),
+             int(round(left * w)):max(int(round(right * w)), int(round(left * w)) + 1)]
 
 
 def resize_images(images: np.ndarray | torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -94,7 +114,7 @@ class SuccessClassifier(nn.Module):
         return self.head(torch.cat(feats, dim=-1)).squeeze(-1)
 
     def prepare(self, images: Mapping[str, np.ndarray | torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {cam: resize_images(images[cam], self.spec.input_size) for cam in self.spec.cameras}
+        return {cam: resize_images(crop_images(images[cam], self.spec.crop), self.spec.input_size) for cam in self.spec.cameras}
 
     @torch.no_grad()
     def probability(self, images: Mapping[str, np.ndarray | torch.Tensor], batch_size: int = 256) -> np.ndarray:

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from rlhw.config.vision import ImageEncoderConfig
 from rlhw.errors import ConfigError
 from rlhw.vision.augment import random_shift
-from rlhw.vision.classifier import ClassifierSpec, SuccessClassifier, resize_images
+from rlhw.vision.classifier import ClassifierSpec, SuccessClassifier
 from rlhw.vision.labels import EpisodeFrames, LabelRules, count, frame_labels, gather_frames, split_by_episode
 
 
@@ -34,9 +34,10 @@ from rlhw.vision.labels import EpisodeFrames, LabelRules, count, frame_labels, g
 class TrainOptions:
     cameras: tuple[str, ...] | None = None  # None: every camera the episodes have
     input_size: tuple[int, int] = (64, 64)
+    crop: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0)  # region of interest, see ClassifierSpec
     encoder: ImageEncoderConfig = field(default_factory=ImageEncoderConfig)
     hidden: int = 64
-    epochs: int = 15
+    epochs: int = 60
     batch_size: int = 64
     lr: float = 1e-3
     held_out_fraction: float = 0.25
@@ -84,10 +85,6 @@ def _cameras(episodes: Sequence[EpisodeFrames], asked: Sequence[str] | None) -> 
             raise ConfigError("--cameras", f"camera(s) {missing} not in every episode; the episodes have {sorted(common)}")
         return tuple(asked)
     return tuple(sorted(common))
-
-
-def _prepared(images: Mapping[str, np.ndarray], size) -> dict[str, torch.Tensor]:
-    return {c: resize_images(v, size) if len(v) else torch.zeros((0, *size, 3), dtype=torch.uint8) for c, v in images.items()}
 
 
 def _epoch_indices(y: torch.Tensor, ratio: float, gen: torch.Generator) -> torch.Tensor:
@@ -139,9 +136,10 @@ def train_success_classifier(episodes: Sequence[EpisodeFrames], opts: TrainOptio
         raise ConfigError("EPISODES", f"too few episodes to split by episode ({len(episodes)}; need at least 2 with a success "
                                       "and 2 without, so that training and held-out frames both hold both classes)")
     torch.manual_seed(opts.seed)
-    spec = ClassifierSpec(cameras, tuple(opts.input_size), opts.encoder.kind, opts.encoder.features, opts.hidden, opts.threshold)
+    spec = ClassifierSpec(cameras, tuple(opts.input_size), opts.encoder.kind, opts.encoder.features, opts.hidden,
+                          opts.threshold, tuple(opts.crop))
     model = SuccessClassifier(spec, opts.encoder)
-    losses = _fit(model, _prepared(x_train, spec.input_size), torch.as_tensor(y_train), opts)
+    losses = _fit(model, model.prepare(x_train), torch.as_tensor(y_train), opts)
     held = metrics(model.probability(x_held), y_held, spec.threshold)
     train = metrics(model.probability(x_train), y_train, spec.threshold)
     training = {
