@@ -17,7 +17,7 @@ ConfigErrors naming the input, so the CLI prints one line.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
