@@ -9,8 +9,9 @@ steps, the others stop short. Small random hand moves make the scenes vary beyon
     PYTHONPATH=. .venv/bin/python tools/reward_frames.py --task push_cube --out /tmp/frames --episodes 40
     PYTHONPATH=. .venv/bin/python -m rlhw.cli.main train-reward /tmp/frames --out /tmp/push_cube_reward.pt
 
-Adding a task: write a stager (a class with ``__init__(env, rng, succeed, steps, hold)`` and
-``before_step(t) -> action``) and register it in STAGERS with the config overrides the task needs.
+Adding a task: write a stager (a class with ``config`` (the base config file), ``overrides`` (what the
+task needs on top), ``__init__(env, rng, succeed, steps, hold)`` and ``before_step(t) -> action``) and
+register it in STAGERS.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class PushCubeStager:
     """The cube slides from its start to the goal (success) or stops 5+ cm short (failure), in a straight
     line with a little sideways wobble, then holds still for the last ``hold`` steps."""
 
+    config = "configs/sim_reach.yaml"
     overrides = ["env.task=push_cube", "env.safety.workspace_low=[0.25,-0.3,0.02]",
                  "env.task_options.terminate_on_success=false"]
 
@@ -63,12 +65,12 @@ STAGERS = {"push_cube": PushCubeStager}
 
 def record_episodes(task: str, out_dir: str | Path, episodes: int, *, steps: int = 10, hold: int = 4,
                     size: int = 64, cameras: Sequence[str] = ("front",), seed: int = 0,
-                    config: str = "configs/sim_reach.yaml", overrides: Sequence[str] = ()) -> list[Path]:
+                    config: str | None = None, overrides: Sequence[str] = ()) -> list[Path]:
     """Record ``episodes`` episodes of ``task`` (alternately successful and not) under ``out_dir``."""
     if task not in STAGERS:
         raise SystemExit(f"no stager for task {task!r}; known: {', '.join(STAGERS)}")
     stager_cls = STAGERS[task]
-    cfg = load_config(config, ["env.sim=mujoco", "env.images=true", f"env.image_size=[{size},{size}]",
+    cfg = load_config(config or stager_cls.config, ["env.sim=mujoco", "env.images=true", f"env.image_size=[{size},{size}]",
                                f"env.sim_cameras=[{','.join(cameras)}]", f"env.max_episode_steps={steps}",
                                *stager_cls.overrides, *overrides])
     env = make_env(cfg)
@@ -103,9 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=64)
     p.add_argument("--cameras", nargs="+", default=["front"])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--config", default=None, help="base config (default: the stager's)")
     a = p.parse_args(argv)
     paths = record_episodes(a.task, a.out, a.episodes, steps=a.steps, hold=a.hold, size=a.size,
-                            cameras=a.cameras, seed=a.seed)
+                            cameras=a.cameras, seed=a.seed, config=a.config)
     print(f"wrote {len(paths)} episodes under {a.out}", file=sys.stderr)
     return 0
 
