@@ -23,6 +23,7 @@ SUBCOMMANDS = {
     "smoke-test": ("rlhw.cli.smoke_test", "check robots, cameras, nodes and env servers; moves nothing unless asked"),
     "record-demos": ("rlhw.cli.record_demos", "record operator demonstrations (SpaceMouse, keyboard or scripted expert) as demo episodes"),
     "view": ("rlhw.cli.view", "show recorded episodes in the Rerun viewer (writes an .rrd file, or serves the viewer)"),
+    "train-reward": ("rlhw.cli.train_reward", "train the success (reward) classifier on recorded episodes' camera frames"),
 }
 
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from rlhw.config.base import StrictModel
+from rlhw.config.vision import RewardConfig
 from rlhw.errors import ConfigError
 
 Vec3 = tuple[float, float, float]
@@ -208,6 +209,7 @@ class EnvConfig(StrictModel):
     reset: ResetConfig = Field(default_factory=ResetConfig)
     action: ActionConfig = Field(default_factory=ActionConfig)
     reach: ReachConfig = Field(default_factory=ReachConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="optional learned success classifier (rlhw train-reward)")
     task_options: dict[str, Any] = Field(default_factory=dict, description="extra keyword options of the chosen task (e.g. push_cube)")
     mock_faults: tuple[MockFaultConfig, ...] = Field((), description="faults the mock drivers inject (tests/demos)")
     teleop: TeleopConfig = Field(default_factory=TeleopConfig)
@@ -247,6 +249,8 @@ class EnvConfig(StrictModel):
                 f"one {self.teleop.device} drives one arm, but env.num_envs={self.num_envs}; set env.num_envs=1 "
                 "or use the scripted expert (one per env instance)"
             )
+        if self.reward.classifier is not None and not self.images:
+            raise ConfigError("reward.classifier", "the success classifier judges camera frames: set env.images=true")
         s = self.safety
         lo, hi = s.workspace_low, s.workspace_high
         for axis, tlo, thi, wlo, whi in zip("xyz", self.reach.target_low, self.reach.target_high, lo, hi):

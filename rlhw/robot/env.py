@@ -84,6 +84,11 @@ class RobotEnv:
         self.seed = config.seed if seed is None else seed
         self._rng = np.random.default_rng(self.seed)
         task.bind(arm)
+        self.judge = None  # the learned success classifier (env.reward.classifier), loaded once, here
+        if config.reward.classifier is not None:
+            from rlhw.vision.classifier import SuccessJudge  # torch only when a classifier is configured
+
+            self.judge = SuccessJudge.from_config(config.reward, tuple(self.cameras))
         self.connected = False
         self.closed = False
         self.episode_active = False
@@ -284,6 +289,11 @@ class RobotEnv:
         reward = float(self.task.reward(state))
         success = bool(self.task.success(state))
         terminated = bool(self.task.terminated(state))
+        verdict = self.judge.judge({c: self._obs[image_key(c)] for c in self.judge.cameras}) if self.judge else None
+        if verdict is not None:  # the classifier decides success (and the sparse reward when configured)
+            timing["classifier"], success = verdict.seconds, verdict.success
+            terminated = terminated or (success and self.config.reward.terminate_on_success)
+            reward = float(success) if self.config.reward.decides == "success_and_reward" else reward
         truncated = not terminated and self.episode_step >= self.config.max_episode_steps
         if choice is not None and choice.ends_episode:  # the operator ended it (docs/teleop.md)
             success = choice.label == "success" or (success and choice.label != "failure")
@@ -296,6 +306,8 @@ class RobotEnv:
         info = self._info(timing, success=success, fault=None)
         info["clipped"] = clipped
         self._operator_info(info, action, choice)
+        if verdict is not None:
+            info["reward_classifier"] = verdict.info()
         return self._copy_obs(), reward, terminated, truncated, info
 
     # -- pieces --------------------------------------------------------------------------------

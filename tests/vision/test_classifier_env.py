@@ -1,0 +1,101 @@
+"""The success classifier at the env: loaded once at construction, run at every step on the frames the
+env just read; its probability, threshold and latency are in the step info and success follows it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rlhw.errors import ConfigError
+from rlhw.robot import make_env
+from rlhw.vision.classifier import ClassifierSpec, SuccessClassifier, load_classifier, save_classifier
+from tests.robot.conftest import make_config
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def constant_classifier(path, logit: float, cameras=("front",), threshold: float = 0.5):
+    """A real classifier file whose last layer ignores the image: P(success) = sigmoid(logit)."""
+    model = SuccessClassifier(ClassifierSpec(tuple(cameras), (32, 32), "cnn", 8, 8, threshold))
+    with torch.no_grad():
+        model.head[-1].weight.zero_()
+        model.head[-1].bias.fill_(logit)
+    return str(save_classifier(model, path, {"accuracy": 1.0}))
+
+
+def env_with(path, **reward):
+    return make_env(make_config({"images": True, "image_size": [32, 32], "sim_cameras": ["front"],
+                                 "reward": {"classifier": path, **reward}}))
+
+
+def test_a_confident_classifier_makes_the_step_a_success_and_ends_the_episode(tmp_path):
+    env = env_with(constant_classifier(tmp_path / "yes.pt", 3.0))
+    try:
+        obs, _ = env.reset(seed=0)
+        _, reward, terminated, truncated, info = env.step(np.zeros(3, np.float32))
+        assert info["reward_classifier"]["p"] == pytest.approx(1 / (1 + np.exp(-3.0)), rel=1e-5)
+        assert info["reward_classifier"]["threshold"] == 0.5
+        assert info["success"] is True and terminated and not truncated
+        assert 0 < info["timing"]["classifier"] <= info["timing"]["total"]
+        assert reward < 0  # decides 'success' only: the task's dense reward is kept
+    finally:
+        env.close()
+
+
+def test_below_the_threshold_the_step_is_no_success_and_the_config_threshold_overrides_the_file(tmp_path):
+    path = constant_classifier(tmp_path / "p73.pt", 1.0)  # p = 0.731
+    env = env_with(path)
+    try:
+        env.reset(seed=0)
+        assert env.step(np.zeros(3, np.float32))[4]["success"] is True
+    finally:
+        env.close()
+    env = env_with(path, threshold=0.9)
+    try:
+        env.reset(seed=0)
+        _, _, terminated, _, info = env.step(np.zeros(3, np.float32))
+        assert info["success"] is False and not terminated and info["reward_classifier"]["threshold"] == 0.9
+    finally:
+        env.close()
+
+
+def test_deciding_the_reward_too_gives_the_sparse_reward(tmp_path):
+    env = env_with(constant_classifier(tmp_path / "yes.pt", 3.0), decides="success_and_reward", terminate_on_success=False)
+    try:
+        env.reset(seed=0)
+        _, reward, terminated, _, info = env.step(np.zeros(3, np.float32))
+        assert reward == 1.0 and info["success"] and not terminated
+    finally:
+        env.close()
+
+
+def test_a_classifier_trained_on_other_cameras_is_refused_when_the_env_is_built(tmp_path):
+    path = constant_classifier(tmp_path / "wrist.pt", 0.0, cameras=("wrist",))
+    with pytest.raises(ConfigError) as err:
+        env_with(path)
+    assert err.value.path == "env.reward.classifier"
+    assert "trained on cameras ['wrist']" in str(err.value) and "['front']" in str(err.value)
+
+
+def test_a_missing_or_foreign_classifier_file_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist; train one with `rlhw train-reward"):
+        env_with(str(tmp_path / "none.pt"))
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
+    with pytest.raises(ConfigError, match="not a success classifier file"):
+        load_classifier(tmp_path / "other.pt")
+
+
+def test_a_classifier_needs_image_observations():
+    with pytest.raises(ConfigError) as err:
+        make_config({"reward": {"classifier": "model.pt"}})
+    assert "env.images=true" in str(err.value) and err.value.path.endswith("reward.classifier")
+
+
+def test_the_model_file_keeps_its_spec_and_metrics(tmp_path):
+    path = constant_classifier(tmp_path / "m.pt", -2.0, cameras=("front", "wrist"), threshold=0.7)
+    model, metrics = load_classifier(path)
+    assert model.spec.cameras == ("front", "wrist") and model.spec.input_size == (32, 32)
+    assert model.spec.threshold == 0.7 and metrics == {"accuracy": 1.0}
+    frames = {c: np.zeros((3, 48, 64, 3), np.uint8) for c in ("front", "wrist")}  # any size: resized to 32x32
+    assert model.probability(frames) == pytest.approx(np.full(3, 1 / (1 + np.exp(2.0))), rel=1e-5)

@@ -1,0 +1,119 @@
+"""Training the success classifier: on MuJoCo push_cube frames where the truth is known (the task's own
+success), through `rlhw train-reward`, held out by episode; then the trained file judges the env's steps.
+Bad input gives one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from rlhw.cli.main import main
+from rlhw.cli.train_reward import read_episodes
+from rlhw.rl.episodes import EpisodeRecorder
+from rlhw.vision.labels import EpisodeFrames, LabelRules, frame_labels, split_by_episode
+from tools.reward_frames import PushCubeStager, record_episodes
+
+CROP = ["0.5", "0.2", "0.9", "0.8"]  # the table area in front of the robot, in the front camera
+
+
+@pytest.fixture(scope="module")
+def push_cube_episodes(tmp_path_factory):
+    """72 MuJoCo episodes (3 frames each, 128 px front camera), half of them ending in success."""
+    out = tmp_path_factory.mktemp("push_cube_frames")
+    record_episodes("push_cube", out, 72, steps=2, hold=1, size=128, seed=7)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_train_reward_reaches_95_percent_held_out_accuracy_on_push_cube_frames(push_cube_episodes, tmp_path, capsys):
+    episodes = read_episodes([str(push_cube_episodes)])
+    rules = LabelRules(positive_last_k=2, ambiguous_gap=0)
+    for ep in episodes:  # the labels are the task's ground truth, frame by frame
+        truth = np.r_[False, ep.success]
+        assert np.array_equal(frame_labels(ep, rules) == 1, truth), ep.name
+    model = tmp_path / "push_cube.pt"
+    code = main(["train-reward", str(push_cube_episodes), "--out", str(model), "--epochs", "60", "--seed", "0",
+                 "--positive-last-k", "2", "--ambiguous-gap", "0", "--crop", *CROP])
+    printed = capsys.readouterr().out
+    assert code == 0 and "accuracy" in printed and "confusion" in printed
+    report = json.loads(model.with_suffix(".metrics.json").read_text())
+    held = report["held_out"]
+    assert held["accuracy"] >= 0.95, report
+    assert held["frames"] >= 40 and report["frames"]["held_out"]["positive"] >= 10
+    assert set(report["episodes"]["train"]).isdisjoint(report["episodes"]["held_out"])  # split by episode
+    c = held["confusion"]
+    assert c["true_positive"] + c["false_negative"] == report["frames"]["held_out"]["positive"]
+
+    # The same file judges the env's steps, on the frames the env reads: success follows the truth.
+    from rlhw.config import load_config
+    from rlhw.robot import make_env
+
+    cfg = load_config("configs/sim_reach.yaml", ["env.sim=mujoco", "env.images=true", "env.image_size=[128,128]",
+                                                 "env.sim_cameras=[front]", *PushCubeStager.overrides,
+                                                 f"env.reward.classifier={model}", "env.reward.terminate_on_success=false"])
+    env = make_env(cfg)
+    try:
+        agree = 0
+        for i, succeed in enumerate((True, False)):
+            env.reset(seed=999 + i)
+            stager = PushCubeStager(env, np.random.default_rng(i), succeed, 2, 1)
+            for t in range(2):
+                *_, info = env.step(stager.before_step(t))
+                agree += info["success"] == env.task.success(env._state)
+                assert 0 <= info["reward_classifier"]["p"] <= 1 and info["timing"]["classifier"] > 0
+        assert agree >= 3  # 4 judged steps, the classifier's held-out error rate allows one miss at most
+    finally:
+        env.close()
+
+
+def _write(directory, images: bool, successes):
+    rec = EpisodeRecorder(directory)
+    for succeed in successes:
+        obs = {"ee_position": np.zeros(3, np.float32)}
+        if images:
+            obs["image_front"] = np.zeros((32, 32, 3), np.uint8)
+        rec.begin(obs)
+        for t in range(3):
+            rec.step(np.zeros(3, np.float32), 0.0, False, False, obs, success=succeed and t == 2)
+        rec.end()
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("nothing", "no episodes given"),
+    ("no_images", "hold no camera images"),
+    ("one_class", "all of one class"),
+    ("missing", "does not exist"),
+])
+def test_bad_training_input_is_one_clear_line_and_exit_2(case, expected, tmp_path, capsys):
+    args = []
+    if case == "no_images":
+        _write(tmp_path, images=False, successes=[True, False])
+        args = [str(tmp_path)]
+    elif case == "one_class":
+        _write(tmp_path, images=True, successes=[False, False, False])
+        args = [str(tmp_path)]
+    elif case == "missing":
+        args = [str(tmp_path / "nowhere")]
+    code = main(["train-reward", *args, "--out", str(tmp_path / "m.pt")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and expected in err[0] and "EPISODES" in err[0]
+
+
+def test_operator_marks_and_verdicts_override_the_recorded_success():
+    ep = EpisodeFrames("e", {"front": np.zeros((8, 4, 4, 3), np.uint8)}, np.array([0, 0, 0, 0, 0, 0, 1], bool), {})
+    rules = LabelRules(positive_last_k=2, ambiguous_gap=2)
+    assert frame_labels(ep, rules).tolist() == [0, 0, 0, 0, -1, -1, 1, 1]
+    ep.meta = {"operator_success": False}
+    assert frame_labels(ep, rules).tolist() == [0] * 8
+    ep.meta = {"operator_success": True, "operator_marks": [[0, 1], [7, 0]]}
+    assert frame_labels(ep, rules).tolist() == [1, 0, 0, 0, -1, -1, 1, 0]
+
+
+def test_the_split_is_by_episode_and_stratified():
+    labels = [np.array([0, 1])] * 6 + [np.array([0, 0])] * 6
+    train, held = split_by_episode(labels, 0.25, seed=0)
+    assert set(train).isdisjoint(held) and sorted(train + held) == list(range(12))
+    assert sum(i < 6 for i in held) >= 1 and sum(i >= 6 for i in held) >= 1
