@@ -245,7 +245,7 @@ class EnvConfig(StrictModel):
     def _consistent(self):
         if self.teleop.device in ("spacemouse", "keyboard") and self.num_envs != 1:
             raise ConfigError(
-                "env.teleop.device",
+                "teleop.device",
                 f"one {self.teleop.device} drives one arm, but env.num_envs={self.num_envs}; set env.num_envs=1 "
                 "or use the scripted expert (one per env instance)"
             )
