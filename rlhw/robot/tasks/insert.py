@@ -19,9 +19,9 @@ and the task never moves the fingers (opening them would drop it).
   layer slows it inside the contact zone (a ball of ``contact_zone_m`` around the goal) and stops
   the arm with fault ``contact`` when the measured wrench passes its bound;
 - success: the hand within ``success_m`` of the goal position and ``success_rad`` of its
-  orientation; it ends the episode (terminated). Another judge may replace the pose test
-  (``judge``: e.g. a learned classifier on camera frames), and the operator may declare success
-  (``mark_success``, e.g. a teleop key);
+  orientation; it ends the episode (terminated). A learned classifier on camera frames
+  (``env.reward.classifier``) or the operator's success key (``env.teleop``) overrides it in the env,
+  as for every task;
 - reward: sparse, 1 on success and 0 otherwise; with ``dense_reward: true`` minus the distance to
   the goal over ``reward_scale_m`` is added (shaping, for sim studies).
 
@@ -33,7 +33,7 @@ cell rehearses its layout with ``--sim``.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -117,9 +117,6 @@ class Insert(Task):
         self.orientation = self.goal[3:7].copy()
         self.contact_zone = (self.goal[:3].copy(), self.zone_m)
         self.start = self.goal[:3] + (self.start_low + self.start_high) / 2
-        #: Replaces the pose test when set: ``judge(state) -> bool`` (e.g. a success classifier).
-        self.judge: Callable[[ArmState], bool] | None = None
-        self._marked = False
         self._place_hole = None
         self._judged: tuple[ArmState | None, bool] = (None, False)
 
@@ -194,7 +191,6 @@ class Insert(Task):
 
     def reset(self, state: ArmState, rng: np.random.Generator) -> None:
         self.start = self.goal[:3] + rng.uniform(self.start_low, self.start_high)
-        self._marked = False
         self._judged = (None, False)
         if self._place_hole is not None:
             self._place_hole(self.goal.copy(), self.depth)
@@ -232,16 +228,9 @@ class Insert(Task):
     def pose_success(self, state: ArmState) -> bool:
         return self.distance(state) < self.success_m and self.angle(state) < self.success_rad
 
-    def mark_success(self) -> None:
-        """The operator says this episode succeeded (e.g. a teleop key): the next step reports success."""
-        self._marked = True
-
     def success(self, state: ArmState) -> bool:
-        if self._marked:
-            return True
         if self._judged[0] is not state:  # reward, success and terminated ask about the same state
-            judge = self.judge or self.pose_success
-            self._judged = (state, bool(judge(state)))
+            self._judged = (state, self.pose_success(state))
         return self._judged[1]
 
     def reward(self, state: ArmState) -> float:
@@ -254,5 +243,4 @@ class Insert(Task):
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "goal_pose": self.goal.tolist(), "goal_file": self.goal_file,
                 "goal_robot": self.goal_record.robot, "start_position": self.start.tolist(),
-                "success_m": self.success_m, "success_rad": self.success_rad,
-                "judge": "pose" if self.judge is None else getattr(self.judge, "__name__", type(self.judge).__name__)}
+                "success_m": self.success_m, "success_rad": self.success_rad}
