@@ -112,7 +112,8 @@ def train_local(config, run_dir: RunDir, env_factory: Callable | None = None, re
                 for _ in range(owed):
                     metrics = agent.update(replay.sample(cfg.sac.batch_size))
                 session.add_losses(metrics, owed)
-                session.set_extra(**{"losses/alpha": metrics["losses/alpha"]})
+                session.set_extra(**{"losses/alpha": metrics["losses/alpha"],
+                                     "train/demo_buffer_size": len(replay.demos)})
 
         try:
             while session.stop is None:

@@ -266,6 +266,12 @@ class SAC:
         return rng.uniform(self.act_low, self.act_high, size=(n, len(self.act_low))).astype(np.float32)
 
     # ---- learning
+    def target_q(self, obs, actions: torch.Tensor) -> torch.Tensor:
+        """[B, 1]: the minimum over a random subset of M of the N target critics, drawn anew for each batch.
+        M = N = 2 is SAC's clipped double-Q; M = 2 of N = 10 is RLPD's (less pessimistic, less variance)."""
+        subset = torch.randperm(self.critic.n, device=self.device)[: self.cfg.critic_subset]
+        return self.critic_target(obs, actions)[subset].min(dim=0).values
+
     def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
         """One SAC step on a batch dict with obs/<k>, next_obs/<k>, action, reward, terminated."""
         obs = obs_to_tensors({k[4:]: v for k, v in batch.items() if k.startswith("obs/")}, self.layout, self.device)
@@ -281,8 +287,7 @@ class SAC:
         # SAC's clipped double-Q); every one of the N critics regresses to that one target.
         with torch.no_grad():
             next_actions, next_log_pi, _ = self.actor.sample(next_obs)
-            subset = torch.randperm(self.critic.n, device=self.device)[: self.cfg.critic_subset]
-            q_next = self.critic_target(next_obs, next_actions)[subset].min(dim=0).values
+            q_next = self.target_q(next_obs, next_actions)
             target = rewards + not_done * self.cfg.gamma * (q_next - alpha * next_log_pi)
         q = self.critic(obs, actions)
         qf_loss = (q - target).pow(2).mean(dim=(1, 2)).sum()
