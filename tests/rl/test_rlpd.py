@@ -25,15 +25,6 @@ CLUSTER = {"num_nodes": 1, "component_placement": {"env,rollout,actor": {"node_g
 POINT_OBS, POINT_ACTION = {"pos": (2,), "goal": (2,)}, (2,)
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny networks on a shared 2-core machine: torch's thread pool only spins (measured 10-40x slower)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _sac(**cfg) -> SAC:
     layout = ObsLayout.from_shapes(POINT_OBS, {"pos": "float32", "goal": "float32"})
     return SAC(layout, -np.ones(2), np.ones(2), SacConfig(hidden_sizes=(16, 16), batch_size=8, **cfg))
