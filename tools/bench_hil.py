@@ -84,7 +84,8 @@ def run_variant(name: str, overrides: list[str], args, expert_factory=None) -> d
     rd = RunDir(Path(args.runs_root) / f"{name}-s{args.seed}")
     rd.write_config(config)
     t0 = time.time()
-    stop = train_local(config, rd, env_factory=env_factory)
+    # Eval episodes get their own env, without the scripted operator: eval success is the policy's alone.
+    stop = train_local(config, rd, env_factory=env_factory, eval_env_factory=make_env)
     rows = rd.metrics()
     reached = next((r for r in rows if (r.get("eval/success_rate") or 0) >= args.target), None)
     return {"variant": name, "status": stop.status, "reason": stop.reason, "wall_s": time.time() - t0,

@@ -81,16 +81,22 @@ def run_episode(env, agent: SAC, deterministic: bool, rng, recorder: EpisodeReco
     return ret, success, length, interventions
 
 
-def train_local(config, run_dir: RunDir, env_factory: Callable | None = None, resume: bool = False) -> StopReason:
-    """Train in this process until the target eval success or the step budget. Returns why it stopped."""
+def train_local(config, run_dir: RunDir, env_factory: Callable | None = None, resume: bool = False,
+                eval_env_factory: Callable | None = None) -> StopReason:
+    """Train in this process until the target eval success or the step budget. Returns why it stopped.
+
+    Eval episodes run on the training env unless ``eval_env_factory`` gives them their own (a benchmark
+    whose scripted operator takes over during training must evaluate the policy alone)."""
     cfg = config.train
     if env_factory is None:
         from rlhw.robot import make_env
 
         env_factory = make_env
     rng = seed_everything(cfg.seed)
-    env = env_factory(config, 0)
+    env = eval_env = env_factory(config, 0)
     try:
+        if eval_env_factory is not None:
+            eval_env = eval_env_factory(config, 0)
         device = resolve_device(cfg.device)
         agent = make_agent(config, env.spec, device)
         replay = MixedReplay(cfg.buffer_size, cfg.demo_ratio, seed=cfg.seed)
@@ -124,7 +130,8 @@ def train_local(config, run_dir: RunDir, env_factory: Callable | None = None, re
                 if session.log_due():
                     session.log()
                 if session.eval_due():
-                    results = [run_episode(env, agent, True, rng, recorder, "eval") for _ in range(cfg.eval_episodes)]
+                    results = [run_episode(eval_env, agent, True, rng, recorder, "eval")
+                               for _ in range(cfg.eval_episodes)]
                     session.record_eval([r[0] for r in results], [r[1] for r in results])
                 if session.checkpoint_due() or session.stop is not None:
                     run_dir.save_checkpoint(_checkpoint(agent, session), session.c.env_steps)
@@ -148,6 +155,8 @@ def train_local(config, run_dir: RunDir, env_factory: Callable | None = None, re
             raise
     finally:
         env.close()
+        if eval_env is not env:
+            eval_env.close()
 
 
 def _checkpoint(agent: SAC, session: TrainingSession) -> dict:

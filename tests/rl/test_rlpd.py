@@ -264,6 +264,17 @@ def test_a_local_run_with_demos_and_interventions_and_its_resume_refill_both_buf
 
 
 @pytest.mark.timeout(60)
+def test_a_benchmarks_scripted_operator_can_be_kept_out_of_evaluation_with_an_eval_env_of_its_own(tmp_path):
+    rd = RunDir(tmp_path / "run")
+    train_local(_config(max_env_steps=75, eval_every_steps=50), rd, env_factory=lambda c, r: TakeoverPointEnv(),
+                eval_env_factory=lambda c, r: PointReachEnv(seed=99))
+    train_eps = [load_episode(p) for p in episode_files(rd.episodes, "train")]
+    eval_eps = [load_episode(p) for p in episode_files(rd.episodes, "eval")]
+    assert eval_eps and not any(ep["intervened"].any() for ep in eval_eps)
+    assert all(ep["intervened"].sum() == 9 for ep in train_eps)
+
+
+@pytest.mark.timeout(60)
 def test_a_high_update_to_data_ratio_runs_every_update_it_owes(tmp_path):
     rd = RunDir(tmp_path / "run")
     stop = train_local(_config(utd_ratio=8, max_env_steps=75), rd, env_factory=lambda c, r: PointReachEnv())
