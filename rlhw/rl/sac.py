@@ -5,8 +5,8 @@ Pieces, in the order they are used:
   are camera images (HxWx3 uint8, fed to a small CNN). Built from the env spec, so the networks never guess.
 - `Encoder`: obs dict -> one feature vector (proprio concat + one CNN per camera, optional).
 - `Actor`: tanh-squashed Gaussian policy.
-- `CriticEnsemble`: N critics in ONE module (weights [N, in, out], one batched matmul per layer, so ten
-  critics cost about what two cost on a CPU), LayerNorm after each hidden layer. RLPD (Ball et al. 2023):
+- `CriticEnsemble`: N critics in ONE module (weights [N, in, out], one batched matmul per layer instead of N
+  small modules; tools/bench_critics.py measures the cost), LayerNorm after each hidden layer. RLPD (Ball et al. 2023):
   N=10, LayerNorm on, the Bellman target takes the minimum over a random subset of M=2 target critics, the
   actor maximises the ensemble mean. N=2, M=2, no LayerNorm, actor on the minimum is plain SAC.
 - `SAC`: owns the networks and optimizers; `update(batch)` does one critic + actor + temperature step.
