@@ -44,23 +44,26 @@ def main() -> None:
     batch = {"obs/state": rng.random((n, args.obs_dim), np.float32), "next_obs/state": rng.random((n, args.obs_dim), np.float32),
              "action": rng.uniform(-1, 1, (n, args.act_dim)).astype(np.float32), "reward": rng.random(n, np.float32),
              "terminated": np.zeros(n, np.float32)}
-    base = None
     print(f"{args.threads} thread(s), batch {n}, hidden {args.hidden}, obs {args.obs_dim}, action {args.act_dim}")
+    agents = {}
     for name, critics in PRESETS.items():
-        sac = SAC(layout, -np.ones(args.act_dim), np.ones(args.act_dim),
-                  SacConfig(hidden_sizes=tuple(args.hidden), batch_size=n, **critics))
+        agents[name] = SAC(layout, -np.ones(args.act_dim), np.ones(args.act_dim),
+                           SacConfig(hidden_sizes=tuple(args.hidden), batch_size=n, **critics))
         for _ in range(10):
-            sac.update(batch)
-        blocks = []
-        for _ in range(5):
+            agents[name].update(batch)
+    # Blocks of the presets in turn, so that a load change on a shared machine hits all of them alike.
+    blocks: dict[str, list[float]] = {name: [] for name in PRESETS}
+    per_block = max(args.updates // 10, 1)
+    for _ in range(10):
+        for name, sac in agents.items():
             t = time.perf_counter()
-            for _ in range(args.updates // 5):
+            for _ in range(per_block):
                 sac.update(batch)
-            blocks.append((time.perf_counter() - t) / (args.updates // 5) * 1e3)
-        ms = float(np.median(blocks))
-        base = base or ms
-        print(f"  {name:48s} {ms:6.2f} ms/update  x{ms / base:.2f}")
-
+            blocks[name].append((time.perf_counter() - t) / per_block * 1e3)
+    base = float(np.median(blocks[next(iter(PRESETS))]))
+    for name, ms in blocks.items():
+        med = float(np.median(ms))
+        print(f"  {name:48s} {med:6.2f} ms/update  x{med / base:.2f}")
 
 if __name__ == "__main__":
     main()

@@ -173,8 +173,10 @@ class EnsembleLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(n, inp, out).uniform_(-bound, bound))
         self.bias = nn.Parameter(torch.empty(n, 1, out).uniform_(-bound, bound))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.baddbmm(self.bias, x, self.weight)
+    def forward(self, x: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
+        if members is None:
+            return torch.baddbmm(self.bias, x, self.weight)
+        return torch.baddbmm(self.bias[members], x, self.weight[members])
 
 
 class EnsembleLayerNorm(nn.Module):
@@ -185,13 +187,15 @@ class EnsembleLayerNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(n, 1, width))
         self.bias = nn.Parameter(torch.zeros(n, 1, width))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, x.shape[-1:]) * self.weight + self.bias
+    def forward(self, x: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
+        w, b = (self.weight, self.bias) if members is None else (self.weight[members], self.bias[members])
+        return F.layer_norm(x, x.shape[-1:]) * w + b
 
 
 class CriticEnsemble(nn.Module):
-    """N Q-functions as one module: ``forward`` returns [N, B, 1]. Hidden layers are Linear -> LayerNorm ->
-    ReLU (RLPD's order). With cameras the members share one CNN encoder, as SERL's ensemble does."""
+    """N Q-functions as one module: ``forward`` returns [N, B, 1], or [len(members), B, 1] for a subset of
+    them (the target's M: computing only those saves the other N - M). Hidden layers are Linear -> LayerNorm
+    -> ReLU (RLPD's order). With cameras the members share one CNN encoder, as SERL's ensemble does."""
 
     def __init__(self, layout: ObsLayout, act_dim: int, hidden, image_features, n: int, layer_norm: bool):
         super().__init__()
@@ -202,12 +206,13 @@ class CriticEnsemble(nn.Module):
         self.norms = nn.ModuleList(EnsembleLayerNorm(n, w) if layer_norm else nn.Identity() for w in hidden)
         self.head = EnsembleLinear(n, widths[-1], 1)
 
-    def forward(self, obs, action: torch.Tensor) -> torch.Tensor:
+    def forward(self, obs, action: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
         x = torch.cat([self.encoder(obs), action], dim=-1)
-        x = x.unsqueeze(0).expand(self.n, *x.shape)
+        x = x.unsqueeze(0).expand(self.n if members is None else len(members), *x.shape)
         for layer, norm in zip(self.layers, self.norms):
-            x = F.relu(norm(layer(x)))
-        return self.head(x)
+            x = layer(x, members)
+            x = F.relu(x if isinstance(norm, nn.Identity) else norm(x, members))
+        return self.head(x, members)
 
 
 # --------------------------------------------------------------------------------------------- the algorithm
@@ -270,7 +275,7 @@ class SAC:
         """[B, 1]: the minimum over a random subset of M of the N target critics, drawn anew for each batch.
         M = N = 2 is SAC's clipped double-Q; M = 2 of N = 10 is RLPD's (less pessimistic, less variance)."""
         subset = torch.randperm(self.critic.n, device=self.device)[: self.cfg.critic_subset]
-        return self.critic_target(obs, actions)[subset].min(dim=0).values
+        return self.critic_target(obs, actions, members=subset).min(dim=0).values
 
     def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
         """One SAC step on a batch dict with obs/<k>, next_obs/<k>, action, reward, terminated."""
