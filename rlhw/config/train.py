@@ -26,6 +26,14 @@ class SacConfig(StrictModel):
     target_entropy: float | None = Field(None, description="default: -action_dim")
     batch_size: int = Field(128, ge=1)
     image_features: int = Field(64, ge=1, description="output width of the CNN per camera (image observations only)")
+    # The critics (RLPD's defaults; plain SAC is critic_ensemble=2, critic_subset=2, critic_layer_norm=false,
+    # actor_q=min; see docs/training.md for the measured comparison).
+    critic_ensemble: int = Field(10, ge=1, description="N: number of critics (one batched module)")
+    critic_subset: int = Field(2, ge=1, description="M: the Bellman target is the minimum over a random subset "
+                                                    "of M of the N target critics")
+    critic_layer_norm: bool = Field(True, description="LayerNorm after each hidden layer of the critics")
+    actor_q: Literal["mean", "min"] = Field("mean", description="the actor maximises the mean (RLPD) or the "
+                                                                "minimum (SAC) of the N critics")
 
     @field_validator("hidden_sizes")
     @classmethod
@@ -33,6 +41,15 @@ class SacConfig(StrictModel):
         if not v or any(w <= 0 for w in v):
             raise ValueError(f"hidden_sizes must be a non-empty list of positive widths, got {list(v)}")
         return v
+
+    @model_validator(mode="after")
+    def _subset_fits(self) -> "SacConfig":
+        if self.critic_subset > self.critic_ensemble:
+            raise ValueError(
+                f"critic_subset ({self.critic_subset}) exceeds critic_ensemble ({self.critic_ensemble}): the target "
+                "takes the minimum over a subset of the critics; lower critic_subset or raise critic_ensemble"
+            )
+        return self
 
 
 class TrainConfig(StrictModel):
@@ -55,6 +72,11 @@ class TrainConfig(StrictModel):
     steps_per_iteration: int = Field(50, ge=1, description="sync mode: env steps collected per round, all robots")
     buffer_size: int = Field(300_000, ge=1)
     sac: SacConfig = SacConfig()
+    demos: list[str] = Field(
+        default_factory=list, description="directories of recorded episodes (demo-*, train-*; searched recursively) "
+                                          "loaded into a demo buffer of their own; relative to the working directory")
+    demo_ratio: float = Field(0.5, ge=0.0, le=1.0, description="each batch draws round(demo_ratio * batch_size) "
+                              "samples from the demo buffer (demos + interventions), the rest from online replay")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda when the process sees a GPU")
 
     eval_every_steps: int = Field(1_000, ge=1, description="run evaluation episodes every this many env steps")

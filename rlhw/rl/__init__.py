@@ -14,6 +14,8 @@ _LAZY = {
     "SAC": "rlhw.rl.sac",
     "ObsLayout": "rlhw.rl.sac",
     "ReplayBuffer": "rlhw.rl.replay",
+    "MixedReplay": "rlhw.rl.replay",
+    "load_demos": "rlhw.rl.demos",
     "EpisodeRecorder": "rlhw.rl.episodes",
     "load_episode": "rlhw.rl.episodes",
     "RunDir": "rlhw.rl.rundir",

@@ -1,7 +1,8 @@
 """Episodes on disk: every transition is written as it arrives, so a crash loses nothing already collected.
 
 Layout under a run directory: ``episodes/env<rank>/<kind>-<index>.steps`` while an episode runs, replaced by
-``<kind>-<index>.npz`` when it ends (``kind`` is ``train`` or ``eval``).
+``<kind>-<index>.npz`` when it ends (``kind`` is ``train``, ``eval`` or ``demo``: demonstrations that
+``rlhw record-demos`` writes, and that ``train.demos`` loads).
 
 A ``.steps`` file is a sequence of records, each record being ``np.save``-format arrays written back to back
 (no pickle): first a uint8 array holding a UTF-8 JSON header ``{"keys": [...], ...scalars}``, then one array per
@@ -10,7 +11,11 @@ followed. The file is flushed after every record. A reader stops at the first in
 where a crash cut the file, and keeps everything before it.
 
 A finished ``.npz`` holds ``obs/<name>`` with T+1 entries, ``action``, ``reward``, ``terminated``,
-``truncated``, ``success``, ``time`` with T entries, and ``meta`` (JSON bytes).
+``truncated``, ``success``, ``time``, ``intervened``, ``policy_version`` with T entries, and ``meta`` (JSON
+bytes). ``action`` is what the arm executed (the operator's command during an intervention); ``intervened``
+says a person (or a scripted expert) was in control; ``policy_version`` is the version of the policy weights
+that chose the action, -1 when no policy did (an operator, an expert, uniform random warm-up actions). They
+are the audit trail of a run. Episodes written before these two fields load with all False / -1.
 """
 
 from __future__ import annotations
@@ -85,6 +90,7 @@ class EpisodeRecorder:
 
     def step(self, action, reward: float, terminated: bool, truncated: bool, next_obs: Mapping[str, np.ndarray],
              success: bool = False, *, intervened: bool = False, policy_version: int = -1) -> None:
+        """Record one step; ``action`` is what the arm executed (see the module docstring for the flags)."""
         if self._f is None:
             raise RuntimeError("EpisodeRecorder.step before begin()")
         rec = {"reward": float(reward), "terminated": bool(terminated), "truncated": bool(truncated),
@@ -143,7 +149,11 @@ def load_episode(path: str | os.PathLike) -> dict[str, np.ndarray]:
     path = Path(path)
     if path.suffix == ".npz":
         with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
+            ep = {k: z[k] for k in z.files}
+        n = len(ep["action"])  # episodes from before the audit fields: nobody intervened, no version known
+        ep.setdefault("intervened", np.zeros(n, bool))
+        ep.setdefault("policy_version", np.full(n, -1, np.int64))
+        return ep
     records = _read_records(path)
     if not records or not records[0][0].get("reset"):
         return {}
@@ -158,12 +168,14 @@ def load_episode(path: str | os.PathLike) -> dict[str, np.ndarray]:
     return _episode_arrays(obs, steps, {**records[0][0].get("meta", {}), "kind": kind, "complete": False})
 
 
-def episode_files(root: str | os.PathLike, kind: str = "train") -> list[Path]:
-    """All episode files of ``kind`` under ``root`` (recursively), finished and interrupted, in name order."""
+def episode_files(root: str | os.PathLike, kind: str | tuple[str, ...] = "train") -> list[Path]:
+    """All episode files of ``kind`` (one or several) under ``root`` (recursively), finished and interrupted,
+    in path order."""
     root = Path(root)
     if not root.exists():
         return []
-    files = sorted(p for p in root.rglob(f"{kind}-*") if _NAME.match(p.name))
+    kinds = (kind,) if isinstance(kind, str) else tuple(kind)
+    files = sorted(p for p in root.rglob("*-*") if (m := _NAME.match(p.name)) and m.group(1) in kinds)
     # A crash between writing the .npz and removing the .steps leaves both: the .npz wins.
     return [p for p in files if not (p.suffix == ".steps" and p.with_suffix(".npz").exists())]
 
@@ -178,6 +190,8 @@ def episode_transitions(ep: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     out["action"] = ep["action"]
     out["reward"] = ep["reward"].astype(np.float32)
     out["terminated"] = ep["terminated"].astype(np.float32)
+    n = len(ep["action"])
+    out["intervened"] = np.asarray(ep.get("intervened", np.zeros(n, bool)), np.float32)
     return out
 
 
@@ -186,3 +200,18 @@ def iter_recorded_transitions(root: str | os.PathLike, kind: str = "train") -> I
         ep = load_episode(path)
         if ep and len(ep["action"]):
             yield episode_transitions(ep)
+
+
+def executed(action: np.ndarray, info: dict) -> tuple[np.ndarray, bool]:
+    """What the arm really did this step and whether an operator did it: the env's ``executed_action`` and
+    ``intervened`` when it reports them (an env server with a teleop device), else the policy's action."""
+    done = info.get("executed_action")
+    done = action if done is None else np.asarray(done, np.float32).reshape(np.shape(action))
+    return done, bool(np.any(info.get("intervened", False)))
+
+
+def executed_batch(actions: np.ndarray, info: dict, num_envs: int) -> tuple[np.ndarray, np.ndarray]:
+    """`executed` for a batch of instances: (executed actions (n, ...), intervened (n,) bool)."""
+    done = info.get("executed_action")
+    done = actions if done is None else np.asarray(done, np.float32).reshape(actions.shape)
+    return done, np.broadcast_to(np.asarray(info.get("intervened", False), bool), (num_envs,)).copy()

@@ -1,7 +1,10 @@
 """Replay buffer: a numpy ring of transitions, stored as one preallocated array per field.
 
-A transition is a flat dict: ``obs/<name>``, ``next_obs/<name>``, ``action``, ``reward``, ``terminated``.
-``terminated`` (not ``truncated``) stops bootstrapping: a time-limit cut or a robot fault is not an end state.
+A transition is a flat dict: ``obs/<name>``, ``next_obs/<name>``, ``action``, ``reward``, ``terminated``,
+``intervened``. ``terminated`` (not ``truncated``) stops bootstrapping: a time-limit cut or a robot fault is
+not an end state. ``action`` is what the arm executed; ``intervened`` (1.0 / 0.0) marks an operator's step.
+
+`MixedReplay` is what the learners sample from: online replay plus a demo buffer (RLPD's symmetric sampling).
 """
 
 from __future__ import annotations
@@ -50,6 +53,48 @@ class ReplayBuffer:
             raise ValueError("cannot sample from an empty replay buffer")
         idx = self.rng.integers(0, self.size, size=batch_size)
         return {k: v[idx] for k, v in self.data.items()}
+
+
+class MixedReplay:
+    """Online replay plus a demo buffer; every batch draws exactly ``round(demo_ratio * batch_size)`` samples
+    from the demo buffer (while it holds any) and the rest from online replay (RLPD).
+
+    The demo buffer holds the ``train.demos`` episodes and, as in HIL-SERL, every intervention transition:
+    ``add_batch`` puts the rows with ``intervened`` set into BOTH buffers, so a correction is replayed as
+    often as a demonstration. With demo_ratio 0, or an empty demo buffer, this is plain SAC's replay.
+    """
+
+    def __init__(self, capacity: int, demo_ratio: float, seed: int = 0):
+        self.online = ReplayBuffer(capacity, seed=seed)
+        self.demos = ReplayBuffer(capacity, seed=seed + 1_000_003)
+        self.demo_ratio = float(demo_ratio)
+
+    def __len__(self) -> int:
+        return len(self.online)
+
+    def add_demos(self, batch: Mapping[str, np.ndarray]) -> None:
+        self.demos.add_batch(batch)
+
+    def add_batch(self, batch: Mapping[str, np.ndarray]) -> None:
+        """Online transitions; those an operator executed go to the demo buffer too."""
+        self.online.add_batch(batch)
+        intervened = np.asarray(batch.get("intervened", ()), dtype=bool).reshape(-1)
+        if intervened.any():
+            self.demos.add_batch({k: np.asarray(v)[intervened] for k, v in batch.items()})
+
+    def demo_count(self, batch_size: int) -> int:
+        """How many samples of a batch come from the demo buffer."""
+        return round(self.demo_ratio * batch_size) if len(self.demos) else 0
+
+    def sample(self, batch_size: int) -> dict[str, np.ndarray]:
+        n_demo = self.demo_count(batch_size)
+        if n_demo == batch_size:
+            return self.demos.sample(batch_size)
+        online = self.online.sample(batch_size - n_demo)
+        if n_demo == 0:
+            return online
+        demos = self.demos.sample(n_demo)
+        return {k: np.concatenate([online[k], demos[k]]) for k in online}
 
 
 def stack_transitions(items: list[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:

@@ -6,7 +6,8 @@
     <run_dir>/tb/                  TensorBoard events (same scalars)
     <run_dir>/checkpoints/         latest.pt (+ step-<N>.pt), written atomically
     <run_dir>/episodes/env<r>/     every collected transition (see rlhw.rl.episodes)
-    <run_dir>/learning_curve.png   eval success and train return against env steps
+    <run_dir>/learning_curve.png   eval success, train return (and the intervention rate, once an operator
+                                   took over) against env steps
 """
 
 from __future__ import annotations
@@ -135,7 +136,8 @@ class MetricsLogger:
 
 
 def plot_learning_curve(run_dir: RunDir) -> Path | None:
-    """Eval success rate and training episode return against env steps, from metrics.jsonl."""
+    """Eval success rate and training episode return against env steps, from metrics.jsonl; a third panel with
+    the intervention rate once any train episode had an operator's step."""
     rows = run_dir.metrics()
     if not rows:
         return None
@@ -144,9 +146,13 @@ def plot_learning_curve(run_dir: RunDir) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     ev = [(r["env_steps"], r["eval/success_rate"]) for r in rows if r.get("eval/success_rate") is not None]
     tr = [(r["env_steps"], r["train/episode_return"]) for r in rows if r.get("train/episode_return") is not None]
+    iv = [(r["env_steps"], r["train/intervention_rate"]) for r in rows
+          if r.get("train/intervention_rate") is not None]
+    panels = 3 if any(rate > 0 for _, rate in iv) else 2
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 3.6))
+    ax1, ax2 = axes[0], axes[1]
     if ev:
         ax1.plot(*zip(*ev), marker="o")
     ax1.set(xlabel="env steps", ylabel="eval success rate", ylim=(-0.05, 1.05), title="evaluation")
@@ -155,6 +161,10 @@ def plot_learning_curve(run_dir: RunDir) -> Path | None:
         ax2.plot(*zip(*tr))
     ax2.set(xlabel="env steps", ylabel="episode return", title="training episodes")
     ax2.grid(alpha=0.3)
+    if panels == 3:
+        axes[2].plot(*zip(*iv), color="tab:red")
+        axes[2].set(xlabel="env steps", ylabel="share of steps", ylim=(-0.05, 1.05), title="operator interventions")
+        axes[2].grid(alpha=0.3)
     fig.suptitle(run_dir.path.name)
     fig.tight_layout()
     tmp = run_dir.plot_path.with_suffix(".tmp.png")

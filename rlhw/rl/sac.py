@@ -4,7 +4,11 @@ Pieces, in the order they are used:
 - `ObsLayout`: which entries of the env's dict observation are proprio (flattened, concatenated) and which
   are camera images (HxWx3 uint8, fed to a small CNN). Built from the env spec, so the networks never guess.
 - `Encoder`: obs dict -> one feature vector (proprio concat + one CNN per camera, optional).
-- `Actor`: tanh-squashed Gaussian policy. `QNetwork`: one critic; SAC uses two plus target copies.
+- `Actor`: tanh-squashed Gaussian policy.
+- `CriticEnsemble`: N critics in ONE module (weights [N, in, out], one batched matmul per layer instead of N
+  small modules; tools/bench_critics.py measures the cost), LayerNorm after each hidden layer. RLPD (Ball et al. 2023):
+  N=10, LayerNorm on, the Bellman target takes the minimum over a random subset of M=2 target critics, the
+  actor maximises the ensemble mean. N=2, M=2, no LayerNorm, actor on the minimum is plain SAC.
 - `SAC`: owns the networks and optimizers; `update(batch)` does one critic + actor + temperature step.
   When torch.distributed is initialised, every gradient is averaged across ranks (all-reduce) before the
   optimizer step, so all ranks hold identical weights as long as they start identical (`broadcast_weights`).
@@ -12,6 +16,7 @@ Pieces, in the order they are used:
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -159,14 +164,55 @@ class Actor(nn.Module):
         return y * self.scale + self.bias, log_prob.sum(-1, keepdim=True), torch.tanh(mean) * self.scale + self.bias
 
 
-class QNetwork(nn.Module):
-    def __init__(self, layout: ObsLayout, act_dim: int, hidden, image_features):
-        super().__init__()
-        self.encoder = Encoder(layout, image_features)
-        self.q = mlp(self.encoder.dim + act_dim, hidden, 1)
+class EnsembleLinear(nn.Module):
+    """N independent linear layers applied as one batched matmul: input [N, B, in] -> [N, B, out]."""
 
-    def forward(self, obs, action: torch.Tensor) -> torch.Tensor:
-        return self.q(torch.cat([self.encoder(obs), action], dim=-1))
+    def __init__(self, n: int, inp: int, out: int):
+        super().__init__()
+        bound = 1.0 / np.sqrt(inp)  # nn.Linear's default initialisation, per member
+        self.weight = nn.Parameter(torch.empty(n, inp, out).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(n, 1, out).uniform_(-bound, bound))
+
+    def forward(self, x: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
+        if members is None:
+            return torch.baddbmm(self.bias, x, self.weight)
+        return torch.baddbmm(self.bias[members], x, self.weight[members])
+
+
+class EnsembleLayerNorm(nn.Module):
+    """LayerNorm over the features, with a gain and shift of its own for each of the N members."""
+
+    def __init__(self, n: int, width: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n, 1, width))
+        self.bias = nn.Parameter(torch.zeros(n, 1, width))
+
+    def forward(self, x: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
+        w, b = (self.weight, self.bias) if members is None else (self.weight[members], self.bias[members])
+        return F.layer_norm(x, x.shape[-1:]) * w + b
+
+
+class CriticEnsemble(nn.Module):
+    """N Q-functions as one module: ``forward`` returns [N, B, 1], or [len(members), B, 1] for a subset of
+    them (the target's M: computing only those saves the other N - M). Hidden layers are Linear -> LayerNorm
+    -> ReLU (RLPD's order). With cameras the members share one CNN encoder, as SERL's ensemble does."""
+
+    def __init__(self, layout: ObsLayout, act_dim: int, hidden, image_features, n: int, layer_norm: bool):
+        super().__init__()
+        self.n = n
+        self.encoder = Encoder(layout, image_features)
+        widths = [self.encoder.dim + act_dim, *hidden]
+        self.layers = nn.ModuleList(EnsembleLinear(n, a, b) for a, b in zip(widths, widths[1:]))
+        self.norms = nn.ModuleList(EnsembleLayerNorm(n, w) if layer_norm else nn.Identity() for w in hidden)
+        self.head = EnsembleLinear(n, widths[-1], 1)
+
+    def forward(self, obs, action: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
+        x = torch.cat([self.encoder(obs), action], dim=-1)
+        x = x.unsqueeze(0).expand(self.n if members is None else len(members), *x.shape)
+        for layer, norm in zip(self.layers, self.norms):
+            x = layer(x, members)
+            x = F.relu(x if isinstance(norm, nn.Identity) else norm(x, members))
+        return self.head(x, members)
 
 
 # --------------------------------------------------------------------------------------------- the algorithm
@@ -196,13 +242,10 @@ class SAC:
         act_dim = len(act_low)
         hidden, feats = tuple(cfg.hidden_sizes), cfg.image_features
         self.actor = Actor(layout, act_low, act_high, hidden, feats).to(self.device)
-        self.qf1 = QNetwork(layout, act_dim, hidden, feats).to(self.device)
-        self.qf2 = QNetwork(layout, act_dim, hidden, feats).to(self.device)
-        self.qf1_target = QNetwork(layout, act_dim, hidden, feats).to(self.device)
-        self.qf2_target = QNetwork(layout, act_dim, hidden, feats).to(self.device)
-        self.qf1_target.load_state_dict(self.qf1.state_dict())
-        self.qf2_target.load_state_dict(self.qf2.state_dict())
-        self.critic_params = list(self.qf1.parameters()) + list(self.qf2.parameters())
+        self.critic = CriticEnsemble(layout, act_dim, hidden, feats, cfg.critic_ensemble, cfg.critic_layer_norm)
+        self.critic.to(self.device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.critic_params = list(self.critic.parameters())
         self.q_optimizer = torch.optim.Adam(self.critic_params, lr=cfg.critic_lr)
         self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
         # Automatic entropy tuning: alpha is learned so the policy's entropy tracks target_entropy.
@@ -228,6 +271,12 @@ class SAC:
         return rng.uniform(self.act_low, self.act_high, size=(n, len(self.act_low))).astype(np.float32)
 
     # ---- learning
+    def target_q(self, obs, actions: torch.Tensor) -> torch.Tensor:
+        """[B, 1]: the minimum over a random subset of M of the N target critics, drawn anew for each batch.
+        M = N = 2 is SAC's clipped double-Q; M = 2 of N = 10 is RLPD's (less pessimistic, less variance)."""
+        subset = torch.randperm(self.critic.n, device=self.device)[: self.cfg.critic_subset]
+        return self.critic_target(obs, actions, members=subset).min(dim=0).values
+
     def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
         """One SAC step on a batch dict with obs/<k>, next_obs/<k>, action, reward, terminated."""
         obs = obs_to_tensors({k[4:]: v for k, v in batch.items() if k.startswith("obs/")}, self.layout, self.device)
@@ -239,21 +288,23 @@ class SAC:
         not_done = 1.0 - torch.as_tensor(batch["terminated"], dtype=torch.float32, device=self.device).view(-1, 1)
         alpha = self.log_alpha.exp().detach()
 
-        # Critic: soft Bellman target from the smaller target Q (clipped double-Q).
+        # Critic: soft Bellman target from the smallest of a random subset of M target critics (with N = M = 2,
+        # SAC's clipped double-Q); every one of the N critics regresses to that one target.
         with torch.no_grad():
             next_actions, next_log_pi, _ = self.actor.sample(next_obs)
-            q_next = torch.min(self.qf1_target(next_obs, next_actions), self.qf2_target(next_obs, next_actions))
+            q_next = self.target_q(next_obs, next_actions)
             target = rewards + not_done * self.cfg.gamma * (q_next - alpha * next_log_pi)
-        q1, q2 = self.qf1(obs, actions), self.qf2(obs, actions)
-        qf_loss = F.mse_loss(q1, target) + F.mse_loss(q2, target)
+        q = self.critic(obs, actions)
+        qf_loss = (q - target).pow(2).mean(dim=(1, 2)).sum()
         self.q_optimizer.zero_grad(set_to_none=True)
         qf_loss.backward()
         _average_gradients(self.critic_params)
         self.q_optimizer.step()
 
-        # Actor: maximise min Q minus the entropy penalty.
+        # Actor: maximise the ensemble's Q (its mean as RLPD, or its minimum as SAC) minus the entropy penalty.
         pi, log_pi, _ = self.actor.sample(obs)
-        q_pi = torch.min(self.qf1(obs, pi), self.qf2(obs, pi))
+        q_all = self.critic(obs, pi)
+        q_pi = q_all.mean(dim=0) if self.cfg.actor_q == "mean" else q_all.min(dim=0).values
         actor_loss = (alpha * log_pi - q_pi).mean()
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()
@@ -270,16 +321,15 @@ class SAC:
 
         # Target critics follow slowly.
         with torch.no_grad():
-            for net, tgt in ((self.qf1, self.qf1_target), (self.qf2, self.qf2_target)):
-                for p, tp in zip(net.parameters(), tgt.parameters()):
-                    tp.mul_(1 - self.cfg.tau).add_(p, alpha=self.cfg.tau)
+            for p, tp in zip(self.critic.parameters(), self.critic_target.parameters()):
+                tp.mul_(1 - self.cfg.tau).add_(p, alpha=self.cfg.tau)
         self.updates += 1
         return {
-            "losses/qf_loss": float(qf_loss.item()) / 2,
+            "losses/qf_loss": float(qf_loss.item()) / self.critic.n,
             "losses/actor_loss": float(actor_loss.item()),
             "losses/alpha_loss": float(alpha_loss.item()),
             "losses/alpha": float(alpha.item()),
-            "losses/q_mean": float(q1.mean().item()),
+            "losses/q_mean": float(q.mean().item()),
             "losses/entropy": float(-log_pi.mean().item()),
         }
 
@@ -293,15 +343,16 @@ class SAC:
 
     def state_dict(self) -> dict:
         return {
-            "actor": self.actor.state_dict(), "qf1": self.qf1.state_dict(), "qf2": self.qf2.state_dict(),
-            "qf1_target": self.qf1_target.state_dict(), "qf2_target": self.qf2_target.state_dict(),
+            "actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+            "critic_target": self.critic_target.state_dict(),
             "log_alpha": self.log_alpha.detach().cpu(),
             "q_optimizer": self.q_optimizer.state_dict(), "actor_optimizer": self.actor_optimizer.state_dict(),
             "a_optimizer": self.a_optimizer.state_dict(), "updates": self.updates,
         }
 
     def load_state_dict(self, state: dict) -> None:
-        for name in ("actor", "qf1", "qf2", "qf1_target", "qf2_target"):
+        _check_critic_checkpoint(state, self.critic.n)
+        for name in ("actor", "critic", "critic_target"):
             getattr(self, name).load_state_dict(state[name])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"].to(self.device))
@@ -311,7 +362,7 @@ class SAC:
         self.updates = int(state["updates"])
 
     def modules(self) -> list[nn.Module]:
-        return [self.actor, self.qf1, self.qf2, self.qf1_target, self.qf2_target]
+        return [self.actor, self.critic, self.critic_target]
 
     def broadcast_weights(self, src: int = 0) -> None:
         """Make every rank start from rank ``src``'s weights (no-op without torch.distributed)."""
@@ -328,6 +379,19 @@ class SAC:
         with torch.no_grad():
             return float(sum(p.double().abs().sum().item() for m in self.modules() for p in m.parameters())
                          + self.log_alpha.double().abs().sum().item())
+
+
+def _check_critic_checkpoint(state: dict, n: int) -> None:
+    """Refuse, with the fix, a checkpoint whose critics do not fit this agent (its weights cannot be mapped)."""
+    from rlhw.errors import ConfigError
+
+    if "critic" not in state:
+        raise ConfigError("--resume", "the checkpoint holds two separate critics (qf1/qf2), written before rlhw's "
+                                      "critic ensemble; it cannot be resumed: start a new run directory")
+    saved = state["critic"]["head.weight"].shape[0]
+    if saved != n:
+        raise ConfigError("train.sac.critic_ensemble", f"is {n}, but the checkpoint was trained with {saved} "
+                                                       f"critics: set train.sac.critic_ensemble={saved} to resume")
 
 
 def resolve_device(name: str) -> torch.device:

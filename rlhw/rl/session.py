@@ -49,6 +49,7 @@ class TrainingSession:
         self._returns: deque[float] = deque(maxlen=20)
         self._successes: deque[float] = deque(maxlen=20)
         self._lengths: deque[int] = deque(maxlen=20)
+        self._intervention_rates: deque[float] = deque(maxlen=20)
         self._losses: dict[str, list[float]] = {}
         self._extra: dict[str, float] = {}
         self._next_log = (self.c.env_steps // self.cfg.log_every_steps + 1) * self.cfg.log_every_steps
@@ -73,11 +74,21 @@ class TrainingSession:
         if self._bar is not None:
             self._bar.update(int(n))
 
-    def add_episode(self, episode_return: float, success: bool, length: int) -> None:
+    def add_episode(self, episode_return: float, success: bool, length: int, interventions: int = 0) -> None:
+        """A finished train episode; ``interventions``: how many of its steps an operator executed."""
         self.c.episodes += 1
         self._returns.append(float(episode_return))
         self._successes.append(float(success))
         self._lengths.append(int(length))
+        self._intervention_rates.append(interventions / length if length else 0.0)
+        if self._bar is not None and interventions:
+            self._bar.set_postfix(self._postfix(), refresh=False)
+
+    def _postfix(self) -> dict:
+        out = {"eval_success": f"{self.c.last_success:.2f}", "alpha": f"{self._extra.get('losses/alpha', float('nan')):.3f}"}
+        if any(self._intervention_rates):
+            out["intervened"] = f"{np.mean(self._intervention_rates):.0%}"
+        return out
 
     def add_losses(self, metrics: dict[str, float], n_updates: int) -> None:
         self.c.updates += int(n_updates)
@@ -115,7 +126,7 @@ class TrainingSession:
                   float("nan"), "eval/episodes": len(successes)})
         plot_learning_curve(self.run_dir)
         if self._bar is not None:
-            self._bar.set_postfix(eval_success=f"{rate:.2f}", alpha=self._extra.get("losses/alpha", float("nan")))
+            self._bar.set_postfix(self._postfix())
         if successes and rate >= self.cfg.target_success:
             self.stop = StopReason("finished", f"eval success {rate:.2f} >= target {self.cfg.target_success}")
 
@@ -131,6 +142,9 @@ class TrainingSession:
             "train/episode_return": float(np.mean(self._returns)) if self._returns else float("nan"),
             "train/success_rate": float(np.mean(self._successes)) if self._successes else float("nan"),
             "train/episode_length": float(np.mean(self._lengths)) if self._lengths else float("nan"),
+            # share of the steps of the recent train episodes that an operator executed (mean per episode)
+            "train/intervention_rate": float(np.mean(self._intervention_rates)) if self._intervention_rates
+            else float("nan"),
             "train/episodes": self.c.episodes,
             "train/updates": self.c.updates,
             "eval/success_rate": float("nan"),

@@ -45,3 +45,25 @@ class PointReachEnv:
 
     def close(self):
         self.closed = True
+
+
+def point_expert(obs) -> np.ndarray:
+    """The straight-line action towards the goal (what a scripted expert or an operator would do)."""
+    return np.clip((obs["goal"] - obs["pos"]) / 0.2, -1, 1).astype(np.float32)
+
+
+class TakeoverPointEnv(PointReachEnv):
+    """PointReachEnv where an operator takes over every ``every``-th step (steps 0, every, 2*every, ...) and
+    executes `point_expert`'s action instead of the policy's; ``info`` reports it as an env server with a
+    teleop device does (``intervened``, ``executed_action``)."""
+
+    def __init__(self, every: int = 3, **kw):
+        super().__init__(**kw)
+        self.every = every
+
+    def step(self, action):
+        intervened = self.t % self.every == 0
+        executed = point_expert(self._obs()) if intervened else np.asarray(action, np.float32)
+        obs, reward, terminated, truncated, info = super().step(executed)
+        info.update(intervened=intervened, executed_action=executed)
+        return obs, reward, terminated, truncated, info

@@ -144,3 +144,59 @@ def test_a_dead_env_server_child_is_restarted_and_the_run_carries_on(ray_nodes, 
     log = (rd.path / "logs" / "env0-server.log").read_text()
     assert sum(line.startswith("listening on") for line in log.splitlines()) == 2  # a second server started
     assert status["env_restarts"] == [1]
+
+
+def _record_mujoco_demos(config, directory, episodes: int) -> int:
+    """Demo episodes on the same MuJoCo task, in this process (random actions stand in for an operator's)."""
+    import numpy as np
+
+    from rlhw.rl.episodes import EpisodeRecorder
+    from rlhw.robot import make_env
+
+    env, rec, rng, steps = make_env(config, 0), EpisodeRecorder(directory), np.random.default_rng(0), 0
+    try:
+        for _ in range(episodes):
+            obs, _ = env.reset(seed=int(rng.integers(1000)))
+            rec.begin(obs, kind="demo", meta={"success": False})
+            done = False
+            while not done:
+                action = rng.uniform(env.spec.action.low, env.spec.action.high, env.spec.action.shape).astype(np.float32)
+                obs, reward, terminated, truncated, info = env.step(action)
+                rec.step(action, reward, terminated, truncated, obs, bool(info.get("success")), intervened=True)
+                steps += 1
+                done = terminated or truncated
+            rec.end()
+    finally:
+        env.close()
+    return steps
+
+
+@pytest.mark.timeout(420)
+def test_every_actor_rank_loads_the_demos_again_on_resume_and_steps_carry_their_policy_version(ray_nodes, tmp_path):
+    demos = tmp_path / "demos"
+    config = load_config_dict(two_node_config(demos=[str(demos)], max_env_steps=100, learning_starts=50))
+    demo_steps = _record_mujoco_demos(config, demos, episodes=1)
+    rd = RunDir(tmp_path / "run")
+    rd.write_config(config)
+    stop = train_pipeline(config, rd, cluster=Cluster(config, address=ray_nodes.address, probe_hardware=False))
+    assert stop.status in ("stopped", "finished"), stop.reason
+    sizes = {r["train/demo_buffer_size"] for r in rd.metrics() if r.get("train/demo_buffer_size") is not None}
+    assert sizes == {demo_steps}  # rank 0's demo buffer: all the demos (no operator in this run)
+    eps = [load_episode(p) for p in episode_files(rd.episodes, "train")]
+    versions = [int(v) for ep in eps for v in ep["policy_version"]]
+    assert versions[:50] == [-1] * 50  # uniform random warm-up: no policy acted
+    assert versions[-1] >= 0 and versions[50:] == sorted(versions[50:])  # then the published weights' versions
+    assert not any(ep["intervened"].any() for ep in eps)
+
+    more = load_config_dict(two_node_config(demos=[str(demos)], max_env_steps=status_steps(rd) + 50,
+                                            learning_starts=50, eval_every_steps=100_000))
+    rows_before = len(rd.metrics())
+    stop2 = train_pipeline(more, rd, resume=True, cluster=Cluster(more, address=ray_nodes.address,
+                                                                 probe_hardware=False))
+    assert stop2.status == "stopped", stop2.reason
+    resumed = [r["train/demo_buffer_size"] for r in rd.metrics()[rows_before:] if r.get("train/demo_buffer_size")]
+    assert resumed and set(resumed) == {demo_steps}
+
+
+def status_steps(rd: RunDir) -> int:
+    return int(json.loads(rd.status_path.read_text())["env_steps"])

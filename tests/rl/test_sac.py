@@ -84,8 +84,8 @@ def test_sac_learns_point_reach():
     agent = make_agent(SimpleNamespace(train=cfg), env.spec, "cpu")
     rb, rng, steps = ReplayBuffer(10_000), np.random.default_rng(0), [0]
 
-    def learn(o, a, r, te, no):
-        rb.add_batch(transition(o, a, r, te, no))
+    def learn(o, a, r, te, no, intervened):
+        rb.add_batch(transition(o, a, r, te, no, intervened))
         steps[0] += 1
         if steps[0] > 300 and steps[0] % 2 == 0:
             agent.update(rb.sample(64))

@@ -79,15 +79,15 @@ def test_with_one_instance_the_rule_is_budget_positive_at_episode_start():
     assert book.choose(budget=0, unlimited=False, eval_pending=1) == EVAL
 
 
-def test_finishing_an_episode_returns_its_return_success_and_length_and_leaves_the_instance_idle():
+def test_finishing_an_episode_returns_its_return_success_length_and_interventions_and_leaves_the_instance_idle():
     book = Instances(2, max_episode_steps=10)
     book.start(0, EVAL)
     book.start(1, TRAIN)
     book.step([-1.0, -2.0], [False, True])
     book.step([-0.5, -1.0], [True, False])
-    assert book.finish(1) == (TRAIN, (-3.0, True, 2))
+    assert book.finish(1) == (TRAIN, (-3.0, True, 2, 0))
     assert book.kind == [EVAL, IDLE] and book.rows() == [0] and not book.all_idle()
-    assert book.finish(0) == (EVAL, (-1.5, True, 2))
+    assert book.finish(0) == (EVAL, (-1.5, True, 2, 0))
     assert book.all_idle()
 
 
@@ -185,14 +185,15 @@ def _message(env: int, k: int, evaluating: list[bool], transitions: int) -> dict
                                           "eval": np.array(evaluating, bool), "transitions": tr}))
 
 
-def test_the_rollout_worker_answers_each_env_worker_with_one_action_array_for_its_instances():
+def test_the_rollout_worker_answers_each_env_worker_with_one_action_array_and_the_policy_versions():
     w = _bare_rollout_worker(weights_version=1)
     # env 1's last instance just ended its episode and went idle: a transition, but no action wanted
     msgs = [_message(0, 3, [False, True, False], 2), _message(1, 0, [], 1), _message(2, 2, [True, True], 0)]
     w._serve(msgs)
     assert [key for key, _ in w.act_ch.puts] == [0, 2]  # env 1 wanted no action (all its instances idle)
-    a0, a2 = w.act_ch.puts[0][1], w.act_ch.puts[1][1]
+    (a0, v0), (a2, v2) = w.act_ch.puts[0][1], w.act_ch.puts[1][1]
     assert a0.shape == (3, 3) and a2.shape == (2, 3)
+    assert v0.tolist() == [1, 1, 1] and v2.tolist() == [1, 1]  # the weights version that chose each action
     assert np.all(np.abs(a0) <= 1) and np.all(np.abs(a2) <= 1)
     # eval rows get the deterministic action: the same observation gives the same action
     import torch
@@ -213,8 +214,9 @@ def test_the_rollout_worker_answers_each_env_worker_with_one_action_array_for_it
 def test_before_any_weights_the_rollout_worker_explores_uniformly_within_the_action_bounds():
     w = _bare_rollout_worker(weights_version=-1)
     w._serve([_message(0, 64, [False] * 64, 0)])
-    actions = w.act_ch.puts[0][1]
+    actions, versions = w.act_ch.puts[0][1]
     assert actions.shape == (64, 3) and np.all(np.abs(actions) <= 1) and actions.std() > 0.3
+    assert np.all(versions == -1)  # no policy chose them
 
 
 # ------------------------------------------------------------------------------------ episodes on disk

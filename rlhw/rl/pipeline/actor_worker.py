@@ -1,11 +1,12 @@
 """Actor worker (placement component ``actor``): SAC updates, data-parallel over the group.
 
-Every rank keeps its own replay buffer, filled from the ``replay`` channel (key = its rank: rollout workers
-spread transitions over the ranks), and samples its own batches; gradients are averaged over ranks with
+Every rank keeps its own replay (`MixedReplay`: online transitions, filled from the ``replay`` channel, key =
+its rank: rollout workers spread transitions over the ranks; and a demo buffer holding ALL of ``train.demos``
+on every rank, plus the intervention transitions that reach this rank) and samples its own batches; gradients are averaged over ranks with
 torch.distributed all-reduce (gloo on CPU, NCCL on GPU) inside `SAC.update`, after rank 0's initial
 weights were broadcast, so the ranks' weights stay identical. Each rank seeds with ``seed + rank``.
-Rank 0 publishes policy weights to the rollout workers, returns the metrics the controller logs and
-writes checkpoints.
+Rank 0 publishes policy weights to the rollout workers, versioned by the number of updates behind them (the
+``policy_version`` recorded with every step), returns the metrics the controller logs and writes checkpoints.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from rlhw.rl.demos import load_demos
 from rlhw.rl.episodes import episode_files, episode_transitions, load_episode
 from rlhw.rl.pipeline.env_worker import REPLAY_CHANNEL, WEIGHTS_CHANNEL
-from rlhw.rl.replay import ReplayBuffer
+from rlhw.rl.replay import MixedReplay
 from rlhw.rl.rundir import RunDir
 from rlhw.rl.sac import SAC, ObsLayout, resolve_device
 from rlhw.runtime.worker import Worker
@@ -38,22 +40,24 @@ class ActorWorker(Worker):
         self.weights_ch = Channel.connect(channel_prefix + WEIGHTS_CHANNEL, timeout_s=60)
         seed = self.cfg.seed + self.rank
         torch.manual_seed(seed)
-        self.replay = ReplayBuffer(self.cfg.buffer_size, seed=seed)
+        self.replay = MixedReplay(self.cfg.buffer_size, self.cfg.demo_ratio, seed=seed)
         self.device = resolve_device(self.cfg.device)
         if self.device.type == "cuda":
             torch.cuda.set_device(0)  # the placement's CUDA_VISIBLE_DEVICES already narrowed it
         self.agent: SAC | None = None
-        self.version = 0
 
     def setup(self, spec: dict, resume: bool = False) -> dict:
-        """Build SAC from the env spec; on resume load the checkpoint and this rank's share of the recorded
-        episodes; then make every rank start from rank 0's weights. Returns the resumed counters."""
+        """Build SAC from the env spec; load the demos (every rank all of them); on resume load the checkpoint
+        and this rank's share of the recorded episodes (their intervention steps into the demo buffer too);
+        then make every rank start from rank 0's weights. Returns the resumed counters."""
         layout = ObsLayout.from_shapes({k: v[0] for k, v in spec["observations"].items()},
                                        {k: v[1] for k, v in spec["observations"].items()})
         shape = spec["action_shape"]
         low = np.asarray(spec["action_low"] if spec["action_low"] is not None else -np.ones(shape), np.float32)
         high = np.asarray(spec["action_high"] if spec["action_high"] is not None else np.ones(shape), np.float32)
         self.agent = SAC(layout, low, high, self.cfg.sac, device=self.device)
+        for batch in load_demos(self.cfg.demos, {k: v[0] for k, v in spec["observations"].items()}, tuple(shape)):
+            self.replay.add_demos(batch)
         counters = {"env_steps": 0, "updates": 0, "episodes": 0, "best_success": float("nan")}
         if resume:
             ckpt = RunDir(self.run_path).load_checkpoint()
@@ -101,17 +105,17 @@ class ActorWorker(Worker):
             if self.agent.updates % self.cfg.weights_every_updates == 0:
                 self.publish_weights()
         out = {k: v / updates for k, v in sums.items()}
-        out.update({"updates": updates, "replay": len(self.replay)})
+        out.update({"updates": updates, "replay": len(self.replay), "demo_buffer": len(self.replay.demos)})
         return out
 
     def publish_weights(self) -> None:
-        """Rank 0 puts the policy weights on the weights channel, once per rollout worker."""
+        """Rank 0 puts the policy weights on the weights channel, once per rollout worker; their version is the
+        number of updates behind them."""
         if self.rank != 0:
             return
-        self.version += 1
         state = {k: v.numpy() for k, v in self.agent.policy_state().items()}
         for r in range(self.num_rollout):
-            self.weights_ch.put({"version": self.version, "state": state}, key=r, timeout=30)
+            self.weights_ch.put({"version": self.agent.updates, "state": state}, key=r, timeout=30)
 
     def save_checkpoint(self, counters: dict) -> str | None:
         if self.rank != 0:
@@ -124,5 +128,5 @@ class ActorWorker(Worker):
         return self.agent.weights_digest()
 
     def stats(self) -> dict:
-        return {"rank": self.rank, "replay": len(self.replay), "updates": self.agent.updates if self.agent else 0,
-                "pid": os.getpid()}
+        return {"rank": self.rank, "replay": len(self.replay), "demo_buffer": len(self.replay.demos),
+                "updates": self.agent.updates if self.agent else 0, "pid": os.getpid()}

@@ -22,6 +22,7 @@ import time
 import uuid
 
 from rlhw.errors import ConfigError, WorkerError
+from rlhw.rl.demos import load_demos
 from rlhw.rl.pipeline.actor_worker import ActorWorker
 from rlhw.rl.pipeline.env_worker import (ACTION_CHANNEL, OBS_CHANNEL, REPLAY_CHANNEL, WEIGHTS_CHANNEL,
                                          EnvWorker, has_real_arm)
@@ -90,6 +91,9 @@ class Pipeline:
                 self.cluster, placement="env", ready_timeout_s=start_s)
             self.groups.append(self.envs)
             self.spec = self.envs.execute_on(0).spec().wait(CALL_TIMEOUT_S)[0]
+            # Bad demos fail here, with the field named, rather than inside every actor rank.
+            load_demos(config.train.demos, {k: v[0] for k, v in self.spec["observations"].items()},
+                       tuple(self.spec["action_shape"]))
             if self.n_actor > 1:
                 self.actors.init_collective("auto")
             self.resumed = self.actors.setup(self.spec, resume).wait(CALL_TIMEOUT_S)[0]
@@ -176,8 +180,8 @@ def train_pipeline(config, run_dir: RunDir, resume: bool = False, cluster=None) 
     def absorb(results: list[dict]) -> None:
         for res in results:
             eval_results.extend(res["eval_results"])  # a poll hands them over once: never drop them
-            for ret, success, length in res["episodes"]:
-                session.add_episode(ret, success, length)
+            for ret, success, length, interventions in res["episodes"]:
+                session.add_episode(ret, success, length, interventions)
             for fault in res["faults"]:
                 session.increment("robot/faults")
                 _note(f"{pipe.envs.addresses[res['rank']]}: {fault}")
@@ -199,8 +203,10 @@ def train_pipeline(config, run_dir: RunDir, resume: bool = False, cluster=None) 
             if m["updates"] == 0:
                 return
             session.add_losses({k: v for k, v in m.items() if k.startswith("losses/")}, m["updates"])
-            session.set_extra(**{"losses/alpha": m["losses/alpha"], "train/replay_size": m["replay"]})
             owed -= m["updates"]
+            # A learner slower than the robots (high utd_ratio, async mode) owes updates: logged, never hidden.
+            session.set_extra(**{"losses/alpha": m["losses/alpha"], "train/replay_size": m["replay"],
+                                 "train/demo_buffer_size": m["demo_buffer"], "perf/updates_behind": max(owed, 0)})
             if cfg.mode == "async":
                 absorb(pipe.poll_envs())
                 return

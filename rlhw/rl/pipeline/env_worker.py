@@ -18,9 +18,13 @@ Messages to the rollout worker (dict), one per env step, batched whatever ``num_
   k = 0), and ``rows``: those instances' indices;
 - ``eval``: bool array (k,), which of them are in an eval episode (deterministic action);
 - ``transitions``: the train transitions of this step, stacked in the replay buffer's field names
-  (``obs/<name>``, ``next_obs/<name>``, ``action``, ``reward``, ``terminated``), or None.
+  (``obs/<name>``, ``next_obs/<name>``, ``action``, ``reward``, ``terminated``, ``intervened``), or None.
+  ``action`` is what the arm executed (the env's ``info["executed_action"]``: an operator's command while
+  they have taken over), ``intervened`` whether an operator did (``info["intervened"]``).
 
-The answer is ONE action array (k, action...) in the order of ``rows``.
+The answer is ONE ``(actions, policy_versions)`` pair: actions (k, action...) in the order of ``rows`` and
+the version of the weights that chose each (-1: a uniform random action). The recorder stores the version
+with the step (-1 where an operator acted instead).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from rlhw.env.client import EnvServiceError
-from rlhw.rl.episodes import EpisodeRecorder
+from rlhw.rl.episodes import EpisodeRecorder, executed, executed_batch
 from rlhw.rl.pipeline.env_server import EnvServerError, EnvServerProcess
 from rlhw.rl.pipeline.instances import EVAL, IDLE, TRAIN, Instances
 from rlhw.runtime.worker import Worker
@@ -98,8 +102,9 @@ class EnvWorker(Worker):
         self.error: str | None = None
         self.status = "idle"
         self.train_steps = 0
-        self.episodes: list[tuple[float, bool, int]] = []  # finished train episodes since last poll
-        self.eval_results: list[tuple[float, bool, int]] = []
+        # finished train episodes since last poll: (return, success, length, intervened steps)
+        self.episodes: list[tuple[float, bool, int, int]] = []
+        self.eval_results: list[tuple[float, bool, int, int]] = []
         # Loop health, per env-worker step (with num_envs > 1 one step moves every instance):
         self.latencies: deque[float] = deque(maxlen=20_000)  # obs ready -> action received (s)
         self.lateness: deque[float] = deque(maxlen=20_000)  # RobotEnv's info["timing"]["late"] (s)
@@ -309,6 +314,11 @@ class EnvWorker(Worker):
         self.consecutive_faults = 0
         return result
 
+    def _actions(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rollout worker's answer: (actions, policy versions), one row per instance that asked."""
+        actions, versions = self.act_ch.get(key=self.rank, timeout=self.cfg.step_timeout_s)
+        return np.asarray(actions, np.float32), np.asarray(versions, np.int64)
+
     def _note_timing(self, info: dict) -> None:
         timing = info.get("timing", {})
         late = timing.get("late", timing.get("env.late"))  # the env server prefixes env phases "env."
@@ -316,7 +326,7 @@ class EnvWorker(Worker):
             self.lateness.append(float(late))
 
     # ---- one instance: one episode at a time, explicit reset (the real-robot path)
-    def _episode(self, kind: str) -> tuple[float, bool, int]:
+    def _episode(self, kind: str) -> tuple[float, bool, int, int]:
         evaluating = kind == EVAL
         flags = np.array([evaluating])
         recorder = self.recorders[0] if self.recorders else None
@@ -325,10 +335,11 @@ class EnvWorker(Worker):
             recorder.begin(obs, kind=kind, meta={"robot_rank": self.robot_rank, "env_rank": self.rank})
         self._put({k: np.asarray(v)[None] for k, v in obs.items()}, [0], flags, None)
         t_obs = time.perf_counter()
-        ret, success, length = 0.0, False, 0
+        ret, success, length, interventions = 0.0, False, 0, 0
         t_prev_step = time.perf_counter()
         while True:
-            action = np.asarray(self.act_ch.get(key=self.rank, timeout=self.cfg.step_timeout_s), np.float32)[0]
+            actions, versions = self._actions()
+            action, version = actions[0], int(versions[0])
             self.latencies.append(time.perf_counter() - t_obs)
             stepped = self._step(action, "episode truncated")
             if stepped is None:
@@ -339,9 +350,12 @@ class EnvWorker(Worker):
                 self.periods.append(time.perf_counter() - t_prev_step)
             t_prev_step = time.perf_counter()
             self._note_timing(info)
+            action, intervened = executed(action, info)
+            interventions += int(intervened)
             step_success = bool(np.any(info.get("success", False)))
             if recorder is not None:
-                recorder.step(action, reward, terminated, truncated, next_obs, step_success)
+                recorder.step(action, reward, terminated, truncated, next_obs, step_success, intervened=intervened,
+                              policy_version=-1 if intervened else version)
             if info.get("fault"):
                 self.faults.append(f"{info['fault']}: {info.get('fault_message')}")
             ret += float(reward)
@@ -353,7 +367,8 @@ class EnvWorker(Worker):
                 transitions = {**{f"obs/{k}": np.asarray(v)[None] for k, v in obs.items()},
                                **{f"next_obs/{k}": np.asarray(v)[None] for k, v in next_obs.items()},
                                "action": action[None], "reward": np.array([reward], np.float32),
-                               "terminated": np.array([terminated], np.float32)}
+                               "terminated": np.array([terminated], np.float32),
+                               "intervened": np.array([intervened], np.float32)}
                 with self.lock:
                     self.train_steps += 1
                     self.budget -= 1
@@ -366,7 +381,7 @@ class EnvWorker(Worker):
                 break
         if recorder is not None:
             recorder.end()
-        return ret, success, length
+        return ret, success, length, interventions
 
     # ---- several instances (simulators): one phase steps them all until every one is idle
     def _begin(self, i: int, obs: dict, kind: str) -> None:
@@ -403,10 +418,12 @@ class EnvWorker(Worker):
         t_obs = t_prev_step = time.perf_counter()
         first = True
         while True:
-            acted = np.asarray(self.act_ch.get(key=self.rank, timeout=self.cfg.step_timeout_s), np.float32)
+            acted, acted_versions = self._actions()
             self.latencies.append(time.perf_counter() - t_obs)
             actions = self._idle_action.copy()
             actions[rows] = acted
+            versions = np.full(self.num_envs, -1, np.int64)
+            versions[rows] = acted_versions
             stepped = self._step(actions, f"episodes of all {self.num_envs} instances truncated", self._end_running)
             if stepped is None:
                 return
@@ -416,6 +433,7 @@ class EnvWorker(Worker):
                 self.periods.append(t_obs - t_prev_step)
             first, t_prev_step = False, t_obs
             self._note_timing(info)
+            actions, intervened = executed_batch(actions, info, self.num_envs)
             ended = np.logical_or(terminated, truncated)
             last = next_obs  # each instance's observation after its action (the final one where it ended)
             if ended.any():
@@ -431,21 +449,23 @@ class EnvWorker(Worker):
             for i, fault in enumerate(info.get("fault") or ()):
                 if fault:
                     self.faults.append(f"instance {i}: {fault}: {messages[i]}")
-            book.step(reward, success)
+            book.step(reward, success, intervened)
             train = book.rows(TRAIN)
             transitions = None
             if train:
                 transitions = {**{f"obs/{k}": v[train] for k, v in obs.items()},
                                **{f"next_obs/{k}": v[train] for k, v in last.items()},
                                "action": actions[train], "reward": np.asarray(reward, np.float32)[train],
-                               "terminated": np.asarray(terminated, np.float32)[train]}
+                               "terminated": np.asarray(terminated, np.float32)[train],
+                               "intervened": intervened[train].astype(np.float32)}
                 with self.lock:
                     self.train_steps += len(train)
                     self.budget -= len(train)
             if self.recorders is not None:
                 for i in rows:
                     self.recorders[i].step(actions[i], reward[i], terminated[i], truncated[i],
-                                           {k: v[i] for k, v in last.items()}, success[i])
+                                           {k: v[i] for k, v in last.items()}, success[i], intervened=intervened[i],
+                                           policy_version=-1 if intervened[i] else versions[i])
             if self.stopping:
                 self._end_running()
                 if transitions is not None:

@@ -37,6 +37,7 @@ class Instances:
         self.ret = np.zeros(self.n, np.float64)
         self.success = np.zeros(self.n, bool)
         self.length = np.zeros(self.n, np.int64)
+        self.interventions = np.zeros(self.n, np.int64)  # steps an operator executed
 
     # ---- queries
     def rows(self, kind: str | None = None) -> list[int]:
@@ -69,17 +70,20 @@ class Instances:
         if kind not in (TRAIN, EVAL, IDLE):
             raise ValueError(f"unknown episode kind {kind!r}")
         self.kind[i] = kind
-        self.ret[i], self.success[i], self.length[i] = 0.0, False, 0
+        self.ret[i], self.success[i], self.length[i], self.interventions[i] = 0.0, False, 0, 0
 
-    def step(self, rewards, successes) -> None:
+    def step(self, rewards, successes, intervened=False) -> None:
         """Count one step of every instance (idle ones too: their length says when their episode ends)."""
         self.ret += np.asarray(rewards, np.float64)
         self.success |= np.asarray(successes, bool)
         self.length += 1
+        self.interventions += np.broadcast_to(np.asarray(intervened, bool), (self.n,))
 
-    def finish(self, i: int) -> tuple[str, tuple[float, bool, int]]:
-        """End instance i's episode: its kind and ``(return, success, length)``; the instance is idle after."""
-        kind, result = self.kind[i], (float(self.ret[i]), bool(self.success[i]), int(self.length[i]))
+    def finish(self, i: int) -> tuple[str, tuple[float, bool, int, int]]:
+        """End instance i's episode: its kind and ``(return, success, length, intervened steps)``; the instance
+        is idle after."""
+        kind = self.kind[i]
+        result = (float(self.ret[i]), bool(self.success[i]), int(self.length[i]), int(self.interventions[i]))
         self.start(i, IDLE)
         return kind, result
 

@@ -3,7 +3,8 @@
 Its loop takes every message waiting for it on the ``obs`` channel (key = its rank; the message format
 is in rlhw.rl.pipeline.env_worker: each carries the observations of all the env instances of one env
 worker that want an action), runs the policy once for all of them (on its GPU when it has one), puts ONE
-action array per env worker (``actions`` channel, key = env rank) and forwards the transitions that came
+``(actions, policy_versions)`` pair per env worker (``actions`` channel, key = env rank; the version of the
+weights that chose each action, -1 for a uniform random one, recorded with the step for audits) and forwards the transitions that came
 with the messages (already stacked) to the ``replay`` channel, spread over the actor ranks. Exploration
 is SAC's own stochastic policy, after uniform random actions until the controller says the warm-up is
 over; eval observations get the deterministic (mean) action (one forward pass gives both).
@@ -130,8 +131,10 @@ class RolloutWorker(Worker):
             obs = {k: np.concatenate([m["obs"][k] for m in want]) for k in want[0]["obs"]}
             deterministic = np.concatenate([m["eval"] for m in want]).astype(bool)
         k = len(deterministic)
+        versions = np.full(k, self.weights_version, np.int64)
         if self.random_actions or self.weights_version < 0:
             actions = self.rng.uniform(self.low, self.high, size=(k, *self.low.shape)).astype(np.float32)
+            versions[~deterministic] = -1
             if deterministic.any() and self.weights_version >= 0:
                 actions[deterministic] = self._policy(obs)[1][deterministic]
         else:
@@ -141,7 +144,8 @@ class RolloutWorker(Worker):
         start = 0
         for m in want:
             n = len(m["eval"])
-            self.act_ch.put(actions[start:start + n], key=m["env"], timeout=self.cfg.step_timeout_s)
+            self.act_ch.put((actions[start:start + n], versions[start:start + n]), key=m["env"],
+                            timeout=self.cfg.step_timeout_s)
             start += n
         self.served += k
         self.batches += 1
