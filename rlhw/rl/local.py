@@ -132,7 +132,7 @@ def train_local(config, run_dir: RunDir, env_factory: Callable | None = None, re
                 if session.eval_due():
                     results = [run_episode(eval_env, agent, True, rng, recorder, "eval")
                                for _ in range(cfg.eval_episodes)]
-                    session.record_eval([r[0] for r in results], [r[1] for r in results])
+                    session.record_eval(results)
                 if session.checkpoint_due() or session.stop is not None:
                     run_dir.save_checkpoint(_checkpoint(agent, session), session.c.env_steps)
                 session.check_budget()

@@ -115,15 +115,20 @@ class TrainingSession:
     def log_due(self) -> bool:
         return self.c.env_steps >= self._next_log
 
-    def record_eval(self, returns: list[float], successes: list[bool]) -> None:
-        """Log an evaluation and decide whether the target is reached."""
+    def record_eval(self, results: list[tuple[float, bool, int, int]]) -> None:
+        """Log an evaluation of ``(return, success, length, intervened steps)`` episodes and decide whether
+        the target is reached. An episode an operator helped in (an env with ``env.teleop`` may take over
+        in evaluation too) counts as a failure: the success rate is the policy's alone."""
         self._next_eval = (self.c.env_steps // self.cfg.eval_every_steps + 1) * self.cfg.eval_every_steps
         self.c.evals += 1
+        returns = [r for r, _, _, _ in results]
+        successes = [bool(s) and not helped for _, s, _, helped in results]
         rate = float(np.mean(successes)) if successes else float("nan")
         self.c.last_success = rate
         self.c.best_success = rate if np.isnan(self.c.best_success) else max(self.c.best_success, rate)
+        helped = float(np.mean([h > 0 for _, _, _, h in results])) if results else float("nan")
         self.log({"eval/success_rate": rate, "eval/episode_return": float(np.mean(returns)) if returns else
-                  float("nan"), "eval/episodes": len(successes)})
+                  float("nan"), "eval/episodes": len(successes), "eval/intervened_episodes": helped})
         plot_learning_curve(self.run_dir)
         if self._bar is not None:
             self._bar.set_postfix(self._postfix())

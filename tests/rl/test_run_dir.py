@@ -111,3 +111,16 @@ def test_run_json_is_strict_json_with_null_where_a_value_is_not_a_number_yet(tmp
     status = json.loads(rd.status_path.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in run.json"))
     assert status["best_eval_success"] is None
     assert status["loop_health"] == {"p99_ms": None, "periods": [10.0, None]}
+
+
+def test_an_eval_episode_an_operator_helped_in_counts_as_a_failure(tmp_path):
+    from rlhw.rl.session import TrainingSession
+
+    session = TrainingSession(_config(target_success=0.5), RunDir(tmp_path / "run"))
+    # (return, success, length, intervened steps): the second success was the operator's doing
+    session.record_eval([(1.0, True, 10, 0), (1.0, True, 10, 3), (0.0, False, 10, 0), (0.0, False, 10, 5)])
+    row = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()][-1]
+    assert row["eval/success_rate"] == 0.25 and row["eval/intervened_episodes"] == 0.5
+    assert session.stop is None, "0.25 of unaided successes must not reach a 0.5 target"
+    session.record_eval([(1.0, True, 10, 0), (1.0, True, 10, 0)])
+    assert session.stop is not None and session.stop.status == "finished"

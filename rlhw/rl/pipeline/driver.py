@@ -224,7 +224,7 @@ def train_pipeline(config, run_dir: RunDir, resume: bool = False, cluster=None) 
                 time.sleep(POLL_S)
         results = eval_results[:]
         eval_results.clear()
-        session.record_eval([x[0] for x in results], [x[1] for x in results])
+        session.record_eval(results)
 
     try:
         per_env_budget = max(1, math.ceil(cfg.steps_per_iteration / pipe.n_env))
