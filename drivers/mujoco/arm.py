@@ -34,6 +34,7 @@ import numpy as np
 from drivers.mujoco import scene as _scene
 from rlhw.errors import RobotFault
 from rlhw.robot.arm import HOME_Q, Arm, ArmState
+from rlhw.robot.poses import rotation_error
 
 #: FR3 joint velocity limits (rad/s), used to time `move_joints`.
 FR3_MAX_JOINT_VELOCITY = np.array([2.62, 2.62, 2.62, 2.62, 5.26, 4.18, 5.26])
@@ -408,21 +409,9 @@ class MujocoArm(Arm):
         tcp = self._tcp
         px, py, pz = position
         x, y, z = current_xyz
-        # Orientation error: target * conj(current) as a rotation vector, the short way round.
         tw, tx, ty, tz = quat_wxyz
         cw, cx, cy, cz = current_wxyz
-        ew = tw * cw + tx * cx + ty * cy + tz * cz
-        ex = -tw * cx + tx * cw - ty * cz + tz * cy
-        ey = -tw * cy + tx * cz + ty * cw - tz * cx
-        ez = -tw * cz - tx * cy + ty * cx + tz * cw
-        if ew < 0:
-            ew, ex, ey, ez = -ew, -ex, -ey, -ez
-        sin_half = math.sqrt(ex * ex + ey * ey + ez * ez)
-        if sin_half < 1e-15:
-            rx, ry, rz = 2.0 * math.atan2(sin_half, ew), 0.0, 0.0
-        else:
-            angle = 2.0 * math.atan2(sin_half, ew) / sin_half  # ew >= 0: at most pi
-            rx, ry, rz = ex * angle, ey * angle, ez * angle
+        rx, ry, rz = rotation_error((cx, cy, cz, cw), (tx, ty, tz, tw))  # target * conj(current)
         self._ik_err[:] = (px - x, py - y, pz - z, rx, ry, rz)
         mujoco.mj_jacSite(self.model, data, self._jacp, self._jacr, tcp)
         # dq = J+ err + (I - J+ J) posture, J+ = J^T (J J^T + lambda^2 I)^-1: one 6x6 Cholesky solve.

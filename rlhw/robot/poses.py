@@ -95,3 +95,22 @@ def load_pose(path: str, option: str, config_hint: str = "CONFIG") -> RecordedPo
         raise ConfigError(option, f"pose file {path!r} is garbled: ee_pose needs 7 finite numbers with a unit "
                                   f"quaternion and q 7 angles; {fix}")
     return pose
+
+
+def rotation_error(current_xyzw, goal_xyzw) -> tuple[float, float, float]:
+    """The rotation from ``current`` to ``goal`` (quaternions x-y-z-w), as a rotation vector (rad,
+    base frame), the short way round. Plain floats: the MuJoCo arm's IK calls it every iteration."""
+    cx, cy, cz, cw = map(float, current_xyzw)
+    gx, gy, gz, gw = map(float, goal_xyzw)
+    # e = goal * conj(current)
+    ew = gw * cw + gx * cx + gy * cy + gz * cz
+    ex = -gw * cx + gx * cw - gy * cz + gz * cy
+    ey = -gw * cy + gx * cz + gy * cw - gz * cx
+    ez = -gw * cz - gx * cy + gy * cx + gz * cw
+    if ew < 0:
+        ew, ex, ey, ez = -ew, -ex, -ey, -ez
+    sin_half = math.sqrt(ex * ex + ey * ey + ez * ez)
+    if sin_half < 1e-12:
+        return 2.0 * ex, 2.0 * ey, 2.0 * ez
+    scale = 2.0 * math.atan2(sin_half, ew) / sin_half
+    return ex * scale, ey * scale, ez * scale

@@ -12,7 +12,7 @@ from rlhw.errors import ConfigError
 from rlhw.robot.arm import ArmState
 from rlhw.robot.poses import RecordedPose, load_pose, save_pose
 from rlhw.robot.tasks import make_task
-from rlhw.robot.tasks.insert import rotation_error
+from rlhw.robot.poses import rotation_error
 from tests.robot.conftest import make_config
 
 GOAL = np.array([0.5, 0.0, 0.12, 1.0, 0.0, 0.0, 0.0])

@@ -100,6 +100,17 @@ class Task(abc.ABC):
         except (TypeError, ValueError):
             raise ConfigError(f"env.task_options.{key}", f"expected {kind.__name__}, got {value!r}") from None
 
+    def vector_option(self, key: str, default: Any, length: int, hint: str) -> np.ndarray:
+        """Read ``env.task_options.<key>`` as ``length`` finite numbers (``hint`` says what they are)."""
+        value = self.options.get(key, default)
+        try:
+            vector = np.asarray(value, dtype=float)
+        except (TypeError, ValueError):
+            vector = np.zeros(0)
+        if vector.shape != (length,) or not np.all(np.isfinite(vector)):
+            raise ConfigError(f"env.task_options.{key}", f"expected {hint}, got {value!r}")
+        return vector
+
     def check_options(self, known: set[str]) -> None:
         unknown = sorted(set(self.options) - known)
         if unknown:

@@ -40,7 +40,7 @@ import numpy as np
 from rlhw.errors import ConfigError
 from rlhw.robot.arm import ArmState
 from rlhw.robot.camera import Frame
-from rlhw.robot.poses import RecordedPose, load_pose
+from rlhw.robot.poses import RecordedPose, load_pose, rotation_error
 from rlhw.robot.spec import TensorSpec
 from rlhw.robot.tasks import register_task
 from rlhw.robot.tasks.base import Command, Task
@@ -54,35 +54,6 @@ START_MARGIN_M = 0.005
 #: The reset paths move along the base frame's z: the hole's axis (the hand's approach axis at the
 #: goal) may lean this far from vertical (rad) before they would scrape its walls.
 MAX_TILT_RAD = 0.1
-
-
-def rotation_error(current_xyzw, goal_xyzw) -> tuple[float, float, float]:
-    """The rotation from ``current`` to ``goal`` (quaternions x-y-z-w), as a rotation vector (rad,
-    base frame), the short way round."""
-    cx, cy, cz, cw = np.asarray(current_xyzw, dtype=float).tolist()
-    gx, gy, gz, gw = np.asarray(goal_xyzw, dtype=float).tolist()
-    # e = goal * conj(current)
-    ew = gw * cw + gx * cx + gy * cy + gz * cz
-    ex = -gw * cx + gx * cw - gy * cz + gz * cy
-    ey = -gw * cy + gx * cz + gy * cw - gz * cx
-    ez = -gw * cz - gx * cy + gy * cx + gz * cw
-    if ew < 0:
-        ew, ex, ey, ez = -ew, -ex, -ey, -ez
-    sin_half = math.sqrt(ex * ex + ey * ey + ez * ez)
-    if sin_half < 1e-12:
-        return 2.0 * ex, 2.0 * ey, 2.0 * ez
-    scale = 2.0 * math.atan2(sin_half, ew) / sin_half
-    return ex * scale, ey * scale, ez * scale
-
-
-def _offset(value: Any, key: str) -> np.ndarray:
-    try:
-        box = np.asarray(value, dtype=float)
-    except (TypeError, ValueError):
-        box = np.zeros(0)
-    if box.shape != (3,) or not np.all(np.isfinite(box)):
-        raise ConfigError(f"env.task_options.{key}", f"expected [dx, dy, dz] in metres from the goal, got {value!r}")
-    return box
 
 
 @register_task("insert")
@@ -99,8 +70,8 @@ class Insert(Task):
         self.goal_file = str(self.options["goal_pose"])
         self.goal_record: RecordedPose = load_pose(self.goal_file, "env.task_options.goal_pose")
         self.depth = self.option("insertion_depth_m", 0.02)
-        self.start_low = _offset(self.options.get("start_low", (-0.02, -0.02, 0.04)), "start_low")
-        self.start_high = _offset(self.options.get("start_high", (0.02, 0.02, 0.06)), "start_high")
+        self.start_low = self.vector_option("start_low", (-0.02, -0.02, 0.04), 3, "[dx, dy, dz] in metres from the goal")
+        self.start_high = self.vector_option("start_high", (0.02, 0.02, 0.06), 3, "[dx, dy, dz] in metres from the goal")
         self.approach_height = self.option("approach_height_m", 0.1)
         self.zone_m = self.option("contact_zone_m", 0.05)
         self.success_m = self.option("success_m", 0.008)

@@ -41,16 +41,6 @@ MAX_FLOOR_Z = 0.04
 OUT_OF_REACH_M = 0.05
 
 
-def _xy_box(value: Any, key: str) -> np.ndarray:
-    try:
-        box = np.asarray(value, dtype=float)
-    except (TypeError, ValueError):
-        box = np.zeros(0)
-    if box.shape != (2,) or not np.all(np.isfinite(box)):
-        raise ConfigError(f"env.task_options.{key}", f"expected [x, y] in metres, got {value!r}")
-    return box
-
-
 @register_task("push_cube")
 class PushCube(Task):
     drivers = ("mujoco",)
@@ -60,8 +50,8 @@ class PushCube(Task):
         super().__init__(config, options)
         self.check_options({"cube_low", "cube_high", "goal_min_m", "goal_max_m", "success_m",
                             "reward_scale_m", "terminate_on_success"})
-        self.cube_low = _xy_box(self.options.get("cube_low", (0.42, -0.08)), "cube_low")
-        self.cube_high = _xy_box(self.options.get("cube_high", (0.52, 0.08)), "cube_high")
+        self.cube_low = self.vector_option("cube_low", (0.42, -0.08), 2, "[x, y] in metres")
+        self.cube_high = self.vector_option("cube_high", (0.52, 0.08), 2, "[x, y] in metres")
         self.goal_min = self.option("goal_min_m", 0.08)
         self.goal_max = self.option("goal_max_m", 0.15)
         self.success_m = self.option("success_m", 0.03)
