@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from rlhw.config.base import StrictModel
+from rlhw.config.vision import ImageEncoderConfig
 
 
 class SacConfig(StrictModel):
@@ -25,7 +26,10 @@ class SacConfig(StrictModel):
     init_alpha: float = Field(0.1, gt=0.0, description="initial entropy temperature (then tuned automatically)")
     target_entropy: float | None = Field(None, description="default: -action_dim")
     batch_size: int = Field(128, ge=1)
-    image_features: int = Field(64, ge=1, description="output width of the CNN per camera (image observations only)")
+    image_encoder: ImageEncoderConfig = Field(
+        ImageEncoderConfig(), description="the image encoder per camera (image observations only): kind, weights "
+                                          "file, frozen, features, DrQ augment_pad; one encoder shared by the critics "
+                                          "and the actor")
     # The critics (RLPD's defaults; plain SAC is critic_ensemble=2, critic_subset=2, critic_layer_norm=false,
     # actor_q=min; see docs/training.md for the measured comparison).
     critic_ensemble: int = Field(10, ge=1, description="N: number of critics (one batched module)")
@@ -34,6 +38,14 @@ class SacConfig(StrictModel):
     critic_layer_norm: bool = Field(True, description="LayerNorm after each hidden layer of the critics")
     actor_q: Literal["mean", "min"] = Field("mean", description="the actor maximises the mean (RLPD) or the "
                                                                 "minimum (SAC) of the N critics")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _image_features_moved(cls, data):
+        if isinstance(data, dict) and "image_features" in data:
+            raise ValueError("image_features was replaced by image_encoder.features (train.sac.image_encoder: kind, "
+                             "weights, frozen, features, augment_pad); rename the key")
+        return data
 
     @field_validator("hidden_sizes")
     @classmethod

@@ -2,9 +2,12 @@
 
 Pieces, in the order they are used:
 - `ObsLayout`: which entries of the env's dict observation are proprio (flattened, concatenated) and which
-  are camera images (HxWx3 uint8, fed to a small CNN). Built from the env spec, so the networks never guess.
-- `Encoder`: obs dict -> one feature vector (proprio concat + one CNN per camera, optional).
-- `Actor`: tanh-squashed Gaussian policy.
+  are camera images (HxWx3 uint8, fed to an image encoder). Built from the env spec, so the networks never guess.
+- `Encoder`: obs dict -> one feature vector (proprio concat + one image encoder per camera, from
+  rlhw.vision.encoders: `train.sac.image_encoder`). ONE Encoder is shared by the actor and every critic;
+  the critic loss trains it, the actor reads its features with the gradient stopped (DrQ-v2, SERL), the
+  target critics hold a Polyak-averaged copy. Training images are randomly shifted (DrQ) in `update`.
+- `Actor`: tanh-squashed Gaussian policy on the encoder's features.
 - `CriticEnsemble`: N critics in ONE module (weights [N, in, out], one batched matmul per layer instead of N
   small modules; tools/bench_critics.py measures the cost), LayerNorm after each hidden layer. RLPD (Ball et al. 2023):
   N=10, LayerNorm on, the Bellman target takes the minimum over a random subset of M=2 target critics, the
@@ -26,7 +29,12 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from rlhw.config.vision import ImageEncoderConfig
+from rlhw.vision.augment import RandomShift
+from rlhw.vision.encoders import build_image_encoder
+
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+IMAGE_ENCODER_FIELD = "train.sac.image_encoder"
 
 
 # --------------------------------------------------------------------------------------------- observations
@@ -103,35 +111,21 @@ def mlp(inp: int, hidden: tuple[int, ...], out: int) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-class ImageEncoder(nn.Module):
-    """A small CNN (DrQ-sized, fewer channels) for one HxWx3 uint8 camera image."""
-
-    def __init__(self, shape: tuple[int, ...], features: int):
-        super().__init__()
-        h, w, c = shape
-        self.conv = nn.Sequential(
-            nn.Conv2d(c, 16, 3, stride=2), nn.ReLU(),
-            nn.Conv2d(16, 16, 3, stride=2), nn.ReLU(),
-            nn.Conv2d(16, 16, 3, stride=2), nn.ReLU(),
-            nn.Flatten(),
-        )
-        with torch.no_grad():
-            n = self.conv(torch.zeros(1, c, h, w)).shape[1]
-        self.head = nn.Sequential(nn.Linear(n, features), nn.LayerNorm(features), nn.Tanh())
-
-    def forward(self, image: torch.Tensor) -> torch.Tensor:
-        x = image.permute(0, 3, 1, 2).float() / 255.0 - 0.5
-        return self.head(self.conv(x))
-
-
 class Encoder(nn.Module):
-    """Observation dict -> feature vector: proprio as is, each camera through its own CNN."""
+    """Observation dict -> feature vector: proprio as is, each camera through its own image encoder
+    (rlhw.vision.encoders: the small CNN or a ResNet, LayerNorm'd and tanh-bounded features).
 
-    def __init__(self, layout: ObsLayout, image_features: int):
+    ONE Encoder serves the critics and the actor (SERL, DrQ-v2): the critic loss trains it, the actor reads
+    its features with the gradient stopped. ``for_acting`` builds a copy that only receives weights (a
+    rollout worker): it does not read the weights file, which may live only on the learner's machine."""
+
+    def __init__(self, layout: ObsLayout, image_encoder: ImageEncoderConfig, for_acting: bool = False):
         super().__init__()
         self.layout = layout
-        self.cnns = nn.ModuleDict({n: ImageEncoder(s, image_features) for n, s in layout.images})
-        self.dim = layout.proprio_dim + image_features * len(layout.images)
+        cfg = image_encoder.model_copy(update={"weights": None}) if for_acting else image_encoder
+        self.cnns = nn.ModuleDict({n: build_image_encoder(cfg, s, field=IMAGE_ENCODER_FIELD)
+                                   for n, s in layout.images})
+        self.dim = layout.proprio_dim + image_encoder.features * len(layout.images)
 
     def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         feats = [obs["proprio"]] + [self.cnns[n](obs[n]) for n, _ in self.layout.images]
@@ -139,29 +133,43 @@ class Encoder(nn.Module):
 
 
 class Actor(nn.Module):
-    """Tanh-squashed Gaussian policy; actions are rescaled from [-1, 1] to the env's action bounds."""
+    """Tanh-squashed Gaussian policy on the (shared) encoder's features, the gradient stopped at them: the
+    actor loss never moves the encoder. Actions are rescaled from [-1, 1] to the env's action bounds.
+    ``encoder`` is a submodule, so the actor's state_dict holds everything acting needs."""
 
-    def __init__(self, layout: ObsLayout, act_low: np.ndarray, act_high: np.ndarray, hidden, image_features):
+    def __init__(self, encoder: Encoder, act_low: np.ndarray, act_high: np.ndarray, hidden):
         super().__init__()
-        self.encoder = Encoder(layout, image_features)
+        self.encoder = encoder
         act_dim = len(act_low)
-        self.trunk = mlp(self.encoder.dim, hidden, 2 * act_dim)
+        self.trunk = mlp(encoder.dim, hidden, 2 * act_dim)
         self.register_buffer("scale", torch.as_tensor((act_high - act_low) / 2.0, dtype=torch.float32))
         self.register_buffer("bias", torch.as_tensor((act_high + act_low) / 2.0, dtype=torch.float32))
 
-    def forward(self, obs) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, log_std = self.trunk(self.encoder(obs)).chunk(2, dim=-1)
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = self.trunk(features.detach()).chunk(2, dim=-1)
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1)
         return mean, log_std
 
     def sample(self, obs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(action, log_prob, deterministic action), the log-prob corrected for the tanh squashing."""
-        mean, log_std = self(obs)
+        """(action, log_prob, deterministic action) for an observation dict."""
+        return self.sample_features(self.encoder(obs))
+
+    def sample_features(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`sample` from features already computed (the update encodes each batch once); log-prob corrected
+        for the tanh squashing."""
+        mean, log_std = self(features)
         normal = torch.distributions.Normal(mean, log_std.exp())
         x = normal.rsample()
         y = torch.tanh(x)
         log_prob = normal.log_prob(x) - torch.log(self.scale * (1 - y.pow(2)) + 1e-6)
         return y * self.scale + self.bias, log_prob.sum(-1, keepdim=True), torch.tanh(mean) * self.scale + self.bias
+
+
+def build_actor(layout: ObsLayout, act_low, act_high, cfg) -> Actor:
+    """The acting network alone (encoder + actor) for a rollout worker, from ``train.sac``; its weights
+    arrive with `SAC.policy_state`."""
+    return Actor(Encoder(layout, cfg.image_encoder, for_acting=True), np.asarray(act_low, np.float32),
+                 np.asarray(act_high, np.float32), tuple(cfg.hidden_sizes))
 
 
 class EnsembleLinear(nn.Module):
@@ -195,19 +203,23 @@ class EnsembleLayerNorm(nn.Module):
 class CriticEnsemble(nn.Module):
     """N Q-functions as one module: ``forward`` returns [N, B, 1], or [len(members), B, 1] for a subset of
     them (the target's M: computing only those saves the other N - M). Hidden layers are Linear -> LayerNorm
-    -> ReLU (RLPD's order). With cameras the members share one CNN encoder, as SERL's ensemble does."""
+    -> ReLU (RLPD's order). The members share one encoder (``encoder``, the actor's too), as SERL's do."""
 
-    def __init__(self, layout: ObsLayout, act_dim: int, hidden, image_features, n: int, layer_norm: bool):
+    def __init__(self, encoder: Encoder, act_dim: int, hidden, n: int, layer_norm: bool):
         super().__init__()
         self.n = n
-        self.encoder = Encoder(layout, image_features)
+        self.encoder = encoder
         widths = [self.encoder.dim + act_dim, *hidden]
         self.layers = nn.ModuleList(EnsembleLinear(n, a, b) for a, b in zip(widths, widths[1:]))
         self.norms = nn.ModuleList(EnsembleLayerNorm(n, w) if layer_norm else nn.Identity() for w in hidden)
         self.head = EnsembleLinear(n, widths[-1], 1)
 
     def forward(self, obs, action: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
-        x = torch.cat([self.encoder(obs), action], dim=-1)
+        return self.q(self.encoder(obs), action, members)
+
+    def q(self, features: torch.Tensor, action: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
+        """`forward` from features already computed by ``self.encoder``."""
+        x = torch.cat([features, action], dim=-1)
         x = x.unsqueeze(0).expand(self.n if members is None else len(members), *x.shape)
         for layer, norm in zip(self.layers, self.norms):
             x = layer(x, members)
@@ -232,27 +244,38 @@ def _average_gradients(params: list[nn.Parameter]) -> None:
 
 
 class SAC:
-    """Networks + optimizers + one `update` step. Stateless about data: batches come from a replay buffer."""
+    """Networks + optimizers + one `update` step. Stateless about data: batches come from a replay buffer.
 
-    def __init__(self, layout: ObsLayout, act_low, act_high, cfg, device: str | torch.device = "cpu"):
+    ``augment_seed`` seeds the DrQ random shifts of training images (default: torch's current seed, so a
+    process seeded with `torch.manual_seed` augments reproducibly without drawing from the global stream)."""
+
+    def __init__(self, layout: ObsLayout, act_low, act_high, cfg, device: str | torch.device = "cpu",
+                 augment_seed: int | None = None):
         self.cfg, self.layout, self.device = cfg, layout, torch.device(device)
         act_low = np.asarray(act_low, dtype=np.float32)
         act_high = np.asarray(act_high, dtype=np.float32)
         self.act_low, self.act_high = act_low, act_high
         act_dim = len(act_low)
-        hidden, feats = tuple(cfg.hidden_sizes), cfg.image_features
-        self.actor = Actor(layout, act_low, act_high, hidden, feats).to(self.device)
-        self.critic = CriticEnsemble(layout, act_dim, hidden, feats, cfg.critic_ensemble, cfg.critic_layer_norm)
+        hidden = tuple(cfg.hidden_sizes)
+        # One encoder, shared by the actor and all N critics; the target critics get their own copy of it.
+        self.encoder = Encoder(layout, cfg.image_encoder)
+        self.actor = Actor(self.encoder, act_low, act_high, hidden).to(self.device)
+        self.critic = CriticEnsemble(self.encoder, act_dim, hidden, cfg.critic_ensemble, cfg.critic_layer_norm)
         self.critic.to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.critic_params = list(self.critic.parameters())
+        # Only the critic loss trains the encoder; a frozen backbone has no trainable parameters at all.
+        self.critic_params = [p for p in self.critic.parameters() if p.requires_grad]
+        self.actor_params = list(self.actor.trunk.parameters())
         self.q_optimizer = torch.optim.Adam(self.critic_params, lr=cfg.critic_lr)
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
+        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=cfg.actor_lr)
         # Automatic entropy tuning: alpha is learned so the policy's entropy tracks target_entropy.
         self.target_entropy = float(cfg.target_entropy if cfg.target_entropy is not None else -act_dim)
         self.log_alpha = torch.tensor([np.log(cfg.init_alpha)], dtype=torch.float32, device=self.device,
                                       requires_grad=True)
         self.a_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
+        pad = cfg.image_encoder.augment_pad if layout.images else 0
+        seed = torch.initial_seed() if augment_seed is None else augment_seed
+        self.augment = RandomShift(pad, seed % 2**63) if pad else None
         self.updates = 0
 
     @property
@@ -262,9 +285,15 @@ class SAC:
     # ---- acting
     @torch.no_grad()
     def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> np.ndarray:
-        """Actions for a batch of observations (leading dim = batch)."""
+        """Actions for a batch of observations (leading dim = batch). The encoder runs in eval mode, as on a
+        rollout worker: a ResNet's BatchNorm uses its running statistics, not those of a batch of one."""
         t = obs_to_tensors(obs, self.layout, self.device)
-        action, _, mean_action = self.actor.sample(t)
+        training = self.encoder.training
+        self.encoder.eval()
+        try:
+            action, _, mean_action = self.actor.sample(t)
+        finally:
+            self.encoder.train(training)
         return (mean_action if deterministic else action).cpu().numpy().astype(np.float32)
 
     def random_actions(self, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -277,40 +306,51 @@ class SAC:
         subset = torch.randperm(self.critic.n, device=self.device)[: self.cfg.critic_subset]
         return self.critic_target(obs, actions, members=subset).min(dim=0).values
 
+    def _batch_obs(self, batch: Mapping[str, np.ndarray], prefix: str) -> dict[str, torch.Tensor]:
+        """The ``prefix`` observations of a batch as tensors, camera images randomly shifted (DrQ) when
+        augmentation is on; obs and next_obs draw their shifts independently."""
+        t = obs_to_tensors({k[len(prefix):]: v for k, v in batch.items() if k.startswith(prefix)}, self.layout,
+                           self.device)
+        if self.augment is not None:
+            for name, _ in self.layout.images:
+                t[name] = self.augment(t[name])
+        return t
+
     def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
         """One SAC step on a batch dict with obs/<k>, next_obs/<k>, action, reward, terminated."""
-        obs = obs_to_tensors({k[4:]: v for k, v in batch.items() if k.startswith("obs/")}, self.layout, self.device)
-        next_obs = obs_to_tensors(
-            {k[9:]: v for k, v in batch.items() if k.startswith("next_obs/")}, self.layout, self.device
-        )
+        obs, next_obs = self._batch_obs(batch, "obs/"), self._batch_obs(batch, "next_obs/")
         actions = torch.as_tensor(batch["action"], device=self.device)
         rewards = torch.as_tensor(batch["reward"], dtype=torch.float32, device=self.device).view(-1, 1)
         not_done = 1.0 - torch.as_tensor(batch["terminated"], dtype=torch.float32, device=self.device).view(-1, 1)
         alpha = self.log_alpha.exp().detach()
 
         # Critic: soft Bellman target from the smallest of a random subset of M target critics (with N = M = 2,
-        # SAC's clipped double-Q); every one of the N critics regresses to that one target.
+        # SAC's clipped double-Q); every one of the N critics regresses to that one target. The batch is
+        # encoded once, with gradient: the critic loss is what trains the shared encoder.
         with torch.no_grad():
             next_actions, next_log_pi, _ = self.actor.sample(next_obs)
             q_next = self.target_q(next_obs, next_actions)
             target = rewards + not_done * self.cfg.gamma * (q_next - alpha * next_log_pi)
-        q = self.critic(obs, actions)
+        features = self.encoder(obs)
+        q = self.critic.q(features, actions)
         qf_loss = (q - target).pow(2).mean(dim=(1, 2)).sum()
         self.q_optimizer.zero_grad(set_to_none=True)
         qf_loss.backward()
         _average_gradients(self.critic_params)
         self.q_optimizer.step()
 
-        # Actor: maximise the ensemble's Q (its mean as RLPD, or its minimum as SAC) minus the entropy penalty.
-        pi, log_pi, _ = self.actor.sample(obs)
-        q_all = self.critic(obs, pi)
+        # Actor: maximise the ensemble's Q (its mean as RLPD, or its minimum as SAC) minus the entropy penalty,
+        # on the same features with the gradient stopped (DrQ-v2, SERL): the actor loss never moves the encoder.
+        features = features.detach()
+        pi, log_pi, _ = self.actor.sample_features(features)
+        q_all = self.critic.q(features, pi)
         q_pi = q_all.mean(dim=0) if self.cfg.actor_q == "mean" else q_all.min(dim=0).values
         actor_loss = (alpha * log_pi - q_pi).mean()
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()
-        _average_gradients(list(self.actor.parameters()))
+        _average_gradients(self.actor_params)
         self.actor_optimizer.step()
-        # The actor step left gradients on the critics; they are cleared by the next zero_grad.
+        # The actor step left gradients on the critics' heads; they are cleared by the next zero_grad.
 
         # Temperature.
         alpha_loss = (-self.log_alpha.exp() * (log_pi.detach() + self.target_entropy)).mean()
@@ -319,10 +359,11 @@ class SAC:
         _average_gradients([self.log_alpha])
         self.a_optimizer.step()
 
-        # Target critics follow slowly.
+        # Target critics (their encoder copy included) follow slowly.
         with torch.no_grad():
             for p, tp in zip(self.critic.parameters(), self.critic_target.parameters()):
-                tp.mul_(1 - self.cfg.tau).add_(p, alpha=self.cfg.tau)
+                if p.requires_grad:  # a frozen backbone is the same in both
+                    tp.mul_(1 - self.cfg.tau).add_(p, alpha=self.cfg.tau)
         self.updates += 1
         return {
             "losses/qf_loss": float(qf_loss.item()) / self.critic.n,
@@ -335,7 +376,8 @@ class SAC:
 
     # ---- weights and checkpoints
     def policy_state(self) -> dict[str, torch.Tensor]:
-        """Only what acting needs (the actor), on CPU: what rollout workers receive."""
+        """Only what acting needs, on CPU: the actor and the encoder it reads (``encoder.*`` entries, BatchNorm
+        statistics included), what rollout workers receive and load into `build_actor`'s network."""
         return {k: v.detach().cpu().clone() for k, v in self.actor.state_dict().items()}
 
     def load_policy_state(self, state: Mapping[str, torch.Tensor]) -> None:
@@ -351,7 +393,7 @@ class SAC:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        _check_critic_checkpoint(state, self.critic.n)
+        _check_critic_checkpoint(state, self.critic)
         for name in ("actor", "critic", "critic_target"):
             getattr(self, name).load_state_dict(state[name])
         with torch.no_grad():
@@ -364,34 +406,52 @@ class SAC:
     def modules(self) -> list[nn.Module]:
         return [self.actor, self.critic, self.critic_target]
 
+    def _tensors(self, buffers: bool) -> list[torch.Tensor]:
+        """Every parameter (and buffer) of the agent once: the shared encoder belongs to actor and critic."""
+        seen: dict[int, torch.Tensor] = {}
+        for m in self.modules():
+            for t in list(m.parameters()) + (list(m.buffers()) if buffers else []):
+                seen.setdefault(id(t), t)
+        return list(seen.values())
+
     def broadcast_weights(self, src: int = 0) -> None:
         """Make every rank start from rank ``src``'s weights (no-op without torch.distributed)."""
         if not (dist.is_available() and dist.is_initialized()):
             return
         with torch.no_grad():
-            for m in self.modules():
-                for t in list(m.parameters()) + list(m.buffers()):
-                    dist.broadcast(t.data, src=src)
+            for t in self._tensors(buffers=True):
+                dist.broadcast(t.data, src=src)
             dist.broadcast(self.log_alpha.data, src=src)
 
     def weights_digest(self) -> float:
-        """A cheap fingerprint of all trainable weights (sum of |w|), for checking ranks agree."""
+        """A cheap fingerprint of all weights (sum of |w|, each tensor once), for checking ranks agree."""
         with torch.no_grad():
-            return float(sum(p.double().abs().sum().item() for m in self.modules() for p in m.parameters())
+            return float(sum(p.double().abs().sum().item() for p in self._tensors(buffers=False))
                          + self.log_alpha.double().abs().sum().item())
 
 
-def _check_critic_checkpoint(state: dict, n: int) -> None:
-    """Refuse, with the fix, a checkpoint whose critics do not fit this agent (its weights cannot be mapped)."""
+def _check_critic_checkpoint(state: dict, critic: CriticEnsemble) -> None:
+    """Refuse, with the fix, a checkpoint whose critics or image encoders do not fit this agent (its
+    weights cannot be mapped)."""
     from rlhw.errors import ConfigError
 
     if "critic" not in state:
         raise ConfigError("--resume", "the checkpoint holds two separate critics (qf1/qf2), written before rlhw's "
                                       "critic ensemble; it cannot be resumed: start a new run directory")
     saved = state["critic"]["head.weight"].shape[0]
-    if saved != n:
-        raise ConfigError("train.sac.critic_ensemble", f"is {n}, but the checkpoint was trained with {saved} "
+    if saved != critic.n:
+        raise ConfigError("train.sac.critic_ensemble", f"is {critic.n}, but the checkpoint was trained with {saved} "
                                                        f"critics: set train.sac.critic_ensemble={saved} to resume")
+    want = {k: tuple(v.shape) for k, v in critic.state_dict().items() if k.startswith("encoder.")}
+    have = {k: tuple(v.shape) for k, v in state["critic"].items() if k.startswith("encoder.")}
+    if want != have:
+        old = any(".conv." in k for k in have)
+        why = ("it was written before rlhw's shared image encoder (each network had its own CNN) and cannot be "
+               "resumed: start a new run directory" if old else
+               "its image encoders differ from this config's (another kind or other cameras): set "
+               "train.sac.image_encoder (kind, features), env.images and env.image_size as the run had them, or start "
+               "a new run directory")
+        raise ConfigError(IMAGE_ENCODER_FIELD, f"the checkpoint's image encoder does not fit: {why}")
 
 
 def resolve_device(name: str) -> torch.device:

@@ -156,12 +156,13 @@ def _bare_rollout_worker(weights_version: int) -> RolloutWorker:
     """A RolloutWorker without Ray or channels: just what `_serve` and `_flush_replay` use."""
     import torch
 
-    from rlhw.rl.sac import Actor, ObsLayout
+    from rlhw.config.train import SacConfig
+    from rlhw.rl.sac import ObsLayout, build_actor
 
     w = RolloutWorker.__new__(RolloutWorker)
     w.layout = ObsLayout.from_shapes({"x": (2,)}, {"x": "float32"})
     w.low, w.high = -np.ones(3, np.float32), np.ones(3, np.float32)
-    w.actor = Actor(w.layout, w.low, w.high, (8,), 8).eval()
+    w.actor = build_actor(w.layout, w.low, w.high, SacConfig(hidden_sizes=(8,))).eval()
     w.device = torch.device("cpu")
     w.rng = np.random.default_rng(0)
     w.random_actions, w.weights_version = weights_version < 0, weights_version

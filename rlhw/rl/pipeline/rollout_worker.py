@@ -23,7 +23,7 @@ import torch
 
 from rlhw.rl.pipeline.env_worker import (ACTION_CHANNEL, OBS_CHANNEL, REPLAY_CHANNEL, WEIGHTS_CHANNEL,
                                          decode_message)
-from rlhw.rl.sac import Actor, ObsLayout, obs_to_tensors, resolve_device
+from rlhw.rl.sac import Actor, ObsLayout, build_actor, obs_to_tensors, resolve_device
 from rlhw.runtime.worker import Worker
 
 _WEIGHTS_POLL_S = 0.25
@@ -68,8 +68,8 @@ class RolloutWorker(Worker):
         low = np.asarray(spec["action_low"] if spec["action_low"] is not None else -np.ones(shape), np.float32)
         high = np.asarray(spec["action_high"] if spec["action_high"] is not None else np.ones(shape), np.float32)
         self.layout, self.low, self.high = layout, low, high
-        sc = self.cfg.sac
-        self.actor = Actor(layout, low, high, tuple(sc.hidden_sizes), sc.image_features).to(self.device).eval()
+        # The actor and the encoder it reads; both arrive with every weights message (SAC.policy_state).
+        self.actor = build_actor(layout, low, high, self.cfg.sac).to(self.device).eval()
         # Warm up torch (first calls are slow) before any robot waits on this worker.
         dummy = {k: np.zeros((1, *v[0]), dtype=v[1]) for k, v in spec["observations"].items()}
         self._policy(dummy)
