@@ -1,99 +1,95 @@
-"""Human in the loop on sim push_cube (state observations, the local runner): env steps and wall-clock to
->= 0.8 eval success for (a) SAC from scratch, (b) RLPD with demos, (c) (b) plus scripted interventions.
+"""Human in the loop in sim (state observations, the local runner): env steps and wall-clock to the target
+eval success for (a) SAC from scratch, (b) RLPD with scripted demos, (c) (b) plus scripted interventions.
 
-    PYTHONPATH=$PWD .venv/bin/python tools/bench_hil.py --variants a [--max-env-steps 60000] [--seed 0]
-    PYTHONPATH=$PWD .venv/bin/python tools/bench_hil.py --variants a,b,c --demos DIR --expert MODULE:FACTORY
+    PYTHONPATH=$PWD .venv/bin/python tools/bench_hil.py --task push_cube --variants b,c,a [--seed 0]
+    PYTHONPATH=$PWD .venv/bin/python tools/bench_hil.py --task insert --variants b --target 0.9
 
-(a) plain SAC's critics (N=2, M=2, no LayerNorm, actor on min), no demos. (b) RLPD's critics (the defaults)
-and ``train.demos: [DIR]`` with demo_ratio 0.5; DIR comes from ``rlhw record-demos configs/sim_push_cube.yaml
---teleop scripted --episodes 10 --out DIR``. (c) (b), and an expert that takes over during training: at each
-step outside a takeover, a takeover of ``--takeover-steps`` steps starts with probability
-``p0 * 0.5 ** (env_steps / half_life)`` (a decaying rate); the expert's action is executed and reported as
-``info["intervened"]`` / ``info["executed_action"]``, exactly as an env server with a teleop device reports
-it. ``--expert MODULE:FACTORY``: ``FACTORY(env)`` returns a callable ``obs -> action`` (the scripted expert of
-the teleop drivers). Every variant is evaluated on fresh eval episodes (deterministic policy, seeds never
-trained on) every ``--eval-every`` env steps; each variant runs in its own run directory under --runs-root,
-seed stated. Intervention steps count as env steps. Prints one line per variant and the intervention rate
-over time for (c).
+- (a) plain SAC's critics (N=2, M=2, no LayerNorm, actor on min), no demos.
+- (b) RLPD's critics (the defaults) and ``train.demos: [DIR]``. DIR is ``--demos``, else the tool records it
+  first with the real command: ``rlhw record-demos configs/sim_TASK.yaml --teleop scripted --episodes N``.
+- (c) (b), and the scripted expert as the operator through the env's own takeover path
+  (``env.teleop.device=scripted env.teleop.mode=intervene``): it takes over when the policy stops making
+  progress, with a probability that decays per episode (``intervene_prob``, ``intervene_decay``); the env
+  executes its action through the safety layer and reports ``info["intervened"]``. Intervention steps count
+  as env steps.
+
+Eval episodes run on an env of their own WITHOUT the operator (``env.teleop.device=none``) and with seeds
+never used for training: eval episode k of the run (k = 0, 1, ... over all evals) resets with seed
+EVAL_SEED_BASE + k; training episodes draw their seeds below 2**31 and demos use env.seed + episode.
+``--set KEY=VALUE`` (repeatable) passes config overrides a user would tune (train.demo_ratio, ...).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
+EVAL_SEED_BASE = 2**31
 SAC_CRITICS = ["train.sac.critic_ensemble=2", "train.sac.critic_subset=2", "train.sac.critic_layer_norm=false",
                "train.sac.actor_q=min"]
 
 
-class ScriptedTakeover:
-    """Wraps an env: an expert takes over for a few steps at a decaying rate (see the module docstring)."""
+class FreshSeeds:
+    """Wraps the eval env: eval episode k resets with seed base + k, whatever seed the runner passes."""
 
-    def __init__(self, env, expert, p0: float, half_life: float, takeover_steps: int, seed: int):
-        self.env, self.expert = env, expert
-        self.p0, self.half_life, self.takeover_steps = p0, half_life, takeover_steps
-        self.rng = np.random.default_rng(seed)
-        self.steps, self.left, self.obs = 0, 0, None
-        self.spec = env.spec
+    def __init__(self, env, base: int):
+        self.env, self.next_seed = env, base
 
     def reset(self, seed=None):
-        self.obs, info = self.env.reset(seed=seed)
-        self.left = 0
-        return self.obs, info
+        self.next_seed += 1
+        return self.env.reset(seed=self.next_seed - 1)
 
-    def step(self, action):
-        if self.left == 0 and self.rng.random() < self.p0 * 0.5 ** (self.steps / self.half_life):
-            self.left = self.takeover_steps
-        intervened = self.left > 0
-        if intervened:
-            action = np.asarray(self.expert(self.obs), np.float32)
-            self.left -= 1
-        self.steps += 1
-        self.obs, reward, terminated, truncated, info = self.env.step(action)
-        info = dict(info, intervened=intervened, executed_action=np.asarray(action, np.float32))
-        return self.obs, reward, terminated, truncated, info
-
-    def close(self):
-        self.env.close()
+    def __getattr__(self, name):
+        return getattr(self.env, name)
 
 
-def run_variant(name: str, overrides: list[str], args, expert_factory=None) -> dict:
+def record_demos(config_path: Path, args) -> Path:
+    """Record the scripted demos with the user's own command (rlhw record-demos), unless --demos names them."""
+    out = Path(args.runs_root) / f"demos-{args.task}-n{args.demo_episodes}"
+    cmd = [sys.executable, "-m", "rlhw.cli.main", "record-demos", str(config_path), "--teleop", "scripted",
+           "--episodes", str(args.demo_episodes), "--out", str(out), "--no-live",
+           f"env.teleop.noise={args.demo_noise}", f"env.teleop.hesitation={args.demo_hesitation}"]
+    print("recording demos:", " ".join(cmd[1:]), flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+    return out
+
+
+def operator_overrides(args) -> list[str]:
+    return ["env.teleop.device=scripted", "env.teleop.mode=intervene", f"env.teleop.seed={args.seed}",
+            f"env.teleop.intervene_prob={args.intervene_prob}", f"env.teleop.intervene_decay={args.intervene_decay}",
+            f"env.teleop.takeover_steps={args.takeover_steps}", f"env.teleop.patience={args.patience}"]
+
+
+def run_variant(name: str, overrides: list[str], config_path: Path, args) -> dict:
     from rlhw.config import load_config
     from rlhw.rl.local import train_local
     from rlhw.rl.rundir import RunDir
     from rlhw.robot import make_env
 
-    config = load_config(str(ROOT / "configs/sim_push_cube.yaml"), [
-        "train.runner=local", f"train.seed={args.seed}", f"train.max_env_steps={args.max_env_steps}",
-        f"train.target_success={args.target}", f"train.eval_every_steps={args.eval_every}",
-        "train.eval_episodes=10", "train.progress=false", *overrides])
-
-    def env_factory(cfg, rank):
-        env = make_env(cfg, rank)
-        if expert_factory is None:
-            return env
-        return ScriptedTakeover(env, expert_factory(env), args.p0, args.half_life, args.takeover_steps, args.seed)
-
-    rd = RunDir(Path(args.runs_root) / f"{name}-s{args.seed}")
+    common = ["train.runner=local", f"train.seed={args.seed}", f"train.max_env_steps={args.max_env_steps}",
+              f"train.target_success={args.target}", f"train.eval_every_steps={args.eval_every}",
+              f"train.eval_episodes={args.eval_episodes}", "train.progress=false", *args.set, *overrides]
+    config = load_config(str(config_path), common)
+    eval_config = load_config(str(config_path), [*common, "env.teleop.device=none"])
+    rd = RunDir(Path(args.runs_root) / f"{args.task}-{name}-s{args.seed}")
     rd.write_config(config)
     t0 = time.time()
-    # Eval episodes get their own env, without the scripted operator: eval success is the policy's alone.
-    stop = train_local(config, rd, env_factory=env_factory, eval_env_factory=make_env)
+    stop = train_local(config, rd, eval_env_factory=lambda _cfg, rank: FreshSeeds(make_env(eval_config, rank),
+                                                                                    EVAL_SEED_BASE))
     rows = rd.metrics()
+    evals = [(r["env_steps"], r["eval/success_rate"]) for r in rows if r.get("eval/success_rate") is not None]
     reached = next((r for r in rows if (r.get("eval/success_rate") or 0) >= args.target), None)
-    return {"variant": name, "status": stop.status, "reason": stop.reason, "wall_s": time.time() - t0,
+    return {"variant": name, "status": stop.status, "reason": stop.reason, "wall_s": round(time.time() - t0),
             "steps_to_target": reached["env_steps"] if reached else None,
-            "wall_to_target_s": reached["perf/elapsed_s"] if reached else None,
-            "evals": [(r["env_steps"], r["eval/success_rate"]) for r in rows if r.get("eval/success_rate") is not None],
-            "intervention_rate": [(r["env_steps"], r["train/intervention_rate"]) for r in rows
-                                  if r.get("train/intervention_rate")],
+            "wall_to_target_s": round(reached["perf/elapsed_s"]) if reached else None,
+            "eval_episodes_total": len(evals) * args.eval_episodes, "evals": evals,
+            "intervention_rate": [(r["env_steps"], round(r["train/intervention_rate"], 3)) for r in rows
+                                  if r.get("train/intervention_rate") is not None],
             "run_dir": str(rd.path)}
 
 
@@ -101,44 +97,43 @@ def main() -> int:
     import torch
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--variants", default="a", help="comma-separated subset of a,b,c")
-    ap.add_argument("--demos", help="demo directory for (b) and (c)")
-    ap.add_argument("--expert", help="MODULE:FACTORY, FACTORY(env) -> (obs -> action), for (c)")
+    ap.add_argument("--task", choices=["push_cube", "insert"], default="push_cube")
+    ap.add_argument("--variants", default="a", help="comma-separated subset of a,b,c, run in that order")
+    ap.add_argument("--demos", help="demo directory for (b) and (c); default: record --demo-episodes first")
+    ap.add_argument("--demo-episodes", type=int, default=10)
+    ap.add_argument("--demo-noise", type=float, default=0.1, help="scripted expert's action noise while recording")
+    ap.add_argument("--demo-hesitation", type=float, default=0.05, help="scripted expert's pause probability")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-env-steps", type=int, default=60_000)
     ap.add_argument("--eval-every", type=int, default=2_000)
+    ap.add_argument("--eval-episodes", type=int, default=10)
     ap.add_argument("--target", type=float, default=0.8)
-    ap.add_argument("--p0", type=float, default=0.05, help="(c) takeover probability per step at the start")
-    ap.add_argument("--half-life", type=float, default=5_000, help="(c) env steps over which the rate halves")
-    ap.add_argument("--takeover-steps", type=int, default=10)
+    ap.add_argument("--intervene-prob", type=float, default=1.0, help="(c) env.teleop.intervene_prob")
+    ap.add_argument("--intervene-decay", type=float, default=0.98, help="(c) env.teleop.intervene_decay (per episode)")
+    ap.add_argument("--takeover-steps", type=int, default=8, help="(c) env.teleop.takeover_steps")
+    ap.add_argument("--patience", type=int, default=5, help="(c) env.teleop.patience")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra config override")
     ap.add_argument("--runs-root", default="runs/bench_hil")
     args = ap.parse_args()
     torch.set_num_threads(1)
     variants = args.variants.split(",")
-    if {"b", "c"} & set(variants) and not args.demos:
-        ap.error("variants b and c need --demos DIR (rlhw record-demos ... --teleop scripted --out DIR)")
-    if "c" in variants and not args.expert:
-        ap.error("variant c needs --expert MODULE:FACTORY")
+    if set(variants) - {"a", "b", "c"}:
+        ap.error(f"--variants: use a subset of a,b,c, got {args.variants!r}")
+    config_path = ROOT / f"configs/sim_{args.task}.yaml"
+    demos = args.demos or (record_demos(config_path, args) if {"b", "c"} & set(variants) else None)
+    plans = {"a": ("a-sac", SAC_CRITICS), "b": ("b-rlpd-demos", [f"train.demos=[{demos}]"]),
+             "c": ("c-rlpd-demos-interventions", [f"train.demos=[{demos}]", *operator_overrides(args)])}
+    print(f"sim {args.task}, local runner, seed {args.seed}, target eval success {args.target}, budget "
+          f"{args.max_env_steps} env steps, eval seeds {EVAL_SEED_BASE} + k, overrides {args.set}", flush=True)
     results = []
     for v in variants:
-        if v == "a":
-            results.append(run_variant("a-sac", SAC_CRITICS, args))
-        elif v == "b":
-            results.append(run_variant("b-rlpd-demos", [f"train.demos=[{args.demos}]"], args))
-        elif v == "c":
-            module, _, attr = args.expert.partition(":")
-            factory = getattr(importlib.import_module(module), attr)
-            results.append(run_variant("c-rlpd-demos-interventions", [f"train.demos=[{args.demos}]"], args, factory))
-        else:
-            ap.error(f"unknown variant {v!r}; use a, b, c")
-    print(f"sim push_cube, local runner, seed {args.seed}, target eval success {args.target}, "
-          f"budget {args.max_env_steps} env steps")
-    for r in results:
-        print(f"  {r['variant']:30s} steps to target: {r['steps_to_target']}  wall to target: "
-              f"{r['wall_to_target_s'] and round(r['wall_to_target_s'])} s  ({r['status']}: {r['reason']})")
-        print(f"    evals (env steps, success): {r['evals']}")
+        r = run_variant(*plans[v], config_path, args)
+        results.append(r)
+        print(f"  {r['variant']:28s} steps to target: {r['steps_to_target']}  wall to target: "
+              f"{r['wall_to_target_s']} s  ({r['status']}: {r['reason']}; {r['wall_s']} s)", flush=True)
+        print(f"    evals (env steps, success): {r['evals']}", flush=True)
         if r["intervention_rate"]:
-            print(f"    intervention rate (env steps, share of steps): {r['intervention_rate']}")
+            print(f"    intervention rate (env steps, share of steps): {r['intervention_rate']}", flush=True)
     print(json.dumps(results), file=sys.stderr)
     return 0
 
