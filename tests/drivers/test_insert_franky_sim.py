@@ -82,6 +82,9 @@ def test_record_pose_then_insert_against_franky_sim(tmp_path, capsys):
             for _ in range(10):
                 obs, reward, terminated, truncated, info = env.step(insert_expert_action(env))
                 assert info["fault"] is None, info["fault_message"]
-            assert np.linalg.norm(obs["to_goal"]) < start - 0.005  # on its way down to the goal
+                if terminated or truncated:  # franky-sim has no hole: the expert may arrive within 10 steps
+                    assert terminated and info["success"] and reward == 1.0
+                    break
+            assert np.linalg.norm(obs["to_goal"]) < start - 0.005  # on its way down to the goal, or there
         finally:
             env.close()
