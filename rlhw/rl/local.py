@@ -49,7 +49,6 @@ def transition(obs: dict, action, reward, terminated, next_obs: dict, intervened
     return out
 
 
-
 def run_episode(env, agent: SAC, deterministic: bool, rng, recorder: EpisodeRecorder | None, kind: str,
                 random_actions: bool = False, on_step: Callable | None = None) -> tuple[float, bool, int, int]:
     """One episode; returns (return, success, length, intervened steps). Each step is recorded and learned
