@@ -7,6 +7,9 @@ import sys
 
 import pytest
 
+#: CI has no network: every Ray head would otherwise try to report usage to usage-stats.ray.io.
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
 _exit_status: dict[str, int] = {}
 
 

@@ -22,6 +22,7 @@ The GPU count of a node is Ray's view of it (auto-detected, or ``ray start --num
 from __future__ import annotations
 
 import dataclasses
+import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rlhw.errors import ConfigError, HardwareError, RlhwError
 from rlhw.runtime.nodes import NAMESPACE, NODE_RANK_ENV, NODE_RANK_LABEL, RayNode, alive_nodes
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from rlhw.config import ClusterConfig, Config
@@ -128,8 +131,7 @@ class Cluster:
                     f"is {self.cluster_config.num_nodes} but no Ray address was given, and the embedded Ray "
                     f"is one node; {START_HINT}, then use Cluster(config, address='auto')",
                 )
-            # address="local" always starts a fresh Ray here, never joins one found on the machine.
-            ray.init(address="local", labels={NODE_RANK_LABEL: "0"}, **kwargs)
+            _start_embedded_ray(kwargs)
             self._started_ray = True
         else:
             try:
@@ -257,3 +259,20 @@ class Cluster:
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
+
+
+def _start_embedded_ray(kwargs: dict) -> None:
+    """Start a fresh one-node Ray in this process (address="local": never join one found on the machine).
+
+    Ray gives its new raylet a fixed 30 s to register with the GCS and raises a bare Exception when a
+    busy machine misses that window; the run would die before it began, so Ray is started once more.
+    Bad arguments (TypeError, ValueError) are not retried.
+    """
+    try:
+        ray.init(address="local", labels={NODE_RANK_LABEL: "0"}, **kwargs)
+    except (TypeError, ValueError):
+        raise
+    except Exception as e:  # noqa: BLE001 - Ray's start-up timeout has no type of its own
+        log.warning("starting the embedded Ray failed (%s); starting it once more", e)
+        ray.shutdown()
+        ray.init(address="local", labels={NODE_RANK_LABEL: "0"}, **kwargs)

@@ -6,22 +6,15 @@ import json
 
 import pytest
 
+from tests.ray_nodes import ray_cluster
+
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 
 
 @pytest.fixture(scope="module")
 def ray_address():
-    import ray
-    from ray.cluster_utils import Cluster as RayTestCluster
-
-    rc = RayTestCluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 1, "num_gpus": 2, "labels": {"rlhw.node_rank": "0"}, "include_dashboard": False},
-    )
-    yield rc.address
-    if ray.is_initialized():
-        ray.shutdown()
-    rc.shutdown()
+    with ray_cluster({"num_cpus": 1, "num_gpus": 2, "labels": {"rlhw.node_rank": "0"}}, connect=False) as rc:
+        yield rc.address
 
 
 def write_config(tmp_path, accelerators_line: str) -> str:

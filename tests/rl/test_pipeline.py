@@ -12,13 +12,13 @@ import time
 
 import pytest
 import ray
-from ray.cluster_utils import Cluster as RayTestCluster
 
 from rlhw.config import load_config_dict
 from rlhw.rl.episodes import episode_files, load_episode
 from rlhw.rl.pipeline.driver import train_pipeline
 from rlhw.rl.rundir import RunDir
 from rlhw.runtime.cluster import Cluster
+from tests.ray_nodes import ray_cluster
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -44,15 +44,9 @@ def two_node_config(**train) -> dict:
 
 @pytest.fixture(scope="module")
 def ray_nodes():
-    if ray.is_initialized():
-        ray.shutdown()
-    rc = RayTestCluster(initialize_head=True,
-                        head_node_args={"num_cpus": 2, "labels": {"rlhw.node_rank": "0"}, "include_dashboard": False})
-    rc.add_node(num_cpus=2, labels={"rlhw.node_rank": "1"})
-    ray.init(address=rc.address, namespace="rlhw", log_to_driver=False)
-    yield rc
-    ray.shutdown()
-    rc.shutdown()
+    with ray_cluster({"num_cpus": 2, "labels": {"rlhw.node_rank": "0"}},
+                     {"num_cpus": 2, "labels": {"rlhw.node_rank": "1"}}) as rc:
+        yield rc
 
 
 @pytest.mark.timeout(300)

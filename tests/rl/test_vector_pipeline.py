@@ -14,7 +14,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import ray
-from ray.cluster_utils import Cluster as RayTestCluster
 
 from rlhw.config import load_config, load_config_dict
 from rlhw.env.client import EnvServiceError
@@ -26,6 +25,7 @@ from rlhw.rl.pipeline.instances import EVAL, IDLE, TRAIN, Instances
 from rlhw.rl.pipeline.rollout_worker import RolloutWorker
 from rlhw.rl.rundir import RunDir
 from rlhw.runtime.cluster import Cluster
+from tests.ray_nodes import ray_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -266,14 +266,8 @@ VECTOR_RUN = {
 
 @pytest.fixture(scope="module")
 def ray_node():
-    if ray.is_initialized():
-        ray.shutdown()
-    rc = RayTestCluster(initialize_head=True,
-                        head_node_args={"num_cpus": 2, "labels": {"rlhw.node_rank": "0"}, "include_dashboard": False})
-    ray.init(address=rc.address, namespace="rlhw", log_to_driver=False)
-    yield rc
-    ray.shutdown()
-    rc.shutdown()
+    with ray_cluster({"num_cpus": 2, "labels": {"rlhw.node_rank": "0"}}) as rc:
+        yield rc
 
 
 @pytest.fixture(scope="module")

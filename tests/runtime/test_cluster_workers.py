@@ -19,13 +19,13 @@ import time
 import numpy as np
 import pytest
 import ray
-from ray.cluster_utils import Cluster as RayTestCluster
 
 from rlhw.config import load_config_dict
 from rlhw.errors import ConfigError, HardwareError, WorkerError
 from rlhw.placement import plan
 from rlhw.runtime.cluster import Cluster
 from rlhw.runtime.worker import MAILBOX_MAXSIZE, Worker, WorkerAddress
+from tests.ray_nodes import add_raylet, ray_cluster
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 
@@ -102,30 +102,12 @@ def fake_arm():
     srv.close()
 
 
-def retry(start, tries: int = 3):
-    for attempt in range(tries):
-        try:
-            return start()
-        except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception on start-up timeout
-            if "timed out during startup" not in str(e) or attempt == tries - 1:
-                raise
-            time.sleep(2)
-
-
 @pytest.fixture(scope="module")
 def ray_nodes(tmp_path_factory):
-    if ray.is_initialized():
-        ray.shutdown()
-    rc = RayTestCluster()
-    # Ray gives a raylet a fixed 30 s to register; on a machine shared with other test runs that
-    # is sometimes too short, so a node that did not come up is started again.
-    retry(lambda: rc.add_node(num_cpus=2, labels={"rlhw.node_rank": "0"}, include_dashboard=False))
-    retry(lambda: rc.add_node(num_cpus=1, num_gpus=2, labels={"rlhw.node_rank": "1"}))
-    retry(lambda: rc.add_node(num_cpus=1, env_vars={"RLHW_NODE_RANK": "2"}))
-    ray.init(address=rc.address, namespace="rlhw", log_to_driver=False)
-    yield rc
-    ray.shutdown()
-    rc.shutdown()
+    with ray_cluster({"num_cpus": 2, "labels": {"rlhw.node_rank": "0"}},
+                     {"num_cpus": 1, "num_gpus": 2, "labels": {"rlhw.node_rank": "1"}},
+                     {"num_cpus": 1, "env_vars": {"RLHW_NODE_RANK": "2"}}) as rc:
+        yield rc
 
 
 @pytest.fixture(scope="module")
@@ -447,7 +429,7 @@ def test_config_with_more_nodes_than_ray_names_the_missing_ranks(ray_nodes):
 
 
 def test_duplicate_node_rank_names_both_nodes(ray_nodes):
-    extra = ray_nodes.add_node(num_cpus=1, labels={"rlhw.node_rank": "1"})
+    extra = add_raylet(ray_nodes, num_cpus=1, labels={"rlhw.node_rank": "1"})
     try:
         cfg = load_config_dict({"cluster": {"num_nodes": 3, "component_placement": {"a": {"node_group": "node", "placement": "0"}}}})
         with pytest.raises(ConfigError, match=r"node .* and node .* both have node rank 1"):

@@ -7,6 +7,7 @@ import pytest
 
 from rlhw.smoke import FAIL, PASS
 
+from tests.ray_nodes import ray_cluster
 from tests.smoke.conftest import smoke
 
 CONFIG = """
@@ -33,20 +34,10 @@ env:
 
 @pytest.fixture(scope="module")
 def two_ray_nodes():
-    import ray
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 1, "labels": {"rlhw.node_rank": "0"}, "include_dashboard": False},
-    )
-    cluster.add_node(num_cpus=1, labels={"rlhw.node_rank": "1"})
-    cluster.wait_for_nodes()
-    try:
-        yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
+    with ray_cluster({"num_cpus": 1, "labels": {"rlhw.node_rank": "0"}},
+                     {"num_cpus": 1, "labels": {"rlhw.node_rank": "1"}}, connect=False) as rc:
+        rc.wait_for_nodes()
+        yield rc
 
 
 @pytest.mark.timeout(180)
