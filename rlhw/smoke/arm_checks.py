@@ -15,12 +15,12 @@ from typing import Any, Callable
 import numpy as np
 
 from rlhw.errors import RobotFault, SafetyViolation
+from rlhw.network import FCI_PORT, tcp_connect_problem
 from rlhw.smoke.bounded import Outcome, TargetRun, call_bounded, failed, passed, skipped
 from rlhw.smoke.hints import REALTIME_KERNEL, ROBOT_UNREACHABLE
 from rlhw.smoke.options import SmokeOptions
 from rlhw.smoke.targets import RobotTarget
 
-FCI_PORT = 1337
 #: A motion counts as arrived within this distance of its target (m).
 ARRIVED_M = 0.003
 #: Resend period of a Cartesian target while waiting (keeps the driver's silence watchdog fed).
@@ -51,18 +51,6 @@ class MotionGuard:
     @property
     def motion_commands(self) -> int:
         return sum(self.sent.values())
-
-
-def _tcp_probe(host: str, port: int, timeout_s: float) -> str | None:
-    import socket
-
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return None
-    except socket.timeout:
-        return f"no answer on TCP {host}:{port} within {timeout_s:g} s"
-    except OSError as e:
-        return f"TCP {host}:{port}: {e.strerror or e}"
 
 
 def _realtime_kernel() -> tuple[bool, str]:
@@ -126,7 +114,7 @@ def check_arm(run: TargetRun, arm_factory: Callable[[], Any], target: RobotTarge
             run.rows.insert(position, _row_like(run, "reachable", passed(f"TCP {FCI_PORT}", f"{entry.robot_ip}:{FCI_PORT} accepted the FCI connection")))
         else:
             def reachable():
-                problem = _tcp_probe(entry.robot_ip, FCI_PORT, min(3.0, timeout))
+                problem = tcp_connect_problem(entry.robot_ip, FCI_PORT, min(3.0, timeout))
                 if problem:
                     return failed(problem + " (robot not reachable)", "no", hint=ROBOT_UNREACHABLE)
                 return passed(f"TCP {FCI_PORT}", f"{entry.robot_ip}:{FCI_PORT} accepts TCP, so the FCI handshake itself failed")
