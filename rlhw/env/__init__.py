@@ -1,7 +1,7 @@
 """The env service: gRPC step/reset in front of one arm, with Gymnasium and dm_env_rpc clients.
 
 - `EnvServer` (rlhw.env.server) serves a RobotEnv over rlhw.env.v1 and dm_env_rpc on one port;
-- `RemoteEnv` / `RemoteVectorEnv` (rlhw.env.client, one module each) are the Gymnasium clients;
+- `RemoteEnv` / `RemoteVectorEnv` (rlhw.env.client) are the Gymnasium clients;
 - the wire protocol is proto/rlhw/env/v1/env.proto (generated code in rlhw/env/v1/).
 
 Names are imported lazily so that importing rlhw.env does not load gRPC.
@@ -13,8 +13,8 @@ from rlhw._lazy import lazy_getattr
 
 _LAZY = {
     "EnvServer": "rlhw.env.server",
-    "RemoteEnv": "rlhw.env.remote_env",
-    "RemoteVectorEnv": "rlhw.env.remote_vector_env",
+    "RemoteEnv": "rlhw.env.client",
+    "RemoteVectorEnv": "rlhw.env.client",
     "EnvServiceError": "rlhw.env.client",
     "EnvServerUnavailable": "rlhw.env.client",
     "EnvTimeout": "rlhw.env.client",
@@ -23,7 +23,7 @@ _LAZY = {
     "SafetyLocked": "rlhw.env.client",
     "Unauthenticated": "rlhw.env.client",
     "RemoteRobotFault": "rlhw.env.client",
-    "probe_env_server": "rlhw.env.probe",
+    "probe_env_server": "rlhw.env.client",
 }
 
 __all__ = list(_LAZY)
