@@ -30,9 +30,9 @@ import weakref
 from pathlib import Path
 
 from rlhw.errors import HardwareError
+from rlhw.network import FCI_PORT
 
-#: libfranka ports: robot commands (TCP, with UDP state on an ephemeral port) and the gripper.
-ROBOT_PORT = 1337
+#: libfranka's gripper port (TCP); robot commands go to rlhw.network.FCI_PORT.
 GRIPPER_PORT = 1338
 
 _live: "weakref.WeakSet[FrankySim]" = weakref.WeakSet()
@@ -51,18 +51,6 @@ def port_free(host: str, port: int) -> bool:
         s.close()
 
 
-def tcp_reachable(host: str, port: int = ROBOT_PORT, timeout_s: float = 1.0) -> bool:
-    """True when a TCP connection to ``host:port`` opens within ``timeout_s``.
-
-    Careful with franky-sim: it takes the probe for a client and refuses connections for a few
-    seconds afterwards. Use it to diagnose a failed connect, not before one."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
-
-
 def free_loopback_host(exclude: set[str] | frozenset[str] = frozenset()) -> str:
     """A 127.0.0.X (X in 2..254) whose robot and gripper ports are free.
 
@@ -72,7 +60,7 @@ def free_loopback_host(exclude: set[str] | frozenset[str] = frozenset()) -> str:
     offset = random.randrange(253)
     for i in range(253):
         host = f"127.0.0.{2 + (offset + i) % 253}"
-        if host not in exclude and port_free(host, ROBOT_PORT) and port_free(host, GRIPPER_PORT):
+        if host not in exclude and port_free(host, FCI_PORT) and port_free(host, GRIPPER_PORT):
             return host
     raise HardwareError("no free loopback address 127.0.0.2-254 with ports 1337/1338 free for franky-sim")
 
@@ -128,9 +116,9 @@ class FrankySim:
         for _ in range(self.attempts):
             host = self._requested_host or free_loopback_host(tried)
             tried.add(host)
-            if self._requested_host and not (port_free(host, ROBOT_PORT) and port_free(host, GRIPPER_PORT)):
+            if self._requested_host and not (port_free(host, FCI_PORT) and port_free(host, GRIPPER_PORT)):
                 raise HardwareError(
-                    f"franky-sim: {host}:{ROBOT_PORT}/{GRIPPER_PORT} is already in use (another simulator or robot "
+                    f"franky-sim: {host}:{FCI_PORT}/{GRIPPER_PORT} is already in use (another simulator or robot "
                     "server?); stop it or pass host=None to pick a free 127.0.0.X"
                 )
             self._launch(host)
@@ -174,12 +162,12 @@ class FrankySim:
             code = self._proc.poll()
             if code is not None:
                 return False, f"exited with code {code}: {self.log_tail()}"
-            if not port_free(self.host, ROBOT_PORT) and "Connect to the server using" in self.log_tail(4000):
+            if not port_free(self.host, FCI_PORT) and "Connect to the server using" in self.log_tail(4000):
                 time.sleep(0.1)  # the control loop starts right after the announcement
                 if self._proc.poll() is None:
                     return True, ""
             time.sleep(0.1)
-        return False, f"robot port {self.host}:{ROBOT_PORT} not bound in time; log: {self.log_tail()}"
+        return False, f"robot port {self.host}:{FCI_PORT} not bound in time; log: {self.log_tail()}"
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Shut down cleanly (SIGINT, as Ctrl+C), then SIGKILL after ``timeout_s``. Safe to call twice."""

@@ -30,10 +30,10 @@ from typing import Any, Literal, Sequence
 import numpy as np
 
 from rlhw.errors import ConfigError, RobotFault, WorkerError
+from rlhw.network import FCI_PORT, tcp_connect_problem
 from rlhw.robot.arm import Arm, ArmState
 from rlhw.robot.registry import register_arm
 
-ROBOT_PORT = 1337
 #: Mirrors drivers.franka.child.STOP_TIMEOUT_S (not imported: the child module is for the driver process).
 STOP_TIMEOUT_S = 2.0
 
@@ -100,14 +100,6 @@ class FrankaOptions:
             raise ConfigError("timeout_s", f"must be > 1 s (libfranka's own link timeout is about 1 s), got {self.timeout_s}")
         if self.watchdog_s < 0:
             raise ConfigError("watchdog_s", f"must be >= 0 (0 disables), got {self.watchdog_s}")
-
-
-def tcp_reachable(host: str, port: int = ROBOT_PORT, timeout_s: float = 1.0) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
 
 
 @register_arm("franka")
@@ -206,10 +198,10 @@ class FrankaArm(Arm):
                 self.info = self._call("connect", timeout_s, robot_ip=self.robot_ip, options=opts)
             except RobotFault as e:
                 self._drop()
-                if e.kind == "network" and not tcp_reachable(self.robot_ip, ROBOT_PORT, 1.0):
+                if e.kind == "network" and tcp_connect_problem(self.robot_ip, FCI_PORT, 1.0) is not None:
                     raise RobotFault(
                         "network",
-                        f"cannot reach {self.robot_ip}:{ROBOT_PORT} (FCI): check the cable/IP and that FCI is enabled "
+                        f"cannot reach {self.robot_ip}:{FCI_PORT} (FCI): check the cable/IP and that FCI is enabled "
                         f"in Desk, or that franky-sim serves this address ({e})",
                     ) from None
                 raise

@@ -12,8 +12,9 @@ import time
 from dataclasses import dataclass, field
 
 from rlhw.errors import RlhwError
+from rlhw.network import FCI_PORT, tcp_connect_problem
 
-from drivers.franka.arm import ROBOT_PORT, FrankaArm, tcp_reachable
+from drivers.franka.arm import FrankaArm
 
 
 @dataclass
@@ -89,9 +90,10 @@ def probe(robot_ip: str, timeout_s: float = 10.0, realtime: str = "ignore", grip
         step = "fci_connect" if len(report.checks) == 1 else "state"
         if step == "fci_connect":
             t = time.perf_counter()
-            reachable = tcp_reachable(robot_ip, ROBOT_PORT, min(timeout_s, 3.0))
+            problem = tcp_connect_problem(robot_ip, FCI_PORT, min(timeout_s, 3.0))
+            reachable = problem is None
             report.add(
-                "tcp", reachable, f"{robot_ip}:{ROBOT_PORT} {'accepts' if reachable else 'does not accept'} TCP "
+                "tcp", reachable, f"{f'{robot_ip}:{FCI_PORT} accepts TCP' if reachable else problem} "
                 f"({(time.perf_counter() - t) * 1e3:.1f} ms)",
                 "" if reachable else "check the network cable/IP and that FCI is enabled in Desk (or start franky-sim)",
             )

@@ -296,6 +296,12 @@ class NodeEnv:
     python_interpreter_path: Optional[str] = None
 
 
+def component_names(key: str) -> list[str]:
+    """The components one ``component_placement`` key places: ``"env"``, or ``"rollout, actor"`` for
+    components that share one placement. The one place that knows the key's spelling."""
+    return [name.strip() for name in key.split(",")]
+
+
 class ClusterConfig(StrictModel):
     num_nodes: int = Field(ge=1, description="number of nodes; node ranks are 0..num_nodes-1")
     node_groups: tuple[NodeGroup, ...] = ()
@@ -314,7 +320,7 @@ class ClusterConfig(StrictModel):
             key_text = _as_text(key)
             if not isinstance(key_text, str):
                 raise ConfigError(str(key), "component names are text")
-            names = [n.strip() for n in key_text.split(",")]
+            names = component_names(key_text)
             for name in names:
                 if not _COMPONENT.match(name):
                     raise ConfigError(
@@ -456,7 +462,7 @@ class ClusterConfig(StrictModel):
         """Component name -> (its component_placement key, its rule); shared keys are split."""
         out: dict[str, tuple[str, ComponentRule]] = {}
         for key, rule in self.component_placement.items():
-            for name in key.split(","):
+            for name in component_names(key):
                 out[name] = (key, rule)
         return out
 

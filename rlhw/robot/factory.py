@@ -53,11 +53,8 @@ class EnvPlan:
 
 
 def _env_components(cluster) -> list:
-    rules = []
-    for key, rule in (getattr(cluster, "component_placement", None) or {}).items():
-        if "env" in [k.strip() for k in str(key).split(",")]:
-            rules.append(rule)
-    return rules
+    env = cluster.components().get("env")
+    return [env[1]] if env is not None else []
 
 
 def franka_entry(config, robot_rank: int):

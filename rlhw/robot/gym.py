@@ -19,19 +19,36 @@ import gymnasium as gym
 import numpy as np
 
 from rlhw.robot.env import RobotEnv
-from rlhw.robot.spec import TensorSpec
+from rlhw.robot.spec import EnvSpec, TensorSpec
 
 
-def box(spec: TensorSpec) -> gym.spaces.Box:
+def box(spec: TensorSpec, batch: tuple[int, ...] = ()) -> gym.spaces.Box:
+    """The gymnasium space of one tensor of the spec, with ``batch`` dimensions in front.
+
+    Bounds are the spec's; where it has none, the dtype's range for integers, unbounded for
+    floats, False..True for bool. Why a bool Box and not MultiBinary: MultiBinary is int8, so its
+    samples and its batched space would not have the dtype that the env sends and the server checks.
+    """
     dtype = np.dtype(spec.dtype)
-    if np.issubdtype(dtype, np.integer):
+    if dtype == np.bool_:
+        default_low, default_high = False, True
+    elif np.issubdtype(dtype, np.integer):
         info = np.iinfo(dtype)
         default_low, default_high = info.min, info.max
     else:
         default_low, default_high = -np.inf, np.inf
-    low = np.broadcast_to(np.asarray(default_low if spec.low is None else spec.low, dtype=dtype), spec.shape)
-    high = np.broadcast_to(np.asarray(default_high if spec.high is None else spec.high, dtype=dtype), spec.shape)
-    return gym.spaces.Box(low=low.copy(), high=high.copy(), shape=spec.shape, dtype=dtype)
+    shape = tuple(batch) + tuple(spec.shape)
+    low = np.broadcast_to(np.asarray(default_low if spec.low is None else spec.low, dtype=dtype), shape)
+    high = np.broadcast_to(np.asarray(default_high if spec.high is None else spec.high, dtype=dtype), shape)
+    return gym.spaces.Box(low=low.copy(), high=high.copy(), shape=shape, dtype=dtype)
+
+
+def spaces_from_spec(spec: EnvSpec, batched: bool | None = None) -> tuple[gym.spaces.Dict, gym.spaces.Box]:
+    """(observation_space, action_space) of a spec. ``batched`` (default: when ``spec.num_envs > 1``)
+    puts the batch dimension ``num_envs`` in front, as a batched env server sends its tensors."""
+    batch = (spec.num_envs,) if (spec.num_envs > 1 if batched is None else batched) else ()
+    observations = gym.spaces.Dict({name: box(s, batch) for name, s in spec.observations.items()})
+    return observations, box(spec.action, batch)
 
 
 #: The ``info`` keys that are measurements of the call itself rather than facts of the transition.
@@ -50,8 +67,7 @@ class GymRobotEnv(gym.Env):
         self.env = env
         self.measurements_in_info = measurements_in_info
         self.last_measurements: dict[str, Any] = {}
-        self.observation_space = gym.spaces.Dict({k: box(s) for k, s in env.spec.observations.items()})
-        self.action_space = box(env.spec.action)
+        self.observation_space, self.action_space = spaces_from_spec(env.spec, batched=False)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)

@@ -33,6 +33,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from rlhw.errors import RlhwError
+from rlhw.retry import retry
 from rlhw.runtime import payload
 from rlhw.runtime.nodes import NAMESPACE, node_id_for_rank
 
@@ -270,20 +271,13 @@ class Channel:
     @classmethod
     def connect(cls, name: str, timeout_s: float = 30.0) -> "Channel":
         """Look the channel up by name, waiting up to ``timeout_s`` for its creator to make it."""
-        deadline = time.monotonic() + timeout_s
-        delay = 0.01
-        while True:
-            try:
-                actor = ray.get_actor(_actor_name(name), namespace=NAMESPACE)
-                break
-            except ValueError:
-                if time.monotonic() >= deadline:
-                    raise ChannelError(
-                        f"channel {name!r} not found after {timeout_s:g}s; create it first with "
-                        f"Channel.create({name!r})"
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.2)
+        try:  # Ray raises ValueError while no actor has the name
+            actor = retry(lambda: ray.get_actor(_actor_name(name), namespace=NAMESPACE), retry_on=ValueError,
+                          within_s=timeout_s, first_delay_s=0.01, max_delay_s=0.2)
+        except ValueError:
+            raise ChannelError(
+                f"channel {name!r} not found after {timeout_s:g}s; create it first with Channel.create({name!r})"
+            ) from None
         try:
             maxsize = ray.get(actor.describe.remote(), timeout=timeout_s)["maxsize"]
         except RayActorError as e:

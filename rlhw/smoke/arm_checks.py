@@ -15,12 +15,12 @@ from typing import Any, Callable
 import numpy as np
 
 from rlhw.errors import RobotFault, SafetyViolation
+from rlhw.network import FCI_PORT, tcp_connect_problem
 from rlhw.smoke.bounded import Outcome, TargetRun, call_bounded, failed, passed, skipped
 from rlhw.smoke.hints import REALTIME_KERNEL, ROBOT_UNREACHABLE
 from rlhw.smoke.options import SmokeOptions
 from rlhw.smoke.targets import RobotTarget
 
-FCI_PORT = 1337
 #: A motion counts as arrived within this distance of its target (m).
 ARRIVED_M = 0.003
 #: Resend period of a Cartesian target while waiting (keeps the driver's silence watchdog fed).
@@ -53,18 +53,6 @@ class MotionGuard:
         return sum(self.sent.values())
 
 
-def _tcp_probe(host: str, port: int, timeout_s: float) -> str | None:
-    import socket
-
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return None
-    except socket.timeout:
-        return f"no answer on TCP {host}:{port} within {timeout_s:g} s"
-    except OSError as e:
-        return f"TCP {host}:{port}: {e.strerror or e}"
-
-
 def _realtime_kernel() -> tuple[bool, str]:
     import platform
 
@@ -85,138 +73,24 @@ def check_arm(run: TargetRun, arm_factory: Callable[[], Any], target: RobotTarge
               env_config, keep_open: bool = False):
     """Run the arm checks; returns the connected (guarded) arm when ``keep_open`` (sim cameras render
     it), else closes it and returns None."""
-    entry = target.entry
     is_franka = target.driver == "franka"
     timeout = options.timeout_s
-
     if is_franka:
-        enforce = entry is not None and entry.controller.realtime == "enforce"
-
-        def realtime():
-            ok, text = _realtime_kernel()
-            if ok:
-                return passed("PREEMPT_RT", text)
-            if enforce:
-                return failed(f"{text}; controller.realtime is 'enforce'", "missing", hint=REALTIME_KERNEL)
-            return passed("not needed", f"{text}; controller.realtime: ignore (simulator/test setup only)")
-
-        run.run("realtime_kernel", realtime, required=enforce, needs_ok=False)
-
+        enforce = target.entry is not None and target.entry.controller.realtime == "enforce"
+        run.run("realtime_kernel", lambda: _realtime_check(enforce), required=enforce, needs_ok=False)
     holder: dict[str, Any] = {}
-
-    def connect():
-        t = time.perf_counter()
-        arm = MotionGuard(arm_factory())
-        holder["arm"] = arm
-        arm.connect(timeout_s=timeout)
-        dt = time.perf_counter() - t
-        info = getattr(arm, "info", {}) or {}
-        extra = f"; robot mode {info['robot_mode']}" if "robot_mode" in info else ""
-        if "gripper_max_width" in info:
-            extra += f"; gripper max width {info['gripper_max_width']:.3f} m"
-        what = "FCI connected" if is_franka else f"{target.driver} arm connected (simulated)"
-        return passed(f"{dt:.2f} s", what + extra, connect_s=round(dt, 4))
-
+    connect = lambda: _connect_check(holder, arm_factory, target, timeout)  # noqa: E731
     if is_franka:
-        # FCI first, a bare TCP probe only to explain a failure: franky-sim takes any TCP connection
-        # for its client and refuses new ones for seconds after it closes (drivers/franka/probe.py).
-        out = run.run("fci_connect", connect, timeout_s=timeout + 3.0)  # the driver's own bound fires first
-        position = len(run.rows) - 1
-        if out.status == "PASS":
-            run.rows.insert(position, _row_like(run, "reachable", passed(f"TCP {FCI_PORT}", f"{entry.robot_ip}:{FCI_PORT} accepted the FCI connection")))
-        else:
-            def reachable():
-                problem = _tcp_probe(entry.robot_ip, FCI_PORT, min(3.0, timeout))
-                if problem:
-                    return failed(problem + " (robot not reachable)", "no", hint=ROBOT_UNREACHABLE)
-                return passed(f"TCP {FCI_PORT}", f"{entry.robot_ip}:{FCI_PORT} accepts TCP, so the FCI handshake itself failed")
-
-            run.run("reachable", reachable, needs_ok=False, uses_driver=False)
-            run.rows.insert(position, run.rows.pop())
+        _fci_connect_and_reachable(run, connect, target.entry, timeout)
     else:
         run.run("connect", connect, timeout_s=timeout + 3.0)
-
     arm = holder.get("arm")
-    first: dict[str, Any] = {}
-
-    def state_stream():
-        """Read the state for the window: it must keep coming, finite, at a useful rate."""
-        window = options.window_s
-        lat: list[float] = []
-        t_end = time.monotonic() + window
-        st = None
-        while time.monotonic() < t_end:
-            t = time.perf_counter()
-            try:
-                st = arm.state()
-            except RobotFault as e:
-                return failed(f"state read failed after {len(lat)} good reads in {window - (t_end - time.monotonic()):.2f} s: {e}",
-                              f"{len(lat)} reads")
-            lat.append(time.perf_counter() - t)
-            for name in ("q", "dq", "ee_pose"):
-                if not np.all(np.isfinite(np.asarray(getattr(st, name), float))):
-                    return failed(f"state.{name} has non-finite values: {getattr(st, name)}")
-            if "state" not in first:
-                first["state"] = st
-            if arm.realtime:
-                time.sleep(0.01)
-        first["last"] = st
-        rate = len(lat) / window
-        p50 = statistics.median(lat) * 1e3
-        return passed(
-            f"{rate:.0f} reads/s, p50 {p50:.1f} ms",
-            f"ee_xyz={_fmt_xyz(st.ee_pose[:3])} gripper={st.gripper_width:.3f} m; max read {max(lat) * 1e3:.1f} ms",
-            reads=len(lat), p50_ms=round(p50, 3), max_ms=round(max(lat) * 1e3, 3),
-            ee_pose=[float(x) for x in st.ee_pose], q=[float(x) for x in st.q],
-        )
-
-    run.run("state", state_stream, timeout_s=options.window_s + timeout)
-
-    def error_flags():
-        st = arm.state()
-        if not st.errors:
-            return passed("none", "no error flags set")
-        flags = ", ".join(st.errors)
-        ok = arm.recover(timeout_s=timeout)
-        after = arm.state().errors if ok else st.errors
-        if ok and not after:
-            return passed("cleared", f"found {flags}; automatic error recovery cleared them", flags=list(st.errors))
-        why = getattr(arm, "last_error", None) or "errors remain"
-        return failed(f"error flags {flags}; recovery did not clear them: {why}", flags, flags=list(st.errors))
-
-    run.run("error_flags", error_flags)
-
-    def recovery():
-        t = time.perf_counter()
-        ok = arm.recover(timeout_s=timeout)
-        dt = time.perf_counter() - t
-        if not ok:
-            why = getattr(arm, "last_error", None) or "recover() returned False"
-            return failed(f"automatic error recovery failed: {why}", "failed")
-        return passed(f"{dt * 1e3:.0f} ms", "automatic error recovery answered and left no errors (no motion)")
-
-    run.run("recovery", recovery)
-
+    run.run("state", lambda: _state_check(arm, options), timeout_s=options.window_s + timeout)
+    run.run("error_flags", lambda: _error_flags_check(arm, timeout))
+    run.run("recovery", lambda: _recovery_check(arm, timeout))
     if is_franka:
-        def versions():
-            info = dict(arm.robot_info())
-            if info.get("franky_version") in (None, "unknown"):
-                from importlib.metadata import PackageNotFoundError, version
-
-                try:
-                    info["franky_version"] = version("franky-control")
-                except PackageNotFoundError:
-                    pass
-            rate = info.get("control_command_success_rate")
-            return passed(f"franky {info.get('franky_version')}",
-                          f"gripper server v{info.get('gripper_server_version', '?')}"
-                          + (f"; command success rate {rate:.2f}" if isinstance(rate, (int, float)) else ""),
-                          **{k: v for k, v in info.items() if isinstance(v, (int, float, str))})
-
-        run.run("versions", versions, required=False)
-
+        run.run("versions", lambda: _versions_check(arm), required=False)
     _motion_checks(run, arm, target, options, env_config)
-
     if arm is not None:
         run.note(
             "motion_commands",
@@ -231,6 +105,118 @@ def check_arm(run: TargetRun, arm_factory: Callable[[], Any], target: RobotTarge
     else:
         close_arm(arm, min(timeout, 3.0))  # a stuck driver: a bounded try, its process dies with us
     return None
+
+
+def _realtime_check(enforce: bool) -> Outcome:
+    ok, text = _realtime_kernel()
+    if ok:
+        return passed("PREEMPT_RT", text)
+    if enforce:
+        return failed(f"{text}; controller.realtime is 'enforce'", "missing", hint=REALTIME_KERNEL)
+    return passed("not needed", f"{text}; controller.realtime: ignore (simulator/test setup only)")
+
+
+def _connect_check(holder: dict[str, Any], arm_factory: Callable[[], Any], target: RobotTarget, timeout: float) -> Outcome:
+    """Make and connect the arm (kept in ``holder["arm"]`` even when connecting fails, to close it)."""
+    t = time.perf_counter()
+    arm = MotionGuard(arm_factory())
+    holder["arm"] = arm
+    arm.connect(timeout_s=timeout)
+    dt = time.perf_counter() - t
+    info = getattr(arm, "info", {}) or {}
+    extra = f"; robot mode {info['robot_mode']}" if "robot_mode" in info else ""
+    if "gripper_max_width" in info:
+        extra += f"; gripper max width {info['gripper_max_width']:.3f} m"
+    what = "FCI connected" if target.driver == "franka" else f"{target.driver} arm connected (simulated)"
+    return passed(f"{dt:.2f} s", what + extra, connect_s=round(dt, 4))
+
+
+def _fci_connect_and_reachable(run: TargetRun, connect: Callable[[], Outcome], entry, timeout: float) -> None:
+    """FCI first, a bare TCP probe only to explain a failure: franky-sim takes any TCP connection
+    for its client and refuses new ones for seconds after it closes (drivers/franka/probe.py).
+    The "reachable" row goes before the "fci_connect" row either way."""
+    out = run.run("fci_connect", connect, timeout_s=timeout + 3.0)  # the driver's own bound fires first
+    position = len(run.rows) - 1
+    if out.status == "PASS":
+        run.rows.insert(position, _row_like(run, "reachable", passed(f"TCP {FCI_PORT}", f"{entry.robot_ip}:{FCI_PORT} accepted the FCI connection")))
+        return
+
+    def reachable():
+        problem = tcp_connect_problem(entry.robot_ip, FCI_PORT, min(3.0, timeout))
+        if problem:
+            return failed(problem + " (robot not reachable)", "no", hint=ROBOT_UNREACHABLE)
+        return passed(f"TCP {FCI_PORT}", f"{entry.robot_ip}:{FCI_PORT} accepts TCP, so the FCI handshake itself failed")
+
+    run.run("reachable", reachable, needs_ok=False, uses_driver=False)
+    run.rows.insert(position, run.rows.pop())
+
+
+def _state_check(arm, options: SmokeOptions) -> Outcome:
+    """Read the state for the window: it must keep coming, finite, at a useful rate."""
+    window = options.window_s
+    lat: list[float] = []
+    t_end = time.monotonic() + window
+    st = None
+    while time.monotonic() < t_end:
+        t = time.perf_counter()
+        try:
+            st = arm.state()
+        except RobotFault as e:
+            return failed(f"state read failed after {len(lat)} good reads in {window - (t_end - time.monotonic()):.2f} s: {e}",
+                          f"{len(lat)} reads")
+        lat.append(time.perf_counter() - t)
+        for name in ("q", "dq", "ee_pose"):
+            if not np.all(np.isfinite(np.asarray(getattr(st, name), float))):
+                return failed(f"state.{name} has non-finite values: {getattr(st, name)}")
+        if arm.realtime:
+            time.sleep(0.01)
+    rate = len(lat) / window
+    p50 = statistics.median(lat) * 1e3
+    return passed(
+        f"{rate:.0f} reads/s, p50 {p50:.1f} ms",
+        f"ee_xyz={_fmt_xyz(st.ee_pose[:3])} gripper={st.gripper_width:.3f} m; max read {max(lat) * 1e3:.1f} ms",
+        reads=len(lat), p50_ms=round(p50, 3), max_ms=round(max(lat) * 1e3, 3),
+        ee_pose=[float(x) for x in st.ee_pose], q=[float(x) for x in st.q],
+    )
+
+
+def _error_flags_check(arm, timeout: float) -> Outcome:
+    st = arm.state()
+    if not st.errors:
+        return passed("none", "no error flags set")
+    flags = ", ".join(st.errors)
+    ok = arm.recover(timeout_s=timeout)
+    after = arm.state().errors if ok else st.errors
+    if ok and not after:
+        return passed("cleared", f"found {flags}; automatic error recovery cleared them", flags=list(st.errors))
+    why = getattr(arm, "last_error", None) or "errors remain"
+    return failed(f"error flags {flags}; recovery did not clear them: {why}", flags, flags=list(st.errors))
+
+
+def _recovery_check(arm, timeout: float) -> Outcome:
+    t = time.perf_counter()
+    ok = arm.recover(timeout_s=timeout)
+    dt = time.perf_counter() - t
+    if not ok:
+        why = getattr(arm, "last_error", None) or "recover() returned False"
+        return failed(f"automatic error recovery failed: {why}", "failed")
+    return passed(f"{dt * 1e3:.0f} ms", "automatic error recovery answered and left no errors (no motion)")
+
+
+def _versions_check(arm) -> Outcome:
+    info = dict(arm.robot_info())
+    if info.get("franky_version") in (None, "unknown"):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            info["franky_version"] = version("franky-control")
+        except PackageNotFoundError:
+            pass
+    rate = info.get("control_command_success_rate")
+    return passed(f"franky {info.get('franky_version')}",
+                  f"gripper server v{info.get('gripper_server_version', '?')}"
+                  + (f"; command success rate {rate:.2f}" if isinstance(rate, (int, float)) else ""),
+                  **{k: v for k, v in info.items() if isinstance(v, (int, float, str))})
 
 
 def close_arm(arm, timeout_s: float) -> None:

@@ -114,10 +114,10 @@ def _realsense_entries(cluster) -> dict[str, tuple[str, Any]]:
 
 
 def _env_group_label(cluster) -> str | None:
-    for key, rule in cluster.component_placement.items():
-        if "env" in key.split(","):
-            for entry in rule.entries:
-                return entry.node_group
+    env = cluster.components().get("env")
+    if env is not None:
+        for entry in env[1].entries:
+            return entry.node_group
     return None
 
 

@@ -279,3 +279,13 @@ def test_a_camera_declared_on_another_node_than_its_arm_is_refused():
     assert "its arm" in e.message
     cams["hardware"]["configs"][0]["node_rank"] = 0
     assert load(groups=[arm, cams]).cluster.node_groups[1].hardware.configs[0].serial == "42"
+
+
+def test_a_shared_placement_key_places_each_of_its_components_under_that_key():
+    from rlhw.config.cluster import component_names
+
+    assert component_names("rollout, actor") == ["rollout", "actor"]
+    cfg = load(placement={"env": "0", "rollout , actor": "1"})
+    components = cfg.cluster.components()
+    assert set(components) == {"env", "rollout", "actor"}
+    assert components["rollout"][0] == components["actor"][0] == "rollout,actor"  # the key as validated

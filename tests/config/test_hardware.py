@@ -12,6 +12,7 @@ from rlhw.config import load_config_dict
 from rlhw.errors import HardwareError
 from rlhw.hardware import Inventory, check_inventory, declarable_types, hardware_types, probe_local
 from rlhw.hardware.registry import _REGISTRY, HardwareEntry, HardwareType, register_hardware
+from rlhw.network import FCI_PORT
 from rlhw.placement import plan
 
 
@@ -82,7 +83,7 @@ def fci_listener():
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     for last in range(50, 80):
         try:
-            srv.bind((f"127.0.3.{last}", 1337))
+            srv.bind((f"127.0.3.{last}", FCI_PORT))
             break
         except OSError:
             continue

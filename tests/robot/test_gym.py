@@ -18,6 +18,7 @@ from gymnasium.utils.passive_env_checker import (
 
 from rlhw.robot import make_env
 from rlhw.robot.gym import GymRobotEnv
+from rlhw.robot.spec import EnvSpec, TensorSpec
 from tests.robot.conftest import make_config
 
 
@@ -52,3 +53,32 @@ def test_same_seed_and_actions_give_the_same_observations(gym_env):
     for a, b in zip(*runs):
         for k in a:
             assert np.array_equal(a[k], b[k]), k
+
+
+def test_a_bool_tensor_is_a_bool_box_from_false_to_true_single_and_batched():
+    from rlhw.robot.gym import box
+
+    flags = TensorSpec("contact", "bool", (2,))
+    single, batched = box(flags), box(flags, (3,))
+    assert single.dtype == np.bool_ and not single.low.any() and single.high.all()
+    assert single.contains(np.array([True, False])) and single.sample().dtype == np.bool_
+    assert batched.shape == (3, 2) and batched.dtype == np.bool_
+
+
+def test_unbounded_tensors_get_their_dtypes_full_range():
+    from rlhw.robot.gym import box
+
+    counts = box(TensorSpec("count", "int64", (1,)))
+    assert counts.low[0] == np.iinfo(np.int64).min and counts.high[0] == np.iinfo(np.int64).max
+    force = box(TensorSpec("force", "float32", (3,)))
+    assert np.all(np.isneginf(force.low)) and np.all(np.isposinf(force.high))
+
+
+def test_a_batched_spec_puts_num_envs_in_front_of_every_space():
+    from rlhw.robot.gym import spaces_from_spec
+
+    spec = EnvSpec({"q": TensorSpec("q", "float32", (7,), -3.0, 3.0)}, TensorSpec("action", "float32", (3,), -1.0, 1.0),
+                   control_hz=10.0, num_envs=4)
+    observations, action = spaces_from_spec(spec)
+    assert observations["q"].shape == (4, 7) and action.shape == (4, 3) and np.all(action.high == 1.0)
+    assert spaces_from_spec(spec, batched=False)[1].shape == (3,)

@@ -22,6 +22,7 @@ import ray
 
 from rlhw.config import load_config_dict
 from rlhw.errors import ConfigError, HardwareError, WorkerError
+from rlhw.network import FCI_PORT
 from rlhw.placement import plan
 from rlhw.runtime.cluster import Cluster
 from rlhw.runtime.worker import MAILBOX_MAXSIZE, Worker, WorkerAddress
@@ -30,7 +31,6 @@ from tests.ray_nodes import add_raylet, ray_cluster
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 
 ROBOT_IP = "127.0.0.61"  # a TCP listener stands in for the arm's FCI port during the probe
-FCI_PORT = 1337
 
 
 def make_second_venv(path: str) -> str:

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import socket
 from typing import ClassVar, Literal, Optional, Sequence
 
 from pydantic import Field, field_validator
 
 from rlhw.config.base import StrictModel
 from rlhw.hardware.registry import HardwareEntry, HardwareType, register_hardware
-
-#: libfranka's FCI command port (TCP); franky-sim serves the same protocol on it.
-FCI_PORT = 1337
+from rlhw.network import FCI_PORT, tcp_connect_problem
 
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
 
@@ -95,15 +92,10 @@ class Franka(HardwareType):
     @classmethod
     def probe(cls, entries: Sequence[HardwareEntry], timeout_s: float) -> dict[str, str | None]:
         """TCP-connect to each arm's FCI port; this checks cabling and address, not FCI activation."""
-        return {e.identity(): tcp_reachable(e.robot_ip, FCI_PORT, timeout_s) for e in entries}  # type: ignore[attr-defined]
+        return {e.identity(): _with_hint(tcp_connect_problem(e.robot_ip, FCI_PORT, timeout_s))  # type: ignore[attr-defined]
+                for e in entries}
 
 
-def tcp_reachable(host: str, port: int, timeout_s: float) -> str | None:
-    """None when a TCP connection opens within ``timeout_s``, else why not."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return None
-    except socket.timeout:
-        return f"no answer on TCP {host}:{port} within {timeout_s:g} s (cable, address or control box off?)"
-    except OSError as e:
-        return f"cannot connect to TCP {host}:{port}: {e.strerror or e} (is FCI enabled in Desk?)"
+def _with_hint(problem: str | None) -> str | None:
+    return None if problem is None else f"{problem} (cable, address, control box off, or FCI not enabled in Desk?)"
+

@@ -55,7 +55,7 @@ def _check(config) -> None:
                                               "env instance (one controller per arm): set env.num_envs=1 and place "
                                               "one env worker per arm, or set env.sim=mujoco to rehearse in simulation")
     for comp in ("env", "rollout", "actor"):
-        if comp not in {c for key in config.cluster.component_placement for c in str(key).split(",")}:
+        if comp not in config.cluster.components():
             raise ConfigError("cluster.component_placement", f"has no '{comp}' component; the training pipeline "
                                                               "needs env, rollout and actor placed")
 

@@ -1,0 +1,277 @@
+"""`RemoteEnv`: a gymnasium.Env backed by one env server.
+
+Every call has a deadline. Calls that are safe to repeat (GetSpec, GetStatus, Reset, Stop) are
+retried by gRPC itself on UNAVAILABLE (rlhw.env.grpc_channel), and when the server is down they
+wait up to ``reconnect_s`` for it to come back; a Step is never repeated behind the caller's back,
+because the arm may already have moved: it raises `EnvServerUnavailable` and the caller decides
+(usually: reset). Steps go over the `Session` stream by default (one round trip, no per-call
+setup); ``use_session=False`` uses unary calls.
+
+Observations are read-only numpy views of the received bytes (no copy); copy them to modify.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import grpc
+import gymnasium as gym
+import numpy as np
+
+from rlhw.env import codec, step_layout, wire
+from rlhw.env.auth import SESSION_METADATA_KEY, bearer, check_session_secret, new_session_secret, session_fingerprint
+from rlhw.env.client import _CODES, ControlConflictError, EnvServerUnavailable, EnvTimeout, _error, _from_rpc_error
+from rlhw.env.grpc_channel import open_channel, wait_until_connected
+from rlhw.env.session_stream import DeadlineWatcher, SessionStream
+from rlhw.env.v1 import env_pb2 as pb
+from rlhw.env.v1 import env_pb2_grpc
+from rlhw.retry import retry
+from rlhw.robot.gym import set_measurements_apart, spaces_from_spec
+from rlhw.robot.spec import EnvSpec
+
+
+class RemoteEnv(gym.Env):
+    """A gymnasium.Env backed by an env server at ``address`` (``host:port`` or ``unix:/path``).
+
+    ``token``: the server's bearer token (needed off loopback). ``tls_root_cert``: PEM (path or
+    bytes) of the CA/self-signed cert to trust; enables TLS. ``session_secret``: proves this client's
+    session for the single-controller rule (random by default; at least 32 characters, never shown
+    by the server, which names the session by ``session_fingerprint``). ``session_id``: a name for
+    this client in your own logs only; it proves nothing and the server never sees it. ``timeout_s``/``reset_timeout_s``: deadlines.
+    ``reconnect_s``: how long repeatable calls wait for a server that is unavailable.
+    ``measurements_in_info=False``: ``timestamps`` and ``timing`` go to ``last_measurements``
+    instead of ``info`` (as rlhw.robot.gym.GymRobotEnv; for tools that compare infos).
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        address: str,
+        token: str | None = None,
+        *,
+        tls_root_cert: str | Path | bytes | None = None,
+        tls_server_name: str | None = None,
+        session_secret: str | None = None,
+        session_id: str | None = None,
+        timeout_s: float = 5.0,
+        reset_timeout_s: float = 60.0,
+        reconnect_s: float = 10.0,
+        use_session: bool = True,
+        max_message_mb: int = 64,
+        measurements_in_info: bool = True,
+    ):
+        self.address = address
+        self.measurements_in_info = measurements_in_info
+        self.last_measurements: dict[str, Any] = {}  # with measurements_in_info=False
+        secret = check_session_secret(session_secret) if session_secret is not None else new_session_secret()
+        self.session_fingerprint = session_fingerprint(secret)
+        self.session_id = session_id or self.session_fingerprint
+        self.timeout_s = timeout_s
+        self.reset_timeout_s = reset_timeout_s
+        self.reconnect_s = reconnect_s
+        self.use_session = use_session
+        self._metadata = ((SESSION_METADATA_KEY, secret), bearer(token)) if token else ((SESSION_METADATA_KEY, secret),)
+        self._channel = open_channel(address, tls_root_cert=tls_root_cert, tls_server_name=tls_server_name,
+                                     max_message_mb=max_message_mb)
+        self._stub = env_pb2_grpc.EnvStub(self._channel)
+        # Steps, resets and the Session stream move raw bytes: requests are written by hand and
+        # responses read with rlhw.env.wire / step_layout, so images arrive as numpy views of the message.
+        self._raw_step = self._channel.unary_unary("/rlhw.env.v1.Env/Step")
+        self._raw_reset = self._channel.unary_unary("/rlhw.env.v1.Env/Reset")
+        self._raw_session = self._channel.stream_stream("/rlhw.env.v1.Env/Session")
+        self._watcher = DeadlineWatcher()
+        self._stream: SessionStream | None = None
+        self._closed = False
+        self.env_spec: EnvSpec = codec.env_spec_from_message(self._repeatable(self._stub.GetSpec, pb.GetSpecRequest(), timeout_s).spec)
+        self.num_envs = self.env_spec.num_envs
+        self.observation_space, self.action_space = spaces_from_spec(self.env_spec)
+        self._action_dtype = np.dtype(self.env_spec.action.dtype)
+        # Per step only the action's bytes change: the request's other bytes are written once.
+        self._action_shape = self.action_space.shape
+        self._request_prefix = {session: wire.step_request_prefix(self._action_shape, self._action_dtype, session)
+                                for session in (False, True)}
+        self._reader = step_layout.StepReader() if self.num_envs == 1 else None
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def _repeatable(self, method, request, timeout_s: float):
+        """Call a method that is safe to repeat. gRPC retries it on UNAVAILABLE (the channel's
+        service config); if the server is still unavailable, wait up to ``reconnect_s`` for the
+        channel to connect and call once more."""
+        try:
+            return method(request, timeout=timeout_s, metadata=self._metadata)
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNAVAILABLE:
+                raise _from_rpc_error(self.address, e) from None
+        connected = wait_until_connected(self._channel, self.reconnect_s)
+        try:
+            return method(request, timeout=timeout_s, metadata=self._metadata)
+        except grpc.RpcError as e:
+            err = _from_rpc_error(self.address, e)
+            if isinstance(err, EnvServerUnavailable) and not connected:
+                err = EnvServerUnavailable(
+                    self.address, f"unreachable for {self.reconnect_s:g} s ({e.details()}); "
+                    "is `rlhw serve-env` running there?", "UNAVAILABLE")
+            raise err from None
+
+    def _session_call(self, request: bytes, timeout_s: float):
+        self._send(request)
+        return self._receive(timeout_s)
+
+    def _send(self, request: bytes) -> None:
+        """Queue a serialised SessionRequest on the stream (opened on first use)."""
+        if self._stream is None:
+            self._stream = SessionStream(self._raw_session, self._metadata, self._watcher)
+        self._stream.send(request)
+
+    def _receive(self, timeout_s: float):
+        """The next SessionResponse as (kind, head message, observations); errors raised."""
+        return self._parse_session(self._receive_bytes(timeout_s))
+
+    def _parse_session(self, response: bytes):
+        kind, head, observations = wire.read_session_response(response)
+        if kind == "error":
+            err = _error(self.address, _CODES.get(head.code), head.message, head.field)
+            if isinstance(err, ControlConflictError):
+                self._drop_stream()  # the server ends a refused would-be controller's stream
+            raise err
+        return kind, head, observations
+
+    def _receive_bytes(self, timeout_s: float) -> bytes:
+        """The next SessionResponse, serialised; stream failures raised."""
+        stream = self._stream
+        try:
+            response = stream.receive(timeout_s)
+        except (grpc.RpcError, StopIteration) as e:
+            self._stream = None
+            stream.close()
+            if stream.timed_out:
+                raise EnvTimeout(self.address, f"no answer within {timeout_s:g} s", "DEADLINE_EXCEEDED") from None
+            if isinstance(e, StopIteration):
+                raise EnvServerUnavailable(self.address, "the server closed the session stream", "UNAVAILABLE") from None
+            raise _from_rpc_error(self.address, e) from None
+        return response
+
+    def _drop_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    # -- gymnasium API --------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        request = pb.ResetRequest(seed=seed) if seed is not None else pb.ResetRequest()
+        if self.use_session:
+            # A stream is not covered by gRPC's retry policy: reopen it until the server answers.
+            message = pb.SessionRequest(reset=request).SerializeToString()
+            _, response, observations = retry(lambda: self._session_call(message, self.reset_timeout_s),
+                                              retry_on=EnvServerUnavailable, within_s=self.reconnect_s)
+        else:
+            data = self._repeatable(self._raw_reset, request.SerializeToString(), self.reset_timeout_s)
+            response, observations = wire.read_response(data, pb.ResetResponse)
+        obs, stamps = observations.get("observation", ({}, {}))
+        info = {"timestamps": _stamps(stamps), "timing": dict(response.timing), "success": _flags(response.success, self.num_envs)}
+        if not self.measurements_in_info:
+            self.last_measurements = set_measurements_apart(info)
+        return obs, info
+
+    def step(self, action):
+        arr = np.asarray(action)
+        if arr.dtype != self._action_dtype:
+            arr = arr.astype(self._action_dtype)  # the server checks bounds and finiteness
+        session = self.use_session
+        if arr.shape == self._action_shape:
+            request = self._request_prefix[session] + arr.tobytes()
+        else:  # the server names the shape it expects
+            request = wire.encode_step_request(arr, session)
+        if session:
+            self._send(request)
+            data = self._receive_bytes(self.timeout_s)
+        else:
+            try:
+                data = self._raw_step(request, timeout=self.timeout_s, metadata=self._metadata)
+            except grpc.RpcError as e:
+                raise _from_rpc_error(self.address, e) from None
+        reader = self._reader
+        if reader is not None:
+            fast = reader.read(data)  # the common case: laid out like the previous step
+            if fast is not None:
+                if not self.measurements_in_info:
+                    self.last_measurements = set_measurements_apart(fast[4])
+                return fast
+        if session:
+            _, response, observations = self._parse_session(data)
+        else:
+            response, observations = wire.read_response(data, pb.StepResponse)
+        if reader is not None:
+            reader.learn(data, response, session)
+        out = self._unpack_step(response, observations)
+        if not self.measurements_in_info:
+            self.last_measurements = set_measurements_apart(out[4])
+        return out
+
+    def _unpack_step(self, response: pb.StepResponse, observations: dict):
+        obs, stamps = observations.get("observation", ({}, {}))
+        n = self.num_envs
+        info: dict[str, Any] = {
+            "timestamps": _stamps(stamps),
+            "timing": dict(response.timing),
+            "success": _flags(response.success, n),
+            "fault": (response.fault[0] or None) if n == 1 and response.fault else list(response.fault),
+            "fault_message": (response.fault_message[0] if n == 1 and response.fault_message else list(response.fault_message)),
+        }
+        if n == 1:
+            info["intervened"] = bool(response.intervened[0]) if response.intervened else False
+        else:
+            info["intervened"] = (np.asarray(response.intervened, dtype=bool) if response.intervened
+                                  else np.zeros(n, dtype=bool))
+        if response.HasField("executed_action"):
+            info["executed_action"] = codec.from_tensor(response.executed_action)
+        if response.final_mask:
+            info["final_observation"] = observations.get("final_observation", ({}, {}))[0]
+            info["_final_observation"] = np.asarray(response.final_mask, dtype=bool)
+        if n == 1:
+            return obs, float(response.reward[0]), bool(response.terminated[0]), bool(response.truncated[0]), info
+        return (obs, np.asarray(response.reward, dtype=np.float32), np.asarray(response.terminated, dtype=bool),
+                np.asarray(response.truncated, dtype=bool), info)
+
+    # -- the rest of the service ----------------------------------------------------------------
+    def stop(self, release: bool = False) -> pb.StopResponse:
+        """Stop the arm now (any client may); ``release=True`` also gives up control if we hold it."""
+        return self._repeatable(self._stub.Stop, pb.StopRequest(release=release), self.timeout_s)
+
+    def status(self) -> pb.GetStatusResponse:
+        return self._repeatable(self._stub.GetStatus, pb.GetStatusRequest(), self.timeout_s)
+
+    def close(self) -> None:
+        """End the session (the server stops the arm and frees control) and close the channel."""
+        if self._closed:
+            return
+        self._closed = True
+        had_stream = self._stream is not None
+        self._drop_stream()
+        if not had_stream or not self.use_session:
+            try:
+                self._stub.Stop(pb.StopRequest(release=True), timeout=min(self.timeout_s, 2.0), metadata=self._metadata)
+            except grpc.RpcError:
+                pass
+        self._watcher.close()
+        self._channel.close()
+        super().close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _stamps(stamps: dict[str, Any]) -> dict[str, Any]:
+    return {k: (float(v) if not isinstance(v, float) and np.ndim(v) == 0 else v) for k, v in stamps.items()}
+
+
+def _flags(values, n: int):
+    if n == 1:
+        return bool(values[0]) if len(values) else False
+    return np.asarray(values, dtype=bool)
