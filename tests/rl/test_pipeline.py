@@ -69,7 +69,7 @@ def test_two_actor_processes_on_another_node_train_with_identical_weights(ray_no
     assert stop.status in ("stopped", "finished"), stop.reason
     assert status["env_steps"] >= 200 and status["updates"] > 0
     d0, d1 = status["actor_weight_digests"]
-    assert d0 == pytest.approx(d1, rel=0, abs=1e-6)  # all-reduce kept the two ranks identical
+    assert d0 == d1  # all-reduce kept the two ranks bit-identical (a hash of the weights' bytes)
     assert (rd.checkpoints / "latest.pt").exists()
     steps_on_disk = sum(len(load_episode(p)["action"]) for p in episode_files(rd.episodes, "train"))
     assert steps_on_disk == status["env_steps"]  # every collected transition is on disk
