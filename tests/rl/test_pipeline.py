@@ -19,6 +19,7 @@ from rlhw.rl.episodes import episode_files, load_episode
 from rlhw.rl.pipeline.driver import train_pipeline
 from rlhw.rl.rundir import RunDir
 from rlhw.runtime.cluster import Cluster
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -88,10 +89,8 @@ def start_run_in_background(ray_nodes, config: dict, run_path, min_episodes: int
     result: dict = {}
     t = threading.Thread(target=lambda: result.update(stop=train_pipeline(config, rd, cluster=cluster)), daemon=True)
     t.start()
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and len(episode_files(rd.episodes, "train")) < min_episodes:
-        time.sleep(0.5)
-    assert len(episode_files(rd.episodes, "train")) >= min_episodes, "the run never got going"
+    assert wait_until(lambda: len(episode_files(rd.episodes, "train")) >= min_episodes, timeout_s=180, period_s=0.5), \
+        "the run never got going"
     return rd, t, result
 
 

@@ -10,11 +10,13 @@ import time
 import numpy as np
 import pytest
 import ray
+from ray.exceptions import RayActorError
 
 from rlhw.config import load_config_dict
 from rlhw.runtime.channel import Channel, ChannelError, ChannelTimeout
 from rlhw.runtime.cluster import Cluster
 from rlhw.runtime.payload import LARGE_PAYLOAD_BYTES, StoredRef
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(120)]
 
@@ -57,9 +59,18 @@ def wait_plasma_objects(target: int, timeout: float = 15.0) -> int:
     deadline = time.monotonic() + timeout
     n = plasma_objects()
     while n > target and time.monotonic() < deadline:
-        time.sleep(0.2)
+        time.sleep(0.2)  # a polling interval (each poll asks the GCS); the deadline bounds the wait
         n = plasma_objects()
     return n
+
+
+def actor_is_dead(actor) -> bool:
+    """Whether Ray reports ``actor`` dead (a kill takes effect asynchronously)."""
+    try:
+        ray.get(actor.ready.remote(), timeout=5)
+    except RayActorError:
+        return True
+    return False
 
 
 @ray.remote(num_cpus=0)
@@ -279,7 +290,7 @@ def test_large_item_whose_producer_died_is_a_clear_error_not_a_hang():
     producer = Producer.remote()  # its own: this test kills it
     assert ray.get(producer.put_arrays.remote(ch, 1, 1_000_000), timeout=180) == 1
     ray.kill(producer, no_restart=True)
-    time.sleep(1.0)
+    assert wait_until(lambda: actor_is_dead(producer), timeout_s=30)
     with pytest.raises(ChannelError, match="producer owns it and probably died"):
         ch.get(timeout=30)
 
