@@ -7,6 +7,7 @@ and a thing that never happens fails the test with the deadline, not with a race
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable, TypeVar
 
@@ -22,3 +23,17 @@ def wait_until(predicate: Callable[[], T], timeout_s: float = 5.0, period_s: flo
             return value
         time.sleep(period_s)  # a polling interval, not a settle: the deadline bounds the wait
     return predicate()
+
+
+def process_gone(pid: int) -> bool:
+    """Whether process ``pid`` (on this machine) has exited: no such process, or a zombie whose
+    exit only waits to be reaped."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] == "Z"
+    except OSError:
+        return True

@@ -21,7 +21,7 @@ from drivers.franky_sim import FrankySim
 from rlhw.errors import ConfigError, RobotFault
 from rlhw.robot.arm import ArmState
 from rlhw.robot.registry import arm_class
-from tests.waiting import wait_until
+from tests.waiting import process_gone, wait_until
 
 # franky-sim runs at ~0.9x real time on an idle 2-core box and slower when tests share it:
 # motion assertions use generous time and loose tolerances; fault timing uses the driver bound.
@@ -530,19 +530,8 @@ def test_when_the_controlling_process_dies_its_driver_process_stops_the_arm_and_
         child_pid = int(proc.stdout.readline())  # sent once the arm moves toward a target 25 cm away
         proc.kill()
         proc.wait(timeout=10)
-
-        def gone():
-            try:
-                os.kill(child_pid, 0)
-            except ProcessLookupError:
-                return True
-            try:  # reaped by init, or a zombie whose parent is gone
-                with open(f"/proc/{child_pid}/stat") as f:
-                    return f.read().split()[2] == "Z"
-            except OSError:
-                return True
-
-        assert wait_until(gone, timeout_s=10, period_s=0.1), "driver process outlived its controller"
+        assert wait_until(lambda: process_gone(child_pid), timeout_s=10, period_s=0.1), \
+            "driver process outlived its controller"
         observer = FrankaArm(sim2.host, realtime="ignore", gripper=False)
         try:
             observer.connect(timeout_s=30)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import threading
 import time
@@ -10,13 +11,12 @@ import time
 import numpy as np
 import pytest
 import ray
-from ray.exceptions import RayActorError
 
 from rlhw.config import load_config_dict
 from rlhw.runtime.channel import Channel, ChannelError, ChannelTimeout
 from rlhw.runtime.cluster import Cluster
 from rlhw.runtime.payload import LARGE_PAYLOAD_BYTES, StoredRef
-from tests.waiting import wait_until
+from tests.waiting import process_gone, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(120)]
 
@@ -64,19 +64,13 @@ def wait_plasma_objects(target: int, timeout: float = 15.0) -> int:
     return n
 
 
-def actor_is_dead(actor) -> bool:
-    """Whether Ray reports ``actor`` dead (a kill takes effect asynchronously)."""
-    try:
-        ray.get(actor.ready.remote(), timeout=5)
-    except RayActorError:
-        return True
-    return False
-
-
 @ray.remote(num_cpus=0)
 class Producer:
     def ready(self) -> bool:
         return True
+
+    def pid(self) -> int:
+        return os.getpid()
 
     def put_many(self, name: str, items: list, key=None) -> int:
         ch = Channel.connect(name, timeout_s=10)
@@ -289,8 +283,9 @@ def test_large_item_whose_producer_died_is_a_clear_error_not_a_hang():
     ch = fresh()
     producer = Producer.remote()  # its own: this test kills it
     assert ray.get(producer.put_arrays.remote(ch, 1, 1_000_000), timeout=180) == 1
+    pid = ray.get(producer.pid.remote(), timeout=30)  # a local test cluster: the process is on this machine
     ray.kill(producer, no_restart=True)
-    assert wait_until(lambda: actor_is_dead(producer), timeout_s=30)
+    assert wait_until(lambda: process_gone(pid), timeout_s=30), "the killed producer's process lives on"
     with pytest.raises(ChannelError, match="producer owns it and probably died"):
         ch.get(timeout=30)
 
