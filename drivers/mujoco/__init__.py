@@ -1,7 +1,8 @@
 """Simulated Franka FR3 (MuJoCo) and offscreen cameras, registered as arm and camera driver "mujoco".
 
 - `MujocoArm` (drivers/mujoco/arm.py): franky-sim's shipped FR3 model in a table scene, Cartesian
-  targets via per-control-step IK + the model's joint servos, simulated time (``advance``);
+  targets via per-control-step IK (ik.py) + the model's joint servos, simulated time (``advance``);
+  its indices into the model (layout.py), contact forces (contact.py) and state views (state.py);
 - `MujocoCamera` (drivers/mujoco/camera.py): renders a scene camera of one arm, lazily;
 - the scene and its model cache (drivers/mujoco/scene.py).
 

@@ -20,6 +20,11 @@ Faults, as on the real arm: a collision of the robot with the table (contact nor
 ``collision_force_n``) or a joint at its limit latches an error flag, the arm holds its pose and
 refuses motion (RobotFault "reflex") until `recover`. A fault that arises while physics advances is
 raised from `advance`/`move_joints` and also shows in ``state().errors``.
+
+The pieces, by job: the scene and its model cache (scene.py), where the arm's joints, servos, sites
+and geoms sit in the model (layout.py), the IK (ik.py), contact forces and the external wrench
+(contact.py), live views for reading the state (state.py); this module holds the arm's lifecycle,
+time, commands and faults.
 """
 
 from __future__ import annotations
@@ -32,52 +37,16 @@ import mujoco
 import numpy as np
 
 from drivers.mujoco import scene as _scene
+from drivers.mujoco.contact import NO_WRENCH, ContactSensor
+from drivers.mujoco.ik import TcpIk
+from drivers.mujoco.layout import ArmLayout
+from drivers.mujoco.state import StateViews, wxyz, xyzw
 from rlhw.errors import RobotFault
 from rlhw.robot.arm import HOME_Q, Arm, ArmState
-from rlhw.robot.poses import rotation_error
 
 #: FR3 joint velocity limits (rad/s), used to time `move_joints`.
 FR3_MAX_JOINT_VELOCITY = np.array([2.62, 2.62, 2.62, 2.62, 5.26, 4.18, 5.26])
-#: Joint targets stay this far (rad) inside the model's joint ranges: more than the safety layer's
-#: default margin (env.safety.joint_limit_margin_rad = 0.05), so Cartesian tracking near the edge of
-#: the reachable space stops short of a joint limit instead of tripping the safety layer's check.
-JOINT_TARGET_MARGIN = 0.1
-#: A joint this close (rad) to its range end raises the "joint_limit" flag.
-JOINT_LIMIT_FLAG_MARGIN = 0.005
-#: Largest joint change (rad) one IK iteration may ask for.
-MAX_IK_STEP = 0.25
 _BAD_QACC = int(mujoco.mjtWarning.mjWARN_BADQACC)
-#: The external wrench without contact (shared, read-only: ArmStates hand it out).
-_NO_WRENCH = np.zeros(6)
-_NO_WRENCH.setflags(write=False)
-
-
-def _xyzw(wxyz: np.ndarray) -> np.ndarray:
-    return np.array([wxyz[1], wxyz[2], wxyz[3], wxyz[0]])
-
-
-def _wxyz(xyzw: np.ndarray) -> np.ndarray:
-    return np.array([xyzw[3], xyzw[0], xyzw[1], xyzw[2]])
-
-
-class _Views:
-    """Live numpy views into one MjData, made once at `connect`: reading through them costs no
-    binding call (each ``data.qpos``-style attribute access builds a new array object)."""
-
-    def __init__(self, arm: "MujocoArm", d: mujoco.MjData):
-        self.qpos_arm = d.qpos[arm._arm]
-        self.qvel_arm = d.qvel[arm._arm]
-        self.ctrl_arm = d.ctrl[arm._arm_ctrl]
-        self.tcp_xpos = d.site_xpos[arm._tcp]
-        self.tcp_xmat = d.site_xmat[arm._tcp]
-        self.fingers = d.qpos[arm._fingers] if arm._fingers is not None else None
-        self._qpos, self._f0, self._f1 = d.qpos, arm._finger0, arm._finger1
-
-    def gripper_width(self) -> float:
-        if self.fingers is not None:
-            a, b = self.fingers.tolist()
-            return a + b
-        return float(self._qpos[self._f0] + self._qpos[self._f1])
 
 
 class MujocoArm(Arm):
@@ -111,73 +80,25 @@ class MujocoArm(Arm):
             raise ValueError(f"home_q: expected 7 joint angles, got shape {self.home_q.shape}")
         self.collision_force_n = float(collision_force_n)
         self.rng = np.random.default_rng(seed)
-
-        m = self.model
-        self._arm_qadr = np.array([m.joint(j).qposadr[0] for j in _scene.ARM_JOINTS])
-        self._arm_dadr = np.array([m.joint(j).dofadr[0] for j in _scene.ARM_JOINTS])
-        self._arm_act = np.array([m.actuator(a).id for a in _scene.ARM_ACTUATORS])
-        self._finger_qadr = np.array([m.joint(j).qposadr[0] for j in _scene.FINGER_JOINTS])
-        self._gripper_act = m.actuator(_scene.GRIPPER_ACTUATOR).id
-        self._tcp = m.site("tcp").id
-        self._target_mocap = m.body("target").mocapid[0]
-        ranges = np.array([m.joint(j).range for j in _scene.ARM_JOINTS])
-        self.joint_low, self.joint_high = ranges[:, 0].copy(), ranges[:, 1].copy()
-        self._ctrl_low = self.joint_low + JOINT_TARGET_MARGIN
-        self._ctrl_high = self.joint_high - JOINT_TARGET_MARGIN
-        self._flag_low = self.joint_low + JOINT_LIMIT_FLAG_MARGIN
-        self._flag_high = self.joint_high - JOINT_LIMIT_FLAG_MARGIN
-        self._flag_low_list = self._flag_low.tolist()
-        self._flag_high_list = self._flag_high.tolist()
-        robot_bodies = {m.body(b).id for b in _scene.ARM_BODIES} | {m.body("fr3_link0").id}
-        self._robot_geom = np.array([m.geom_bodyid[g] in robot_bodies for g in range(m.ngeom)])
-        self._table_geom = np.zeros(m.ngeom, dtype=bool)
-        self._table_geom[m.geom("table").id] = True
-        self._objects: dict[str, int] = {}
-        if cube:
-            self._objects["cube"] = m.joint("cube").qposadr[0]
-        self._init_peg_in_hole(peg)
-
-        # Scratch buffers, allocated once: the per-step path allocates little.
-        # The TCP jacobian, full width: its rows 0-2 (translation) and 3-5 (rotation) are the two
-        # outputs of mj_jacSite, written in place. Only the arm's joints move the TCP, so every
-        # other column (fingers, free objects) is exactly zero, and the IK can work on all nv
-        # columns without copying the arm's 7 out first (checked below).
-        self._jac6 = np.zeros((6, m.nv))
-        self._jacp, self._jacr = self._jac6[:3], self._jac6[3:]
+        lay = self.layout = ArmLayout(self.model, cube=cube, peg=peg)
+        # What the per-step code reads, one attribute lookup away.
+        self._arm, self._arm_ctrl, self._tcp = lay.arm, lay.arm_ctrl, lay.tcp
+        self.joint_low, self.joint_high = lay.joint_low, lay.joint_high
+        self._ctrl_low, self._ctrl_high = lay.ctrl_low, lay.ctrl_high
+        self._flag_low_list, self._flag_high_list = lay.flag_low.tolist(), lay.flag_high.tolist()
+        self._objects = lay.objects
+        # With the ``insert`` props (scene.py) the fingers start at the peg's width around it.
+        self._start_width = 2 * _scene.PEG_HALF_WIDTH if peg else self.max_gripper_width
+        self._ik = TcpIk(self.model, lay.tcp, lay.arm, self.home_q, lay.ctrl_low, lay.ctrl_high)
+        self._contacts = ContactSensor(self.model, lay.robot_geom, lay.table_geom, lay.tcp)
         self._quat = np.zeros(4)
-        self._force = np.zeros(6)
-        self._ik_err = np.zeros(6)
-        self._finger0, self._finger1 = (int(a) for a in self._finger_qadr)
-        self._ik_gram = np.zeros((6, 6))
-        self._ik_gram_flat = self._ik_gram.reshape(36)  # views, made once
-        self._ik_damping_flat = (1e-4 * np.eye(6)).reshape(36)
-        self._ik_rhs = np.zeros(6)
-        self._ik_x = np.zeros(6)
-        self._ik_dq = np.zeros(m.nv)
-        self._ik_posture = np.zeros(m.nv)  # zero outside the arm's columns
-        self._arm = slice(int(self._arm_qadr[0]), int(self._arm_qadr[0]) + 7)
-        self._ik_dq_arm = self._ik_dq[self._arm]
-        self._ik_posture_arm = self._ik_posture[self._arm]
-        self._home_list = self.home_q.tolist()
-        self._ctrl_low_list = self._ctrl_low.tolist()
-        self._ctrl_high_list = self._ctrl_high.tolist()
-        if not np.array_equal(self._arm_qadr, np.arange(self._arm_qadr[0], self._arm_qadr[0] + 7)) or \
-                not np.array_equal(self._arm_dadr, self._arm_qadr) or \
-                not np.array_equal(self._arm_act, np.arange(self._arm_act[0], self._arm_act[0] + 7)):
-            raise RuntimeError("the FR3 model's arm joints and servos are expected contiguous in qpos/qvel/ctrl")
-        self._arm_ctrl = slice(int(self._arm_act[0]), int(self._arm_act[0]) + 7)
-        tcp_dofs, body = set(), int(m.site_bodyid[self._tcp])
-        while body:
-            tcp_dofs.update(range(m.body_dofadr[body], m.body_dofadr[body] + m.body_dofnum[body]))
-            body = int(m.body_parentid[body])
-        if tcp_dofs != set(self._arm_dadr.tolist()):
-            raise RuntimeError("the FR3 model's TCP is expected to move with the 7 arm joints only")
-        self._fingers = slice(self._finger0, self._finger0 + 2) if self._finger1 == self._finger0 + 1 else None
-        self._tcp_wxyz: tuple[float, float, float, float] | None = None  # TCP orientation at the current kinematics
-        self._views: _Views | None = None
+        self._init_sim_state()
 
+    def _init_sim_state(self) -> None:
+        """The bookkeeping of a not yet connected arm (`connect` creates the MjData)."""
+        self._tcp_wxyz: tuple[float, float, float, float] | None = None  # TCP orientation at the current kinematics
+        self._views: StateViews | None = None
         self.data: mujoco.MjData | None = None
-        self._ik_data: mujoco.MjData | None = None
         self._clock = (0.0, 0.0)  # (sim time, wall time when the simulation reached it)
         #: Counts changes of the state made by hand (teleports, restores): with the simulated time it
         #: tells cameras whether their last frame still shows the current state.
@@ -189,6 +110,7 @@ class MujocoArm(Arm):
         self._stepped1 = False  # mj_step1 ran on the current state; mj_step2 finishes that substep
         self._forces_valid = False  # the MjData's contact forces belong to its contacts (not so after mj_step1)
         self._table_force = 0.0  # robot-table contact force of the last complete (sub)step
+        self._wrench = NO_WRENCH
         self._bad_qacc_seen = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -200,18 +122,18 @@ class MujocoArm(Arm):
         self.data = mujoco.MjData(m)
         d = self.data
         d.qpos[self._arm] = self.home_q
-        d.qpos[self._finger_qadr] = self._start_width / 2
+        d.qpos[self.layout.finger_qadr] = self._start_width / 2
         for qadr in self._objects.values():
             d.qpos[qadr:qadr + 3] = _scene.CUBE_PARKED
             d.qpos[qadr + 3:qadr + 7] = (1.0, 0.0, 0.0, 0.0)
         d.ctrl[self._arm_ctrl] = self.home_q
-        d.ctrl[self._gripper_act] = self._start_width / self.max_gripper_width * _scene.GRIPPER_CTRL_MAX
+        d.ctrl[self.layout.gripper_act] = self._start_width / self.max_gripper_width * _scene.GRIPPER_CTRL_MAX
         mujoco.mj_forward(m, d)
-        self._wrench = _NO_WRENCH
+        self._wrench = NO_WRENCH
         self._kinematics_time = d.time
         self._com_current, self._tcp_wxyz, self._stepped1 = True, None, False
         self._forces_valid = True
-        self._views = _Views(self, d)
+        self._views = StateViews(self.layout, d)
         self._errors = []
         self._bad_qacc_seen = 0
         self._warnings = d.warning.number  # a live view: reading it later costs no binding call
@@ -228,7 +150,7 @@ class MujocoArm(Arm):
     def close(self) -> None:
         self.data = None
         self._views = None  # they hold the MjData's memory
-        self._ik_data = None
+        self._ik.release()
 
     @property
     def connected(self) -> bool:
@@ -325,7 +247,7 @@ class MujocoArm(Arm):
             external_wrench=self._wrench,
         )
 
-    def _tcp_quat(self, v: "_Views") -> tuple[float, float, float, float]:
+    def _tcp_quat(self, v: StateViews) -> tuple[float, float, float, float]:
         """The TCP orientation (w, x, y, z) at the current kinematics; computed once per `sync`
         that moved them: `state` and the IK of the next command read the same kinematics."""
         quat = self._tcp_wxyz
@@ -369,7 +291,7 @@ class MujocoArm(Arm):
             mujoco.mj_comPos(self.model, d)
             self._com_current = True
         v = self._views
-        v.ctrl_arm[:] = self._ik_iteration(d, v.qpos_arm.tolist(), (x, y, z), (qw * inv, qx * inv, qy * inv, qz * inv),
+        v.ctrl_arm[:] = self._ik.iteration(d, v.qpos_arm.tolist(), (x, y, z), (qw * inv, qx * inv, qy * inv, qz * inv),
                                            self._tcp_quat(v), v.tcp_xpos.tolist())
 
     def solve_ik(self, position: np.ndarray, quat_wxyz: np.ndarray, q_start: np.ndarray,
@@ -378,79 +300,7 @@ class MujocoArm(Arm):
         (``quat_wxyz`` is MuJoCo's w-first order), from ``q_start``, on a scratch MjData: the
         arm's own state is untouched. For planning; `command_pose` does one iteration per step."""
         self._live()
-        m, k = self.model, self._ik_data
-        if k is None:  # made on first use: most arms never plan, and each MjData costs memory
-            k = self._ik_data = mujoco.MjData(m)
-        q = np.array(q_start, dtype=float)
-        position = np.asarray(position, dtype=float).tolist()
-        quat_wxyz = np.asarray(quat_wxyz, dtype=float).tolist()
-        for _ in range(iterations):
-            k.qpos[self._arm] = q
-            mujoco.mj_kinematics(m, k)
-            mujoco.mj_comPos(m, k)
-            mujoco.mju_mat2Quat(self._quat, k.site_xmat[self._tcp])
-            q = np.array(self._ik_iteration(k, q.tolist(), position, quat_wxyz, self._quat.tolist(),
-                                            k.site_xpos[self._tcp].tolist()))
-        return q
-
-    def _ik_iteration(self, data: mujoco.MjData, q: list[float], position, quat_wxyz, current_wxyz,
-                      current_xyz) -> list[float]:
-        """One damped-least-squares step from joint angles ``q`` (``data`` holds kinematics and
-        COM terms at ``q``; ``current_wxyz`` and ``current_xyz`` are the TCP pose there); returns
-        the new angles.
-
-        A small null-space term keeps the elbow near the home posture so the redundant 7th DoF
-        does not drift. Joints pushed past their range are held there and the others re-solved.
-
-        Speed (this runs every control step): vectors of 3, 4 and 7 are plain floats, since one
-        numpy or binding call costs about as much as a dozen float operations; the 6x6 solve is
-        mju_* calls on buffers allocated once.
-        """
-        tcp = self._tcp
-        px, py, pz = position
-        x, y, z = current_xyz
-        tw, tx, ty, tz = quat_wxyz
-        cw, cx, cy, cz = current_wxyz
-        rx, ry, rz = rotation_error((cx, cy, cz, cw), (tx, ty, tz, tw))  # target * conj(current)
-        self._ik_err[:] = (px - x, py - y, pz - z, rx, ry, rz)
-        mujoco.mj_jacSite(self.model, data, self._jacp, self._jacr, tcp)
-        # dq = J+ err + (I - J+ J) posture, J+ = J^T (J J^T + lambda^2 I)^-1: one 6x6 Cholesky solve.
-        posture = [(h - qi) * 0.2 for h, qi in zip(self._home_list, q)]
-        self._ik_posture_arm[:] = posture
-        self._dls_step(self._jac6, self._ik_posture, self._ik_dq)
-        step = list(map(operator.add, self._ik_dq_arm.tolist(), posture))
-        low, high = self._ctrl_low_list, self._ctrl_high_list
-        q_next = list(map(operator.add, q, step))
-        inside = all(map(operator.le, low, q_next)) and all(map(operator.le, q_next, high))
-        if not inside:
-            # Joints pushed past their range are held there: solve again without them, so the
-            # others do what they can instead of compensating for motion that never happens.
-            blocked = (np.array(q_next) < self._ctrl_low) | (np.array(q_next) > self._ctrl_high)
-            jac = self._jac6.copy()
-            cols = np.flatnonzero(blocked) + self._arm.start
-            jac[:, cols] = 0.0
-            posture = [0.0 if b else p for p, b in zip(posture, blocked.tolist())]
-            self._ik_posture_arm[:] = posture
-            self._dls_step(jac, self._ik_posture, self._ik_dq)
-            step = list(map(operator.add, self._ik_dq_arm.tolist(), posture))
-        largest = max(map(abs, step))
-        if largest > MAX_IK_STEP:  # near singularities DLS can ask for big jumps: scale down
-            scale = MAX_IK_STEP / largest
-            step = [s * scale for s in step]
-        elif inside:
-            return q_next  # the usual case: q + step, already within the ranges
-        return [min(max(qi + s, lo), hi) for qi, s, lo, hi in zip(q, step, low, high)]
-
-    def _dls_step(self, jac: np.ndarray, posture: np.ndarray, out: np.ndarray) -> None:
-        """out = J^T (J J^T + lambda^2 I)^-1 (err - J posture): the task-space part of the IK step."""
-        gram, rhs, x = self._ik_gram, self._ik_rhs, self._ik_x
-        mujoco.mju_mulMatMatT(gram, jac, jac)
-        mujoco.mju_addTo(self._ik_gram_flat, self._ik_damping_flat)
-        mujoco.mju_cholFactor(gram, 0.0)
-        mujoco.mju_mulMatVec(rhs, jac, posture)
-        mujoco.mju_sub(rhs, self._ik_err, rhs)
-        mujoco.mju_cholSolve(x, gram, rhs)
-        mujoco.mju_mulMatTVec(out, jac, x)
+        return self._ik.solve(position, quat_wxyz, q_start, iterations)
 
     def command_joints(self, q: np.ndarray) -> None:
         """Servo to joint target ``q`` (non-blocking; tracked during `advance`)."""
@@ -465,7 +315,7 @@ class MujocoArm(Arm):
         if not np.isfinite(width):
             raise ValueError(f"width: must be a finite number of metres, got {width}")
         width = min(max(width, 0.0), self.max_gripper_width)
-        d.ctrl[self._gripper_act] = width / self.max_gripper_width * _scene.GRIPPER_CTRL_MAX
+        d.ctrl[self.layout.gripper_act] = width / self.max_gripper_width * _scene.GRIPPER_CTRL_MAX
 
     def _checked_joint_target(self, q: np.ndarray) -> np.ndarray:
         q = np.asarray(q, dtype=float)
@@ -538,7 +388,7 @@ class MujocoArm(Arm):
         if min(map(operator.sub, q, self._flag_low_list)) < 0.0 or min(map(operator.sub, self._flag_high_list, q)) < 0.0:
             faults.append("joint_limit")
         if self._forces_valid:
-            self._table_force, self._wrench = self._contact_forces(d)
+            self._table_force, self._wrench = self._contacts.measure(d)
         # else mj_step1 has replaced the contacts (their forces come with mj_step2): judge the
         # force measured on the last complete substep, as after a plain mj_step.
         if self._table_force > self.collision_force_n:
@@ -550,55 +400,15 @@ class MujocoArm(Arm):
             faults.append("sim_unstable")
         return faults
 
-    def _contact_forces(self, d: mujoco.MjData) -> tuple[float, np.ndarray]:
-        """The largest normal force (N) of a robot-table contact (0 without one), and the external
-        wrench on the robot ``[f, torque about the TCP]`` (N, Nm, base frame): the sum over every
-        contact between a robot geom and anything else (table, block, cube).
-
-        This is the simulator's exact counterpart of franky's ``O_F_ext_hat_K``, the wrench the
-        real arm estimates from its joint torques, gravity and model removed: a force/torque
-        sensor body at the flange would also read the hand's weight and inertia."""
-        if not d.ncon:
-            return 0.0, _NO_WRENCH
-        geoms = d.contact.geom
-        g1, g2 = geoms[:, 0], geoms[:, 1]
-        robot1, robot2 = self._robot_geom[g1], self._robot_geom[g2]
-        hits = np.flatnonzero(robot1 != robot2)
-        if not hits.size:
-            return 0.0, _NO_WRENCH
-        strongest, wrench = 0.0, np.zeros(6)
-        tcp = d.site_xpos[self._tcp]
-        for i in hits.tolist():
-            mujoco.mj_contactForce(self.model, d, i, self._force)
-            contact = d.contact[i]
-            a, b = int(contact.geom[0]), int(contact.geom[1])
-            if self._table_geom[a] or self._table_geom[b]:
-                strongest = max(strongest, abs(float(self._force[0])))
-            # the contact frame's rows are its axes (normal first, from geom1 to geom2); the
-            # force is geom1's on geom2, so the robot as geom1 gets the opposite
-            force = contact.frame.reshape(3, 3).T @ self._force[:3]
-            if robot1[i]:
-                force = -force
-            wrench[:3] += force
-            wrench[3:] += np.cross(contact.pos - tcp, force)
-        return strongest, wrench
-
-    def _init_peg_in_hole(self, peg: bool) -> None:
-        """The ``insert`` props (scene.py): the fingers start at the peg's width around it, and
-        the hole block's mocap slot for `place_hole`."""
-        m = self.model
-        self._hole_mocap = m.body("hole_block").mocapid[0] if peg else None
-        self._start_width = 2 * _scene.PEG_HALF_WIDTH if peg else self.max_gripper_width
-        self._wrench = _NO_WRENCH
-
     def place_hole(self, goal_pose: np.ndarray, insertion_depth_m: float) -> None:
         """Put the block so that the peg is ``insertion_depth_m`` deep in its hole when the TCP is
         at ``goal_pose`` ``[x, y, z, qx, qy, qz, qw]`` (sim only; scene built with ``peg=True``)."""
         d = self._live()
-        if self._hole_mocap is None:
+        hole = self.layout.hole_mocap
+        if hole is None:
             raise ValueError("this sim scene has no hole block; build MujocoArm(peg=True)")
         pos, quat = _scene.hole_block_pose(goal_pose, insertion_depth_m)
-        d.mocap_pos[self._hole_mocap], d.mocap_quat[self._hole_mocap] = pos, quat
+        d.mocap_pos[hole], d.mocap_quat[hole] = pos, quat
         self._moved()
 
     def _check_faults(self) -> None:
@@ -631,7 +441,7 @@ class MujocoArm(Arm):
         """Pose ``[x, y, z, qx, qy, qz, qw]`` of a free object in the base frame (sim only)."""
         qadr = self._object_qadr(name)
         qpos = self._live().qpos
-        return np.concatenate([qpos[qadr:qadr + 3], _xyzw(qpos[qadr + 3:qadr + 7])])
+        return np.concatenate([qpos[qadr:qadr + 3], xyzw(qpos[qadr + 3:qadr + 7])])
 
     def set_object_pose(self, name: str, pose: np.ndarray) -> None:
         """Teleport a free object to ``pose`` (position, or ``[x, y, z, qx, qy, qz, qw]``) at rest."""
@@ -641,7 +451,7 @@ class MujocoArm(Arm):
         if pose.shape not in ((3,), (7,)) or not np.all(np.isfinite(pose)):
             raise ValueError(f"pose: expected 3 or 7 finite numbers, got {pose!r}")
         d.qpos[qadr:qadr + 3] = pose[:3]
-        d.qpos[qadr + 3:qadr + 7] = _wxyz(pose[3:] / np.linalg.norm(pose[3:])) if pose.shape == (7,) else (1, 0, 0, 0)
+        d.qpos[qadr + 3:qadr + 7] = wxyz(pose[3:] / np.linalg.norm(pose[3:])) if pose.shape == (7,) else (1, 0, 0, 0)
         dadr = self.model.jnt_dofadr[self.model.joint(name).id]
         d.qvel[dadr:dadr + 6] = 0.0
         self._moved()
@@ -656,7 +466,7 @@ class MujocoArm(Arm):
         position = np.asarray(position, dtype=float)
         if position.shape != (3,) or not np.all(np.isfinite(position)):
             raise ValueError(f"position: expected 3 finite numbers, got {position!r}")
-        d.mocap_pos[self._target_mocap] = position
+        d.mocap_pos[self.layout.target_mocap] = position
         self._moved()
 
     def _moved(self) -> None:

@@ -20,6 +20,7 @@ Pieces, in the order they are used:
 from __future__ import annotations
 
 import copy
+import hashlib
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -423,11 +424,17 @@ class SAC:
                 dist.broadcast(t.data, src=src)
             dist.broadcast(self.log_alpha.data, src=src)
 
-    def weights_digest(self) -> float:
-        """A cheap fingerprint of all weights (sum of |w|, each tensor once), for checking ranks agree."""
+    def weights_digest(self) -> str:
+        """A fingerprint of all weights, for checking that data-parallel ranks agree: BLAKE2b over
+        each tensor's shape and bytes, in the fixed order of `_tensors` (each tensor once), then
+        the temperature. Equal digests mean bit-identical weights; a sum of |w| could not see a
+        sign flip or two weights swapped, and all-reduced updates keep the ranks bit-identical."""
+        h = hashlib.blake2b(digest_size=16)
         with torch.no_grad():
-            return float(sum(p.double().abs().sum().item() for p in self._tensors(buffers=False))
-                         + self.log_alpha.double().abs().sum().item())
+            for t in self._tensors(buffers=False) + [self.log_alpha]:
+                h.update(repr(tuple(t.shape)).encode())
+                h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        return h.hexdigest()
 
 
 def _check_critic_checkpoint(state: dict, critic: CriticEnsemble) -> None:

@@ -27,6 +27,7 @@ from rlhw.config.env import EnvConfig
 from rlhw.errors import RobotFault, SafetyViolation
 from rlhw.robot.arm import Arm, ArmState
 from rlhw.robot.camera import Camera, Frame
+from rlhw.robot.clock import SYSTEM_CLOCK, Clock
 from rlhw.robot.images import fit_image
 from rlhw.robot.safety import SafetyLayer
 from rlhw.robot.spec import EnvSpec, TensorSpec
@@ -46,7 +47,8 @@ def image_key(camera: str) -> str:
 class RobotEnv:
     """One task on one arm, behind the safety layer. See the module docstring for the contract.
 
-    Time. With a real-time arm (``arm.realtime``), ``step`` sends the command, sleeps until the
+    Time. With a real-time arm (``arm.realtime``), ``step`` sends the command, sleeps on ``clock``
+    (rlhw/robot/clock.py; the system's monotonic clock unless a test injects one) until the
     control period (1 / ``env.control_hz``) that began at the previous step ends, then observes; a
     step that starts late resynchronises instead of bursting, and ``info["timing"]["late"]`` says by
     how much. With a simulated arm it calls ``arm.advance(period)`` instead of sleeping.
@@ -73,8 +75,10 @@ class RobotEnv:
         *,
         seed: int | None = None,
         robot: str = "",
+        clock: Clock = SYSTEM_CLOCK,
     ):
         self.config = config
+        self.clock = clock  # paces real-time steps and times every phase (rlhw/robot/clock.py)
         self.task = task
         self.arm = arm
         self.cameras: dict[str, Camera] = dict(cameras or {})
@@ -172,7 +176,7 @@ class RobotEnv:
         if self.closed:
             raise SafetyViolation("reset() on a closed env")
         self._raise_if_locked()
-        t0 = time.perf_counter()
+        t0 = self.clock.now()
         if seed is not None:
             self._rng = np.random.default_rng(seed)
         if not self.connected:
@@ -196,15 +200,15 @@ class RobotEnv:
         self.episode_active = True
         self.episode_step = 0
         self.episodes += 1
-        timing["total"] = time.perf_counter() - t0
-        self._deadline = time.monotonic()
+        timing["total"] = self.clock.now() - t0
+        self._deadline = self.clock.now()
         info = self._info(timing, success=self.task.success(self._state), fault=None)
         info["reset_faults"] = faults
         return self._copy_obs(), info
 
     def _reset_once(self) -> dict[str, float]:
         rc = self.config.reset
-        t0 = time.perf_counter()
+        t0 = self.clock.now()
         home = np.array(rc.home_q)
         # Unchecked read: a joint parked at its limit must not block the move that takes it away.
         state = self.arm.state()
@@ -235,13 +239,13 @@ class RobotEnv:
             self._wait(min(rc.settle_s, self.arm.max_gripper_width / self.config.safety.gripper_max_speed_mps))
             state = self._read_state()
         self.safety.sync_gripper(state)
-        t1 = time.perf_counter()
+        t1 = self.clock.now()
         self.task.reset(state, self._rng)
         self.safety.set_contact_zone(*(self.task.contact_zone or (None,)))
         state = self._follow(self.task.approach_path(state), state)
         frames = self._read_frames()
         self._observe(state, frames)
-        return {"move_home": t1 - t0, "observe": time.perf_counter() - t1}
+        return {"move_home": t1 - t0, "observe": self.clock.now() - t1}
 
     def _follow(self, path, state: ArmState) -> ArmState:
         """A task's reset path: slow straight moves through the safety layer (checked reads)."""
@@ -255,7 +259,7 @@ class RobotEnv:
         if not self.episode_active:
             raise SafetyViolation(f"step() refused: no active episode ({self._ended_because})")
         action = self._check_action(action)
-        t0 = time.perf_counter()
+        t0 = self.clock.now()
         timing: dict[str, float] = {}
         clipped = False
         choice = None
@@ -268,15 +272,15 @@ class RobotEnv:
             clipped = report.clipped
             if cmd.gripper_width is not None:
                 clipped = self.safety.set_gripper(cmd.gripper_width) or clipped
-            t1 = time.perf_counter()
+            t1 = self.clock.now()
             timing["command"] = t1 - t0
             timing["late"] = self._wait_period()
-            t2 = time.perf_counter()
+            t2 = self.clock.now()
             timing["wait"] = t2 - t1
             state = self._read_state()
             frames = self._read_frames()
             self._observe(state, frames)
-            timing["observe"] = time.perf_counter() - t2
+            timing["observe"] = self.clock.now() - t2
         except RobotFault as fault:
             sent = None if self.takeover is not None and choice is None else action  # None: the device died first
             return self._fault_step(fault, t0, timing, sent, choice)
@@ -302,7 +306,7 @@ class RobotEnv:
         if terminated or truncated:
             self.episode_active = False
             self._ended_because = "the episode ended; call reset()"
-        timing["total"] = time.perf_counter() - t0
+        timing["total"] = self.clock.now() - t0
         info = self._info(timing, success=success, fault=None)
         info["clipped"] = clipped
         self._operator_info(info, action, choice)
@@ -354,7 +358,7 @@ class RobotEnv:
 
     def _wait(self, seconds: float) -> None:
         if self.realtime:
-            time.sleep(seconds)
+            self.clock.sleep(seconds)
         else:
             self.arm.advance(seconds)
 
@@ -364,12 +368,12 @@ class RobotEnv:
             self.arm.advance(self.period)
             return 0.0
         self._deadline += self.period
-        now = time.monotonic()
+        now = self.clock.now()
         if now > self._deadline:
             late = now - self._deadline
             self._deadline = now  # resynchronise; never burst to catch up
             return late
-        time.sleep(self._deadline - now)
+        self.clock.sleep_until(self._deadline)
         return 0.0
 
     def _recovery_for(self, fault: RobotFault) -> Callable[[], bool] | None:
@@ -401,7 +405,7 @@ class RobotEnv:
         self._handle(fault)
         self.episode_active = False
         self._ended_because = f"the episode was truncated by fault {fault.kind}; call reset()"
-        timing["total"] = time.perf_counter() - t0
+        timing["total"] = self.clock.now() - t0
         if self.safety.locked:
             info = self._info(timing, success=False, fault="locked", message=self.safety.lock_reason)
             info["fault_cause"] = fault.kind

@@ -21,6 +21,7 @@ from drivers.franky_sim import FrankySim
 from rlhw.errors import ConfigError, RobotFault
 from rlhw.robot.arm import ArmState
 from rlhw.robot.registry import arm_class
+from tests.waiting import process_gone, wait_until
 
 # franky-sim runs at ~0.9x real time on an idle 2-core box and slower when tests share it:
 # motion assertions use generous time and loose tolerances; fault timing uses the driver bound.
@@ -43,14 +44,20 @@ def arm(sim):
     a.close()
 
 
-def wait_until(predicate, timeout_s: float, period_s: float = 0.1):
+def comes_to_rest(arm, tolerance_rad, timeout_s: float = 3.0, window_s: float = 0.5):
+    """The joint angles once a ``window_s`` observation window shows each joint moving less than
+    its ``tolerance_rad``, trying windows until ``timeout_s``; None if the arm never comes to rest.
+    (The sleep is the window the motion is measured over; the deadline bounds the wait.)"""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(period_s)
-    return predicate()
+    a = arm.state().q
+    while True:
+        time.sleep(window_s)  # the observation window
+        b = arm.state().q
+        if np.all(np.abs(b - a) < np.asarray(tolerance_rad)):
+            return b
+        if time.monotonic() > deadline:
+            return None
+        a = b
 
 
 # -- no simulator needed -----------------------------------------------------------------------
@@ -146,7 +153,7 @@ def test_state_reports_joints_pose_gripper_and_a_fresh_timestamp(arm):
 @pytest.mark.timeout(120)
 def test_nothing_moves_unless_commanded(arm):
     a = arm.state()
-    time.sleep(1.0)
+    time.sleep(1.0)  # the observation window: nothing may move while it passes
     b = arm.state()
     assert np.abs(b.q - a.q).max() < 1e-3
 
@@ -192,9 +199,9 @@ def test_watchdog_stops_the_arm_when_targets_stop_arriving(sim, arm):
         far = start.copy()
         far[1] += 0.3
         arm.command_pose(far)  # then silence: the watchdog (1 s) must stop the motion
-        time.sleep(3.0)
+        time.sleep(3.0)  # the silence under test: the watchdog expires within it and the arm halts
         a = arm.state().ee_pose[:3]
-        time.sleep(0.5)
+        time.sleep(0.5)  # the observation window: a stopped arm does not move during it
         b = arm.state().ee_pose[:3]
     finally:
         arm.close()
@@ -206,11 +213,11 @@ def test_watchdog_stops_the_arm_when_targets_stop_arriving(sim, arm):
 @pytest.mark.timeout(120)
 def test_gripper_moves_to_the_commanded_width(arm):
     arm.command_gripper(0.07)
-    assert wait_until(lambda: abs(arm.state().gripper_width - 0.07) < 0.003, timeout_s=15)
+    assert wait_until(lambda: abs(arm.state().gripper_width - 0.07) < 0.003, timeout_s=15, period_s=0.1)
     arm.command_gripper(0.02)
-    assert wait_until(lambda: abs(arm.state().gripper_width - 0.02) < 0.003, timeout_s=15)
+    assert wait_until(lambda: abs(arm.state().gripper_width - 0.02) < 0.003, timeout_s=15, period_s=0.1)
     arm.close_gripper()  # grasp: closes fully when nothing is between the fingers
-    assert wait_until(lambda: arm.state().gripper_width < 0.006, timeout_s=15)
+    assert wait_until(lambda: arm.state().gripper_width < 0.006, timeout_s=15, period_s=0.1)
 
 
 @pytest.mark.timeout(120)
@@ -234,16 +241,12 @@ def test_move_joints_that_cannot_finish_in_time_stops_and_raises_timeout(arm):
         arm.move_joints(target, speed_factor=0.05, timeout_s=0.5)
     assert e.value.kind == "timeout"
     # The driver decelerated the commanded motion to rest before raising; franky-sim's joints trail
-    # their command by a few mrad and catch up within ~0.5 s, so measure after that. Still moving
-    # toward the target at this speed would cover ~50 mrad in the window below.
-    time.sleep(0.5)
-    a = arm.state().q
-    time.sleep(0.5)
-    b = arm.state().q
-    # joint 1 was the one commanded to travel 1 rad; franky-sim's idle wrist drifts slightly, so the
-    # others get a looser bound
-    assert abs(b[0] - a[0]) < 2e-3, "arm kept moving toward the target after the timeout"
-    assert np.abs(b - a).max() < 5e-3
+    # their command by a few mrad and catch up within ~0.5 s (more on a loaded machine, where the
+    # simulation runs behind wall time). Still moving toward the target at this speed would cover
+    # ~50 mrad in every window below; joint 1 was the one commanded to travel 1 rad, and
+    # franky-sim's idle wrist drifts slightly, so the others get a looser bound.
+    rest = comes_to_rest(arm, (2e-3, 5e-3, 5e-3, 5e-3, 5e-3, 5e-3, 5e-3))
+    assert rest is not None and abs(rest[0] - q0[0]) < 0.5, "arm kept moving toward the target after the timeout"
     arm.move_joints(q0, speed_factor=0.3, timeout_s=30)
 
 
@@ -271,20 +274,18 @@ def test_stop_from_another_thread_preempts_a_blocking_joint_move(arm):
     target = q0.copy()
     target[0] += 1.0  # takes many seconds at this speed
     t, outcome = move_in_background(arm, target, timeout_s=30)
-    time.sleep(1.0)
+    assert wait_until(lambda: abs(arm.state().q[0] - q0[0]) > 0.02, timeout_s=10, period_s=0.05)  # under way
     started = time.monotonic()
     arm.stop()  # the mover holds the command line; this goes over the stop line
     t.join(timeout=CALL_TIMEOUT_S + 3)
     assert not t.is_alive(), "move_joints was not preempted by stop()"
     assert time.monotonic() - started < CALL_TIMEOUT_S + 3
     assert isinstance(outcome["result"], RobotFault) and outcome["result"].kind == "stopped", outcome
-    # Settling time before the at-rest check: 0.3 s was once too short on a loaded 2-core CI run
-    # (2.2 mrad in the next 0.5 s), where the simulation runs behind wall time.
-    time.sleep(1.0)
-    a = arm.state().q
-    assert abs(a[0] - q0[0]) > 0.02  # the move really was under way when stop() came
-    time.sleep(0.5)
-    assert abs(arm.state().q[0] - a[0]) < 2e-3
+    # At rest soon after: franky-sim's joints trail their command (a fixed settle of 0.3 s was once
+    # too short on a loaded 2-core CI run, where the simulation runs behind wall time).
+    a = comes_to_rest(arm, (2e-3, np.inf, np.inf, np.inf, np.inf, np.inf, np.inf))
+    assert a is not None and abs(a[0] - q0[0]) > 0.02  # the move really was under way when stop() came
+    assert abs(a[0] - target[0]) > 0.3  # and it stopped there, far short of its target
     assert arm.recover(timeout_s=10)
     arm.move_joints(q0, speed_factor=0.3, timeout_s=30)
 
@@ -297,12 +298,12 @@ def test_state_from_another_thread_answers_during_a_blocking_joint_move_and_show
     t, outcome = move_in_background(arm, target, timeout_s=60)
     reads, latencies = [], []
     try:
-        time.sleep(0.5)
+        assert wait_until(lambda: arm.state().q[0] - q0[0] > 0.005, timeout_s=10, period_s=0.05)  # under way
         for _ in range(3):
             started = time.monotonic()
             reads.append(arm.state())  # the mover holds the command line; this goes over the read line
             latencies.append(time.monotonic() - started)
-            time.sleep(0.3)
+            time.sleep(0.3)  # reads spread over the move, so that they can show it progressing
         move_still_running = t.is_alive()
     finally:
         t.join(timeout=60 + STOP_TIMEOUT_S + CALL_TIMEOUT_S)
@@ -328,7 +329,7 @@ def test_a_monitor_thread_reads_state_throughout_streaming_stop_recover_and_grip
             except Exception as e:  # any failure here is the finding
                 failures.append(repr(e))
             latencies.append(time.monotonic() - started)
-            time.sleep(0.01)
+            time.sleep(0.01)  # a monitor's polling rate (the behaviour under test: reads throughout)
 
     m = threading.Thread(target=monitor)
     m.start()
@@ -338,7 +339,7 @@ def test_a_monitor_thread_reads_state_throughout_streaming_stop_recover_and_grip
         target[0] += 0.02
         for _ in range(10):  # 1 s of a 10 Hz RL loop
             arm.command_pose(target)
-            time.sleep(0.1)
+            time.sleep(0.1)  # the RL loop's pace
         arm.stop()
         assert arm.recover(timeout_s=10)
         arm.command_gripper(0.05)
@@ -377,10 +378,11 @@ def test_stop_halts_a_motion_and_is_harmless_when_idle(arm):
     target = st.ee_pose.copy()
     target[1] += 0.2
     arm.command_pose(target)
-    time.sleep(0.3)
+    assert wait_until(lambda: np.linalg.norm(arm.state().ee_pose[:3] - st.ee_pose[:3]) > 0.002,
+                      timeout_s=10, period_s=0.05)  # moving
     arm.stop()
     a = arm.state().ee_pose[:3]
-    time.sleep(0.5)
+    time.sleep(0.5)  # the observation window: a stopped arm does not move during it
     b = arm.state().ee_pose[:3]
     assert np.linalg.norm(b - a) < 1e-3
     arm.stop()
@@ -440,7 +442,7 @@ def test_a_read_line_that_does_not_answer_during_a_blocking_move_is_a_hang_withi
     target = q0.copy()
     target[0] += 0.5
     t, outcome = move_in_background(arm, target, timeout_s=60)
-    time.sleep(0.5)
+    assert wait_until(lambda: abs(arm.state().q[0] - q0[0]) > 0.005, timeout_s=10, period_s=0.05)  # under way
     pid = arm._proc.pid
     os.kill(pid, signal.SIGSTOP)  # the driver process stops answering on every line
     started = time.monotonic()
@@ -493,7 +495,7 @@ def test_impedance_control_pulls_the_hand_toward_streamed_targets(sim2):
         assert wait_until(reached, timeout_s=20, period_s=0.1)
         a.stop()  # TorqueStopMotion: damped to rest
         p = a.state().ee_pose[:3]
-        time.sleep(0.5)
+        time.sleep(0.5)  # the observation window: a stopped arm does not move during it
         assert np.linalg.norm(a.state().ee_pose[:3] - p) < 2e-3
     finally:
         a.close()
@@ -501,14 +503,19 @@ def test_impedance_control_pulls_the_hand_toward_streamed_targets(sim2):
 
 CONTROLLER_SCRIPT = """
 import sys, time
+import numpy as np
 from drivers.franka import FrankaArm
 arm = FrankaArm(sys.argv[1], realtime="ignore", gripper=False, watchdog_s=0, relative_dynamics_factor=0.05)
 arm.connect(timeout_s=30)
-target = arm.state().ee_pose.copy()
+start = arm.state().ee_pose.copy()
+target = start.copy()
 target[1] += 0.25
 arm.command_pose(target)
-print(arm._proc.pid, flush=True)
-time.sleep(60)
+deadline = time.monotonic() + 10
+while np.linalg.norm(arm.state().ee_pose[:3] - start[:3]) < 0.002 and time.monotonic() < deadline:
+    time.sleep(0.05)  # polling for the motion to start, bounded by the deadline
+print(arm._proc.pid, flush=True)  # the arm is moving: the test may kill this controller now
+time.sleep(60)  # a controller that lives until the test kills it
 """
 
 
@@ -520,28 +527,16 @@ def test_when_the_controlling_process_dies_its_driver_process_stops_the_arm_and_
     # watchdog_s=0 isolates the other guard: the driver process sees EOF when its parent dies.
     proc = subprocess.Popen([sys.executable, "-c", CONTROLLER_SCRIPT, sim2.host], stdout=subprocess.PIPE, text=True)
     try:
-        child_pid = int(proc.stdout.readline())
-        time.sleep(0.5)  # the arm is now moving toward a target 25 cm away
+        child_pid = int(proc.stdout.readline())  # sent once the arm moves toward a target 25 cm away
         proc.kill()
         proc.wait(timeout=10)
-
-        def gone():
-            try:
-                os.kill(child_pid, 0)
-            except ProcessLookupError:
-                return True
-            try:  # reaped by init, or a zombie whose parent is gone
-                with open(f"/proc/{child_pid}/stat") as f:
-                    return f.read().split()[2] == "Z"
-            except OSError:
-                return True
-
-        assert wait_until(gone, timeout_s=10), "driver process outlived its controller"
+        assert wait_until(lambda: process_gone(child_pid), timeout_s=10, period_s=0.1), \
+            "driver process outlived its controller"
         observer = FrankaArm(sim2.host, realtime="ignore", gripper=False)
         try:
             observer.connect(timeout_s=30)
             p = observer.state().ee_pose[:3]
-            time.sleep(0.5)
+            time.sleep(0.5)  # the observation window: a stopped arm does not move during it
             assert np.linalg.norm(observer.state().ee_pose[:3] - p) < 1e-3, "arm still moving after its controller died"
         finally:
             observer.close()

@@ -147,7 +147,7 @@ def test_intrinsics_and_fps_come_from_the_stream_profile(recording):
     with cam:
         assert cam.intrinsics == Intrinsics(width=W, height=H, fx=float(W), fy=float(W), cx=(W - 1) / 2, cy=(H - 1) / 2)
         assert cam.fps == FPS
-        time.sleep(0.5)
+        time.sleep(0.5)  # the window the camera's frame rate is measured over
         assert 0.5 * FPS < cam.measured_fps() < 1.5 * FPS
 
 
@@ -169,7 +169,7 @@ def test_latest_never_waits_and_refuses_a_stale_frame(recording):
         assert time.perf_counter() - t < 0.01
         assert time.time() - fresh.timestamp < 0.2
         drain(cam, 0.3)  # the recording ends: no more frames
-        time.sleep(0.3)
+        time.sleep(0.3)  # the last frame ages past max_age_s: its staleness is what is under test
         t = time.perf_counter()
         with pytest.raises(RobotFault) as e:
             cam.latest()

@@ -10,18 +10,10 @@ import pytest
 from rlhw.env.auth import session_fingerprint as fingerprint
 from rlhw.env.client import ControlConflictError, RemoteEnv
 from rlhw.env.fake_env import FakeEnv
+from tests.waiting import wait_until
 
 GOOD = np.zeros(7, np.float32)
 ALICE, BOB, CAROL = ("alice-" + "a" * 32, "bob-" + "b" * 32, "carol-" + "c" * 32)  # session secrets
-
-
-def _wait_for(predicate, timeout_s=5.0):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 @pytest.mark.timeout(60)
@@ -80,7 +72,7 @@ def test_ending_the_session_stream_stops_the_arm_and_frees_control(serve, client
     alice.step(GOOD)
     stops = env.stops
     alice.close()
-    assert _wait_for(lambda: server.host.control.controller == "")
+    assert wait_until(lambda: server.host.control.controller == "")
     assert env.stops > stops
     bob = clients(RemoteEnv(server.address, session_secret=BOB))
     bob.reset()
@@ -95,7 +87,7 @@ def test_watchdog_stops_the_arm_and_releases_a_silent_controller(serve, clients)
     alice.step(GOOD)
     stops = env.stops
     t0 = time.monotonic()
-    assert _wait_for(lambda: server.host.control.controller == "", timeout_s=5)
+    assert wait_until(lambda: server.host.control.controller == "", timeout_s=5)
     silent = time.monotonic() - t0
     assert silent >= 0.25  # not before watchdog_s of silence (less the time since the last step)
     assert env.stops == stops + 1
@@ -144,6 +136,7 @@ def test_a_stream_abandoned_after_a_timeout_does_not_stop_the_arm_under_its_succ
     env.step_delay_s = 0.0
     alice.timeout_s = 5.0
     alice.reset()  # a new stream, same session, while the old one drains
-    time.sleep(1.2)  # the old step finishes and its stream ends
+    # the old step finishes and its stream ends: only the new stream is left open
+    assert wait_until(lambda: env.steps == 1 and server.native.gate.open_streams == 1)
     alice.step(GOOD)
     assert env.stops == 0 and server.host.control.controller == fingerprint(ALICE)

@@ -15,18 +15,10 @@ from rlhw.env.client import ControlConflictError, InvalidAction, RemoteEnv
 from rlhw.env.fake_env import FakeEnv
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.env.v1 import env_pb2_grpc
+from tests.waiting import wait_until
 
 GOOD = np.zeros(7, np.float32)
 SECRET = "s" * 40
-
-
-def _wait_for(predicate, timeout_s=5.0):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 class _HeldStream:
@@ -80,7 +72,7 @@ def test_stop_is_served_even_when_idle_streams_fill_the_handler_pool(serve):
     channels = [grpc.insecure_channel(server.address) for _ in range(3)]
     held = [_HeldStream(ch) for ch in channels for _ in range(2)]  # no request: nobody controls
     try:
-        refused = [s for s in held if _wait_for(lambda s=s: s.call.done(), 0.5)]
+        refused = [s for s in held if wait_until(lambda s=s: s.call.done(), 0.5)]
         assert len(refused) == 4  # two admitted in all; the rest refused at once
         for s in refused:
             assert s.call.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "server.max_stream" in s.call.details()
@@ -102,7 +94,7 @@ def test_streams_others_hold_open_cannot_lock_out_a_controller(serve, clients):
     channel = grpc.insecure_channel(server.address)
     held = [_HeldStream(channel) for _ in range(2)]  # idle: the server-wide cap is reached
     try:
-        assert _wait_for(lambda: server.native.gate.open_streams == 2, 2.0)
+        assert wait_until(lambda: server.native.gate.open_streams == 2, 2.0)
         owner = clients(RemoteEnv(server.address, use_session=False))
         owner.reset()  # a unary Reset takes control ...
         owner.use_session = True
@@ -120,7 +112,7 @@ def test_one_connection_may_hold_only_a_few_session_streams(serve):
     channel = grpc.insecure_channel(server.address)
     held = [_HeldStream(channel) for _ in range(3)]
     try:
-        assert _wait_for(lambda: any(s.call.done() for s in held), 2.0)
+        assert wait_until(lambda: any(s.call.done() for s in held), 2.0)
         refused = [s for s in held if s.call.done()]
         assert len(refused) == 1  # whichever arrived third
         assert refused[0].call.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -187,7 +179,7 @@ def test_a_session_whose_only_request_fails_releases_control_when_the_stream_end
         assert reply.error.field == "action.dtype"
         stops = env.stops
         stream.close()
-        assert _wait_for(lambda: server.host.control.controller == "", 1.0)  # not the 30 s watchdog
+        assert wait_until(lambda: server.host.control.controller == "", 1.0)  # not the 30 s watchdog
         assert env.stops > stops  # releasing control stops the arm
     finally:
         channel.close()

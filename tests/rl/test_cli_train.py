@@ -67,7 +67,7 @@ def ctrl_c_after_first_log(run: Path, *args) -> tuple[int, str]:
         while not (metrics.exists() and metrics.read_text().strip()):
             assert proc.poll() is None, proc.stderr.read()[-2000:]
             assert time.monotonic() < deadline, "no metrics row within 150 s"
-            time.sleep(0.5)
+            time.sleep(0.5)  # a polling interval (the deadline above bounds the wait)
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=90)
         return proc.returncode, err

@@ -19,6 +19,7 @@ from rlhw.rl.pipeline.driver import train_pipeline
 from rlhw.rl.rundir import RunDir
 from rlhw.runtime.cluster import Cluster
 from tests.ray_nodes import ray_cluster
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -63,7 +64,7 @@ def test_two_actor_processes_on_another_node_train_with_identical_weights(ray_no
     assert stop.status in ("stopped", "finished"), stop.reason
     assert status["env_steps"] >= 200 and status["updates"] > 0
     d0, d1 = status["actor_weight_digests"]
-    assert d0 == pytest.approx(d1, rel=0, abs=1e-6)  # all-reduce kept the two ranks identical
+    assert d0 == d1  # all-reduce kept the two ranks bit-identical (a hash of the weights' bytes)
     assert (rd.checkpoints / "latest.pt").exists()
     steps_on_disk = sum(len(load_episode(p)["action"]) for p in episode_files(rd.episodes, "train"))
     assert steps_on_disk == status["env_steps"]  # every collected transition is on disk
@@ -82,10 +83,8 @@ def start_run_in_background(ray_nodes, config: dict, run_path, min_episodes: int
     result: dict = {}
     t = threading.Thread(target=lambda: result.update(stop=train_pipeline(config, rd, cluster=cluster)), daemon=True)
     t.start()
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and len(episode_files(rd.episodes, "train")) < min_episodes:
-        time.sleep(0.5)
-    assert len(episode_files(rd.episodes, "train")) >= min_episodes, "the run never got going"
+    assert wait_until(lambda: len(episode_files(rd.episodes, "train")) >= min_episodes, timeout_s=180, period_s=0.5), \
+        "the run never got going"
     return rd, t, result
 
 

@@ -84,7 +84,7 @@ WRITER = textwrap.dedent("""
     for i in range(1, 10_000):
         rec.step(np.array([i, i], np.float32), float(i), False, False, obs(i))
         print(i, flush=True)
-        time.sleep(0.001)
+        time.sleep(0.001)  # a writer slow enough that the test's kill lands mid-episode
 """)
 
 

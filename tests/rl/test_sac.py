@@ -50,6 +50,40 @@ def test_update_returns_finite_losses_and_changes_the_weights():
     assert sac.updates == 1
 
 
+def _sum_abs(sac):
+    return sum(float(p.detach().double().abs().sum()) for p in sac._tensors(buffers=False))
+
+
+@pytest.mark.timeout(60)
+def test_the_weights_digest_sees_a_sign_flip_and_a_permutation_that_a_sum_of_abs_misses():
+    sac = _small_sac()
+    before, before_sum = sac.weights_digest(), _sum_abs(sac)
+    weight = sac.critic.head.weight
+    with torch.no_grad():
+        weight.view(-1)[0].neg_()  # a sign flip
+    assert _sum_abs(sac) == before_sum and sac.weights_digest() != before
+    with torch.no_grad():
+        weight.view(-1)[0].neg_()
+    assert sac.weights_digest() == before  # undone: the same bytes, the same digest
+    with torch.no_grad():
+        flat = weight.view(-1)
+        flat[[0, 1]] = flat[[1, 0]].clone()  # two weights swapped
+        assert flat[0] != flat[1]
+    assert _sum_abs(sac) == pytest.approx(before_sum, rel=1e-12)
+    assert sac.weights_digest() != before
+
+
+@pytest.mark.timeout(60)
+def test_agents_with_the_same_weights_have_the_same_digest():
+    torch.manual_seed(1)
+    a = _small_sac()
+    torch.manual_seed(2)
+    b = _small_sac()
+    assert a.weights_digest() != b.weights_digest()
+    b.load_state_dict(a.state_dict())
+    assert a.weights_digest() == b.weights_digest()
+
+
 @pytest.mark.timeout(60)
 def test_actions_have_the_action_shape_and_stay_in_bounds():
     sac = _small_sac()
@@ -126,4 +160,4 @@ def test_all_reduced_updates_keep_two_ranks_identical_despite_different_data():
     for p in procs:
         p.join(100)
         assert p.exitcode == 0
-    assert out[0] == pytest.approx(out[1], rel=0, abs=1e-6)
+    assert out[0] == out[1]  # bit-identical weights (a hash of their bytes)

@@ -13,6 +13,7 @@ from rlhw.errors import SafetyViolation
 from rlhw.robot.env import RobotEnv
 from rlhw.robot.tasks import make_task
 from tests.robot.conftest import greedy_action, make_config
+from tests.robot.fake_clock import FakeClock
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -127,47 +128,57 @@ def test_out_of_range_actions_are_clipped_to_unit_box(mock_env):
     assert sent[0] - obs["ee_position"][0] == pytest.approx(0.025, abs=1e-6)
 
 
-def test_simulated_time_steps_do_not_sleep(mock_env):
-    env = mock_env(control_hz=2)
+def test_simulated_time_steps_do_not_sleep(monkeypatch):
+    cfg = make_config({"control_hz": 2})
+    clock = FakeClock()
+    env = RobotEnv(make_task("reach", cfg.env), MockArm(), {}, cfg.env, clock=clock)
     env.reset()
-    t0 = time.perf_counter()
+    monkeypatch.setattr(time, "sleep", lambda s: pytest.fail(f"a simulated-time step slept {s} s"))
     for _ in range(20):
         env.step(np.zeros(3, np.float32))
-    assert time.perf_counter() - t0 < 2.0  # 20 steps = 10 s of simulated time
-    assert env.arm.sim_time >= 10.0
+    assert clock.wakeups == [] and clock.now() == 0.0  # no sleep on the env's clock either
+    assert env.arm.sim_time >= 10.0  # 20 steps = 10 s of simulated time
+    env.close()
 
 
-def realtime_env(hz: float) -> RobotEnv:
+def realtime_env(hz: float, clock: FakeClock) -> RobotEnv:
     cfg = make_config({"control_hz": hz})
     arm = MockArm(realtime=True)
-    env = RobotEnv(make_task("reach", cfg.env), arm, {}, cfg.env)
+    env = RobotEnv(make_task("reach", cfg.env), arm, {}, cfg.env, clock=clock)
     env.connect()
     return env
 
 
-@pytest.mark.timeout(30)
 def test_a_realtime_arm_is_stepped_at_the_control_rate():
-    env = realtime_env(20)
+    clock = FakeClock()
+    env = realtime_env(20, clock)
     env.reset(seed=0)
-    t0 = time.monotonic()
+    start = clock.now()
+    clock.wakeups.clear()
     infos = [env.step(np.zeros(3, np.float32))[-1] for _ in range(10)]
-    elapsed = time.monotonic() - t0
-    assert 0.45 <= elapsed < 1.5  # 10 periods of 50 ms, generous for a shared CI box
-    assert sum(i["timing"]["wait"] for i in infos) > 0.3
+    deadlines = [start]
+    for _ in range(10):
+        deadlines.append(deadlines[-1] + 0.05)
+    assert clock.wakeups == deadlines[1:]  # each step ends exactly where its 50 ms period ends
+    assert [i["timing"]["wait"] for i in infos] == [b - a for a, b in zip(deadlines, deadlines[1:])]
+    assert all(i["timing"]["late"] == 0.0 for i in infos)
     env.close()
 
 
-@pytest.mark.timeout(30)
 def test_a_late_step_resynchronises_instead_of_bursting():
-    env = realtime_env(20)
+    clock = FakeClock()
+    env = realtime_env(20, clock)
     env.reset(seed=0)
+    start = clock.now()
     env.step(np.zeros(3, np.float32))
-    time.sleep(0.2)  # the policy took 4 periods
+    assert clock.now() == start + 0.05
+    clock.advance(0.2)  # the policy took 4 periods
     late = env.step(np.zeros(3, np.float32))[-1]["timing"]
-    assert late["late"] > 0.1 and late["wait"] < 0.01
-    t0 = time.monotonic()
+    assert late["late"] == pytest.approx(0.15, abs=1e-12) and late["wait"] == 0.0  # due at start + 0.1
+    resumed = clock.now()
+    assert resumed == start + 0.05 + 0.2
     env.step(np.zeros(3, np.float32))
-    assert time.monotonic() - t0 >= 0.04  # the next step waits a full period again
+    assert clock.now() == resumed + 0.05  # the next step waits a full period again, no burst
     env.close()
 
 

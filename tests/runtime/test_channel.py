@@ -57,7 +57,7 @@ def wait_plasma_objects(target: int, timeout: float = 15.0) -> int:
     deadline = time.monotonic() + timeout
     n = plasma_objects()
     while n > target and time.monotonic() < deadline:
-        time.sleep(0.2)
+        time.sleep(0.2)  # a polling interval (each poll asks the GCS); the deadline bounds the wait
         n = plasma_objects()
     return n
 
@@ -278,8 +278,11 @@ def test_large_item_whose_producer_died_is_a_clear_error_not_a_hang():
     ch = fresh()
     producer = Producer.remote()  # its own: this test kills it
     assert ray.get(producer.put_arrays.remote(ch, 1, 1_000_000), timeout=180) == 1
+    stored = plasma_objects()
     ray.kill(producer, no_restart=True)
-    time.sleep(1.0)
+    # Wait for Ray to learn of the owner's death, which frees its object from the store (the process
+    # being gone is not enough: until then a get still finds the object in the store).
+    assert wait_plasma_objects(stored - 1, timeout=30) < stored, "Ray kept the dead producer's object"
     with pytest.raises(ChannelError, match="producer owns it and probably died"):
         ch.get(timeout=30)
 

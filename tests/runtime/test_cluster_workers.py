@@ -27,6 +27,7 @@ from rlhw.placement import plan
 from rlhw.runtime.cluster import Cluster
 from rlhw.runtime.worker import MAILBOX_MAXSIZE, Worker, WorkerAddress
 from tests.ray_nodes import add_raylet, ray_cluster
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 
@@ -142,8 +143,12 @@ class Probe(Worker):
     def rank_times_ten(self) -> int:
         return self.rank * 10
 
-    def sleep(self, seconds: float) -> float:
-        time.sleep(seconds)
+    def sleep(self, seconds: float, started: str | None = None) -> float:
+        """A long call (for tests that kill a worker mid-call); ``started``: a folder where the call
+        creates a file named after its rank once it runs, so the test knows it is mid-call."""
+        if started:
+            open(os.path.join(started, str(self.rank)), "w").close()
+        time.sleep(seconds)  # the long call itself
         return seconds
 
     def fail(self) -> None:
@@ -374,12 +379,12 @@ def test_collective_group_forms_from_env_and_tensors_go_over_torch_distributed(c
         group.shutdown()
 
 
-def test_killed_worker_mid_call_is_reported_within_seconds(cluster):
+def test_killed_worker_mid_call_is_reported_within_seconds(cluster, tmp_path):
     group = Probe.create_group().launch(cluster, placement="agent", name="victim")
     try:
         pid = group.execute_on([1]).where().wait(30)[0]["pid"]
-        call = group.sleep(60.0)
-        time.sleep(0.5)
+        call = group.sleep(60.0, str(tmp_path))  # the workers run on this machine (a local test cluster)
+        assert wait_until((tmp_path / "1").exists, timeout_s=30), "the call never started on rank 1"
         os.kill(pid, signal.SIGKILL)
         t = time.monotonic()
         with pytest.raises(WorkerError) as info:

@@ -17,6 +17,7 @@ from rlhw.smoke import FAIL, PASS, SKIP
 from rlhw.smoke.hints import ROBOT_UNREACHABLE
 
 from tests.smoke.conftest import FRANKY_CONFIG, robot_ip_override, rows, smoke
+from tests.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -93,14 +94,21 @@ def test_killing_franky_sim_mid_check_fails_the_state_check_within_the_timeout(s
 
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
-    # wait until the smoke test's driver is connected (the state stream starts next), then pull the plug
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    # wait until the smoke test's driver is connected, then until its state check reads, then pull the plug
+    def connected_driver():
         owner = franka_arm._owners.get(sim.host)
-        if owner is not None and owner.connected and owner.info:
-            break
-        time.sleep(0.05)
-    time.sleep(0.5)
+        return owner if owner is not None and owner.connected and owner.info else None
+
+    owner = wait_until(connected_driver, timeout_s=60, period_s=0.05)
+    assert owner is not None, "the smoke test never connected"
+    reading, read = threading.Event(), owner.state
+
+    def state(*args, **kwargs):
+        reading.set()
+        return read(*args, **kwargs)
+
+    owner.state = state  # the state check reads through MotionGuard's getattr, so through this
+    assert reading.wait(30), "the state check never read the state"
     sim.kill()
     killed_at = time.monotonic()
     worker.join(30)

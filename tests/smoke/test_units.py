@@ -21,7 +21,7 @@ from rlhw.cli.smoke_test import confirm_motion
 def test_a_check_that_hangs_fails_at_its_timeout_and_the_rest_of_its_target_is_skipped():
     run = TargetRun(0, "franka@10.0.0.1", timeout_s=0.3)
     t = time.monotonic()
-    run.run("state", lambda: time.sleep(30) or passed())
+    run.run("state", lambda: time.sleep(30) or passed())  # the hang under test
     elapsed = time.monotonic() - t
     run.run("error_flags", lambda: passed("none"), needs_ok=False)
     state, later = run.rows
