@@ -5,7 +5,7 @@ control loop never waits for the sensor: `latest()` returns at once and refuses 
 `wait_frame()` waits, bounded, for a newer one. After ``reconnect_after`` consecutive failed waits
 the thread restarts the pipeline, hardware-resetting a live camera first (the usual cure for a
 RealSense that stopped streaming); after ``max_reconnects`` failed restarts in a row it gives up
-and every read raises ``RobotFault("camera_stall")`` with the reason.
+and every read raises ``RobotFault(FaultKind.CAMERA_STALL)`` with the reason.
 
 The frame source is a live camera (``serial``) or a recording (``playback_file``, the ``.db3``
 files pyrealsense2 2.59's recorder writes): the same pipeline code path either way. Without a
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from rlhw.errors import ConfigError, RobotFault
+from rlhw.errors import ConfigError, FaultKind, RobotFault
 from rlhw.robot.camera import Camera, Frame, Intrinsics
 from rlhw.robot.registry import register_camera
 
@@ -37,7 +37,7 @@ def _rs():
         import pyrealsense2 as rs
     except ImportError as e:  # libusb missing is the usual cause (FIELD-NOTES)
         raise RobotFault(
-            "not_connected",
+            FaultKind.NOT_CONNECTED,
             f"pyrealsense2 cannot be imported ({e}); install pyrealsense2 and the system libusb (Debian: libusb-1.0-0)",
         ) from None
     return rs
@@ -138,11 +138,11 @@ class RealSenseCamera(Camera):
         deadline = time.monotonic() + timeout_s
         if not self._started.wait(timeout_s):
             self.close()
-            raise RobotFault("not_connected", f"camera {self.name}: pipeline did not start within {timeout_s}s")
+            raise RobotFault(FaultKind.NOT_CONNECTED, f"camera {self.name}: pipeline did not start within {timeout_s}s")
         if self._fault is not None:
             fault = self._fault
             self.close()
-            raise RobotFault("not_connected", fault)
+            raise RobotFault(FaultKind.NOT_CONNECTED, fault)
         with self._cond:
             ok = self._cond.wait_for(
                 lambda: self.stats["frames"] >= max(1, self.warmup_frames) or self._fault is not None,
@@ -152,7 +152,7 @@ class RealSenseCamera(Camera):
             got, fault = self.stats["frames"], self._fault
             self.close()
             raise RobotFault(
-                "camera_stall",
+                FaultKind.CAMERA_STALL,
                 f"camera {self.name}: {got} of {max(1, self.warmup_frames)} warm-up frames within {timeout_s}s"
                 + (f" ({fault})" if fault else "; check the USB cable/port (USB3) and that no other process uses it"),
             )
@@ -338,13 +338,13 @@ class RealSenseCamera(Camera):
         with self._cond:
             frame, fault = self._latest, self._fault
         if fault is not None:
-            raise RobotFault("camera_stall", fault)
+            raise RobotFault(FaultKind.CAMERA_STALL, fault)
         if frame is None:
-            raise RobotFault("camera_stall", f"camera {self.name}: no frame yet (open() first?)")
+            raise RobotFault(FaultKind.CAMERA_STALL, f"camera {self.name}: no frame yet (open() first?)")
         age = time.time() - frame.timestamp
         if limit is not None and age > limit:
             raise RobotFault(
-                "camera_stall", f"camera {self.name}: newest frame is {age * 1e3:.0f} ms old (limit {limit * 1e3:.0f} ms)"
+                FaultKind.CAMERA_STALL, f"camera {self.name}: newest frame is {age * 1e3:.0f} ms old (limit {limit * 1e3:.0f} ms)"
             )
         self._last_returned = max(self._last_returned, frame.index)
         return frame
@@ -357,16 +357,16 @@ class RealSenseCamera(Camera):
             )
             frame, fault = self._latest, self._fault
         if fault is not None:
-            raise RobotFault("camera_stall", fault)
+            raise RobotFault(FaultKind.CAMERA_STALL, fault)
         if not ok or frame is None:
-            raise RobotFault("camera_stall", f"camera {self.name}: no new frame within {timeout_s * 1e3:.0f} ms")
+            raise RobotFault(FaultKind.CAMERA_STALL, f"camera {self.name}: no new frame within {timeout_s * 1e3:.0f} ms")
         self._last_returned = frame.index
         return frame
 
     @property
     def intrinsics(self) -> Intrinsics:
         if self._intrinsics is None:
-            raise RobotFault("not_connected", f"camera {self.name}: intrinsics come from the stream profile; open() first")
+            raise RobotFault(FaultKind.NOT_CONNECTED, f"camera {self.name}: intrinsics come from the stream profile; open() first")
         return self._intrinsics
 
     @property

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from rlhw.config.env import EnvConfig
-from rlhw.errors import RobotFault, SafetyViolation
+from rlhw.errors import ErrorReason, FaultKind, RobotFault, SafetyViolation
 from rlhw.robot.arm import Arm, ArmState
 from rlhw.robot.camera import Camera, Frame
 from rlhw.robot.images import fit_image
@@ -170,7 +170,7 @@ class RobotEnv:
     # -- episode -------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         if self.closed:
-            raise SafetyViolation("reset() on a closed env")
+            raise SafetyViolation("reset() on a closed env", ErrorReason.EPISODE_ENDED)
         self._raise_if_locked()
         t0 = time.perf_counter()
         if seed is not None:
@@ -179,7 +179,7 @@ class RobotEnv:
             self.connect()
         self.episode_active = False
         if self.takeover is not None:
-            self.takeover.reopen()  # a device that died in the last episode: RobotFault("teleop") if still gone
+            self.takeover.reopen()  # a device that died in the last episode: RobotFault(FaultKind.TELEOP) if still gone
             self.takeover.start_episode()
         faults: list[str] = []
         while True:
@@ -253,7 +253,7 @@ class RobotEnv:
     def step(self, action) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         self._raise_if_locked()
         if not self.episode_active:
-            raise SafetyViolation(f"step() refused: no active episode ({self._ended_because})")
+            raise SafetyViolation(f"step() refused: no active episode ({self._ended_because})", ErrorReason.EPISODE_ENDED)
         action = self._check_action(action)
         t0 = time.perf_counter()
         timing: dict[str, float] = {}
@@ -373,9 +373,9 @@ class RobotEnv:
         return 0.0
 
     def _recovery_for(self, fault: RobotFault) -> Callable[[], bool] | None:
-        if fault.kind == "teleop":
+        if fault.kind is FaultKind.TELEOP:
             return lambda: True  # the arm is stopped and fine; the device is reopened at the next reset
-        if fault.kind != "camera_stall":
+        if fault.kind is not FaultKind.CAMERA_STALL:
             return None
 
         def reopen() -> bool:
@@ -403,7 +403,7 @@ class RobotEnv:
         self._ended_because = f"the episode was truncated by fault {fault.kind}; call reset()"
         timing["total"] = time.perf_counter() - t0
         if self.safety.locked:
-            info = self._info(timing, success=False, fault="locked", message=self.safety.lock_reason)
+            info = self._info(timing, success=False, fault=FaultKind.LOCKED, message=self.safety.lock_reason)
             info["fault_cause"] = fault.kind
         else:
             info = self._info(timing, success=False, fault=fault.kind, message=str(fault))
@@ -413,7 +413,7 @@ class RobotEnv:
         reward = float(self.task.reward(self._state))
         return self._copy_obs(), reward, False, True, info
 
-    def _info(self, timing: dict[str, float], *, success: bool, fault: str | None, message: str | None = None) -> dict[str, Any]:
+    def _info(self, timing: dict[str, float], *, success: bool, fault: FaultKind | None, message: str | None = None) -> dict[str, Any]:
         return {
             "timestamps": dict(self._stamps),
             "timing": timing,
@@ -438,7 +438,8 @@ class RobotEnv:
 
     def _raise_if_locked(self) -> None:
         if self.safety.locked:
-            raise SafetyViolation(f"env locked, the arm will not move: {self.safety.lock_reason}")
+            raise SafetyViolation(f"env locked, the arm will not move: {self.safety.lock_reason}",
+                                  ErrorReason.SAFETY_LOCKED)
 
     # -- read-only -----------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

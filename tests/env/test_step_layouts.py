@@ -16,7 +16,7 @@ from rlhw.env.client import RemoteEnv
 from rlhw.env.fake_env import FakeEnv
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.env.validate import ActionChecker, InvalidRequest
-from rlhw.errors import RobotFault
+from rlhw.errors import FaultKind, RobotFault
 from rlhw.robot.spec import TensorSpec
 
 BOX = TensorSpec("action", "float32", (7,), -1.0, 1.0)
@@ -191,7 +191,7 @@ def test_remote_env_steps_match_the_general_decoder_across_episode_ends_and_faul
     steps = []
     for i in range(7):
         if i == 5:
-            env.fail_next = RobotFault("reflex", "joint 3 torque")
+            env.fail_next = RobotFault(FaultKind.REFLEX, "joint 3 torque")
             with pytest.raises(Exception, match="reflex|joint 3"):
                 fast.step(action)
             fast.reset()
