@@ -23,92 +23,23 @@ import numpy as np
 
 from rlhw.env import codec, step_layout, wire
 from rlhw.env.auth import SESSION_METADATA_KEY, bearer, check_session_secret, new_session_secret, session_fingerprint
-from rlhw.env.control import ControlConflict
 from rlhw.env.v1 import env_pb2 as pb
+from rlhw.env.errors import (  # the client's exceptions (re-exported: `from rlhw.env.client import ...`)
+    ControlConflictError,
+    EnvServerUnavailable,
+    EnvServiceError,
+    EnvTimeout,
+    EpisodeEnded,
+    InvalidAction,
+    RemoteRobotFault,
+    SafetyLocked,
+    Unauthenticated,
+    _from_rpc_error,
+    error_from_message,
+)
 from rlhw.env.v1 import env_pb2_grpc
-from rlhw.errors import RlhwError
 from rlhw.robot.gym import set_measurements_apart
 from rlhw.robot.spec import EnvSpec
-
-
-# ---------------------------------------------------------------------------------------------
-# Errors
-
-
-class EnvServiceError(RlhwError):
-    """A call to an env server failed. ``code`` is the gRPC status code name, ``address`` the server."""
-
-    def __init__(self, address: str, message: str, code: str = ""):
-        self.address = address
-        self.code = code
-        super().__init__(f"env server {address}: {message}")
-
-
-class EnvServerUnavailable(EnvServiceError):
-    """The server cannot be reached (not started, restarting, network down)."""
-
-
-class EnvTimeout(EnvServiceError):
-    """A call passed its deadline. The arm keeps its last target until the server's watchdog stops it."""
-
-
-class InvalidAction(EnvServiceError):
-    """The server rejected the request; ``field`` names the offending field (e.g. ``action[3]``)."""
-
-    def __init__(self, address: str, message: str, field: str = ""):
-        self.field = field
-        super().__init__(address, message, "INVALID_ARGUMENT")
-
-
-class ControlConflictError(EnvServiceError, ControlConflict):
-    """Another session controls the arm (FAILED_PRECONDITION from the server)."""
-
-
-class SafetyLocked(EnvServiceError):
-    """The env's safety layer refused (e.g. it locked itself after a fault); see the message for the fix."""
-
-
-class Unauthenticated(EnvServiceError):
-    """Missing or wrong token."""
-
-
-class RemoteRobotFault(EnvServiceError):
-    """The env raised a robot fault the server could not turn into a truncated episode (ABORTED)."""
-
-
-def _field_of(message: str) -> str:
-    head = message.split(":", 1)[0]
-    return head if head and " " not in head else ""
-
-
-def _error(address: str, code: grpc.StatusCode | None, message: str, field: str = "") -> EnvServiceError:
-    name = code.name if code is not None else "UNKNOWN"
-    if code == grpc.StatusCode.INVALID_ARGUMENT:
-        return InvalidAction(address, message, field or _field_of(message))
-    if code == grpc.StatusCode.FAILED_PRECONDITION:
-        if message.startswith("arm is controlled by session"):
-            return ControlConflictError(address, message, name)
-        if message.startswith("safety:"):
-            return SafetyLocked(address, message, name)
-        return EnvServiceError(address, message, name)
-    if code == grpc.StatusCode.UNAVAILABLE:
-        return EnvServerUnavailable(address, message, name)
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return EnvTimeout(address, message, name)
-    if code == grpc.StatusCode.UNAUTHENTICATED:
-        return Unauthenticated(address, message, name)
-    if code == grpc.StatusCode.ABORTED:
-        return RemoteRobotFault(address, message, name)
-    return EnvServiceError(address, message, name)
-
-
-def _from_rpc_error(address: str, e: grpc.RpcError) -> EnvServiceError:
-    code = e.code() if hasattr(e, "code") else None
-    details = e.details() if hasattr(e, "details") else str(e)
-    return _error(address, code, details or str(code))
-
-
-_CODES = {c.value[0]: c for c in grpc.StatusCode}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,7 +255,7 @@ class RemoteEnv(gym.Env):
     def _parse_session(self, response: bytes):
         kind, head, observations = wire.read_session_response(response)
         if kind == "error":
-            err = _error(self.address, _CODES.get(head.code), head.message, head.field)
+            err = error_from_message(self.address, head)
             if isinstance(err, ControlConflictError):
                 self._drop_stream()  # the server ends a refused would-be controller's stream
             raise err
@@ -421,7 +352,7 @@ class RemoteEnv(gym.Env):
             "timestamps": _stamps(stamps),
             "timing": dict(response.timing),
             "success": _flags(response.success, n),
-            "fault": (response.fault[0] or None) if n == 1 and response.fault else list(response.fault),
+            "fault": codec.faults_from_wire(response.fault, n),
             "fault_message": (response.fault_message[0] if n == 1 and response.fault_message else list(response.fault_message)),
         }
         if n == 1:

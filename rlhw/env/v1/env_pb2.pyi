@@ -51,6 +51,11 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_ENV_FAILED: _ClassVar[ErrorReason]
     ERROR_REASON_BAD_SESSION_KEY: _ClassVar[ErrorReason]
     ERROR_REASON_ROBOT_FAULT: _ClassVar[ErrorReason]
+    ERROR_REASON_SAFETY_REFUSED: _ClassVar[ErrorReason]
+    ERROR_REASON_SHUTTING_DOWN: _ClassVar[ErrorReason]
+    ERROR_REASON_UNSUPPORTED_REQUEST: _ClassVar[ErrorReason]
+    ERROR_REASON_UNKNOWN_WORLD: _ClassVar[ErrorReason]
+    ERROR_REASON_WORLD_STATE: _ClassVar[ErrorReason]
 DTYPE_UNSPECIFIED: DType
 FLOAT32: DType
 FLOAT64: DType
@@ -87,6 +92,11 @@ ERROR_REASON_UNAUTHENTICATED: ErrorReason
 ERROR_REASON_ENV_FAILED: ErrorReason
 ERROR_REASON_BAD_SESSION_KEY: ErrorReason
 ERROR_REASON_ROBOT_FAULT: ErrorReason
+ERROR_REASON_SAFETY_REFUSED: ErrorReason
+ERROR_REASON_SHUTTING_DOWN: ErrorReason
+ERROR_REASON_UNSUPPORTED_REQUEST: ErrorReason
+ERROR_REASON_UNKNOWN_WORLD: ErrorReason
+ERROR_REASON_WORLD_STATE: ErrorReason
 
 class Tensor(_message.Message):
     __slots__ = ("dtype", "shape", "data")
