@@ -101,9 +101,10 @@ def run_guarded(fn, *args):
 
 
 def _encode_step(head, result: StepResult, wrap_field: int | None) -> bytes:
-    """``head`` (the response without its observations: a message, or StepResponse wire bytes) and
-    the result's observations, written from the arrays (rlhw.env.wire)."""
-    observations = [(wire.T.n_observation, result.obs, result.stamps)]
+    """``head`` (the response without its observations: a ResetResponse, or StepResponse wire bytes)
+    and the result's observations, written from the arrays (rlhw.env.wire)."""
+    field = wire.T.n_observation if type(head) is bytes else wire.T.n_reset_observation
+    observations = [(field, result.obs, result.stamps)]
     if result.final_obs is not None:
         observations.append((wire.T.n_final_observation, result.final_obs, None))
     head = head if type(head) is bytes else head.SerializeToString()

@@ -356,6 +356,18 @@ def _read_observation(buf, start: int, end: int) -> tuple[dict, dict]:
     return tensors, stamps
 
 
+_OBS_FIELDS: dict[type, dict[int, str]] = {}
+
+
+def _observation_fields(message_type) -> dict[int, str]:
+    """{field number: name} of the Observation fields of ``message_type``, from its descriptor."""
+    hit = _OBS_FIELDS.get(message_type)
+    if hit is None:
+        hit = _OBS_FIELDS[message_type] = {f.number: f.name for f in message_type.DESCRIPTOR.fields
+                                           if f.message_type is not None and f.message_type.name == "Observation"}
+    return hit
+
+
 def read_observation_response(data: bytes, message_type):
     """Parse a ResetResponse/StepResponse: (message without observations, {field name: (tensors, stamps)}).
 
@@ -365,7 +377,7 @@ def read_observation_response(data: bytes, message_type):
     buf = memoryview(data)
     rest: list = []
     observations: dict[str, tuple[dict, dict]] = {}
-    obs_fields = {T.n_observation: "observation", T.n_final_observation: "final_observation"}
+    obs_fields = _observation_fields(message_type)
     pos = 0
     end = len(buf)
     while pos < end:

@@ -77,7 +77,8 @@ class Tags:
         # Observation
         self.n_tensors = obs.fields_by_name["tensors"].number
         self.n_capture_time = obs.fields_by_name["capture_time"].number
-        # StepResponse (and ResetResponse's observation, which must share the number: one reader)
+        # StepResponse and ResetResponse
+        self.n_reset_observation = reset.fields_by_name["observation"].number
         f = step.fields_by_name
         self.n_observation = f["observation"].number
         self.n_final_observation = f["final_observation"].number
@@ -88,7 +89,6 @@ class Tags:
             f[x].number for x in ("final_mask", "executed_action", "intervened"))
         for name in ("reward", "terminated", "truncated", "success", "fault", "final_mask", "intervened"):
             assert wire_type(f[name]) == LEN, f"StepResponse.{name} must be a packed repeated scalar"
-        assert reset.fields_by_name["observation"].number == self.n_observation, "ResetResponse.observation"
         # Session stream and requests
         self.n_session_reset = session_response.fields_by_name["reset"].number
         self.n_session_step = session_response.fields_by_name["step"].number
