@@ -77,7 +77,6 @@ class ErrorReason(str, Enum):
     CONTROLLED_BY_OTHER = "controlled_by_other"  # FAILED_PRECONDITION: another session controls the arm
     SAFETY_LOCKED = "safety_locked"  # FAILED_PRECONDITION: the env locked itself after a fault
     EPISODE_ENDED = "episode_ended"  # FAILED_PRECONDITION: no active episode (or a closed env); reset
-    STOPPED = "stopped"  # FAILED_PRECONDITION: the arm was stopped
     TOO_MANY_STREAMS = "too_many_streams"  # RESOURCE_EXHAUSTED: stream caps reached
     UNAUTHENTICATED = "unauthenticated"  # UNAUTHENTICATED: missing or wrong token
     ENV_FAILED = "env_failed"  # INTERNAL: the env (or stopping the arm) raised; the message says what

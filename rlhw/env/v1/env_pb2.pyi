@@ -45,7 +45,6 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_CONTROLLED_BY_OTHER: _ClassVar[ErrorReason]
     ERROR_REASON_SAFETY_LOCKED: _ClassVar[ErrorReason]
     ERROR_REASON_EPISODE_ENDED: _ClassVar[ErrorReason]
-    ERROR_REASON_STOPPED: _ClassVar[ErrorReason]
     ERROR_REASON_TOO_MANY_STREAMS: _ClassVar[ErrorReason]
     ERROR_REASON_UNAUTHENTICATED: _ClassVar[ErrorReason]
     ERROR_REASON_ENV_FAILED: _ClassVar[ErrorReason]
@@ -86,7 +85,6 @@ ERROR_REASON_INVALID_REQUEST: ErrorReason
 ERROR_REASON_CONTROLLED_BY_OTHER: ErrorReason
 ERROR_REASON_SAFETY_LOCKED: ErrorReason
 ERROR_REASON_EPISODE_ENDED: ErrorReason
-ERROR_REASON_STOPPED: ErrorReason
 ERROR_REASON_TOO_MANY_STREAMS: ErrorReason
 ERROR_REASON_UNAUTHENTICATED: ErrorReason
 ERROR_REASON_ENV_FAILED: ErrorReason
