@@ -33,7 +33,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from rlhw.env import codec
 from rlhw.env.host import EnvHost
-from rlhw.env.limits import StreamRefused, bounded
+from rlhw.env.limits import StreamRefused
 from rlhw.env.service import CallFailed, EnvService, abort, run_guarded, session_id
 from rlhw.env.validate import InvalidRequest
 from rlhw.errors import ErrorReason

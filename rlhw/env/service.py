@@ -12,7 +12,6 @@ the message is for people.
 from __future__ import annotations
 
 import logging
-import threading
 from concurrent import futures
 import time
 from time import perf_counter

@@ -237,24 +237,8 @@ def _reader_layout(buf, head, session: bool) -> _ReaderLayout | None:
     if len(head.reward) != 1 or len(head.terminated) != 1 or len(head.truncated) != 1 or len(head.success) != 1:
         return None
     t = wire.T
-    segments: list = []  # ("fixed", start, end) and ("slot", kind, start, end, info), in order
-    pos = 0
-    end = len(buf)
-    if session:
-        key, p = read_varint(buf, 0)
-        if key != t.len_key(t.n_session_step):
-            return None
-        n, p = read_varint(buf, p)
-        if p + n != end:
-            return None
-        segments.append(("fixed", 0, p))
-        pos = p
-    slots = {"reward": 0, "flags": 0, "timing": [], "tensors": [], "stamps": []}
-    try:
-        _layout_step(buf, pos, end, segments, slots)
-    except _NoLayout:
-        return None
-    if slots["reward"] != 1 or slots["flags"] != 3:
+    segments = _segments(buf, session)
+    if segments is None:
         return None
     check_fmt, value_fmt, expected = ["<"], ["<"], []
     order: list = []  # value slot kinds in message order
@@ -298,6 +282,32 @@ def _reader_layout(buf, head, session: bool) -> _ReaderLayout | None:
     layout.fault = faults_from_wire(head.fault, 1) if head.fault else []
     layout.fault_message = head.fault_message[0] if head.fault_message else []
     return layout
+
+
+def _segments(buf, session: bool) -> list | None:
+    """The message's ("fixed", start, end) and ("slot", kind, start, end, info) pieces, in order;
+    None when it is no single-instance step (one reward, three flags)."""
+    t = wire.T
+    segments: list = []
+    pos = 0
+    end = len(buf)
+    if session:
+        key, p = read_varint(buf, 0)
+        if key != t.len_key(t.n_session_step):
+            return None
+        n, p = read_varint(buf, p)
+        if p + n != end:
+            return None
+        segments.append(("fixed", 0, p))
+        pos = p
+    slots = {"reward": 0, "flags": 0, "timing": [], "tensors": [], "stamps": []}
+    try:
+        _layout_step(buf, pos, end, segments, slots)
+    except _NoLayout:
+        return None
+    if slots["reward"] != 1 or slots["flags"] != 3:
+        return None
+    return segments
 
 
 def _entry_key(buf, pos: int) -> tuple[str, int]:
