@@ -7,7 +7,7 @@ Contract used by the env service (rlhw.env) and the RL pipeline:
   matching ``spec.action``.
 - ``info`` always holds ``"timestamps"`` (obs name -> capture time, wall-clock seconds),
   ``"timing"`` (phase name -> seconds for this call), ``"success"`` (bool) and ``"fault"``
-  (None, or the fault kind that truncated the episode, with ``"fault_message"``); step infos also hold
+  (None, or the `FaultKind` that truncated the episode, with ``"fault_message"``); step infos also hold
   ``"executed_action"`` (what went to the safety layer: the client's action, or an operator's) and
   ``"intervened"``, ``"teleop_events"``, ``"operator_label"`` (see rlhw/robot/takeover.py).
 - ``stop()`` halts the arm now; ``status()`` returns a JSON-able dict (read-only, never moves);
@@ -53,9 +53,9 @@ class RobotEnv:
 
     Faults. A `RobotFault` from the driver, a camera or a state check ends the episode: the arm is
     stopped and recovered (see rlhw.robot.safety), ``step`` returns ``truncated=True`` with
-    ``info["fault"]`` = the kind and ``info["fault_message"]``, and the observation is the last good
+    ``info["fault"]`` = its `FaultKind` and ``info["fault_message"]``, and the observation is the last good
     one (its timestamps say how old it is). When the safety layer locks, that step reports
-    ``info["fault"] = "locked"`` (``info["fault_cause"]`` keeps the kind that led to it) and every later
+    ``info["fault"] = FaultKind.LOCKED`` (``info["fault_cause"]`` keeps the kind that led to it) and every later
     ``reset``/``step`` raises `SafetyViolation` with the reason. Choice: raising rather than returning
     truncated forever, so no training loop spins silently against a locked arm.
 

@@ -60,7 +60,7 @@ class CommandReport:
 
 @dataclass
 class FaultRecord:
-    kind: str
+    kind: FaultKind
     message: str
     time: float
     recovered: bool
