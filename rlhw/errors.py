@@ -102,7 +102,11 @@ class RobotFault(RlhwError):
         if not isinstance(kind, FaultKind):
             raise TypeError(f"RobotFault kind must be a FaultKind, got {kind!r}")
         self.kind = kind
+        self.message = message
         super().__init__(f"{kind.value}: {message}")
+
+    def __reduce__(self):  # pickles (Ray, pipes) as kind and message, the constructor's arguments
+        return type(self), (self.kind, self.message)
 
 
 class SafetyViolation(RlhwError):
@@ -113,3 +117,6 @@ class SafetyViolation(RlhwError):
     def __init__(self, message: str, reason: ErrorReason = ErrorReason.SAFETY_REFUSED):
         self.reason = reason
         super().__init__(message)
+
+    def __reduce__(self):
+        return type(self), (str(self), self.reason)

@@ -3,6 +3,8 @@ error, and the client chooses its exception from them and the status code, never
 
 from __future__ import annotations
 
+import pickle
+
 import grpc
 import numpy as np
 import pytest
@@ -41,6 +43,13 @@ def test_every_fault_kind_and_error_reason_has_exactly_one_proto_twin_by_name():
 def test_fault_kinds_read_and_compare_as_their_lower_case_names():
     assert FaultKind.CAMERA_STALL == "camera_stall" and f"{FaultKind.REFLEX}" == "reflex"
     assert str(RobotFault(FaultKind.HANG, "no answer")) == "hang: no answer"
+
+
+def test_robot_faults_and_safety_violations_survive_pickling_with_their_types():
+    fault = pickle.loads(pickle.dumps(RobotFault(FaultKind.NETWORK, "link lost")))
+    assert fault.kind is FaultKind.NETWORK and str(fault) == "network: link lost"
+    refused = pickle.loads(pickle.dumps(SafetyViolation("locked", ErrorReason.SAFETY_LOCKED)))
+    assert refused.reason is ErrorReason.SAFETY_LOCKED and str(refused) == "locked"
 
 
 def test_a_robot_fault_takes_only_a_fault_kind():
