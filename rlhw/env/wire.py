@@ -36,7 +36,10 @@ T = Tags(pb.DESCRIPTOR)
 
 
 def use_tags(tags: Tags) -> Tags:
-    """Write and read with ``tags`` from now on (and drop every cached prefix); returns the old ones."""
+    """Write and read with ``tags`` from now on (and drop every cached prefix); returns the old ones.
+
+    For tests of a renumbered proto. Layouts already prepared by a `step_layout.StepWriter` or
+    `StepReader` keep the old keys: make new ones after the swap."""
     global T
     old, T = T, tags
     for cache in (_TENSOR_HEADS, _PREFIXES, _TIMING_KEYS, _BOOL1):
