@@ -4,7 +4,7 @@ Step after step a server sends the same message shape: the same observation name
 shapes, the same timing keys, one reward and three flags. Only values change. Both ends therefore
 prepare the message's layout once - every byte that does not hold a value - and per step only write
 (server, `StepWriter`) or read (client, `StepReader`) the values: a few C calls instead of a walk
-over fields. Whenever a step does not fit the prepared layout (first step, a fault string, another
+over fields. Whenever a step does not fit the prepared layout (first step, a fault, another
 camera set, a batch), the general wire path (rlhw.env.wire) handles it and the layout is prepared
 afresh; both paths give the same bytes and the same values. Field keys come from the descriptors
 (``wire.T``, read when a layout is prepared), never from literals here.
