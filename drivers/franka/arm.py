@@ -28,7 +28,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Literal, Sequence
 
 import numpy as np
-from drivers.franka.child import Reply
+from drivers.franka.replies import Reply
 
 from rlhw.errors import ConfigError, FaultKind, RobotFault, WorkerError
 from rlhw.robot.arm import Arm, ArmState

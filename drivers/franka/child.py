@@ -3,7 +3,7 @@
 Run as ``python -m drivers.franka.child FD [STOP_FD [READ_FD]]``; FD is one end of a socketpair
 wrapped in a `multiprocessing.connection.Connection` (the command line). The parent sends
 ``(op, kwargs)`` and reads back ``("ok", value)``, ``("fault", FaultKind, message)`` or ``("bug",
-message)`` (see `Reply`). STOP_FD is the stop line (a byte in, a byte back: see
+message)`` (see `drivers.franka.replies.Reply`). STOP_FD is the stop line (a byte in, a byte back: see
 `FrankyArmServer.listen_for_urgent_stops`); READ_FD is the read line,
 a second Connection served by its own thread with the same messages, for the read-only ops in
 `READ_OPS`, so that a state read never waits behind a blocking move on the command line.
@@ -32,6 +32,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from drivers.franka.gripper import GripperWorker
+from drivers.franka.replies import Reply
 from rlhw.errors import FaultKind
 
 #: Bound on waiting for a stop motion to bring the arm to rest (s, wall time).
@@ -40,14 +41,6 @@ STOP_TIMEOUT_S = 2.0
 #: Robot.state is safe from a second thread during a motion (it returns the state buffer its
 #: control loop refreshes every 1 ms, and serialises its own readOnce when idle).
 READ_OPS = frozenset({"state"})
-
-
-class Reply:
-    """The tags of the child's replies (first element of the tuple sent back to the parent)."""
-
-    OK = "ok"  # ("ok", value)
-    FAULT = "fault"  # ("fault", FaultKind, message): a RobotFault in the parent
-    BUG = "bug"  # ("bug", message with traceback): not a fault of the arm; a WorkerError in the parent
 
 
 def fault_kind(exc: BaseException) -> FaultKind | None:

@@ -354,7 +354,8 @@ def test_a_monitor_thread_reads_state_throughout_streaming_stop_recover_and_grip
 def test_the_read_line_serves_only_reads():
     from multiprocessing import Pipe
 
-    from drivers.franka.child import FrankyArmServer, Reply
+    from drivers.franka.child import FrankyArmServer
+    from drivers.franka.replies import Reply
 
     ours, theirs = Pipe()
     reader = threading.Thread(target=FrankyArmServer().serve_reads, args=(theirs,), daemon=True)

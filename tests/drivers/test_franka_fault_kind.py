@@ -5,7 +5,8 @@ from __future__ import annotations
 import franky
 import pytest
 
-from drivers.franka.child import Reply, _Fault, execute, fault_kind
+from drivers.franka.child import _Fault, execute, fault_kind
+from drivers.franka.replies import Reply
 from rlhw.errors import FaultKind
 
 
