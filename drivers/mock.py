@@ -16,13 +16,13 @@ Faults are scheduled with ``faults=[{"kind": "reflex", "after": 3, "count": 1}, 
 ==============  ==================  ==========================================================
 kind            default method      effect
 ==============  ==================  ==========================================================
-reflex          command_pose        raises RobotFault("reflex") and leaves the arm in error
+reflex          command_pose        raises RobotFault(FaultKind.REFLEX) and leaves the arm in error
                                     (state().errors) until ``recover()``; commands fail meanwhile
-timeout         state               waits ``timeout_s`` then raises RobotFault("timeout")
-network         state               raises RobotFault("network") at once (link lost)
-hang            command_pose        blocks for the driver timeout ``timeout_s``, then RobotFault("hang")
+timeout         state               waits ``timeout_s`` then raises RobotFault(FaultKind.TIMEOUT)
+network         state               raises RobotFault(FaultKind.NETWORK) at once (link lost)
+hang            command_pose        blocks for the driver timeout ``timeout_s``, then RobotFault(FaultKind.HANG)
 recover_fail    recover             ``recover()`` returns False and the errors stay
-camera_stall    latest              no new frames: ``latest(max_age_s)`` raises RobotFault("camera_stall"),
+camera_stall    latest              no new frames: ``latest(max_age_s)`` raises RobotFault(FaultKind.CAMERA_STALL),
                                     ``wait_frame`` raises it after its timeout
 drop_frames     latest              each affected call skips one frame index (a dropped frame)
 ==============  ==================  ==========================================================
@@ -45,7 +45,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from rlhw.errors import RobotFault
+from rlhw.config.env import DROP_FRAMES, MOCK_ARM_FAULTS, MOCK_CAMERA_FAULTS, MOCK_INJECTIONS
+from rlhw.errors import FaultKind, RobotFault
 from rlhw.robot.arm import HOME_Q, Arm, ArmState
 from rlhw.robot.camera import Camera, Frame, Intrinsics
 from rlhw.robot.registry import register_arm, register_camera
@@ -67,21 +68,30 @@ _K = np.array(
 _K_PINV = np.linalg.pinv(_K)
 
 _DEFAULT_METHOD = {
-    "reflex": "command_pose",
-    "timeout": "state",
-    "network": "state",
-    "hang": "command_pose",
-    "recover_fail": "recover",
-    "camera_stall": "latest",
-    "drop_frames": "latest",
+    FaultKind.REFLEX: "command_pose",
+    FaultKind.TIMEOUT: "state",
+    FaultKind.NETWORK: "state",
+    FaultKind.HANG: "command_pose",
+    FaultKind.RECOVER_FAIL: "recover",
+    FaultKind.CAMERA_STALL: "latest",
+    DROP_FRAMES: "latest",
 }
-ARM_FAULTS = {"reflex", "timeout", "network", "hang", "recover_fail"}
-CAMERA_FAULTS = {"camera_stall", "drop_frames"}
+ARM_FAULTS = MOCK_ARM_FAULTS
+CAMERA_FAULTS = MOCK_CAMERA_FAULTS | {DROP_FRAMES}  # drop_frames is no fault: frames are skipped
+
+
+def _injection(kind: FaultKind | str) -> FaultKind | str:
+    """``kind`` as what the schedule compares (a FaultKind, or ``drop_frames``); ValueError if unknown."""
+    if kind == DROP_FRAMES:
+        return DROP_FRAMES
+    if kind not in _DEFAULT_METHOD:
+        raise ValueError(f"unknown mock fault kind {kind!r}; known: {', '.join(map(str, MOCK_INJECTIONS))}")
+    return FaultKind(kind)
 
 
 @dataclass
 class _Fault:
-    kind: str
+    kind: FaultKind | str  # str only for drop_frames
     on: str
     after: int
     count: int
@@ -94,13 +104,11 @@ class _Fault:
         return self.after <= i < self.after + self.count
 
 
-def _parse_faults(faults: Iterable[Any], allowed: set[str]) -> list[_Fault]:
+def _parse_faults(faults: Iterable[Any], allowed: frozenset) -> list[_Fault]:
     out = []
     for f in faults or ():
         d = f if isinstance(f, dict) else f.model_dump() if hasattr(f, "model_dump") else dict(vars(f))
-        kind = d["kind"]
-        if kind not in _DEFAULT_METHOD:
-            raise ValueError(f"unknown mock fault kind {kind!r}; known: {', '.join(sorted(_DEFAULT_METHOD))}")
+        kind = _injection(d["kind"])
         if kind not in allowed:
             continue  # a camera fault in an arm's list (or the reverse) belongs to the other driver
         out.append(_Fault(kind, d.get("on") or _DEFAULT_METHOD[kind], int(d.get("after", 0)), int(d.get("count", 1))))
@@ -111,10 +119,10 @@ class _FaultSchedule:
     def __init__(self, faults: list[_Fault]):
         self.faults = faults
 
-    def add(self, kind: str, on: str | None, after: int, count: int) -> None:
+    def add(self, kind: FaultKind | str, on: str | None, after: int, count: int) -> None:
         self.faults.append(_Fault(kind, on or _DEFAULT_METHOD[kind], after, count))
 
-    def check(self, method: str) -> list[str]:
+    def check(self, method: str) -> list[FaultKind | str]:
         """Kinds firing on this call of ``method`` (every matching fault counts the call)."""
         return [f.kind for f in self.faults if f.on == method and f.fires()]
 
@@ -182,8 +190,9 @@ class MockArm(Arm):
             raise ValueError(f"wrench: expected 6 numbers [fx, fy, fz, tx, ty, tz], got shape {wrench.shape}")
         self.external_wrench = wrench.copy()
 
-    def inject(self, kind: str, after: int = 0, count: int = 1, on: str | None = None) -> None:
+    def inject(self, kind: FaultKind, after: int = 0, count: int = 1, on: str | None = None) -> None:
         """Schedule a fault from now on: it fires after ``after`` more calls of its method."""
+        kind = _injection(kind)
         if kind not in ARM_FAULTS:
             raise ValueError(f"MockArm cannot inject {kind!r}; arm faults: {', '.join(sorted(ARM_FAULTS))}")
         method = on or _DEFAULT_METHOD[kind]
@@ -191,31 +200,31 @@ class MockArm(Arm):
         self._schedule.faults.append(_Fault(kind, method, after, count))
 
     # -- fault plumbing ----------------------------------------------------------------------
-    def _enter(self, method: str) -> list[str]:
+    def _enter(self, method: str) -> list[FaultKind]:
         """Count the call, refuse when disconnected, fire scheduled faults. Returns the kinds that
         fired without raising (recover_fail), so the method can act on them."""
         self.calls[method] = self.calls.get(method, 0) + 1
         if not self.connected:
-            raise RobotFault("not_connected", f"mock arm {self.name!r}: {method}() before connect()")
+            raise RobotFault(FaultKind.NOT_CONNECTED, f"mock arm {self.name!r}: {method}() before connect()")
         kinds = self._schedule.check(method)
         for kind in kinds:
-            if kind == "reflex":
+            if kind is FaultKind.REFLEX:
                 self.errors = ("cartesian_reflex",)
                 self.target = None
-                raise RobotFault("reflex", f"mock arm {self.name!r}: cartesian reflex during {method}()")
-            if kind == "network":
-                raise RobotFault("network", f"mock arm {self.name!r}: UDP receive timed out during {method}()")
-            if kind == "timeout":
+                raise RobotFault(FaultKind.REFLEX, f"mock arm {self.name!r}: cartesian reflex during {method}()")
+            if kind is FaultKind.NETWORK:
+                raise RobotFault(FaultKind.NETWORK, f"mock arm {self.name!r}: UDP receive timed out during {method}()")
+            if kind is FaultKind.TIMEOUT:
                 time.sleep(self.timeout_s)
-                raise RobotFault("timeout", f"mock arm {self.name!r}: {method}() got no answer within {self.timeout_s:.2f} s")
-            if kind == "hang":
+                raise RobotFault(FaultKind.TIMEOUT, f"mock arm {self.name!r}: {method}() got no answer within {self.timeout_s:.2f} s")
+            if kind is FaultKind.HANG:
                 time.sleep(self.timeout_s)
-                raise RobotFault("hang", f"mock arm {self.name!r}: {method}() blocked past the driver timeout {self.timeout_s:.2f} s")
+                raise RobotFault(FaultKind.HANG, f"mock arm {self.name!r}: {method}() blocked past the driver timeout {self.timeout_s:.2f} s")
         return kinds
 
     def _require_ready(self, method: str) -> None:
         if self.errors:
-            raise RobotFault("reflex", f"mock arm {self.name!r}: {method}() refused, arm in error {self.errors}; call recover()")
+            raise RobotFault(FaultKind.REFLEX, f"mock arm {self.name!r}: {method}() refused, arm in error {self.errors}; call recover()")
 
     # -- Arm interface -----------------------------------------------------------------------
     def connect(self, timeout_s: float = 10.0) -> None:
@@ -270,7 +279,7 @@ class MockArm(Arm):
         # Reduced dynamics: the slowest joint at speed_factor * 2.62 rad/s sets the duration.
         duration = float(np.max(np.abs(q - self.q))) / (2.62 * speed_factor)
         if duration > timeout_s:
-            raise RobotFault("timeout", f"mock arm {self.name!r}: joint move needs {duration:.1f} s > timeout {timeout_s:.1f} s")
+            raise RobotFault(FaultKind.TIMEOUT, f"mock arm {self.name!r}: joint move needs {duration:.1f} s > timeout {timeout_s:.1f} s")
         self.sim_time += duration
         self.q = q.copy()
         self.dq = np.zeros(7)
@@ -283,7 +292,7 @@ class MockArm(Arm):
         self.dq = np.zeros(7)
 
     def recover(self, timeout_s: float = 5.0) -> bool:
-        if "recover_fail" in self._enter("recover"):
+        if FaultKind.RECOVER_FAIL in self._enter("recover"):
             return False
         self.errors = ()
         return True
@@ -341,7 +350,8 @@ class MockCamera(Camera):
         self._last: Frame | None = None
         self._returned_index = -1
 
-    def inject(self, kind: str, after: int = 0, count: int = 1, on: str | None = None) -> None:
+    def inject(self, kind: FaultKind | str, after: int = 0, count: int = 1, on: str | None = None) -> None:
+        kind = _injection(kind)
         if kind not in CAMERA_FAULTS:
             raise ValueError(f"MockCamera cannot inject {kind!r}; camera faults: {', '.join(sorted(CAMERA_FAULTS))}")
         self._schedule.add(kind, on, after, count)
@@ -369,26 +379,26 @@ class MockCamera(Camera):
 
     def _check_open(self, method: str) -> None:
         if not self._opened:
-            raise RobotFault("not_connected", f"mock camera {self.serial!r}: {method}() before open()")
+            raise RobotFault(FaultKind.NOT_CONNECTED, f"mock camera {self.serial!r}: {method}() before open()")
 
     def latest(self, max_age_s: float | None = None) -> Frame:
         self._check_open("latest")
         kinds = self._schedule.check("latest")
-        if "camera_stall" in kinds:
+        if FaultKind.CAMERA_STALL in kinds:
             if max_age_s is not None:
-                raise RobotFault("camera_stall", f"mock camera {self.serial!r}: no new frame (stalled); last index {self._index}")
+                raise RobotFault(FaultKind.CAMERA_STALL, f"mock camera {self.serial!r}: no new frame (stalled); last index {self._index}")
             return self._last  # type: ignore[return-value]
-        frame = self._capture(skip=kinds.count("drop_frames"))
+        frame = self._capture(skip=kinds.count(DROP_FRAMES))
         self._returned_index = frame.index
         return frame
 
     def wait_frame(self, timeout_s: float = 1.0) -> Frame:
         self._check_open("wait_frame")
         kinds = self._schedule.check("wait_frame")
-        if "camera_stall" in kinds:
+        if FaultKind.CAMERA_STALL in kinds:
             time.sleep(min(timeout_s, self.timeout_s))
-            raise RobotFault("camera_stall", f"mock camera {self.serial!r}: no frame within {timeout_s:.2f} s")
-        frame = self._capture(skip=kinds.count("drop_frames"))
+            raise RobotFault(FaultKind.CAMERA_STALL, f"mock camera {self.serial!r}: no frame within {timeout_s:.2f} s")
+        frame = self._capture(skip=kinds.count(DROP_FRAMES))
         self._returned_index = frame.index
         return frame
 

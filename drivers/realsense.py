@@ -5,11 +5,11 @@ control loop never waits for the sensor: `latest()` returns at once and refuses 
 `wait_frame()` waits, bounded, for a newer one. After ``reconnect_after`` consecutive failed waits
 the thread restarts the pipeline, hardware-resetting a live camera first (the usual cure for a
 RealSense that stopped streaming); after ``max_reconnects`` failed restarts in a row it gives up
-and every read raises ``RobotFault("camera_stall")`` with the reason.
+and every read raises ``RobotFault(FaultKind.CAMERA_STALL)`` with the reason.
 
 The frame source is a live camera (``serial``) or a recording (``playback_file``, the ``.db3``
 files pyrealsense2 2.59's recorder writes): the same pipeline code path either way. Without a
-camera, `write_synthetic_recording` makes such a file from pyrealsense2's own software_device and
+camera, `drivers.realsense_recording.write_synthetic_recording` makes such a file from pyrealsense2's own software_device and
 recorder, which is how the tests run this driver.
 
 ``Frame.index`` follows the device's frame numbers, so a gap is a dropped frame, and it keeps
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from rlhw.errors import ConfigError, RobotFault
+from rlhw.errors import ConfigError, FaultKind, RobotFault
 from rlhw.robot.camera import Camera, Frame, Intrinsics
 from rlhw.robot.registry import register_camera
 
@@ -37,7 +37,7 @@ def _rs():
         import pyrealsense2 as rs
     except ImportError as e:  # libusb missing is the usual cause (FIELD-NOTES)
         raise RobotFault(
-            "not_connected",
+            FaultKind.NOT_CONNECTED,
             f"pyrealsense2 cannot be imported ({e}); install pyrealsense2 and the system libusb (Debian: libusb-1.0-0)",
         ) from None
     return rs
@@ -138,11 +138,11 @@ class RealSenseCamera(Camera):
         deadline = time.monotonic() + timeout_s
         if not self._started.wait(timeout_s):
             self.close()
-            raise RobotFault("not_connected", f"camera {self.name}: pipeline did not start within {timeout_s}s")
+            raise RobotFault(FaultKind.NOT_CONNECTED, f"camera {self.name}: pipeline did not start within {timeout_s}s")
         if self._fault is not None:
             fault = self._fault
             self.close()
-            raise RobotFault("not_connected", fault)
+            raise RobotFault(FaultKind.NOT_CONNECTED, fault)
         with self._cond:
             ok = self._cond.wait_for(
                 lambda: self.stats["frames"] >= max(1, self.warmup_frames) or self._fault is not None,
@@ -152,7 +152,7 @@ class RealSenseCamera(Camera):
             got, fault = self.stats["frames"], self._fault
             self.close()
             raise RobotFault(
-                "camera_stall",
+                FaultKind.CAMERA_STALL,
                 f"camera {self.name}: {got} of {max(1, self.warmup_frames)} warm-up frames within {timeout_s}s"
                 + (f" ({fault})" if fault else "; check the USB cable/port (USB3) and that no other process uses it"),
             )
@@ -338,13 +338,13 @@ class RealSenseCamera(Camera):
         with self._cond:
             frame, fault = self._latest, self._fault
         if fault is not None:
-            raise RobotFault("camera_stall", fault)
+            raise RobotFault(FaultKind.CAMERA_STALL, fault)
         if frame is None:
-            raise RobotFault("camera_stall", f"camera {self.name}: no frame yet (open() first?)")
+            raise RobotFault(FaultKind.CAMERA_STALL, f"camera {self.name}: no frame yet (open() first?)")
         age = time.time() - frame.timestamp
         if limit is not None and age > limit:
             raise RobotFault(
-                "camera_stall", f"camera {self.name}: newest frame is {age * 1e3:.0f} ms old (limit {limit * 1e3:.0f} ms)"
+                FaultKind.CAMERA_STALL, f"camera {self.name}: newest frame is {age * 1e3:.0f} ms old (limit {limit * 1e3:.0f} ms)"
             )
         self._last_returned = max(self._last_returned, frame.index)
         return frame
@@ -357,16 +357,16 @@ class RealSenseCamera(Camera):
             )
             frame, fault = self._latest, self._fault
         if fault is not None:
-            raise RobotFault("camera_stall", fault)
+            raise RobotFault(FaultKind.CAMERA_STALL, fault)
         if not ok or frame is None:
-            raise RobotFault("camera_stall", f"camera {self.name}: no new frame within {timeout_s * 1e3:.0f} ms")
+            raise RobotFault(FaultKind.CAMERA_STALL, f"camera {self.name}: no new frame within {timeout_s * 1e3:.0f} ms")
         self._last_returned = frame.index
         return frame
 
     @property
     def intrinsics(self) -> Intrinsics:
         if self._intrinsics is None:
-            raise RobotFault("not_connected", f"camera {self.name}: intrinsics come from the stream profile; open() first")
+            raise RobotFault(FaultKind.NOT_CONNECTED, f"camera {self.name}: intrinsics come from the stream profile; open() first")
         return self._intrinsics
 
     @property
@@ -388,85 +388,6 @@ class RealSenseCamera(Camera):
         if dev.supports(rs.camera_info.usb_type_descriptor):
             return dev.get_info(rs.camera_info.usb_type_descriptor)
         return None
-
-
-def write_synthetic_recording(
-    path: str | Path,
-    serial: str = "000000000001",
-    frames: int = 30,
-    width: int = 64,
-    height: int = 48,
-    fps: int = 30,
-    depth: bool = True,
-    skip: tuple[int, ...] = (),
-) -> Path:
-    """Record ``frames`` synthetic frames with pyrealsense2's software_device + recorder (.db3).
-
-    Frame i is filled with color value ``i % 256`` and depth ``500 + i`` mm, so a reader can check
-    order and identity; frame numbers are ``i + 1``. Indices in ``skip`` are left out, as a camera
-    that dropped them would. Frames are injected at ``fps`` in wall-clock time because the recorder
-    stamps what it writes with the arrival time: a burst plays back as a burst, and the pipeline's
-    syncer then drops most of it.
-    """
-    rs = _rs()
-    path = Path(path)
-    if path.suffix != ".db3":
-        raise ConfigError("path", f"pyrealsense2 2.59 records .db3 files; got {path.name}")
-    dev = rs.software_device()
-    dev.register_info(rs.camera_info.serial_number, serial)
-    dev.register_info(rs.camera_info.name, "Synthetic RealSense (software_device)")
-    intr = rs.intrinsics()
-    intr.width, intr.height = width, height
-    intr.fx = intr.fy = float(width)
-    intr.ppx, intr.ppy = (width - 1) / 2.0, (height - 1) / 2.0
-    intr.model = rs.distortion.none
-
-    def stream(kind, uid, fmt, bpp):
-        vs = rs.video_stream()
-        vs.type, vs.index, vs.uid = kind, 0, uid
-        vs.width, vs.height, vs.fps, vs.bpp, vs.fmt = width, height, fps, bpp, fmt
-        vs.intrinsics = intr
-        return vs
-
-    color_sensor = dev.add_sensor("RGB Camera")
-    color_profile = color_sensor.add_video_stream(stream(rs.stream.color, 1, rs.format.rgb8, 3))
-    sensors = [(color_sensor, color_profile, 3)]
-    if depth:
-        depth_sensor = dev.add_sensor("Stereo Module")
-        depth_profile = depth_sensor.add_video_stream(stream(rs.stream.depth, 2, rs.format.z16, 2))
-        depth_sensor.add_read_only_option(rs.option.depth_units, 0.001)
-        identity = rs.extrinsics()
-        identity.rotation, identity.translation = [1, 0, 0, 0, 1, 0, 0, 0, 1], [0, 0, 0]
-        depth_profile.register_extrinsics_to(color_profile, identity)
-        sensors.append((depth_sensor, depth_profile, 2))
-
-    recorder = rs.recorder(str(path), dev)
-    rec_sensors = recorder.query_sensors()
-    for s in rec_sensors:
-        s.open(s.get_stream_profiles())
-        s.start(rs.frame_queue(frames + 8))
-    t0 = time.time()
-    for i in range(frames):
-        time.sleep(max(0.0, t0 + i / fps - time.time()))
-        if i in skip:
-            continue
-        stamp = time.time() * 1000.0
-        for sensor, profile, bpp in sensors:
-            f = rs.software_video_frame()
-            if bpp == 3:
-                f.pixels = np.full((height, width, 3), i % 256, np.uint8)
-            else:
-                f.pixels = np.full((height, width), 500 + i, np.uint16)
-                f.depth_units = 0.001
-            f.bpp, f.stride = bpp, width * bpp
-            f.timestamp, f.domain, f.frame_number = stamp, rs.timestamp_domain.system_time, i + 1
-            f.profile = profile.as_video_stream_profile()
-            sensor.on_video_frame(f)
-    for s in rec_sensors:
-        s.stop()
-        s.close()
-    del rec_sensors, recorder  # the recorder finishes the file when released
-    return path
 
 
 def probe_camera(serial: str = "", seconds: float = 3.0, width: int = 640, height: int = 480, fps: int = 30,

@@ -139,6 +139,7 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
     from dm_env_rpc.v1 import dm_env_rpc_pb2 as dm
     from dm_env_rpc.v1 import tensor_utils
 
+    from rlhw.env.auth import SESSION_METADATA_KEY, new_session_secret
     from rlhw.env import codec
     from rlhw.env.client import RemoteEnv
     from rlhw.env.v1 import env_pb2 as pb
@@ -191,10 +192,11 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
 
         # Streams: the native Session and dm_env_rpc's Process stream share one session id, so both
         # may control the env at once and their blocks can alternate with the echo's.
-        session_env = RemoteEnv(addresses["env"], use_session=True)
+        secret = new_session_secret()
+        session_env = RemoteEnv(addresses["env"], use_session=True, session_secret=secret)
         session_env.reset()
         dm_channel = grpc.insecure_channel(addresses["env"], OPTIONS[:2])
-        conn = dm_connection.Connection(dm_channel, metadata=[("rlhw-session", "bench-stream")])
+        conn = dm_connection.Connection(dm_channel, metadata=[(SESSION_METADATA_KEY, secret)])
         world = conn.send(dm.CreateWorldRequest()).world_name
         specs = conn.send(dm.JoinWorldRequest(world_name=world)).specs
         uids = list(specs.observations)

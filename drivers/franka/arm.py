@@ -3,7 +3,7 @@
 Every call goes over a socketpair to ``drivers.franka.child`` and waits at most a bounded time.
 If the driver process does not answer in time it is SIGKILLed (its TCP/UDP link to the arm dies
 with it, which makes the arm stop: libfranka stops a motion whose command stream ends) and the call
-raises ``RobotFault("hang")``. `connect()` (or `recover()`) then starts a fresh process.
+raises ``RobotFault(FaultKind.HANG)``. `connect()` (or `recover()`) then starts a fresh process.
 
 Three lines, so that a blocking call (a 15 s ``move_joints``) never holds up the two things other
 threads must be able to do meanwhile: the command line (one call at a time), the stop line
@@ -29,7 +29,8 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 
-from rlhw.errors import ConfigError, RobotFault, WorkerError
+from drivers.franka.replies import Reply
+from rlhw.errors import ConfigError, FaultKind, RobotFault, WorkerError
 from rlhw.network import FCI_PORT, tcp_connect_problem
 from rlhw.robot.arm import Arm, ArmState
 from rlhw.robot.registry import register_arm
@@ -198,9 +199,9 @@ class FrankaArm(Arm):
                 self.info = self._call("connect", timeout_s, robot_ip=self.robot_ip, options=opts)
             except RobotFault as e:
                 self._drop()
-                if e.kind == "network" and tcp_connect_problem(self.robot_ip, FCI_PORT, 1.0) is not None:
+                if e.kind is FaultKind.NETWORK and tcp_connect_problem(self.robot_ip, FCI_PORT, 1.0) is not None:
                     raise RobotFault(
-                        "network",
+                        FaultKind.NETWORK,
                         f"cannot reach {self.robot_ip}:{FCI_PORT} (FCI): check the cable/IP and that FCI is enabled "
                         f"in Desk, or that franky-sim serves this address ({e})",
                     ) from None
@@ -214,15 +215,15 @@ class FrankaArm(Arm):
                 if self._proc is not None:
                     code = self._proc.poll()
                     self._drop()
-                    raise RobotFault("network", f"driver process for {self.robot_ip} exited (code {code}); call connect() or recover()")
-                raise RobotFault("not_connected", f"arm {self.robot_ip} is not connected; call connect() first")
+                    raise RobotFault(FaultKind.NETWORK, f"driver process for {self.robot_ip} exited (code {code}); call connect() or recover()")
+                raise RobotFault(FaultKind.NOT_CONNECTED, f"arm {self.robot_ip} is not connected; call connect() first")
             try:
                 self._conn.send((op, kwargs))
                 if not self._conn.poll(wait_s):
                     pid = self._proc.pid
                     self._drop()
                     raise RobotFault(
-                        "hang",
+                        FaultKind.HANG,
                         f"franky did not answer '{op}' within {wait_s:.1f}s (arm {self.robot_ip}); killed driver "
                         f"process {pid}, which also drops its link to the arm; connect() or recover() starts a fresh one",
                     )
@@ -230,17 +231,18 @@ class FrankaArm(Arm):
             except (EOFError, OSError, BrokenPipeError) as e:
                 code = self._proc.poll() if self._proc else None
                 self._drop()
-                raise RobotFault("network", f"driver process for {self.robot_ip} died during '{op}' (exit code {code}): {e}") from None
+                raise RobotFault(FaultKind.NETWORK, f"driver process for {self.robot_ip} died during '{op}' (exit code {code}): {e}") from None
         return self._result(op, reply)
 
     def _result(self, op: str, reply: tuple, read_from: subprocess.Popen | None = None):
-        if reply[0] == "ok":
+        if reply[0] == Reply.OK:
             return reply[1]
-        _, kind, message = reply
+        if reply[0] == Reply.BUG:
+            self.last_error = reply[1]
+            raise WorkerError(f"franka-driver[{self.robot_ip}]", f"'{op}' failed", reply[1])
+        _, kind, message = reply  # Reply.FAULT: a FaultKind (the child sends the enum itself)
         self.last_error = message
-        if kind == "bug":
-            raise WorkerError(f"franka-driver[{self.robot_ip}]", f"'{op}' failed", message)
-        if kind == "network":
+        if kind is FaultKind.NETWORK:
             # libfranka drops the connection on a network error; a fresh process is needed anyway.
             # From the read line, never wait for a thread inside a blocking call on the command
             # line: that call fails the same way and drops the process then.
@@ -258,11 +260,11 @@ class FrankaArm(Arm):
         with self._read_lock:
             proc, conn = self._proc, self._read_conn
             if proc is None or conn is None:
-                raise RobotFault("not_connected", f"arm {self.robot_ip} is not connected; call connect() first")
+                raise RobotFault(FaultKind.NOT_CONNECTED, f"arm {self.robot_ip} is not connected; call connect() first")
             code = proc.poll()
             if code is not None:
                 self._drop_unless_busy(proc)
-                raise RobotFault("network", f"driver process for {self.robot_ip} exited (code {code}); call connect() or recover()")
+                raise RobotFault(FaultKind.NETWORK, f"driver process for {self.robot_ip} exited (code {code}); call connect() or recover()")
             try:
                 conn.send((op, {}))
                 if not conn.poll(wait_s):
@@ -271,7 +273,7 @@ class FrankaArm(Arm):
                     _kill_proc(proc)
                     self._drop_unless_busy(proc)
                     raise RobotFault(
-                        "hang",
+                        FaultKind.HANG,
                         f"franky did not answer '{op}' within {wait_s:.1f}s on the read line (arm {self.robot_ip}); "
                         f"killed driver process {proc.pid}, which also drops its link to the arm; "
                         "connect() or recover() starts a fresh one",
@@ -281,7 +283,7 @@ class FrankaArm(Arm):
                 code = proc.poll()
                 _kill_proc(proc)
                 self._drop_unless_busy(proc)
-                raise RobotFault("network", f"driver process for {self.robot_ip} died during '{op}' (exit code {code}): {e}") from None
+                raise RobotFault(FaultKind.NETWORK, f"driver process for {self.robot_ip} died during '{op}' (exit code {code}): {e}") from None
         return self._result(op, reply, read_from=proc)
 
     def _drop_unless_busy(self, proc: subprocess.Popen) -> None:
@@ -394,7 +396,7 @@ class FrankaArm(Arm):
         proc = self._proc
         if proc is not None:
             _kill_proc(proc)
-        raise RobotFault("hang", f"driver process for {self.robot_ip} did not acknowledge stop(); killed it to drop the link")
+        raise RobotFault(FaultKind.HANG, f"driver process for {self.robot_ip} did not acknowledge stop(); killed it to drop the link")
 
     def recover(self, timeout_s: float = 5.0) -> bool:
         """Automatic error recovery; restarts the driver process first when a fault killed it.
@@ -403,7 +405,7 @@ class FrankaArm(Arm):
         env can count strikes; raises only when the arm was never connected.
         """
         if not self._wanted and not self.connected:
-            raise RobotFault("not_connected", f"arm {self.robot_ip} is not connected; call connect() first")
+            raise RobotFault(FaultKind.NOT_CONNECTED, f"arm {self.robot_ip} is not connected; call connect() first")
         deadline = time.monotonic() + timeout_s
         try:
             if not self.connected:

@@ -1,9 +1,10 @@
-"""The driver process: the only place franky objects live.
+"""The driver process: the only place franky objects live, served by a `FrankyArmServer`.
 
 Run as ``python -m drivers.franka.child FD [STOP_FD [READ_FD]]``; FD is one end of a socketpair
 wrapped in a `multiprocessing.connection.Connection` (the command line). The parent sends
-``(op, kwargs)`` and reads back ``("ok", value)`` or ``("err", kind, message)``. STOP_FD is the
-stop line (a byte in, a byte back: see `Driver.listen_for_urgent_stops`); READ_FD is the read line,
+``(op, kwargs)`` and reads back ``("ok", value)``, ``("fault", FaultKind, message)`` or ``("bug",
+message)`` (see `drivers.franka.replies.Reply`). STOP_FD is the stop line (a byte in, a byte back: see
+`FrankyArmServer.listen_for_urgent_stops`); READ_FD is the read line,
 a second Connection served by its own thread with the same messages, for the read-only ops in
 `READ_OPS`, so that a state read never waits behind a blocking move on the command line.
 
@@ -15,8 +16,7 @@ Two guards run here, independent of the parent:
 - if the parent goes away (pipe EOF, or the kernel's parent-death signal), the arm is stopped;
 - if streaming Cartesian targets stop arriving for ``watchdog_s`` while a motion is active, the
   arm is stopped (a silent controller must not leave a motion running).
-The gripper runs on its own thread with a latest-target slot: franky-sim hangs when a gripper
-command is issued while one is running, and an RL loop sends the same target at every step.
+The gripper runs on its own thread with a latest-target slot (drivers.franka.gripper).
 """
 
 from __future__ import annotations
@@ -31,11 +31,10 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-#: Closing commands at or below this width grasp (hold whatever is between the fingers) instead
-#: of moving to a width, which would fail as soon as an object blocks the fingers.
-GRASP_BELOW_M = 0.005
-#: Width changes smaller than this are not sent: a policy's gripper output jitters every step.
-GRIPPER_DEADBAND_M = 0.001
+from drivers.franka.gripper import GripperWorker
+from drivers.franka.replies import Reply
+from rlhw.errors import FaultKind
+
 #: Bound on waiting for a stop motion to bring the arm to rest (s, wall time).
 STOP_TIMEOUT_S = 2.0
 #: Ops the read line serves. Read-only by construction: none of them commands the arm. franky's
@@ -44,95 +43,40 @@ STOP_TIMEOUT_S = 2.0
 READ_OPS = frozenset({"state"})
 
 
-def fault_kind(exc: BaseException) -> str:
-    """Map a franky exception to an `rlhw.errors.RobotFault` kind."""
+def fault_kind(exc: BaseException) -> FaultKind | None:
+    """The `FaultKind` of a franky exception, by its type; None for an exception that is no franky
+    fault (a bug). libfranka raises NetworkException for every lost TCP/UDP link ("TCP receive",
+    "UDP receive: Timeout", "TCP connection got interrupted") and ProtocolException when the link's
+    byte stream is out of step ("Incorrect TCP message size"): both mean a fresh connection."""
     import franky
 
-    name = type(exc).__name__
-    text = str(exc)
-    if isinstance(exc, franky.NetworkException) or "Net Exception" in text or "UDP receive" in text or "TCP" in text:
-        return "network"
-    if isinstance(exc, (franky.ControlException, franky.CommandException)):
-        return "reflex"
+    if isinstance(exc, (franky.NetworkException, franky.ProtocolException)):
+        return FaultKind.NETWORK
     if isinstance(exc, (franky.RealtimeException, franky.IncompatibleVersionException)):
-        return "not_connected"
-    if isinstance(exc, franky.GripperException):
-        return "reflex"
-    if isinstance(exc, (franky.InvalidOperationException, franky.ProtocolException, franky.ModelException)):
-        return "reflex"
-    if name.endswith("Exception") and type(exc).__module__.startswith("franky"):
-        return "reflex"
-    return "bug"
+        return FaultKind.NOT_CONNECTED
+    # ControlException, CommandException, GripperException, InvalidOperationException, ModelException
+    # and franky's own (InvalidMotionTypeException, ...): the arm refused or stopped a motion.
+    if isinstance(exc, franky.Exception) or type(exc).__module__.startswith("franky"):
+        return FaultKind.REFLEX
+    return None
 
 
-def hint(kind: str, exc: BaseException) -> str:
+def hint(kind: FaultKind, exc: BaseException) -> str:
     import franky
 
     if isinstance(exc, franky.RealtimeException):
         return " (no realtime kernel: set realtime: ignore for franky-sim / test machines, keep 'enforce' on the robot PC)"
     if isinstance(exc, franky.IncompatibleVersionException):
         return " (libfranka in franky does not match the robot's system version: install the franky-control build for your firmware)"
-    if kind == "network":
+    if kind is FaultKind.NETWORK:
         return " (is FCI enabled in Desk and the control box reachable? for franky-sim: is the simulator still running?)"
     return ""
 
 
-class GripperWorker:
-    """Owns franky.Gripper; executes the most recent target on a thread, never two at once."""
+class FrankyArmServer:
+    """Owns the franky Robot (and gripper) of this process and serves the parent's ops on it
+    (``op_<name>``), plus the urgent-stop and read lines and the streaming watchdog."""
 
-    def __init__(self, gripper, speed: float, force: float):
-        self.gripper = gripper
-        self.max_width = float(gripper.max_width)
-        self.speed = speed
-        self.force = force
-        self._cv = threading.Condition()
-        self._target: float | None = None
-        self._issued: float | None = None
-        self.busy_since: float | None = None
-        self.last_error: str | None = None
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="gripper", daemon=True)
-        self._thread.start()
-
-    def command(self, width: float) -> None:
-        with self._cv:
-            if self.last_error is not None:
-                err, self.last_error = self.last_error, None
-                raise RuntimeError(err)
-            self._target = width
-            self._cv.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._closed and (
-                    self._target is None or (self._issued is not None and abs(self._target - self._issued) < GRIPPER_DEADBAND_M)
-                ):
-                    self._cv.wait(0.5)
-                if self._closed:
-                    return
-                width = self._target
-                self._issued = width
-                self.busy_since = time.monotonic()
-            try:
-                if width <= GRASP_BELOW_M:
-                    # Grasp succeeds at any width between 0 and max: it holds an object or closes.
-                    self.gripper.grasp(0.0, self.speed, self.force, epsilon_inner=0.005, epsilon_outer=self.max_width)
-                else:
-                    self.gripper.move(width, self.speed)
-            except Exception as e:  # reported with the next command
-                with self._cv:
-                    self.last_error = f"gripper {type(e).__name__}: {e}"
-            finally:
-                self.busy_since = None
-
-    def close(self) -> None:
-        with self._cv:
-            self._closed = True
-            self._cv.notify()
-
-
-class Driver:
     def __init__(self):
         self.robot = None
         self.gripper: GripperWorker | None = None
@@ -180,7 +124,7 @@ class Driver:
             if op in READ_OPS:
                 reply = execute(self, op, kwargs)
             else:
-                reply = ("err", "bug", f"'{op}' is not a read-only op ({sorted(READ_OPS)}); send it over the command line")
+                reply = (Reply.BUG, f"'{op}' is not a read-only op ({sorted(READ_OPS)}); send it over the command line")
             try:
                 conn.send(reply)
             except (EOFError, OSError):
@@ -204,7 +148,7 @@ class Driver:
                 g = franky.Gripper(robot_ip)
             except Exception as e:
                 raise _Fault(
-                    "not_connected",
+                    FaultKind.NOT_CONNECTED,
                     f"the gripper at {robot_ip}:1338 did not answer ({type(e).__name__}: {e}); "
                     "set gripper: false if this arm has no Franka Hand",
                 ) from None
@@ -217,7 +161,7 @@ class Driver:
         # Local references: the main thread may clear self.robot / self.gripper (close) meanwhile.
         robot, gripper = self.robot, self.gripper
         if robot is None:
-            raise _Fault("not_connected", "driver process has no robot connection")
+            raise _Fault(FaultKind.NOT_CONNECTED, "driver process has no robot connection")
         s = robot.state
         now = time.time()
         ee = s.O_T_EE
@@ -272,14 +216,14 @@ class Driver:
 
     def op_command_gripper(self, width: float) -> None:
         if self.gripper is None:
-            raise _Fault("not_connected", "this arm was connected with gripper disabled (gripper: false)")
+            raise _Fault(FaultKind.NOT_CONNECTED, "this arm was connected with gripper disabled (gripper: false)")
         busy = self.gripper.busy_since
         if busy is not None and time.monotonic() - busy > self.options["gripper_timeout_s"]:
-            raise _Fault("timeout", f"gripper has not finished its previous command after {self.options['gripper_timeout_s']}s")
+            raise _Fault(FaultKind.TIMEOUT, f"gripper has not finished its previous command after {self.options['gripper_timeout_s']}s")
         try:
             self.gripper.command(float(width))
         except RuntimeError as e:
-            raise _Fault("reflex", str(e)) from None
+            raise _Fault(FaultKind.REFLEX, str(e)) from None
 
     def op_move_joints(self, q: np.ndarray, speed_factor: float, timeout_s: float) -> None:
         import franky
@@ -304,10 +248,10 @@ class Driver:
                     return None
             except Exception:
                 if self.urgent_stop.is_set():
-                    raise _Fault("stopped", "joint move interrupted by stop() from another thread; the arm was stopped") from None
+                    raise _Fault(FaultKind.STOPPED, "joint move interrupted by stop() from another thread; the arm was stopped") from None
                 raise
         self._halt()
-        raise _Fault("timeout", f"joint move did not finish within {timeout_s}s; the arm was stopped")
+        raise _Fault(FaultKind.TIMEOUT, f"joint move did not finish within {timeout_s}s; the arm was stopped")
 
     def op_stop(self) -> None:
         self._halt()
@@ -351,16 +295,16 @@ class Driver:
             if self.robot.join_motion(STOP_TIMEOUT_S):
                 return
         except Exception as e:
-            if fault_kind(e) == "network":
+            if fault_kind(e) is FaultKind.NETWORK:
                 raise
-            if "preempted" in str(e):
-                return
+            if not self.robot.is_in_control:
+                return  # the stop motion was preempted (an urgent stop) or ended: nothing runs
         # The stop motion did not finish in time (or could not start): preempt everything.
         self.robot.stop()
         try:
             self.robot.join_motion(1.0)
         except Exception as e:
-            if fault_kind(e) == "network":
+            if fault_kind(e) is FaultKind.NETWORK:
                 raise
 
     def _ensure_idle(self) -> None:
@@ -374,10 +318,10 @@ class Driver:
             try:
                 self.robot.join_motion(0.1)
             except Exception as e:
-                if fault_kind(e) == "network":
+                if fault_kind(e) is FaultKind.NETWORK:
                     raise
         if self.robot.is_in_control:
-            raise _Fault("timeout", f"the previous motion did not come to rest within {STOP_TIMEOUT_S}s")
+            raise _Fault(FaultKind.TIMEOUT, f"the previous motion did not come to rest within {STOP_TIMEOUT_S}s")
 
     def _settle(self, q: np.ndarray, deadline: float, tolerance_rad: float = 5e-3, limit_s: float = 2.0) -> None:
         """Wait (bounded) until the measured joints are at ``q``: the trajectory ends on time, but the
@@ -424,7 +368,7 @@ class Driver:
 
 
 class _Fault(Exception):
-    def __init__(self, kind: str, message: str):
+    def __init__(self, kind: FaultKind, message: str):
         self.kind = kind
         super().__init__(message)
 
@@ -444,49 +388,49 @@ def _error_names(errors) -> list[str]:
     return names
 
 
-def execute(driver: Driver, op: str, kwargs: dict) -> tuple:
-    """Run one op and build its reply; franky exceptions become fault kinds, never escape."""
+def execute(server: FrankyArmServer, op: str, kwargs: dict) -> tuple:
+    """Run one op and build its `Reply`; franky exceptions become fault kinds, never escape."""
     try:
-        if driver.robot is None and op not in ("connect", "close", "ping"):
-            raise _Fault("not_connected", "driver process has no robot connection")
-        return ("ok", getattr(driver, f"op_{op}")(**kwargs))
+        if server.robot is None and op not in ("connect", "close", "ping"):
+            raise _Fault(FaultKind.NOT_CONNECTED, "driver process has no robot connection")
+        return (Reply.OK, getattr(server, f"op_{op}")(**kwargs))
     except _Fault as e:
-        return ("err", e.kind, str(e))
+        return (Reply.FAULT, e.kind, str(e))
     except Exception as e:
         kind = fault_kind(e)
-        if kind == "bug":
-            return ("err", "bug", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
-        return ("err", kind, f"{type(e).__name__}: {e}{hint(kind, e)}")
+        if kind is None:
+            return (Reply.BUG, f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+        return (Reply.FAULT, kind, f"{type(e).__name__}: {e}{hint(kind, e)}")
 
 
 def serve(conn: Connection, stop_line: socket.socket | None = None, read_line: Connection | None = None) -> None:
-    driver = Driver()
+    server = FrankyArmServer()
     if stop_line is not None:
-        threading.Thread(target=driver.listen_for_urgent_stops, args=(stop_line,), name="stop-line", daemon=True).start()
+        threading.Thread(target=server.listen_for_urgent_stops, args=(stop_line,), name="stop-line", daemon=True).start()
     if read_line is not None:
-        threading.Thread(target=driver.serve_reads, args=(read_line,), name="read-line", daemon=True).start()
+        threading.Thread(target=server.serve_reads, args=(read_line,), name="read-line", daemon=True).start()
     while True:
         try:
             ready = conn.poll(0.02)
         except (EOFError, OSError):
             break
         if not ready:
-            driver.watchdog()
+            server.watchdog()
             continue
         try:
             op, kwargs = conn.recv()
         except (EOFError, OSError):
             break  # parent gone: stop the arm below
         if op != "command_pose":
-            driver.watchdog()
-        reply = execute(driver, op, kwargs)
+            server.watchdog()
+        reply = execute(server, op, kwargs)
         try:
             conn.send(reply)
         except (EOFError, OSError):
             break
         if op == "close":
             return
-    driver.shutdown()
+    server.shutdown()
 
 
 def main(argv: list[str]) -> int:

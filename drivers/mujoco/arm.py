@@ -41,7 +41,7 @@ from drivers.mujoco.contact import NO_WRENCH, ContactSensor
 from drivers.mujoco.ik import TcpIk
 from drivers.mujoco.layout import ArmLayout
 from drivers.mujoco.state import StateViews, wxyz, xyzw
-from rlhw.errors import RobotFault
+from rlhw.errors import FaultKind, RobotFault
 from rlhw.robot.arm import HOME_Q, Arm, ArmState
 
 #: FR3 joint velocity limits (rad/s), used to time `move_joints`.
@@ -158,7 +158,7 @@ class MujocoArm(Arm):
 
     def _live(self) -> mujoco.MjData:
         if self.data is None:
-            raise RobotFault("not_connected", f"sim arm {self.name!r} is not connected; call connect() first")
+            raise RobotFault(FaultKind.NOT_CONNECTED, f"sim arm {self.name!r} is not connected; call connect() first")
         return self.data
 
     # ------------------------------------------------------------------ time
@@ -180,7 +180,7 @@ class MujocoArm(Arm):
     def advance(self, dt: float) -> None:
         """Step physics for ``dt`` seconds of simulated time (rounded to whole physics steps).
 
-        Raises RobotFault("reflex") when a collision or joint-limit fault arises during the step.
+        Raises RobotFault(FaultKind.REFLEX) when a collision or joint-limit fault arises during the step.
         """
         d = self._live()
         if not math.isfinite(dt) or dt < 0:
@@ -264,7 +264,7 @@ class MujocoArm(Arm):
     def _refuse_if_faulted(self) -> None:
         if self._errors:
             raise RobotFault(
-                "reflex", f"sim arm {self.name!r} is in error state {self._errors}; call recover() first")
+                FaultKind.REFLEX, f"sim arm {self.name!r} is in error state {self._errors}; call recover() first")
 
     def command_pose(self, pose: np.ndarray) -> None:
         """Track the TCP pose ``[x, y, z, qx, qy, qz, qw]`` (base frame): solves IK now, servos during `advance`."""
@@ -325,7 +325,7 @@ class MujocoArm(Arm):
         if outside.size:
             i = int(outside[0])
             raise RobotFault(
-                "limit", f"joint target q[{i}]={q[i]:.3f} rad is outside the FR3 range "
+                FaultKind.LIMIT, f"joint target q[{i}]={q[i]:.3f} rad is outside the FR3 range "
                 f"[{self.joint_low[i]:.3f}, {self.joint_high[i]:.3f}]")
         return np.clip(q, self._ctrl_low, self._ctrl_high)
 
@@ -356,7 +356,7 @@ class MujocoArm(Arm):
             if elapsed > timeout_s or time.monotonic() > wall_deadline:
                 self.stop()
                 raise RobotFault(
-                    "timeout", f"move_joints did not reach its target within {timeout_s} s "
+                    FaultKind.TIMEOUT, f"move_joints did not reach its target within {timeout_s} s "
                     f"(max joint error {np.max(np.abs(d.qpos[self._arm] - target)):.4f} rad)")
             mujoco.mj_step(self.model, d, chunk)
             self._clock = (d.time, time.time())
@@ -422,7 +422,7 @@ class MujocoArm(Arm):
     def _raise_faults(self, new: list[str]) -> None:
         self._errors.extend(new)
         self.stop()
-        raise RobotFault("reflex", f"sim arm {self.name!r}: {', '.join(new)} (arm stopped; call recover())")
+        raise RobotFault(FaultKind.REFLEX, f"sim arm {self.name!r}: {', '.join(new)} (arm stopped; call recover())")
 
     # ------------------------------------------------------------------ sim-only extras (tasks)
     @property

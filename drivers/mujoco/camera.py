@@ -24,7 +24,7 @@ import numpy as np
 from drivers.mujoco import _gl
 from drivers.mujoco import scene as _scene
 from drivers.mujoco.arm import MujocoArm
-from rlhw.errors import RobotFault
+from rlhw.errors import FaultKind, RobotFault
 from rlhw.robot.camera import Camera, Frame, Intrinsics
 
 
@@ -126,7 +126,7 @@ class MujocoCamera(Camera):
             return
         ok, why = _gl.headless_ready()
         if not ok:
-            raise RobotFault("not_connected", f"sim camera {self.serial!r}: {why}")
+            raise RobotFault(FaultKind.NOT_CONNECTED, f"sim camera {self.serial!r}: {why}")
         model = self.arm.model
         # The offscreen buffer is sized by the model; grow it (shared model, only ever grows).
         model.vis.global_.offwidth = max(model.vis.global_.offwidth, self.width)
@@ -135,7 +135,7 @@ class MujocoCamera(Camera):
             self._renderer = _SharedRenderer.acquire(model, self.width, self.height)
         except Exception as e:  # GL context creation failed: say which backend and how to fix it
             raise RobotFault(
-                "not_connected", f"sim camera {self.serial!r}: cannot create an offscreen GL context "
+                FaultKind.NOT_CONNECTED, f"sim camera {self.serial!r}: cannot create an offscreen GL context "
                 f"({_gl.CHOICE}): {e}. Try MUJOCO_GL=osmesa (apt libosmesa6) or MUJOCO_GL=egl (apt libegl1)"
             ) from e
         self._index = -1
@@ -151,9 +151,9 @@ class MujocoCamera(Camera):
     # ------------------------------------------------------------------ frames
     def _check_open(self) -> _SharedRenderer:
         if self._renderer is None:
-            raise RobotFault("not_connected", f"sim camera {self.serial!r} is not open; call open() first")
+            raise RobotFault(FaultKind.NOT_CONNECTED, f"sim camera {self.serial!r} is not open; call open() first")
         if not self.arm.connected:
-            raise RobotFault("not_connected", f"sim camera {self.serial!r}: its arm {self.arm.name!r} is not connected")
+            raise RobotFault(FaultKind.NOT_CONNECTED, f"sim camera {self.serial!r}: its arm {self.arm.name!r} is not connected")
         return self._renderer
 
     def _render(self) -> Frame:
@@ -178,7 +178,7 @@ class MujocoCamera(Camera):
 
     def wait_frame(self, timeout_s: float = 1.0) -> Frame:
         """A frame newer than the last one returned: rendered now if the sim advanced since then,
-        else waits (bounded) for another thread to advance it, then RobotFault("camera_stall")."""
+        else waits (bounded) for another thread to advance it, then RobotFault(FaultKind.CAMERA_STALL)."""
         self._check_open()
         deadline = time.monotonic() + timeout_s
         while True:
@@ -190,7 +190,7 @@ class MujocoCamera(Camera):
                 break
             if time.monotonic() >= deadline:
                 raise RobotFault(
-                    "camera_stall", f"sim camera {self.serial!r}: simulated time stood still for {timeout_s} s "
+                    FaultKind.CAMERA_STALL, f"sim camera {self.serial!r}: simulated time stood still for {timeout_s} s "
                     f"after frame {self._last.index}; advance the arm (env.step) before waiting for a new frame")
             time.sleep(0.001)
         self._returned_index = frame.index

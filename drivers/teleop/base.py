@@ -7,7 +7,7 @@ the control loop or miss reports. The thread drains reports as they come; ``read
 under a lock, waiting at most its bound for the lock.
 
 Death: when the thread's ``_poll`` raises (the HID layer's read error on unplug, EOF/EIO on a closed
-terminal) the thread stores the error and ends; every later ``read`` raises ``RobotFault("teleop")``
+terminal) the thread stores the error and ends; every later ``read`` raises ``RobotFault(FaultKind.TELEOP)``
 naming the cause, so the env stops the arm instead of replaying the operator's last command.
 """
 
@@ -17,7 +17,7 @@ import abc
 import threading
 import time
 
-from rlhw.errors import RobotFault
+from rlhw.errors import FaultKind, RobotFault
 from rlhw.robot.teleop import TeleopDevice, TeleopEvent, TeleopReading
 
 
@@ -36,7 +36,7 @@ class ReaderThreadDevice(TeleopDevice):
     # -- subclass hooks ------------------------------------------------------------------------
     @abc.abstractmethod
     def _start(self, timeout_s: float) -> None:
-        """Open the underlying handle (raise RobotFault("teleop") when absent)."""
+        """Open the underlying handle (raise RobotFault(FaultKind.TELEOP) when absent)."""
 
     @abc.abstractmethod
     def _poll(self) -> None:
@@ -72,13 +72,13 @@ class ReaderThreadDevice(TeleopDevice):
     def read(self, timeout_s: float = 0.05) -> TeleopReading:
         thread = self._thread
         if thread is None:
-            raise RobotFault("teleop", f"{self.name} is not open (call open())")
+            raise RobotFault(FaultKind.TELEOP, f"{self.name} is not open (call open())")
         if not self._lock.acquire(timeout=timeout_s):
-            raise RobotFault("teleop", f"{self.name}: no reading within {timeout_s:.3f} s (reader thread stuck)")
+            raise RobotFault(FaultKind.TELEOP, f"{self.name}: no reading within {timeout_s:.3f} s (reader thread stuck)")
         try:
             if self._error is not None or not thread.is_alive():
                 why = self._error or "its reader thread ended"
-                raise RobotFault("teleop", f"{self.name} is gone: {why}; the arm was stopped")
+                raise RobotFault(FaultKind.TELEOP, f"{self.name} is gone: {why}; the arm was stopped")
             reading = self._snapshot()
             events, self._events = frozenset(self._events), set()
         finally:

@@ -18,7 +18,7 @@ is the takeover mode (toggled by ``t``, switched on by any motion key).
 
 The fd is put in cbreak mode (no line buffering, no echo) while open and restored on close. A reader
 thread waits on it with ``select``; end of file or a read error (the terminal went away) kills the
-device, and the next ``read`` raises ``RobotFault("teleop")``.
+device, and the next ``read`` raises ``RobotFault(FaultKind.TELEOP)``.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from drivers.teleop.base import ReaderThreadDevice
-from rlhw.errors import RobotFault
+from rlhw.errors import FaultKind, RobotFault
 from rlhw.robot.teleop import TeleopEvent, TeleopReading
 
 GRIPPER_BUTTONS = ("LEFT", "BTN_1")
@@ -40,7 +40,7 @@ def device_spec(name: str):
 
     specs = get_device_specs()
     if name not in specs:
-        raise RobotFault("teleop", f"unknown SpaceMouse model {name!r}; pyspacemouse knows {', '.join(sorted(specs))}")
+        raise RobotFault(FaultKind.TELEOP, f"unknown SpaceMouse model {name!r}; pyspacemouse knows {', '.join(sorted(specs))}")
     return specs[name]
 
 
@@ -91,10 +91,10 @@ class SpaceMouse(ReaderThreadDevice):
         opener.start()
         opener.join(timeout_s)
         if opener.is_alive():
-            raise RobotFault("teleop", f"opening the SpaceMouse took over {timeout_s} s (env.teleop.open_timeout_s)")
+            raise RobotFault(FaultKind.TELEOP, f"opening the SpaceMouse took over {timeout_s} s (env.teleop.open_timeout_s)")
         if "error" in box:
             e = box["error"]
-            raise RobotFault("teleop", f"no usable SpaceMouse ({type(e).__name__}: {e}); plug one in, check "
+            raise RobotFault(FaultKind.TELEOP, f"no usable SpaceMouse ({type(e).__name__}: {e}); plug one in, check "
                                        "the hidraw permissions (udev rule), or set env.teleop.device") from e
         self._mouse = box["mouse"]
         self._last_t = -1.0  # SpaceMouseState.t before its first report

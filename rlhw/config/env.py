@@ -19,7 +19,7 @@ from pydantic import Field, field_validator, model_validator
 
 from rlhw.config.base import StrictModel
 from rlhw.config.vision import RewardConfig
-from rlhw.errors import ConfigError
+from rlhw.errors import ConfigError, FaultKind
 
 Vec3 = tuple[float, float, float]
 Vec7 = tuple[float, float, float, float, float, float, float]
@@ -143,13 +143,30 @@ class ReachConfig(StrictModel):
         return self
 
 
+#: The faults the mock drivers inject (drivers/mock.py): an arm's, a camera's, and ``drop_frames``,
+#: which is no fault (the mock camera skips frames and raises nothing).
+MOCK_ARM_FAULTS = frozenset({FaultKind.REFLEX, FaultKind.TIMEOUT, FaultKind.NETWORK, FaultKind.HANG,
+                             FaultKind.RECOVER_FAIL})
+MOCK_CAMERA_FAULTS = frozenset({FaultKind.CAMERA_STALL})
+DROP_FRAMES = "drop_frames"
+MOCK_INJECTIONS = (*sorted(MOCK_ARM_FAULTS | MOCK_CAMERA_FAULTS), DROP_FRAMES)
+
+
 class MockFaultConfig(StrictModel):
     """One scheduled fault of the mock drivers (tests and demos of fault handling)."""
 
-    kind: Literal["reflex", "timeout", "network", "hang", "recover_fail", "camera_stall", "drop_frames"]
+    kind: FaultKind | Literal["drop_frames"]
     after: int = Field(0, ge=0, description="number of matching calls that succeed before the fault fires")
     count: int = Field(1, ge=1, description="how many consecutive calls the fault affects")
     on: str | None = Field(None, description="driver method the fault hits (default: the natural one for the kind)")
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _injectable(cls, kind: Any) -> Any:
+        """The kind as a FaultKind (or ``drop_frames``); a kind the mock drivers cannot inject is refused here."""
+        if kind not in MOCK_INJECTIONS:
+            raise ValueError(f"{kind!r} is not a fault the mock drivers inject; use one of {', '.join(map(str, MOCK_INJECTIONS))}")
+        return kind if kind == DROP_FRAMES else FaultKind(kind)
 
 
 class TeleopConfig(StrictModel):

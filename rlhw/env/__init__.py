@@ -1,7 +1,7 @@
 """The env service: gRPC step/reset in front of one arm, with Gymnasium and dm_env_rpc clients.
 
 - `EnvServer` (rlhw.env.server) serves a RobotEnv over rlhw.env.v1 and dm_env_rpc on one port;
-- `RemoteEnv` / `RemoteVectorEnv` (rlhw.env.client) are the Gymnasium clients;
+- `RemoteEnv` / `RemoteVectorEnv` (rlhw.env.remote_env, rlhw.env.remote_vector_env) are the Gymnasium clients;
 - the wire protocol is proto/rlhw/env/v1/env.proto (generated code in rlhw/env/v1/).
 
 Names are imported lazily so that importing rlhw.env does not load gRPC.
@@ -13,17 +13,18 @@ from rlhw._lazy import lazy_getattr
 
 _LAZY = {
     "EnvServer": "rlhw.env.server",
-    "RemoteEnv": "rlhw.env.client",
-    "RemoteVectorEnv": "rlhw.env.client",
-    "EnvServiceError": "rlhw.env.client",
-    "EnvServerUnavailable": "rlhw.env.client",
-    "EnvTimeout": "rlhw.env.client",
-    "InvalidAction": "rlhw.env.client",
-    "ControlConflictError": "rlhw.env.client",
-    "SafetyLocked": "rlhw.env.client",
-    "Unauthenticated": "rlhw.env.client",
-    "RemoteRobotFault": "rlhw.env.client",
-    "probe_env_server": "rlhw.env.client",
+    "RemoteEnv": "rlhw.env.remote_env",
+    "RemoteVectorEnv": "rlhw.env.remote_vector_env",
+    "EnvServiceError": "rlhw.env.errors",
+    "EnvServerUnavailable": "rlhw.env.errors",
+    "EnvTimeout": "rlhw.env.errors",
+    "InvalidAction": "rlhw.env.errors",
+    "ControlConflictError": "rlhw.env.errors",
+    "SafetyLocked": "rlhw.env.errors",
+    "EpisodeEnded": "rlhw.env.errors",
+    "Unauthenticated": "rlhw.env.errors",
+    "RemoteRobotFault": "rlhw.env.errors",
+    "probe_env_server": "rlhw.env.probe",
 }
 
 __all__ = list(_LAZY)

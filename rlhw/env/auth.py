@@ -13,6 +13,9 @@ import secrets
 
 import grpc
 
+from rlhw.env.codec import reason_to_metadata
+from rlhw.errors import ErrorReason
+
 METADATA_KEY = "authorization"
 
 
@@ -45,10 +48,11 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
             return handler
 
         def deny(request_or_iterator, context):
+            context.set_trailing_metadata((reason_to_metadata(ErrorReason.UNAUTHENTICATED),))
             context.abort(grpc.StatusCode.UNAUTHENTICATED, why)
 
         def deny_stream(request_or_iterator, context):
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, why)
+            deny(request_or_iterator, context)
             yield  # pragma: no cover - abort raises
 
         kw = dict(

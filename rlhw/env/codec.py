@@ -16,7 +16,59 @@ import struct
 import numpy as np
 
 from rlhw.env.v1 import env_pb2 as pb
+from rlhw.errors import ErrorReason, FaultKind
 from rlhw.robot.spec import EnvSpec, TensorSpec
+
+# ---------------------------------------------------------------------------------------------
+# Fault kinds and error reasons: the Python enums and the proto's, one-to-one by name
+# (FaultKind.CAMERA_STALL <-> FAULT_KIND_CAMERA_STALL). A member missing on either side fails here,
+# at import, not in the middle of an episode.
+
+FAULT_TO_WIRE: dict[FaultKind, int] = {k: pb.FaultKind.Value("FAULT_KIND_" + k.name) for k in FaultKind}
+FAULT_FROM_WIRE: dict[int, FaultKind] = {v: k for k, v in FAULT_TO_WIRE.items()}
+REASON_TO_WIRE: dict[ErrorReason, int] = {r: pb.ErrorReason.Value("ERROR_REASON_" + r.name) for r in ErrorReason}
+REASON_FROM_WIRE: dict[int, ErrorReason] = {v: r for r, v in REASON_TO_WIRE.items()}
+#: Trailing metadata of a failed unary call: the ErrorReason's proto name, e.g. ERROR_REASON_CONTROLLED_BY_OTHER.
+REASON_METADATA_KEY = "rlhw-error-reason"
+#: Trailing metadata of a failed unary call: the request field at fault (``Error.field`` in-band).
+FIELD_METADATA_KEY = "rlhw-error-field"
+
+
+def fault_to_wire(kind: FaultKind | None) -> int:
+    """The proto value of a fault kind (FAULT_KIND_UNSPECIFIED = no fault)."""
+    return FAULT_TO_WIRE[kind] if kind is not None else pb.FAULT_KIND_UNSPECIFIED
+
+
+def fault_from_wire(value: int) -> FaultKind | None:
+    """The fault kind of a proto value; None for no fault. A value this client does not know (a
+    newer server) raises, naming it: a fault must not pass as "no fault"."""
+    if value == pb.FAULT_KIND_UNSPECIFIED:
+        return None
+    kind = FAULT_FROM_WIRE.get(value)
+    if kind is None:
+        raise ValueError(f"StepResponse.fault holds FaultKind value {value}, which this client does not know; "
+                         "update rlhw (proto/rlhw/env/v1/env.proto) to the server's version")
+    return kind
+
+
+def faults_from_wire(values, n: int):
+    """``info["fault"]`` of a step: the kind (or None) for one instance, a list for a batch."""
+    kinds = [fault_from_wire(v) for v in values]
+    return (kinds[0] if kinds else None) if n == 1 else kinds
+
+
+def reason_to_metadata(reason: ErrorReason) -> tuple[str, str]:
+    """The trailing-metadata pair that carries ``reason`` on a failed unary call."""
+    return REASON_METADATA_KEY, pb.ErrorReason.Name(REASON_TO_WIRE[reason])
+
+
+def reason_from_wire(value: int | str | None) -> ErrorReason | None:
+    """The reason of an ``Error.reason`` value or of the metadata's name; None when absent or unknown
+    (an older or newer server): the client then goes by the status code alone."""
+    if isinstance(value, str):
+        value = pb.ErrorReason.Value(value) if value in pb.ErrorReason.keys() else None
+    return REASON_FROM_WIRE.get(value) if value else None
+
 
 _DTYPES: dict[int, np.dtype] = {
     pb.FLOAT32: np.dtype("<f4"),

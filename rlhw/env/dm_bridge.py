@@ -28,12 +28,15 @@ import numpy as np
 from dm_env_rpc.v1 import dm_env_rpc_pb2 as dm
 from dm_env_rpc.v1 import dm_env_rpc_pb2_grpc
 from dm_env_rpc.v1 import tensor_spec_utils, tensor_utils
-from google.rpc import status_pb2
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
 
+from rlhw.env import codec
 from rlhw.env.host import EnvHost
-from rlhw.env.limits import StreamRefused, bounded
-from rlhw.env.service import CallFailed, EnvService, run_guarded, session_id
+from rlhw.env.limits import StreamRefused
+from rlhw.env.service import CallFailed, EnvService, abort, run_guarded, session_id
 from rlhw.env.validate import InvalidRequest
+from rlhw.errors import ErrorReason
 
 log = logging.getLogger("rlhw.env")
 
@@ -94,8 +97,7 @@ class DmEnvRpcService(dm_env_rpc_pb2_grpc.EnvironmentServicer):
             peer = context.peer()
             self.native.gate.open(peer, session)  # a dm_env_rpc stream holds a handler thread too
         except (InvalidRequest, StreamRefused) as e:
-            code = grpc.StatusCode.INVALID_ARGUMENT if isinstance(e, InvalidRequest) else e.code
-            context.abort(code, bounded(str(e) if isinstance(e, InvalidRequest) else e.message))
+            abort(context, e)
         stream = _Stream(self, next(self._streams), session)
         try:
             for request in request_iterator:
@@ -103,15 +105,16 @@ class DmEnvRpcService(dm_env_rpc_pb2_grpc.EnvironmentServicer):
                 try:
                     handler = getattr(stream, kind, None)
                     if handler is None:
-                        raise CallFailed(grpc.StatusCode.UNIMPLEMENTED, f"request type {kind!r} is not supported")
+                        raise CallFailed(grpc.StatusCode.UNIMPLEMENTED, f"request type {kind!r} is not supported",
+                                         ErrorReason.UNSUPPORTED_REQUEST)
                     response = handler(getattr(request, kind))
                     yield dm.EnvironmentResponse(**{kind: response})
                 except CallFailed as e:
-                    yield dm.EnvironmentResponse(error=status_pb2.Status(code=e.code.value[0], message=e.message))
+                    yield dm.EnvironmentResponse(error=status(e))
                 except Exception as e:  # a bug here must not end the client's stream silently
                     log.exception("dm_env_rpc request failed")
-                    yield dm.EnvironmentResponse(error=status_pb2.Status(
-                        code=grpc.StatusCode.INTERNAL.value[0], message=bounded(f"{type(e).__name__}: {e}")))
+                    yield dm.EnvironmentResponse(error=status(CallFailed(
+                        grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}", ErrorReason.ENV_FAILED)))
         finally:
             try:
                 stream.close()
@@ -131,12 +134,26 @@ class DmEnvRpcService(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         )
 
 
+#: ErrorInfo.domain of the reasons this bridge attaches to its in-band errors.
+ERROR_DOMAIN = "rlhw.env.v1"
+
+
+def status(e: CallFailed) -> status_pb2.Status:
+    """``e`` as dm_env_rpc's in-band google.rpc.Status: the reason rides along the standard way, as
+    a google.rpc.ErrorInfo detail (reason = the ErrorReason's proto name, domain = ERROR_DOMAIN)."""
+    info = error_details_pb2.ErrorInfo(reason=codec.reason_to_metadata(e.reason)[1], domain=ERROR_DOMAIN)
+    detail = any_pb2.Any()
+    detail.Pack(info)
+    return status_pb2.Status(code=e.code.value[0], message=e.message, details=[detail])
+
+
 def _no_settings(settings, what: str) -> None:
     if settings:
         names = ", ".join(sorted(settings))
         raise CallFailed(
             grpc.StatusCode.INVALID_ARGUMENT,
             f"{what} takes no settings (got {names}); this server's env is fixed by its config file",
+            ErrorReason.INVALID_REQUEST,
         )
 
 
@@ -160,7 +177,8 @@ class _Stream:
         if w.created_by is None or name != w.name:
             raise CallFailed(grpc.StatusCode.NOT_FOUND,
                              f"no world named {name!r}; this server has one world, {w.name!r}; CreateWorld it first"
-                             if w.created_by is None else f"no world named {name!r}; the world is {w.name!r}")
+                             if w.created_by is None else f"no world named {name!r}; the world is {w.name!r}",
+                             ErrorReason.UNKNOWN_WORLD)
 
     def create_world(self, req: dm.CreateWorldRequest) -> dm.CreateWorldResponse:
         _no_settings(req.settings, "CreateWorld")
@@ -168,7 +186,8 @@ class _Stream:
             w = self.svc.world
             if w.created_by is not None:
                 raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION,
-                                 f"world {w.name!r} exists already (one world per server, one arm); JoinWorld it")
+                                 f"world {w.name!r} exists already (one world per server, one arm); JoinWorld it",
+                                 ErrorReason.WORLD_STATE)
             w.created_by = self.number
         return dm.CreateWorldResponse(world_name=w.name)
 
@@ -179,9 +198,9 @@ class _Stream:
             if not self.svc.supported:
                 raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION,
                                  "dm_env_rpc serves single envs only; this server hosts "
-                                 f"{self.host.num_envs} instances; use the rlhw.env.v1 service")
+                                 f"{self.host.num_envs} instances; use the rlhw.env.v1 service", ErrorReason.UNSUPPORTED_REQUEST)
             if self.joined:
-                raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION, "already joined; LeaveWorld first")
+                raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION, "already joined; LeaveWorld first", ErrorReason.WORLD_STATE)
             run_guarded(self.host.control.acquire, self.session)
             self.host.control.done(self.session)
             self.joined = True
@@ -207,7 +226,8 @@ class _Stream:
         with self.svc._lock:
             self._check_world(req.world_name)
             if self.svc.world.joined_by is not None:
-                raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION, "a client is joined to the world; LeaveWorld first")
+                raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION, "a client is joined to the world; LeaveWorld first",
+                                 ErrorReason.WORLD_STATE)
             self.svc.world.created_by = None
         return dm.DestroyWorldResponse()
 
@@ -218,7 +238,7 @@ class _Stream:
             joined_by = self.svc.world.joined_by
         if joined_by is not None and joined_by != self.number:
             raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION,
-                             "another client is joined to the world and controls the arm")
+                             "another client is joined to the world and controls the arm", ErrorReason.CONTROLLED_BY_OTHER)
         self.need_start = True
         self.pending = None
         return dm.ResetWorldResponse()
@@ -226,7 +246,8 @@ class _Stream:
     # episode
     def _require_joined(self, what: str) -> None:
         if not self.joined:
-            raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION, f"{what} needs a joined world; JoinWorld first")
+            raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION, f"{what} needs a joined world; JoinWorld first",
+                             ErrorReason.WORLD_STATE)
 
     def reset(self, req: dm.ResetRequest) -> dm.ResetResponse:
         _no_settings(req.settings, "Reset")
@@ -243,7 +264,7 @@ class _Stream:
             if uid not in self.svc.uid_names:
                 raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT,
                                  f"requested_observations: unknown observation uid {uid}; "
-                                 f"known: {sorted(self.svc.uid_names)}")
+                                 f"known: {sorted(self.svc.uid_names)}", ErrorReason.INVALID_REQUEST)
             if uid not in requested:
                 requested.append(uid)
         if self.need_start:
@@ -282,7 +303,7 @@ class _Stream:
             if uid != ACTION_UID:
                 raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT,
                                  f"actions: unknown action uid {uid}; the only action is uid {ACTION_UID} "
-                                 f"({self.host.spec.action.name!r})")
+                                 f"({self.host.spec.action.name!r})", ErrorReason.INVALID_REQUEST)
         if ACTION_UID not in actions:
             return self.last_action
         tensor = actions[ACTION_UID]
@@ -290,30 +311,30 @@ class _Stream:
         try:
             got = tensor_utils.get_tensor_type(tensor)
         except Exception as e:
-            raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: unreadable tensor: {e}") from None
+            raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: unreadable tensor: {e}", ErrorReason.INVALID_REQUEST) from None
         if np.dtype(got) != checker.dtype:
             raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT,
-                             f"{field}.dtype: expected {checker.dtype.name}, got {np.dtype(got).name}")
+                             f"{field}.dtype: expected {checker.dtype.name}, got {np.dtype(got).name}", ErrorReason.INVALID_REQUEST)
         shape = list(tensor.shape)
         want = list(checker.shape)
         if len(shape) != len(want) or any(s not in (w, -1) for s, w in zip(shape, want)) or shape.count(-1) > 1:
             raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT,
-                             f"{field}.shape: expected {want} (one dimension may be -1), got {shape}")
+                             f"{field}.shape: expected {want} (one dimension may be -1), got {shape}", ErrorReason.INVALID_REQUEST)
         try:
             arr = tensor_utils.unpack_tensor(tensor)
         except Exception as e:
-            raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: cannot unpack: {e}") from None
+            raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: cannot unpack: {e}", ErrorReason.INVALID_REQUEST) from None
         arr = np.asarray(arr, dtype=checker.dtype)
         if arr.shape != checker.shape:
             try:
                 arr = np.broadcast_to(arr, checker.shape)
             except ValueError:
                 raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT,
-                                 f"{field}.shape: {list(arr.shape)} does not fit {want}") from None
+                                 f"{field}.shape: {list(arr.shape)} does not fit {want}", ErrorReason.INVALID_REQUEST) from None
         try:
             return checker.check_array(arr, field)
         except InvalidRequest as e:
-            raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, str(e), e.field) from None
+            raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, str(e), e.reason, e.field) from None
 
     def close(self) -> None:
         """The stream ended: leave (stops the arm) and drop a world this stream created."""

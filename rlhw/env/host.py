@@ -19,6 +19,7 @@ import numpy as np
 
 from rlhw.env.control import ControlLease
 from rlhw.env.validate import ActionChecker
+from rlhw.errors import FaultKind
 
 log = logging.getLogger("rlhw.env")
 
@@ -65,19 +66,22 @@ def _per_instance(value, n: int, dtype) -> list:
     return arr.tolist()
 
 
-_NO_FAULT = ("",)  # shared and immutable: one instance, no fault
+_NO_FAULT = (None,)  # shared and immutable: one instance, no fault
+_NO_MESSAGE = ("",)
 
 
-def _faults(info: dict, n: int) -> tuple[list[str], list[str]]:
+def _faults(info: dict, n: int) -> tuple[list[FaultKind | None], list[str]]:
+    """Per instance: the fault kind (None = none) and its message. The env's ``info["fault"]`` is
+    typed here, where it enters the wire: a kind that is no FaultKind is a bug of the env (ValueError)."""
     fault = info.get("fault")
     message = info.get("fault_message")
     if n == 1 or fault is None or isinstance(fault, str):
-        kinds = [fault or ""] * n
+        kinds = [FaultKind(fault) if fault else None] * n
         msgs = [str(message or "") if fault else ""] * n
         return kinds, msgs
-    kinds = [f or "" for f in fault]
+    kinds = [FaultKind(f) if f else None for f in fault]
     msgs = list(message) if isinstance(message, (list, tuple)) else [str(message or "") if f else "" for f in fault]
-    return [str(k) for k in kinds], [str(m or "") for m in msgs]
+    return kinds, [str(m or "") for m in msgs]
 
 
 def _stamps(value) -> dict:
@@ -207,7 +211,7 @@ class EnvHost:
         out = self.step_fast(action)
         if type(out) is tuple:
             obs, stamps, reward, terminated, truncated, success, timing = out
-            return StepResult(obs, stamps, [reward], [terminated], [truncated], [success], _NO_FAULT, _NO_FAULT, timing)
+            return StepResult(obs, stamps, [reward], [terminated], [truncated], [success], _NO_FAULT, _NO_MESSAGE, timing)
         return out
 
     def step_fast(self, action: np.ndarray):

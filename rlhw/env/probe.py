@@ -12,7 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from rlhw.env import codec
 from rlhw.env.auth import bearer
-from rlhw.env.client import _from_rpc_error
+from rlhw.env.errors import _from_rpc_error
 from rlhw.env.grpc_channel import open_channel
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.env.v1 import env_pb2_grpc

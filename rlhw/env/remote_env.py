@@ -21,7 +21,7 @@ import numpy as np
 
 from rlhw.env import codec, step_layout, wire
 from rlhw.env.auth import SESSION_METADATA_KEY, bearer, check_session_secret, new_session_secret, session_fingerprint
-from rlhw.env.client import _CODES, ControlConflictError, EnvServerUnavailable, EnvTimeout, _error, _from_rpc_error
+from rlhw.env.errors import ControlConflictError, EnvServerUnavailable, EnvTimeout, _from_rpc_error, error_from_message
 from rlhw.env.grpc_channel import open_channel, wait_until_connected
 from rlhw.env.session_stream import DeadlineWatcher, SessionStream
 from rlhw.env.v1 import env_pb2 as pb
@@ -132,7 +132,7 @@ class RemoteEnv(gym.Env):
     def _parse_session(self, response: bytes):
         kind, head, observations = wire.read_session_response(response)
         if kind == "error":
-            err = _error(self.address, _CODES.get(head.code), head.message, head.field)
+            err = error_from_message(self.address, head)
             if isinstance(err, ControlConflictError):
                 self._drop_stream()  # the server ends a refused would-be controller's stream
             raise err
@@ -218,7 +218,7 @@ class RemoteEnv(gym.Env):
             "timestamps": _stamps(stamps),
             "timing": dict(response.timing),
             "success": _flags(response.success, n),
-            "fault": (response.fault[0] or None) if n == 1 and response.fault else list(response.fault),
+            "fault": codec.faults_from_wire(response.fault, n),
             "fault_message": (response.fault_message[0] if n == 1 and response.fault_message else list(response.fault_message)),
         }
         if n == 1:

@@ -27,10 +27,11 @@ log = logging.getLogger("rlhw.env")
 GIL_SWITCH_INTERVAL_S = 0.001
 
 
-def _bind_address(host: str, port: int) -> str:
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"{host}:{port}"
+def _bind_address(ip: str, port: int) -> str:
+    """``ip:port`` for gRPC (an IPv6 address in brackets); ``ip`` is the config's ``server.host``."""
+    if ":" in ip and not ip.startswith("["):
+        ip = f"[{ip}]"
+    return f"{ip}:{port}"
 
 
 def check_exposure(config: ServerConfig, token: str | None) -> None:
@@ -47,17 +48,18 @@ def check_exposure(config: ServerConfig, token: str | None) -> None:
 class EnvServer:
     """Serve ``env`` (a RobotEnv, or anything with its contract) as configured by ``config``.
 
-    ``start()`` binds and returns self; ``address`` is then ``host:port`` with the real port (port
-    0 picks a free one). ``stop()`` stops the arm, stops serving, and closes the env.
+    ``start()`` binds and returns self; ``address`` is then ``ip:port`` with the real port (port
+    0 picks a free one). ``stop()`` stops the arm, stops serving, and closes the env. ``env_host``
+    is the `EnvHost` (the env behind the single-controller rule) that both services share.
     """
 
     def __init__(self, env, config: ServerConfig | None = None, *, dm_env_rpc: bool = True, close_env: bool = True):
         self.config = config = config or ServerConfig()
         self.token = config.resolve_token()
         check_exposure(config, self.token)
-        self.host = EnvHost(env, watchdog_s=config.watchdog_s)
+        self.env_host = EnvHost(env, watchdog_s=config.watchdog_s)
         gate = StreamGate(config.max_streams, config.max_streams_per_peer)
-        self.native = EnvService(self.host, config.watchdog_s, config.step_deadline_s, config.reset_deadline_s, gate)
+        self.native = EnvService(self.env_host, config.watchdog_s, config.step_deadline_s, config.reset_deadline_s, gate)
         self.close_env = close_env
         interceptors = [TokenAuthInterceptor(self.token)] if self.token else []
         max_bytes = config.max_message_bytes
@@ -81,7 +83,7 @@ class EnvServer:
         if dm_env_rpc:
             from rlhw.env.dm_bridge import SERVICE_NAME as DM_NAME, DmEnvRpcService
 
-            self.dm = DmEnvRpcService(self.host, self.native)
+            self.dm = DmEnvRpcService(self.env_host, self.native)
             handlers.append(self.dm.handler())
             names.append(DM_NAME)
         self.server.add_generic_rpc_handlers(tuple(handlers))
@@ -98,7 +100,7 @@ class EnvServer:
 
     @property
     def address(self) -> str:
-        """``host:port`` clients dial (the bound port, after start)."""
+        """``ip:port`` clients dial (the bound port, after start)."""
         return _bind_address(self.config.host, self.port if self.port is not None else self.config.port)
 
     def start(self) -> "EnvServer":
@@ -150,7 +152,7 @@ class EnvServer:
                 return
             self.native.shutting_down = True
             try:
-                self.host.stop_arm("server shutting down")
+                self.env_host.stop_arm("server shutting down")
             except Exception:
                 log.exception("stopping the arm at shutdown failed")
             for name in ("", *self._service_names):
@@ -158,9 +160,9 @@ class EnvServer:
             self.server.stop(grace_s).wait(grace_s + 1.0)
             self.native.close()
             if self.close_env:
-                self.host.close()
+                self.env_host.close()
             else:
-                self.host.control.close()
+                self.env_host.control.close()
             if self.unix_path and os.path.exists(self.unix_path):
                 try:
                     os.unlink(self.unix_path)

@@ -3,12 +3,15 @@
 Responses that carry observations are written as wire bytes straight from the env's arrays
 (rlhw.env.wire, and rlhw.env.step_layout for single-instance steps), so the handlers return
 `bytes`; the method handlers below pass bytes through and serialise anything else with protobuf.
+
+Every error carries an `ErrorReason`: in-band as ``Error.reason`` on the Session stream, as the
+trailing metadata ``rlhw-error-reason`` on unary calls (`abort`). Clients go by code and reason;
+the message is for people.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from concurrent import futures
 import time
 from time import perf_counter
@@ -23,7 +26,7 @@ from rlhw.env.host import EnvHost, StepResult
 from rlhw.env.limits import MAX_FIELD_CHARS, StreamGate, StreamRefused, bounded
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.env.validate import InvalidRequest
-from rlhw.errors import RobotFault, SafetyViolation
+from rlhw.errors import ErrorReason, RobotFault, SafetyViolation
 
 log = logging.getLogger("rlhw.env")
 
@@ -36,36 +39,56 @@ def session_id(context: grpc.ServicerContext, prefix: str = "") -> str:
     try:
         return session_of(context.invocation_metadata(), context.peer(), prefix)
     except SessionSecretRefused as e:
-        raise InvalidRequest(SessionSecretRefused.field, str(e).split(": ", 1)[1]) from None
+        raise InvalidRequest(SessionSecretRefused.field, str(e).split(": ", 1)[1], ErrorReason.BAD_SESSION_KEY) from None
 
 
 class CallFailed(Exception):
-    """A call failed with a gRPC status; raised inside handlers, turned into abort or in-band error.
+    """A call failed with a gRPC status and an `ErrorReason`; raised inside handlers, turned into an
+    abort (`abort`) or an in-band error (`error_message`).
 
     The message is bounded (rlhw.env.limits): it travels in metadata, which has a size limit."""
 
-    def __init__(self, code: grpc.StatusCode, message: str, field: str = ""):
+    def __init__(self, code: grpc.StatusCode, message: str, reason: ErrorReason, field: str = ""):
         self.code = code
         self.message = bounded(message)
+        self.reason = reason
         self.field = bounded(field, MAX_FIELD_CHARS)
         super().__init__(self.message)
 
 
 def _failure(e: Exception) -> CallFailed:
-    """The status code for an exception raised by an env operation."""
+    """The status code and reason for an exception raised by an env operation."""
     if isinstance(e, CallFailed):
         return e
     if isinstance(e, InvalidRequest):
-        return CallFailed(grpc.StatusCode.INVALID_ARGUMENT, str(e), e.field)
+        return CallFailed(grpc.StatusCode.INVALID_ARGUMENT, str(e), e.reason, e.field)
+    if isinstance(e, StreamRefused):
+        return CallFailed(e.code, e.message, ErrorReason.TOO_MANY_STREAMS)
     if isinstance(e, ControlConflict):
-        return CallFailed(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        return CallFailed(grpc.StatusCode.FAILED_PRECONDITION, str(e), ErrorReason.CONTROLLED_BY_OTHER)
     if isinstance(e, SafetyViolation):
-        return CallFailed(grpc.StatusCode.FAILED_PRECONDITION, f"safety: {e}")
+        return CallFailed(grpc.StatusCode.FAILED_PRECONDITION, f"safety: {e}", e.reason)
     if isinstance(e, RobotFault):
-        return CallFailed(grpc.StatusCode.ABORTED, f"robot fault: {e}")
+        return CallFailed(grpc.StatusCode.ABORTED, f"robot fault: {e}", ErrorReason.ROBOT_FAULT)
     # a bug in the env must not take the server down
     log.error("env call failed", exc_info=e)
-    return CallFailed(grpc.StatusCode.INTERNAL, f"env raised {type(e).__name__}: {e}")
+    return CallFailed(grpc.StatusCode.INTERNAL, f"env raised {type(e).__name__}: {e}", ErrorReason.ENV_FAILED)
+
+
+def abort(context: grpc.ServicerContext, e: Exception):
+    """End a call with ``e``'s status (`_failure`); its reason (and field) go in the trailing metadata."""
+    e = _failure(e)
+    metadata = [codec.reason_to_metadata(e.reason)]
+    if e.field:
+        metadata.append((codec.FIELD_METADATA_KEY, e.field))
+    context.set_trailing_metadata(metadata)
+    context.abort(e.code, e.message)
+
+
+def error_message(e: Exception) -> pb.Error:
+    """``e`` as the Session stream's in-band Error."""
+    e = _failure(e)
+    return pb.Error(code=e.code.value[0], message=e.message, field=e.field, reason=codec.REASON_TO_WIRE[e.reason])
 
 
 def run_guarded(fn, *args):
@@ -76,11 +99,15 @@ def run_guarded(fn, *args):
         raise _failure(e) from None
 
 
-def _encode_step(head_msg, result: StepResult, wrap_field: int | None) -> bytes:
-    observations = [(1, result.obs, result.stamps)]
+def _encode_step(head, result: StepResult, wrap_field: int | None) -> bytes:
+    """``head`` (the response without its observations: a ResetResponse, or StepResponse wire bytes)
+    and the result's observations, written from the arrays (rlhw.env.wire)."""
+    field = wire.T.n_observation if type(head) is bytes else wire.T.n_reset_observation
+    observations = [(field, result.obs, result.stamps)]
     if result.final_obs is not None:
-        observations.append((9, result.final_obs, None))
-    return wire.encode_with_observations(head_msg.SerializeToString(), observations, wrap_field)
+        observations.append((wire.T.n_final_observation, result.final_obs, None))
+    head = head if type(head) is bytes else head.SerializeToString()
+    return wire.encode_with_observations(head, observations, wrap_field)
 
 
 def _parse(message_type, data: bytes):
@@ -113,7 +140,8 @@ class EnvService:
     # -- operations shared by unary calls and the Session stream ----------------------------------
     def _controlled(self, session: str, fn, *args, limit_s: float | None = None):
         if self.shutting_down:
-            raise CallFailed(grpc.StatusCode.UNAVAILABLE, "server is shutting down; the arm is stopped")
+            raise CallFailed(grpc.StatusCode.UNAVAILABLE, "server is shutting down; the arm is stopped",
+                             ErrorReason.SHUTTING_DOWN)
         control = self.host.control
         try:
             control.acquire(session, limit_s)
@@ -165,10 +193,7 @@ class EnvService:
             head = wire.encode_step_head(result.reward, result.terminated, result.truncated, result.success,
                                           result.fault, result.fault_message, timing, result.final_mask or (),
                                           result.executed_action, result.intervened)
-            observations = [(1, result.obs, result.stamps)]
-            if result.final_obs is not None:
-                observations.append((9, result.final_obs, None))
-            data = wire.encode_with_observations(head, observations, wrap_field)
+            data = _encode_step(head, result, wrap_field)
         timing["encode"] = perf_counter() - t2
         self.host.record(timing)
         return data
@@ -185,15 +210,13 @@ class EnvService:
             request = _parse(pb.ResetRequest, data)
             return self._controlled(session_id(context), self._reset, request, None, limit_s=self.reset_limit_s)
         except (CallFailed, InvalidRequest) as e:
-            e = _failure(e)
-            context.abort(e.code, e.message)
+            abort(context, e)
 
     def Step(self, data: bytes, context):
         try:
             return self._controlled(session_id(context), self._step, data, None, limit_s=self.step_limit_s)
         except (CallFailed, InvalidRequest) as e:
-            e = _failure(e)
-            context.abort(e.code, e.message)
+            abort(context, e)
 
     def Stop(self, data: bytes, context):
         """Stop the arm first, whatever else is wrong with the call (a stop always gets through)."""
@@ -204,15 +227,15 @@ class EnvService:
         try:
             self.host.stop_arm(f"Stop called by {session or context.peer()}")
         except Exception as e:
-            context.abort(grpc.StatusCode.INTERNAL, bounded(f"stopping the arm failed: {e!r}"))
+            abort(context, CallFailed(grpc.StatusCode.INTERNAL, f"stopping the arm failed: {e!r}", ErrorReason.ENV_FAILED))
         try:
             request = _parse(pb.StopRequest, data)
         except InvalidRequest as e:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, bounded(f"{e}; the arm was stopped anyway, control not released"))
+            abort(context, InvalidRequest(e.field, f"{e.message}; the arm was stopped anyway, control not released", e.reason))
         if session is None:
             if request.release:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                              bounded(f"{refused}; the arm was stopped anyway, control not released"))
+                abort(context, InvalidRequest(refused.field, f"{refused.message}; the arm was stopped anyway, "
+                                                             "control not released", refused.reason))
             session = "peer:" + context.peer()
         message = "arm stopped"
         released = False
@@ -247,39 +270,39 @@ class EnvService:
             peer = context.peer()
             self.gate.open(peer, session, controller=self.host.control.controller == session)
         except (InvalidRequest, StreamRefused) as e:
-            e = _failure(e) if isinstance(e, InvalidRequest) else e
-            context.abort(e.code, e.message)
+            abort(context, e)
         try:
             self.host.control.check(session)
         except ControlConflict as e:
             self.gate.close(peer, session)
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, bounded(str(e)))
+            abort(context, e)
         return session, peer
 
     def Session(self, request_iterator, context):
         session, peer = self._admit(context)
         try:
             prefix, size = self.host.checker.canonical_request(True)
+            step_field, reset_field = wire.T.n_session_step, wire.T.n_session_reset
             for data in request_iterator:  # serialised SessionRequests
                 try:
                     if len(data) == size and data.startswith(prefix):  # a step laid out as usual: _step reads the bytes
-                        out = self._controlled(session, self._step, data, 2, limit_s=self.step_limit_s)
+                        out = self._controlled(session, self._step, data, step_field, limit_s=self.step_limit_s)
                     else:
                         request = _parse(pb.SessionRequest, data)
                         kind = request.WhichOneof("kind")
                         if kind == "step":
-                            out = self._controlled(session, self._step, request.step, 2, limit_s=self.step_limit_s)
+                            out = self._controlled(session, self._step, request.step, step_field, limit_s=self.step_limit_s)
                         elif kind == "reset":
-                            out = self._controlled(session, self._reset, request.reset, 1, limit_s=self.reset_limit_s)
+                            out = self._controlled(session, self._reset, request.reset, reset_field,
+                                                   limit_s=self.reset_limit_s)
                         else:
-                            raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT,
-                                             "empty SessionRequest; set reset or step", "kind")
+                            raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, "empty SessionRequest; set reset or step",
+                                             ErrorReason.INVALID_REQUEST, "kind")
                     yield out
                 except (CallFailed, InvalidRequest) as e:  # InvalidRequest: a request that does not parse
-                    e = _failure(e)
-                    yield pb.SessionResponse(error=pb.Error(code=e.code.value[0], message=e.message,
-                                                            field=e.field)).SerializeToString()
-                    if e.code == grpc.StatusCode.FAILED_PRECONDITION and self.host.control.controller != session:
+                    error = error_message(e)
+                    yield pb.SessionResponse(error=error).SerializeToString()
+                    if error.code == grpc.StatusCode.FAILED_PRECONDITION.value[0] and self.host.control.controller != session:
                         return  # a refused would-be controller: end its stream now, freeing the thread
         finally:
             left = self.gate.close(peer, session)
@@ -328,7 +351,8 @@ def _parse_or_abort(message_type, data: bytes, context):
     try:
         return _parse(message_type, data)
     except InvalidRequest as e:
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, bounded(str(e)))
+        abort(context, e)
 
 
-__all__ = ["EnvService", "SERVICE_NAME", "SESSION_METADATA_KEY", "session_id", "CallFailed", "run_guarded"]
+__all__ = ["EnvService", "SERVICE_NAME", "SESSION_METADATA_KEY", "session_id", "CallFailed", "run_guarded",
+           "abort", "error_message"]

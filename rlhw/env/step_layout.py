@@ -4,9 +4,10 @@ Step after step a server sends the same message shape: the same observation name
 shapes, the same timing keys, one reward and three flags. Only values change. Both ends therefore
 prepare the message's layout once - every byte that does not hold a value - and per step only write
 (server, `StepWriter`) or read (client, `StepReader`) the values: a few C calls instead of a walk
-over fields. Whenever a step does not fit the prepared layout (first step, a fault string, another
+over fields. Whenever a step does not fit the prepared layout (first step, a fault, another
 camera set, a batch), the general wire path (rlhw.env.wire) handles it and the layout is prepared
-afresh; both paths give the same bytes and the same values.
+afresh; both paths give the same bytes and the same values. Field keys come from the descriptors
+(``wire.T``, read when a layout is prepared), never from literals here.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import struct
 
 import numpy as np
 
-from rlhw.env.codec import CODE_BY_DTYPE, numpy_dtype
+from rlhw.env import wire
+from rlhw.env.codec import CODE_BY_DTYPE, faults_from_wire, numpy_dtype
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.env.wire import (
     BIG_TENSOR_BYTES,
@@ -26,8 +28,11 @@ from rlhw.env.wire import (
     entry_prefix,
     len_prefix,
     map_double_entry,
+    no_fault_fields,
+    packed_flag,
     read_varint,
 )
+from rlhw.env.wire_tags import LEN
 
 
 class _Template:
@@ -135,16 +140,20 @@ class StepWriter:
 
     @staticmethod
     def _general(reward, terminated, truncated, success, timing, obs, stamps, wrap_field) -> bytes:
-        head = encode_step_head([reward], [terminated], [truncated], [success], [""], [""], timing)
-        return encode_with_observations(head, [(1, obs, stamps)], wrap_field)
+        head = encode_step_head([reward], [terminated], [truncated], [success], [None], [""], timing)
+        return encode_with_observations(head, [(wire.T.n_observation, obs, stamps)], wrap_field)
 
     @staticmethod
     def _prepare(key, sig, timing, obs, stamps, wrap_field) -> _WriterLayout | None:
         if any(not isinstance(v, (float, int)) for v in stamps.values()):
             return None  # array capture times (batched envs) take the general path
-        head: list = [b"\x12\x04", "f", b"\x1a\x01", "?", b"\x22\x01", "?", b"\x2a\x01", "?", b"\x32\x00\x3a\x00"]
+        t = wire.T
+        # each flag: its packed one-element prefix, then the value byte
+        head: list = [len_prefix(t.n_reward, 4), "f", packed_flag(t.n_terminated, False)[:-1], "?",
+                      packed_flag(t.n_truncated, False)[:-1], "?", packed_flag(t.n_success, False)[:-1], "?",
+                      no_fault_fields()]
         for name in timing:
-            entry = map_double_entry(8, name, 0.0)
+            entry = map_double_entry(t.n_timing, name, 0.0)
             head += [entry[:-8], "d"]
         tensors = []
         tensor_items: list = []
@@ -152,20 +161,18 @@ class StepWriter:
         for (dtype, shape), name in zip(sig, obs):
             if dtype.byteorder == ">" or dtype not in CODE_BY_DTYPE:
                 return None
-            prefix, total = entry_prefix(1, name, dtype, shape)
+            prefix, total = entry_prefix(t.n_tensors, name, dtype, shape)
             tensors.append((dtype, shape, prefix, total - len(prefix) > BIG_TENSOR_BYTES))
             tensor_items += [prefix, f"{total - len(prefix)}s"]
             obs_size += total
         stamp_items: list = []
         for name in stamps:
-            prefix, total = entry_prefix(2, name, F64, ())
+            prefix, total = entry_prefix(t.n_capture_time, name, F64, ())
             stamp_items += [prefix, "d"]
             obs_size += total
-        obs_prefix = len_prefix(1, obs_size)
-        head.append(obs_prefix)
-        head_size = (4 + 2) + 3 * 3 + 4 + sum(len(map_double_entry(8, k, 0.0)) for k in timing) + len(obs_prefix)
-        if wrap_field is not None:
-            head.insert(0, len_prefix(wrap_field, head_size + obs_size))
+        head.append(len_prefix(t.n_observation, obs_size))
+        if wrap_field is not None:  # the head's own size is its template's: fixed bytes and value slots
+            head.insert(0, len_prefix(wrap_field, _Template(head).struct.size + obs_size))
         layout = _WriterLayout()
         layout.key, layout.sig = key, sig
         layout.head = _Template(head)
@@ -229,24 +236,9 @@ def _reader_layout(buf, head, session: bool) -> _ReaderLayout | None:
     """The layout of one message: its fixed bytes and its value slots, compiled to two Structs."""
     if len(head.reward) != 1 or len(head.terminated) != 1 or len(head.truncated) != 1 or len(head.success) != 1:
         return None
-    segments: list = []  # ("fixed", start, end) and ("slot", kind, start, end, info), in order
-    pos = 0
-    end = len(buf)
-    if session:
-        key, p = read_varint(buf, 0)
-        if key != (2 << 3) | 2:  # SessionResponse.step
-            return None
-        n, p = read_varint(buf, p)
-        if p + n != end:
-            return None
-        segments.append(("fixed", 0, p))
-        pos = p
-    slots = {"reward": 0, "flags": 0, "timing": [], "tensors": [], "stamps": []}
-    try:
-        _layout_step(buf, pos, end, segments, slots)
-    except _NoLayout:
-        return None
-    if slots["reward"] != 1 or slots["flags"] != 3:
+    t = wire.T
+    segments = _segments(buf, session)
+    if segments is None:
         return None
     check_fmt, value_fmt, expected = ["<"], ["<"], []
     order: list = []  # value slot kinds in message order
@@ -275,7 +267,7 @@ def _reader_layout(buf, head, session: bool) -> _ReaderLayout | None:
     if kinds != want:
         return None
     flag_fields = [info for k, info in order if k == "flag"]
-    if flag_fields != [3, 4, 5]:
+    if flag_fields != [t.n_terminated, t.n_truncated, t.n_success]:
         return None
     layout = _ReaderLayout()
     layout.size = len(buf)
@@ -287,47 +279,78 @@ def _reader_layout(buf, head, session: bool) -> _ReaderLayout | None:
     layout.timing_slice = slice(4, 4 + n_timing)
     layout.stamp_names = tuple(info for k, info in order if k == "stamp")
     layout.stamp_slice = slice(4 + n_timing, 4 + n_timing + n_stamps)
-    layout.fault = head.fault[0] or None if head.fault else []
+    layout.fault = faults_from_wire(head.fault, 1) if head.fault else []
     layout.fault_message = head.fault_message[0] if head.fault_message else []
     return layout
+
+
+def _segments(buf, session: bool) -> list | None:
+    """The message's ("fixed", start, end) and ("slot", kind, start, end, info) pieces, in order;
+    None when it is no single-instance step (one reward, three flags)."""
+    t = wire.T
+    segments: list = []
+    pos = 0
+    end = len(buf)
+    if session:
+        key, p = read_varint(buf, 0)
+        if key != t.len_key(t.n_session_step):
+            return None
+        n, p = read_varint(buf, p)
+        if p + n != end:
+            return None
+        segments.append(("fixed", 0, p))
+        pos = p
+    slots = {"reward": 0, "flags": 0, "timing": [], "tensors": [], "stamps": []}
+    try:
+        _layout_step(buf, pos, end, segments, slots)
+    except _NoLayout:
+        return None
+    if slots["reward"] != 1 or slots["flags"] != 3:
+        return None
+    return segments
 
 
 def _entry_key(buf, pos: int) -> tuple[str, int]:
     """The key of a map entry that starts at ``pos`` (field 1, written first), and where its value starts."""
     k, p = read_varint(buf, pos)
-    if k != 0x0A:
+    if k != wire.T.k_entry_key:
         raise _NoLayout()
     kn, p = read_varint(buf, p)
     return bytes(buf[p:p + kn]).decode(), p + kn
 
 
 def _layout_step(buf, pos: int, end: int, segments: list, slots: dict) -> None:
+    t = wire.T
+    flags = (t.n_terminated, t.n_truncated, t.n_success)
+    general = (t.n_reward, *flags, t.n_final_observation, t.n_final_mask, t.n_executed_action, t.n_intervened)
+    double_key = wire.varint(t.k_entry_double)
     while pos < end:
         start = pos
         key, pos = read_varint(buf, pos)
-        field, wire = key >> 3, key & 7
-        if wire != 2:
+        field, wire_type = key >> 3, key & 7
+        if wire_type != LEN:
             raise _NoLayout()
         n, pos = read_varint(buf, pos)
         stop = pos + n
-        if field == 2 and n == 4:
+        if field == t.n_reward and n == 4:
             segments += [("fixed", start, pos), ("slot", "reward", pos, stop, None)]
             slots["reward"] += 1
-        elif field in (3, 4, 5) and n == 1:
+        elif field in flags and n == 1:
             segments += [("fixed", start, pos), ("slot", "flag", pos, stop, field)]
             slots["flags"] += 1
-        elif field in (2, 3, 4, 5, 9, 10, 11, 12):
+        elif field in general:
             raise _NoLayout()  # batched replies, final observations, interventions: the general reader
-        elif field == 8:
+        elif field == t.n_timing:
             # map<string, double> entry: key then value, as every writer lays it out
             name, p = _entry_key(buf, pos)
-            if p + 9 != stop or buf[p] != 0x11:
+            v = p + len(double_key)
+            if v + 8 != stop or bytes(buf[p:v]) != double_key:
                 raise _NoLayout()
-            segments += [("fixed", start, p + 1), ("slot", "timing", p + 1, stop, name)]
-        elif field == 1:
+            segments += [("fixed", start, v), ("slot", "timing", v, stop, name)]
+        elif field == t.n_observation:
             segments.append(("fixed", start, pos))
             _layout_observation(buf, pos, stop, segments)
-        else:  # fault strings and anything unknown: fixed bytes (their values are in `head`)
+        else:  # the fault fields and anything unknown: fixed bytes (their values are in `head`)
             segments.append(("fixed", start, stop))
         pos = stop
     if pos != end:
@@ -335,42 +358,46 @@ def _layout_step(buf, pos: int, end: int, segments: list, slots: dict) -> None:
 
 
 def _layout_observation(buf, pos: int, end: int, segments: list) -> None:
+    t = wire.T
+    tensors_key, stamps_key = t.len_key(t.n_tensors), t.len_key(t.n_capture_time)
     while pos < end:
         start = pos
         key, pos = read_varint(buf, pos)
-        if key not in (0x0A, 0x12):
+        if key not in (tensors_key, stamps_key):
             raise _NoLayout()
         n, pos = read_varint(buf, pos)
         stop = pos + n
         # entry: key string, then the Tensor
         name, p = _entry_key(buf, pos)
         k, p = read_varint(buf, p)
-        if k != 0x12:
+        if k != t.k_entry_tensor:
             raise _NoLayout()
         tn, p = read_varint(buf, p)
         if p + tn != stop:
             raise _NoLayout()
         # Tensor: dtype, packed shape (optional), data (optional), in field order
         k, p = read_varint(buf, p)
-        if k != 0x08:
+        if k != t.k_dtype:
             raise _NoLayout()
         code, p = read_varint(buf, p)
         dt = numpy_dtype(code)
         shape: list[int] = []
-        if p < stop and buf[p] == 0x12:
-            sn, p = read_varint(buf, p + 1)
+        k, q = read_varint(buf, p) if p < stop else (None, p)
+        if k == t.k_shape:
+            sn, p = read_varint(buf, q)
             q = p + sn
             while p < q:
                 d, p = read_varint(buf, p)
                 shape.append(d)
         nbytes = 0
         if p < stop:
-            if buf[p] != 0x1A:
+            k, p = read_varint(buf, p)
+            if k != t.k_data:
                 raise _NoLayout()
-            nbytes, p = read_varint(buf, p + 1)
+            nbytes, p = read_varint(buf, p)
         if p + nbytes != stop or nbytes != math.prod(shape) * dt.itemsize:
             raise _NoLayout()
-        if key == 0x12:  # capture time: a float64 scalar
+        if key == stamps_key:  # capture time: a float64 scalar
             if dt != F64 or shape or nbytes != 8:
                 raise _NoLayout()
             segments += [("fixed", start, p), ("slot", "stamp", p, stop, name)]

@@ -13,15 +13,17 @@ import numpy as np
 
 from rlhw.env import codec, wire
 from rlhw.env.v1 import env_pb2 as pb
+from rlhw.errors import ErrorReason
 from rlhw.robot.spec import TensorSpec
 
 
 class InvalidRequest(ValueError):
     """A request does not match the spec. ``field`` is the request field at fault."""
 
-    def __init__(self, field: str, message: str):
+    def __init__(self, field: str, message: str, reason: ErrorReason = ErrorReason.INVALID_REQUEST):
         self.field = field
         self.message = message
+        self.reason = reason
         super().__init__(f"{field}: {message}")
 
 

@@ -8,7 +8,8 @@ the client reads tensors as numpy views of the received bytes (no copy). The byt
 protobuf: any protobuf reader parses what this writes, and this reads what any writer produces.
 
 This is the general path: any batch size, faults, final observations. The per-step fast path in
-rlhw.env.step_layout is built from these pieces and falls back to them.
+rlhw.env.step_layout is built from these pieces and falls back to them. Every field key comes from
+the generated descriptors (`T`, rlhw.env.wire_tags): no field number is written here by hand.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from rlhw.env.codec import CODE_BY_DTYPE, dtype_code, numpy_dtype, observation_from_message, wire_array
+from rlhw.env.codec import CODE_BY_DTYPE, dtype_code, fault_to_wire, numpy_dtype, observation_from_message, wire_array
 from rlhw.env.v1 import env_pb2 as pb
+from rlhw.env.wire_tags import I32, I64, LEN, VARINT, Tags, varint
 
 #: Arrays above this size go on the wire from their own buffer; smaller ones are copied (cheaper).
 BIG_TENSOR_BYTES = 256
@@ -29,29 +31,25 @@ BIG_TENSOR_BYTES = 256
 # Writer: responses (server side) and step requests (client side). Chunks are joined once at the end.
 
 
-_SMALL_VARINTS = [bytes((i,)) for i in range(128)]
+#: The field keys of the generated proto. `use_tags` swaps them (tests of a renumbered proto).
+T = Tags(pb.DESCRIPTOR)
 
 
-def varint(value: int) -> bytes:
-    """A protobuf base-128 varint (negative values as their 64-bit two's complement)."""
-    if 0 <= value < 128:
-        return _SMALL_VARINTS[value]
-    if value < 0:
-        value += 1 << 64
-    out = bytearray()
-    while True:
-        bits = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(bits | 0x80)
-        else:
-            out.append(bits)
-            return bytes(out)
+def use_tags(tags: Tags) -> Tags:
+    """Write and read with ``tags`` from now on (and drop every cached prefix); returns the old ones.
+
+    For tests of a renumbered proto. Layouts already prepared by a `step_layout.StepWriter` or
+    `StepReader` keep the old keys: make new ones after the swap."""
+    global T
+    old, T = T, tags
+    for cache in (_TENSOR_HEADS, _PREFIXES, _TIMING_KEYS, _BOOL1):
+        cache.clear()
+    return old
 
 
 def len_prefix(field: int, size: int) -> bytes:
     """The key and length that start a length-delimited field of ``size`` bytes."""
-    return varint((field << 3) | 2) + varint(size)
+    return varint((field << 3) | LEN) + varint(size)
 
 
 _struct_d = struct.Struct("<d")
@@ -63,12 +61,12 @@ def _tensor_head(dtype: np.dtype, shape: tuple[int, ...], nbytes: int) -> bytear
     code = CODE_BY_DTYPE.get(dtype)
     if code is None:
         code = dtype_code(dtype)
-    head = bytearray((0x08, code))
+    head = bytearray(T.b_dtype + varint(code))
     if shape:
         packed = b"".join([varint(d) for d in shape])
-        head += b"\x12" + varint(len(packed)) + packed
+        head += T.b_shape + varint(len(packed)) + packed
     if nbytes:
-        head += b"\x1a" + varint(nbytes)
+        head += T.b_data + varint(nbytes)
     return head
 
 
@@ -111,9 +109,9 @@ def entry_prefix(field: int, name: str, dtype: np.dtype, shape: tuple[int, ...])
     tensor_head = _tensor_head(dtype, shape, nbytes)
     tensor_size = len(tensor_head) + nbytes
     k = name.encode()
-    entry_head = b"\x0a" + varint(len(k)) + k + b"\x12" + varint(tensor_size)
+    entry_head = T.b_entry_key + varint(len(k)) + k + T.b_entry_tensor + varint(tensor_size)
     entry_size = len(entry_head) + tensor_size
-    prefix = varint((field << 3) | 2) + varint(entry_size) + entry_head + bytes(tensor_head)
+    prefix = len_prefix(field, entry_size) + entry_head + bytes(tensor_head)
     hit = (prefix, len(prefix) + nbytes)
     if len(_PREFIXES) > 4096:  # shapes that change every step (unusual): keep the cache bounded
         _PREFIXES.clear()
@@ -128,7 +126,7 @@ def _observation_parts(tensors: Mapping[str, np.ndarray], capture_time: Mapping[
         arr = value if isinstance(value, np.ndarray) else np.asarray(value)
         if not arr.flags.c_contiguous or arr.dtype.byteorder == ">":
             arr = wire_array(arr)
-        prefix, total = entry_prefix(1, name, arr.dtype, arr.shape)
+        prefix, total = entry_prefix(T.n_tensors, name, arr.dtype, arr.shape)
         n = arr.nbytes
         if n > BIG_TENSOR_BYTES:
             parts.append(prefix)
@@ -138,11 +136,11 @@ def _observation_parts(tensors: Mapping[str, np.ndarray], capture_time: Mapping[
         size += total
     for name, value in (capture_time or {}).items():
         if isinstance(value, (float, int)):
-            prefix, total = entry_prefix(2, name, F64, ())
+            prefix, total = entry_prefix(T.n_capture_time, name, F64, ())
             parts.append(prefix + _struct_d.pack(value))
         else:
             arr = np.require(np.asarray(value, dtype=F64), requirements="C")
-            prefix, total = entry_prefix(2, name, arr.dtype, arr.shape)
+            prefix, total = entry_prefix(T.n_capture_time, name, arr.dtype, arr.shape)
             parts.append(prefix + arr.tobytes())
         size += total
     return parts, size
@@ -156,8 +154,8 @@ def map_double_entry(field: int, name: str, value: float) -> bytes:
     prefix = _TIMING_KEYS.get((field, name))
     if prefix is None:
         k = name.encode()
-        body_len = 1 + len(varint(len(k))) + len(k) + 9
-        prefix = _TIMING_KEYS[(field, name)] = varint((field << 3) | 2) + varint(body_len) + b"\x0a" + varint(len(k)) + k + b"\x11"
+        body = T.b_entry_key + varint(len(k)) + k + T.b_entry_double
+        prefix = _TIMING_KEYS[(field, name)] = len_prefix(field, len(body) + 8) + body
     return prefix + _struct_d.pack(value)
 
 
@@ -165,11 +163,18 @@ def _packed(field: int, fmt: str, values) -> bytes:
     if not values:
         return b""
     body = struct.pack(f"<{len(values)}{fmt}", *values)
-    return varint((field << 3) | 2) + varint(len(body)) + body
+    return len_prefix(field, len(body)) + body
+
+
+def _packed_varints(field: int, values) -> bytes:
+    if not values:
+        return b""
+    body = b"".join([varint(v) for v in values])
+    return len_prefix(field, len(body)) + body
 
 
 def _strings(field: int, values) -> bytes:
-    tag = varint((field << 3) | 2)
+    tag = varint((field << 3) | LEN)
     out = []
     for v in values:
         b = v.encode()
@@ -177,30 +182,46 @@ def _strings(field: int, values) -> bytes:
     return b"".join(out)
 
 
-_BOOL1 = {(f, v): varint((f << 3) | 2) + b"\x01" + (b"\x01" if v else b"\x00") for f in (3, 4, 5) for v in (False, True)}
+_BOOL1: dict[tuple[int, bool], bytes] = {}  # one packed flag: (field, value) -> bytes
+
+
+def packed_flag(field: int, value: bool) -> bytes:
+    """A packed ``repeated bool`` with one element (terminated, truncated, success of one instance)."""
+    hit = _BOOL1.get((field, value))
+    if hit is None:
+        hit = _BOOL1[field, value] = _packed(field, "?", [value])
+    return hit
 
 
 def encode_step_head(reward, terminated, truncated, success, fault, fault_message, timing, final_mask=(),
                      executed_action=None, intervened=None) -> bytes:
-    """StepResponse fields other than the observations, written directly (same bytes protobuf makes)."""
-    if executed_action is not None or intervened is not None:  # what the arm really did (field 11, 12)
+    """StepResponse fields other than the observations, written directly (protobuf parses them as it
+    would its own). ``fault`` holds a FaultKind or None per instance."""
+    if executed_action is not None or intervened is not None:  # what the arm really did
         head = encode_step_head(reward, terminated, truncated, success, fault, fault_message, timing, final_mask)
         if executed_action is not None:
             parts, size = _tensor_parts(executed_action)
-            head += len_prefix(11, size) + b"".join(parts)
-        return head + _packed(12, "?", intervened or ())
-    if len(reward) == 1 and not final_mask and not fault[0] and not fault_message[0]:  # the common case
-        parts = [b"\x12\x04", _struct_f.pack(reward[0]), _BOOL1[3, bool(terminated[0])],
-                 _BOOL1[4, bool(truncated[0])], _BOOL1[5, bool(success[0])], b"\x32\x00\x3a\x00"]
-        parts.extend(map_double_entry(8, k, v) for k, v in timing.items())
+            head += len_prefix(T.n_executed_action, size) + b"".join(parts)
+        return head + _packed(T.n_intervened, "?", intervened or ())
+    if len(reward) == 1 and not final_mask and fault[0] is None and not fault_message[0]:  # the common case
+        parts = [len_prefix(T.n_reward, 4), _struct_f.pack(reward[0]), packed_flag(T.n_terminated, bool(terminated[0])),
+                 packed_flag(T.n_truncated, bool(truncated[0])), packed_flag(T.n_success, bool(success[0])),
+                 no_fault_fields()]
+        parts.extend(map_double_entry(T.n_timing, k, v) for k, v in timing.items())
         return b"".join(parts)
     parts = [
-        _packed(2, "f", reward), _packed(3, "?", terminated), _packed(4, "?", truncated), _packed(5, "?", success),
-        _strings(6, fault), _strings(7, fault_message),
+        _packed(T.n_reward, "f", reward), _packed(T.n_terminated, "?", terminated),
+        _packed(T.n_truncated, "?", truncated), _packed(T.n_success, "?", success),
+        _packed_varints(T.n_fault, [fault_to_wire(k) for k in fault]), _strings(T.n_fault_message, fault_message),
     ]
-    parts.extend(map_double_entry(8, k, v) for k, v in timing.items())
-    parts.append(_packed(10, "?", final_mask))
+    parts.extend(map_double_entry(T.n_timing, k, v) for k, v in timing.items())
+    parts.append(_packed(T.n_final_mask, "?", final_mask))
     return b"".join(parts)
+
+
+def no_fault_fields() -> bytes:
+    """The fault fields of one instance without a fault: fault = [UNSPECIFIED], fault_message = [""]."""
+    return _packed_varints(T.n_fault, [fault_to_wire(None)]) + _strings(T.n_fault_message, [""])
 
 
 def encode_with_observations(
@@ -232,9 +253,9 @@ def encode_step_request(action: np.ndarray, session: bool) -> bytes:
     """A StepRequest (or SessionRequest{step}) for ``action``, written directly."""
     parts, size = _tensor_parts(action)
     tensor = b"".join(parts)
-    step = b"\x0a" + varint(size) + tensor  # StepRequest.action = 1
+    step = T.b_request_action + varint(size) + tensor
     if session:
-        return b"\x12" + varint(len(step)) + step  # SessionRequest.step = 2
+        return T.b_session_request_step + varint(len(step)) + step
     return step
 
 
@@ -274,17 +295,17 @@ def _fields(buf, start: int, end: int):
     while pos < end:
         key, pos = read_varint(buf, pos)
         field, wire = key >> 3, key & 7
-        if wire == 0:
+        if wire == VARINT:
             value, pos = read_varint(buf, pos)
             yield field, wire, value
-        elif wire == 2:
+        elif wire == LEN:
             n, pos = read_varint(buf, pos)
             yield field, wire, (pos, pos + n)
             pos += n
-        elif wire == 5:
+        elif wire == I32:
             yield field, wire, (pos, pos + 4)
             pos += 4
-        elif wire == 1:
+        elif wire == I64:
             yield field, wire, (pos, pos + 8)
             pos += 8
         else:
@@ -295,17 +316,19 @@ def _read_tensor(buf, start: int, end: int) -> np.ndarray:
     code = 0
     shape: list[int] = []
     data = (start, start)
+    t = T
     for field, wire, value in _fields(buf, start, end):
-        if field == 1 and wire == 0:
+        key = (field << 3) | wire
+        if key == t.k_dtype:
             code = value
-        elif field == 2 and wire == 2:  # packed shape
+        elif key == t.k_shape:  # packed shape
             pos, stop = value
             while pos < stop:
                 d, pos = read_varint(buf, pos)
                 shape.append(d)
-        elif field == 2 and wire == 0:  # unpacked shape (allowed by the protobuf spec)
+        elif field == t.n_shape and wire == VARINT:  # unpacked shape (allowed by the protobuf spec)
             shape.append(value)
-        elif field == 3 and wire == 2:
+        elif key == t.k_data:
             data = value
     dt = numpy_dtype(code)
     n = data[1] - data[0]
@@ -318,24 +341,34 @@ def _read_tensor(buf, start: int, end: int) -> np.ndarray:
 def _read_observation(buf, start: int, end: int) -> tuple[dict, dict]:
     tensors: dict[str, np.ndarray] = {}
     stamps: dict[str, np.ndarray] = {}
+    t = T
     for field, wire, value in _fields(buf, start, end):
-        if wire != 2 or field not in (1, 2):
+        if wire != LEN or field not in (t.n_tensors, t.n_capture_time):
             continue
         key = ""
         tensor = None
         for f, w, v in _fields(buf, *value):
-            if f == 1 and w == 2:
+            k = (f << 3) | w
+            if k == t.k_entry_key:
                 key = bytes(buf[v[0]:v[1]]).decode()
-            elif f == 2 and w == 2:
+            elif k == t.k_entry_tensor:
                 tensor = _read_tensor(buf, *v)
         if tensor is None:
             tensor = np.zeros((), np.float32)
-        (tensors if field == 1 else stamps)[key] = tensor
+        (tensors if field == t.n_tensors else stamps)[key] = tensor
     return tensors, stamps
 
 
-#: Fields holding an Observation in ResetResponse / StepResponse.
-_OBS_FIELDS = {1: "observation", 9: "final_observation"}
+_OBS_FIELDS: dict[type, dict[int, str]] = {}
+
+
+def _observation_fields(message_type) -> dict[int, str]:
+    """{field number: name} of the Observation fields of ``message_type``, from its descriptor."""
+    hit = _OBS_FIELDS.get(message_type)
+    if hit is None:
+        hit = _OBS_FIELDS[message_type] = {f.number: f.name for f in message_type.DESCRIPTOR.fields
+                                           if f.message_type is not None and f.message_type.name == "Observation"}
+    return hit
 
 
 def read_observation_response(data: bytes, message_type):
@@ -347,29 +380,30 @@ def read_observation_response(data: bytes, message_type):
     buf = memoryview(data)
     rest: list = []
     observations: dict[str, tuple[dict, dict]] = {}
+    obs_fields = _observation_fields(message_type)
     pos = 0
     end = len(buf)
     while pos < end:
         field_start = pos
         key, pos = read_varint(buf, pos)
         field, wire = key >> 3, key & 7
-        if wire == 2:
+        if wire == LEN:
             n, pos = read_varint(buf, pos)
-            if field in _OBS_FIELDS:
+            if field in obs_fields:
                 tensors, stamps = _read_observation(buf, pos, pos + n)
-                prev = observations.get(_OBS_FIELDS[field])
+                prev = observations.get(obs_fields[field])
                 if prev:  # repeated occurrences of a message field merge
                     tensors = {**prev[0], **tensors}
                     stamps = {**prev[1], **stamps}
-                observations[_OBS_FIELDS[field]] = (tensors, stamps)
+                observations[obs_fields[field]] = (tensors, stamps)
             else:
                 rest.append(buf[field_start:pos + n])
             pos += n
-        elif wire == 0:
+        elif wire == VARINT:
             _, pos = read_varint(buf, pos)
             rest.append(buf[field_start:pos])
-        elif wire in (1, 5):
-            pos += 8 if wire == 1 else 4
+        elif wire in (I64, I32):
+            pos += 8 if wire == I64 else 4
             rest.append(buf[field_start:pos])
         else:
             raise ValueError(f"unsupported protobuf wire type {wire} in field {field}")
@@ -408,14 +442,14 @@ def read_session_response(data: bytes):
         return (kind, message.error, None) if kind == "error" else ("empty", None, None)
     buf = memoryview(data)
     for field, wire, value in _fields(buf, 0, len(buf)):
-        if wire != 2:
+        if wire != LEN:
             continue
-        if field == 1:
+        if field == T.n_session_reset:
             head, obs = read_observation_response(buf[value[0]:value[1]], pb.ResetResponse)
             return "reset", head, obs
-        if field == 2:
+        if field == T.n_session_step:
             head, obs = read_observation_response(buf[value[0]:value[1]], pb.StepResponse)
             return "step", head, obs
-        if field == 3:
+        if field == T.n_session_error:
             return "error", pb.Error.FromString(bytes(buf[value[0]:value[1]])), None
     return "empty", None, None

@@ -60,7 +60,7 @@ class Arm(abc.ABC):
 
     @abc.abstractmethod
     def connect(self, timeout_s: float = 10.0) -> None:
-        """Open the link to the arm. Raises RobotFault("network"/"timeout") if it cannot."""
+        """Open the link to the arm. Raises RobotFault(FaultKind.NETWORK/"timeout") if it cannot."""
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -40,7 +40,7 @@ class Camera(abc.ABC):
 
     @abc.abstractmethod
     def open(self, timeout_s: float = 10.0) -> None:
-        """Start capture and warm up. Raises RobotFault("camera_stall"/"not_connected")."""
+        """Start capture and warm up. Raises RobotFault(FaultKind.CAMERA_STALL/"not_connected")."""
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -48,11 +48,11 @@ class Camera(abc.ABC):
 
     @abc.abstractmethod
     def latest(self, max_age_s: float | None = None) -> Frame:
-        """The newest frame without waiting; RobotFault("camera_stall") if older than max_age_s."""
+        """The newest frame without waiting; RobotFault(FaultKind.CAMERA_STALL) if older than max_age_s."""
 
     @abc.abstractmethod
     def wait_frame(self, timeout_s: float = 1.0) -> Frame:
-        """The next frame newer than the last one returned; RobotFault("camera_stall") on timeout."""
+        """The next frame newer than the last one returned; RobotFault(FaultKind.CAMERA_STALL) on timeout."""
 
     @property
     @abc.abstractmethod

@@ -7,7 +7,7 @@ Contract used by the env service (rlhw.env) and the RL pipeline:
   matching ``spec.action``.
 - ``info`` always holds ``"timestamps"`` (obs name -> capture time, wall-clock seconds),
   ``"timing"`` (phase name -> seconds for this call), ``"success"`` (bool) and ``"fault"``
-  (None, or the fault kind that truncated the episode, with ``"fault_message"``); step infos also hold
+  (None, or the `FaultKind` that truncated the episode, with ``"fault_message"``); step infos also hold
   ``"executed_action"`` (what went to the safety layer: the client's action, or an operator's) and
   ``"intervened"``, ``"teleop_events"``, ``"operator_label"`` (see rlhw/robot/takeover.py).
 - ``stop()`` halts the arm now; ``status()`` returns a JSON-able dict (read-only, never moves);
@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from rlhw.config.env import EnvConfig
-from rlhw.errors import RobotFault, SafetyViolation
+from rlhw.errors import ErrorReason, FaultKind, RobotFault, SafetyViolation
 from rlhw.robot.arm import Arm, ArmState
 from rlhw.robot.camera import Camera, Frame
 from rlhw.robot.clock import SYSTEM_CLOCK, Clock
@@ -55,9 +55,9 @@ class RobotEnv:
 
     Faults. A `RobotFault` from the driver, a camera or a state check ends the episode: the arm is
     stopped and recovered (see rlhw.robot.safety), ``step`` returns ``truncated=True`` with
-    ``info["fault"]`` = the kind and ``info["fault_message"]``, and the observation is the last good
+    ``info["fault"]`` = its `FaultKind` and ``info["fault_message"]``, and the observation is the last good
     one (its timestamps say how old it is). When the safety layer locks, that step reports
-    ``info["fault"] = "locked"`` (``info["fault_cause"]`` keeps the kind that led to it) and every later
+    ``info["fault"] = FaultKind.LOCKED`` (``info["fault_cause"]`` keeps the kind that led to it) and every later
     ``reset``/``step`` raises `SafetyViolation` with the reason. Choice: raising rather than returning
     truncated forever, so no training loop spins silently against a locked arm.
 
@@ -174,7 +174,7 @@ class RobotEnv:
     # -- episode -------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         if self.closed:
-            raise SafetyViolation("reset() on a closed env")
+            raise SafetyViolation("reset() on a closed env", ErrorReason.EPISODE_ENDED)
         self._raise_if_locked()
         t0 = self.clock.now()
         if seed is not None:
@@ -183,7 +183,7 @@ class RobotEnv:
             self.connect()
         self.episode_active = False
         if self.takeover is not None:
-            self.takeover.reopen()  # a device that died in the last episode: RobotFault("teleop") if still gone
+            self.takeover.reopen()  # a device that died in the last episode: RobotFault(FaultKind.TELEOP) if still gone
             self.takeover.start_episode()
         faults: list[str] = []
         while True:
@@ -257,7 +257,7 @@ class RobotEnv:
     def step(self, action) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         self._raise_if_locked()
         if not self.episode_active:
-            raise SafetyViolation(f"step() refused: no active episode ({self._ended_because})")
+            raise SafetyViolation(f"step() refused: no active episode ({self._ended_because})", ErrorReason.EPISODE_ENDED)
         action = self._check_action(action)
         t0 = self.clock.now()
         timing: dict[str, float] = {}
@@ -377,9 +377,9 @@ class RobotEnv:
         return 0.0
 
     def _recovery_for(self, fault: RobotFault) -> Callable[[], bool] | None:
-        if fault.kind == "teleop":
+        if fault.kind is FaultKind.TELEOP:
             return lambda: True  # the arm is stopped and fine; the device is reopened at the next reset
-        if fault.kind != "camera_stall":
+        if fault.kind is not FaultKind.CAMERA_STALL:
             return None
 
         def reopen() -> bool:
@@ -407,7 +407,7 @@ class RobotEnv:
         self._ended_because = f"the episode was truncated by fault {fault.kind}; call reset()"
         timing["total"] = self.clock.now() - t0
         if self.safety.locked:
-            info = self._info(timing, success=False, fault="locked", message=self.safety.lock_reason)
+            info = self._info(timing, success=False, fault=FaultKind.LOCKED, message=self.safety.lock_reason)
             info["fault_cause"] = fault.kind
         else:
             info = self._info(timing, success=False, fault=fault.kind, message=str(fault))
@@ -417,7 +417,7 @@ class RobotEnv:
         reward = float(self.task.reward(self._state))
         return self._copy_obs(), reward, False, True, info
 
-    def _info(self, timing: dict[str, float], *, success: bool, fault: str | None, message: str | None = None) -> dict[str, Any]:
+    def _info(self, timing: dict[str, float], *, success: bool, fault: FaultKind | None, message: str | None = None) -> dict[str, Any]:
         return {
             "timestamps": dict(self._stamps),
             "timing": timing,
@@ -442,7 +442,8 @@ class RobotEnv:
 
     def _raise_if_locked(self) -> None:
         if self.safety.locked:
-            raise SafetyViolation(f"env locked, the arm will not move: {self.safety.lock_reason}")
+            raise SafetyViolation(f"env locked, the arm will not move: {self.safety.lock_reason}",
+                                  ErrorReason.SAFETY_LOCKED)
 
     # -- read-only -----------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

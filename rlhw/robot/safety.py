@@ -38,7 +38,7 @@ from typing import Callable
 import numpy as np
 
 from rlhw.config.env import SafetyConfig
-from rlhw.errors import RobotFault, SafetyViolation
+from rlhw.errors import ErrorReason, FaultKind, RobotFault, SafetyViolation
 from rlhw.robot.arm import Arm, ArmState
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class CommandReport:
 
 @dataclass
 class FaultRecord:
-    kind: str
+    kind: FaultKind
     message: str
     time: float
     recovered: bool
@@ -125,7 +125,8 @@ class SafetyLayer:
     # -- commands -----------------------------------------------------------------------------
     def _check_unlocked(self) -> None:
         if self.locked:
-            raise SafetyViolation(f"arm {self.arm.name!r} is locked and will not move: {self.lock_reason}")
+            raise SafetyViolation(f"arm {self.arm.name!r} is locked and will not move: {self.lock_reason}",
+                                  ErrorReason.SAFETY_LOCKED)
 
     def clip_target(self, target_xyz: np.ndarray, current_xyz: np.ndarray) -> CommandReport:
         """Rules 2 and 3 without sending anything.
@@ -203,7 +204,7 @@ class SafetyLayer:
         if np.linalg.norm(state.ee_position - pose[:3]) <= tolerance_m:
             return state
         self.safe_stop()
-        raise RobotFault("timeout", f"the approach to {np.round(pose[:3], 4).tolist()} did not arrive within {timeout_s} s "
+        raise RobotFault(FaultKind.TIMEOUT, f"the approach to {np.round(pose[:3], 4).tolist()} did not arrive within {timeout_s} s "
                                     f"(hand at {np.round(state.ee_position, 4).tolist()}); an obstacle, or a target outside the workspace")
 
     def set_gripper(self, width: float) -> bool:
@@ -243,25 +244,25 @@ class SafetyLayer:
             self.safe_stop()
             raise RobotFault(*problem)
 
-    def _contact_problem(self, wrench) -> tuple[str, str] | None:
+    def _contact_problem(self, wrench) -> tuple[FaultKind, str] | None:
         fx, fy, fz, tx, ty, tz = np.asarray(wrench, dtype=float).tolist()
         force, torque = math.sqrt(fx * fx + fy * fy + fz * fz), math.sqrt(tx * tx + ty * ty + tz * tz)
         if force <= self.limits.max_contact_force_n and torque <= self.limits.max_contact_torque_nm:
             return None  # a NaN compares False: a non-finite wrench is a contact fault too
-        return ("contact", f"measured external wrench {force:.1f} N / {torque:.2f} Nm is over the bound "
+        return (FaultKind.CONTACT, f"measured external wrench {force:.1f} N / {torque:.2f} Nm is over the bound "
                            f"{self.limits.max_contact_force_n} N / {self.limits.max_contact_torque_nm} Nm "
                            "(env.safety.max_contact_force_n / max_contact_torque_nm)")
 
-    def _joint_problem(self, state: ArmState) -> tuple[str, str] | None:
+    def _joint_problem(self, state: ArmState) -> tuple[FaultKind, str] | None:
         q, dq = np.asarray(state.q), np.asarray(state.dq)
         if state.errors:
-            problem = ("reflex", f"the arm reports errors {list(state.errors)}")
+            problem = (FaultKind.REFLEX, f"the arm reports errors {list(state.errors)}")
         elif q.shape == dq.shape == self._joint_shape:
             # Plain floats: 7 numbers each, cheaper than a dozen numpy calls. A sum is non-finite
             # iff an element is NaN/inf (or beyond 1e308); for finite numbers a - b < 0 iff a < b.
             ql, dql = q.tolist(), dq.tolist()
             if not math.isfinite(sum(ql) + sum(dql) + sum(np.asarray(state.ee_pose).ravel().tolist())):
-                problem = ("limit", "the arm reported non-finite joint or pose values")
+                problem = (FaultKind.LIMIT, "the arm reported non-finite joint or pose values")
             elif (min(map(operator.sub, ql, self._q_min_list)) < 0.0
                   or min(map(operator.sub, self._q_max_list, ql)) < 0.0
                   or min(map(operator.sub, self._dq_max_list, map(abs, dql))) < 0.0):
@@ -270,22 +271,22 @@ class SafetyLayer:
                 return None
         # any other shape: the vectorised test (numpy reports a length mismatch)
         elif not math.isfinite(float(q.sum()) + float(dq.sum()) + float(np.asarray(state.ee_pose).sum())):
-            problem = ("limit", "the arm reported non-finite joint or pose values")
+            problem = (FaultKind.LIMIT, "the arm reported non-finite joint or pose values")
         elif ((q < self.q_min) | (q > self.q_max) | (np.abs(dq) > self.dq_max)).any():
             problem = self._describe_limit(q, dq)
         else:
             return None
         return problem
 
-    def _describe_limit(self, q: np.ndarray, dq: np.ndarray) -> tuple[str, str]:
+    def _describe_limit(self, q: np.ndarray, dq: np.ndarray) -> tuple[FaultKind, str]:
         low = np.flatnonzero(q < self.q_min)
         high = np.flatnonzero(q > self.q_max)
         if low.size or high.size:
             j = int((low if low.size else high)[0])
             side, lim = ("lower", self.q_min[j]) if low.size else ("upper", self.q_max[j])
-            return ("limit", f"joint {j + 1} at {q[j]:.3f} rad is past its {side} limit {lim:.3f} rad (margin included)")
+            return (FaultKind.LIMIT, f"joint {j + 1} at {q[j]:.3f} rad is past its {side} limit {lim:.3f} rad (margin included)")
         j = int(np.flatnonzero(np.abs(dq) > self.dq_max)[0])
-        return ("limit", f"joint {j + 1} moves at {dq[j]:.2f} rad/s, over its limit {self.dq_max[j]:.2f} rad/s")
+        return (FaultKind.LIMIT, f"joint {j + 1} moves at {dq[j]:.2f} rad/s, over its limit {self.dq_max[j]:.2f} rad/s")
 
     # -- faults -------------------------------------------------------------------------------
     def safe_stop(self) -> str | None:

@@ -14,7 +14,7 @@ Rules:
   part is not used), plus, when the action has a gripper component, the device's gripper command, or
   the last one given (the episode starts open, +1, as the reset opens the gripper);
 - SUCCESS / FAILURE / END_EPISODE end the episode (the env reports ``operator_label``);
-- a dead device raises ``RobotFault("teleop")`` from ``choose``: the env stops the arm and truncates the
+- a dead device raises ``RobotFault(FaultKind.TELEOP)`` from ``choose``: the env stops the arm and truncates the
   episode (fault path); ``reopen`` at the next reset tries once more and fails with a clear error.
 """
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlhw.config.env import TeleopConfig
-from rlhw.errors import RobotFault
+from rlhw.errors import FaultKind, RobotFault
 from rlhw.robot.teleop import TeleopDevice, TeleopEvent
 
 LABELS = {TeleopEvent.SUCCESS: "success", TeleopEvent.FAILURE: "failure", TeleopEvent.END_EPISODE: None}
@@ -66,7 +66,7 @@ class Takeover:
         self.opened = True
 
     def reopen(self) -> None:
-        """At reset: reopen a device that died (a live one is left alone). Raises RobotFault("teleop").
+        """At reset: reopen a device that died (a live one is left alone). Raises RobotFault(FaultKind.TELEOP).
 
         The check is a read, which also drops events given between episodes: a late "success" key
         must not end the next episode at its first step."""
@@ -79,7 +79,7 @@ class Takeover:
         try:
             self.open()
         except RobotFault as e:
-            raise RobotFault("teleop", f"the teleop device ({self.config.device}) is still gone at reset: {e}; "
+            raise RobotFault(FaultKind.TELEOP, f"the teleop device ({self.config.device}) is still gone at reset: {e}; "
                                        "reconnect it, or set env.teleop.device=none to run without an operator") from e
 
     def start_episode(self) -> None:

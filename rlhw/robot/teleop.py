@@ -6,7 +6,7 @@ the env's hand-displacement action, and the same safety layer bounds both.
 
 A device is read once per control step by whoever acts for the operator (the env's takeover,
 ``rlhw record-demos``). ``read`` never blocks longer than its bound: it returns the newest state the
-device has reported, and raises ``RobotFault("teleop", ...)`` when the device has gone away (unplugged,
+device has reported, and raises ``RobotFault(FaultKind.TELEOP, ...)`` when the device has gone away (unplugged,
 its reader thread died, no report within the device's own liveness bound), so a dead device stops the
 arm instead of freezing the operator's last command.
 """
@@ -58,7 +58,7 @@ class TeleopDevice(abc.ABC):
 
     @abc.abstractmethod
     def open(self, timeout_s: float = 5.0) -> None:
-        """Find and open the device. Raises RobotFault("teleop") when it is absent or unreadable."""
+        """Find and open the device. Raises RobotFault(FaultKind.TELEOP) when it is absent or unreadable."""
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -66,7 +66,7 @@ class TeleopDevice(abc.ABC):
 
     @abc.abstractmethod
     def read(self, timeout_s: float = 0.05) -> TeleopReading:
-        """The newest state, within ``timeout_s``. Raises RobotFault("teleop") when the device is gone."""
+        """The newest state, within ``timeout_s``. Raises RobotFault(FaultKind.TELEOP) when the device is gone."""
 
     def __enter__(self) -> "TeleopDevice":
         self.open()

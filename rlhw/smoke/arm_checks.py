@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rlhw.errors import RobotFault, SafetyViolation
+from rlhw.errors import FaultKind, RobotFault, SafetyViolation
 from rlhw.network import FCI_PORT, tcp_connect_problem
 from rlhw.smoke.bounded import Outcome, TargetRun, call_bounded, failed, passed, skipped
 from rlhw.smoke.hints import REALTIME_KERNEL, ROBOT_UNREACHABLE
@@ -264,7 +264,7 @@ def _motion_checks(run: TargetRun, arm, target: RobotTarget, options: SmokeOptio
             if err < ARRIVED_M:
                 return (time.monotonic() - t0 if arm.realtime else sim_t), err
             if time.monotonic() - t0 > limit_s:
-                raise RobotFault("timeout", f"did not reach the target within {limit_s:g} s (still {err * 1e3:.1f} mm away)")
+                raise RobotFault(FaultKind.TIMEOUT, f"did not reach the target within {limit_s:g} s (still {err * 1e3:.1f} mm away)")
 
     def small_motion():
         start = np.asarray(arm.state().ee_pose, float)
@@ -311,7 +311,7 @@ def _motion_checks(run: TargetRun, arm, target: RobotTarget, options: SmokeOptio
             if abs(w - width) < 0.004:
                 return time.monotonic() - t0 if arm.realtime else sim_t
             if time.monotonic() - t0 > limit_s:
-                raise RobotFault("timeout", f"gripper did not reach {width * 1e3:.0f} mm within {limit_s:g} s (at {w * 1e3:.1f} mm)")
+                raise RobotFault(FaultKind.TIMEOUT, f"gripper did not reach {width * 1e3:.0f} mm within {limit_s:g} s (at {w * 1e3:.1f} mm)")
 
     def gripper():
         wmax = float(getattr(arm, "max_gripper_width", 0.08))

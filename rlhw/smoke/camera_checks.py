@@ -14,7 +14,7 @@ import statistics
 import time
 from typing import Any, Callable
 
-from rlhw.errors import RobotFault
+from rlhw.errors import FaultKind, RobotFault
 from rlhw.smoke.bounded import TargetRun, call_bounded, failed, passed, skipped
 from rlhw.smoke.hints import CAMERA_MISSING, USB2_LINK
 from rlhw.smoke.options import SmokeOptions
@@ -128,7 +128,7 @@ def check_camera(run: TargetRun, camera_factory: Callable[[], Any], target: Came
             if last_index is not None and f.index <= last_index:
                 stale += 1
                 if stale >= 3:
-                    raise RobotFault("camera_stall", f"camera {target.serial}: no new frame in {stale} reads after frame {last_index} (stalled)")
+                    raise RobotFault(FaultKind.CAMERA_STALL, f"camera {target.serial}: no new frame in {stale} reads after frame {last_index} (stalled)")
                 continue
             stale = 0
             last_index = f.index

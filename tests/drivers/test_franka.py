@@ -18,7 +18,7 @@ import pytest
 from drivers.franka import FrankaArm, FrankaOptions, probe
 from drivers.franka.arm import STOP_TIMEOUT_S
 from drivers.franky_sim import FrankySim
-from rlhw.errors import ConfigError, RobotFault
+from rlhw.errors import ConfigError, FaultKind, RobotFault
 from rlhw.robot.arm import ArmState
 from rlhw.robot.registry import arm_class
 from tests.waiting import process_gone, wait_until
@@ -355,18 +355,19 @@ def test_a_monitor_thread_reads_state_throughout_streaming_stop_recover_and_grip
 def test_the_read_line_serves_only_reads():
     from multiprocessing import Pipe
 
-    from drivers.franka.child import Driver
+    from drivers.franka.child import FrankyArmServer
+    from drivers.franka.replies import Reply
 
     ours, theirs = Pipe()
-    reader = threading.Thread(target=Driver().serve_reads, args=(theirs,), daemon=True)
+    reader = threading.Thread(target=FrankyArmServer().serve_reads, args=(theirs,), daemon=True)
     reader.start()
     ours.send(("move_joints", {"q": np.zeros(7), "speed_factor": 0.1, "timeout_s": 1.0}))
     assert ours.poll(5)
-    status, kind, message = ours.recv()
-    assert (status, kind) == ("err", "bug") and "not a read-only op" in message and "command line" in message
+    status, message = ours.recv()
+    assert status == Reply.BUG and "not a read-only op" in message and "command line" in message
     ours.send(("state", {}))  # no robot connected in this driver yet
     assert ours.poll(5)
-    assert ours.recv()[:2] == ("err", "not_connected")
+    assert ours.recv()[:2] == (Reply.FAULT, FaultKind.NOT_CONNECTED)
     ours.close()  # parent gone: the read thread ends
     reader.join(timeout=5)
     assert not reader.is_alive()

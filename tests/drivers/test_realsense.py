@@ -12,7 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from drivers.realsense import RealSenseCamera, list_serials, probe_camera, write_synthetic_recording
+from drivers.realsense import RealSenseCamera, list_serials, probe_camera
+from drivers.realsense_recording import write_synthetic_recording
 from rlhw.errors import ConfigError, RobotFault
 from rlhw.robot.camera import Frame, Intrinsics
 from rlhw.robot.registry import camera_class

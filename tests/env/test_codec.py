@@ -10,6 +10,7 @@ from hypothesis.extra import numpy as hnp
 
 from rlhw.env import codec, wire
 from rlhw.env.v1 import env_pb2 as pb
+from rlhw.errors import FaultKind
 from rlhw.robot.spec import EnvSpec, TensorSpec
 
 WIRE_DTYPES = ["float32", "float64", "float16", "uint8", "uint16", "uint32", "int8", "int16", "int32", "int64", "bool"]
@@ -94,14 +95,15 @@ def test_env_spec_round_trips_with_scalar_and_array_bounds():
 
 def test_the_hand_written_step_head_parses_to_the_same_message_protobuf_would_build():
     fields = dict(reward=[1.5, -2.0], terminated=[False, True], truncated=[True, False], success=[False, True],
-                  fault=["", "reflex"], fault_message=["", "joint 4 reflex"], timing={"env": 0.25, "validate": 1e-5},
+                  fault=[None, FaultKind.REFLEX], fault_message=["", "joint 4 reflex"], timing={"env": 0.25, "validate": 1e-5},
                   final_mask=[True, False])
-    assert pb.StepResponse.FromString(wire.encode_step_head(**fields)) == pb.StepResponse(**fields)
+    expected = pb.StepResponse(**{**fields, "fault": [pb.FAULT_KIND_UNSPECIFIED, pb.FAULT_KIND_REFLEX]})
+    assert pb.StepResponse.FromString(wire.encode_step_head(**fields)) == expected
 
 
 def test_the_client_reader_returns_views_into_the_received_bytes():
     img = np.arange(128 * 128 * 3, dtype=np.uint32).astype(np.uint8).reshape(128, 128, 3)  # above ZERO_COPY_MIN_BYTES
-    data = wire.encode_with_observations(wire.encode_step_head([0.5], [False], [False], [False], [""], [""], {}),
+    data = wire.encode_with_observations(wire.encode_step_head([0.5], [False], [False], [False], [None], [""], {}),
                                           [(1, {"cam": img}, {"cam": 3.0})], 2)
     kind, head, observations = wire.read_session_response(data)
     got = observations["observation"][0]["cam"]
@@ -112,7 +114,7 @@ def test_the_client_reader_returns_views_into_the_received_bytes():
 
 def test_small_responses_take_the_protobuf_parser_and_decode_the_same():
     q = np.arange(7, dtype=np.float32)
-    data = wire.encode_with_observations(wire.encode_step_head([0.5], [False], [True], [False], [""], [""], {"env": 1e-4}),
+    data = wire.encode_with_observations(wire.encode_step_head([0.5], [False], [True], [False], [None], [""], {"env": 1e-4}),
                                           [(1, {"q": q}, {"q": 3.0})], 2)
     assert len(data) < wire.ZERO_COPY_MIN_BYTES
     kind, head, observations = wire.read_session_response(data)

@@ -60,7 +60,7 @@ def test_stop_with_release_hands_control_to_the_next_session(serve, clients):
     assert reply.released
     bob.reset()
     bob.step(GOOD)
-    assert server.host.control.controller == fingerprint(BOB)
+    assert server.env_host.control.controller == fingerprint(BOB)
 
 
 @pytest.mark.timeout(60)
@@ -72,7 +72,7 @@ def test_ending_the_session_stream_stops_the_arm_and_frees_control(serve, client
     alice.step(GOOD)
     stops = env.stops
     alice.close()
-    assert wait_until(lambda: server.host.control.controller == "")
+    assert wait_until(lambda: server.env_host.control.controller == "")
     assert env.stops > stops
     bob = clients(RemoteEnv(server.address, session_secret=BOB))
     bob.reset()
@@ -87,7 +87,7 @@ def test_watchdog_stops_the_arm_and_releases_a_silent_controller(serve, clients)
     alice.step(GOOD)
     stops = env.stops
     t0 = time.monotonic()
-    assert wait_until(lambda: server.host.control.controller == "", timeout_s=5)
+    assert wait_until(lambda: server.env_host.control.controller == "", timeout_s=5)
     silent = time.monotonic() - t0
     assert silent >= 0.25  # not before watchdog_s of silence (less the time since the last step)
     assert env.stops == stops + 1
@@ -106,7 +106,7 @@ def test_watchdog_does_not_fire_during_a_slow_call_by_the_controller(serve, clie
     alice.reset()  # takes longer than watchdog_s, but the controller is not silent: it is waiting
     assert env.stops == 0
     alice.step(GOOD)
-    assert server.host.control.controller == fingerprint(ALICE)
+    assert server.env_host.control.controller == fingerprint(ALICE)
 
 
 @pytest.mark.timeout(60)
@@ -139,4 +139,4 @@ def test_a_stream_abandoned_after_a_timeout_does_not_stop_the_arm_under_its_succ
     # the old step finishes and its stream ends: only the new stream is left open
     assert wait_until(lambda: env.steps == 1 and server.native.gate.open_streams == 1)
     alice.step(GOOD)
-    assert env.stops == 0 and server.host.control.controller == fingerprint(ALICE)
+    assert env.stops == 0 and server.env_host.control.controller == fingerprint(ALICE)

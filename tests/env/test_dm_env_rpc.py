@@ -145,7 +145,7 @@ def test_dm_env_rpc_and_native_clients_share_the_single_controller_rule():
         conn.close()
         channel.close()
         native.close()
-    assert _server().host.control.controller == ""
+    assert _server().env_host.control.controller == ""
 
 
 def test_creating_a_second_world_is_refused_with_a_reason():

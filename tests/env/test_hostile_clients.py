@@ -140,7 +140,7 @@ def test_naming_the_controller_shown_by_get_status_does_not_take_over_the_lease(
             assert err.value.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT)
         finally:
             channel.close()
-    assert server.host.control.controller == shown
+    assert server.env_host.control.controller == shown
     owner.step(GOOD)
 
 
@@ -162,7 +162,7 @@ def test_a_session_secret_too_short_to_be_unguessable_is_refused_naming_the_meta
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "metadata.rlhw-session: is 5 characters" in err.value.details()
         assert "secrets.token_urlsafe(32)" in err.value.details()
-        assert server.host.control.controller == ""
+        assert server.env_host.control.controller == ""
     finally:
         channel.close()
 
@@ -179,7 +179,7 @@ def test_a_session_whose_only_request_fails_releases_control_when_the_stream_end
         assert reply.error.field == "action.dtype"
         stops = env.stops
         stream.close()
-        assert wait_until(lambda: server.host.control.controller == "", 1.0)  # not the 30 s watchdog
+        assert wait_until(lambda: server.env_host.control.controller == "", 1.0)  # not the 30 s watchdog
         assert env.stops > stops  # releasing control stops the arm
     finally:
         channel.close()

@@ -80,7 +80,7 @@ def test_client_reconnects_with_backoff_after_a_server_restart(clients):
         obs, _ = remote.reset()  # retried until the new server answers
         assert obs["joint_pos"].shape == (7,)
         remote.step(GOOD)
-        assert restarted.host.steps == 1
+        assert restarted.env_host.steps == 1
     finally:
         restarted.stop(grace_s=0.2)
 

@@ -16,7 +16,7 @@ from rlhw.env.client import RemoteEnv
 from rlhw.env.fake_env import FakeEnv
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.env.validate import ActionChecker, InvalidRequest
-from rlhw.errors import RobotFault
+from rlhw.errors import FaultKind, RobotFault
 from rlhw.robot.spec import TensorSpec
 
 BOX = TensorSpec("action", "float32", (7,), -1.0, 1.0)
@@ -107,7 +107,7 @@ def test_the_writer_copies_non_contiguous_and_big_endian_arrays_like_the_general
 # responses: reader
 
 
-def _message(obs, reward=0.25, terminated=False, truncated=False, timing=None, stamps=None, wrap=2, fault=("", "")):
+def _message(obs, reward=0.25, terminated=False, truncated=False, timing=None, stamps=None, wrap=2, fault=(None, "")):
     timing = {"env": 1e-3, "server": 2e-3} if timing is None else timing
     head = wire.encode_step_head([reward], [terminated], [truncated], [False], [fault[0]], [fault[1]], timing)
     return wire.encode_with_observations(head, [(1, obs, stamps or {})], wrap)
@@ -160,7 +160,7 @@ def test_the_reader_refuses_messages_that_differ_outside_the_value_slots():
     assert reader.read(_message(obs, timing={"env": 1e-3, "serve": 1e-3})) is None  # another key
     assert reader.read(_message({"q": np.zeros(7, np.int32)})) is None  # same size, other dtype
     assert reader.read(_message({"q": np.zeros((1, 7), np.float32)})) is None  # other shape
-    assert reader.read(_message(obs, fault=("reflex", "stopped"))) is None
+    assert reader.read(_message(obs, fault=(FaultKind.REFLEX, "stopped"))) is None
     flag = bytearray(_message(obs))
     at = flag.index(b"\x1a\x01\x00") + 2  # terminated = 2 is still "true" to protobuf: not read by layout
     flag[at] = 2
@@ -171,7 +171,7 @@ def test_the_reader_refuses_messages_that_differ_outside_the_value_slots():
 
 
 def test_batched_and_final_observation_replies_have_no_layout():
-    head = wire.encode_step_head([0.0, 1.0], [False, True], [False, False], [False, False], ["", ""], ["", ""], {})
+    head = wire.encode_step_head([0.0, 1.0], [False, True], [False, False], [False, False], [None, None], ["", ""], {})
     data = wire.encode_with_observations(head, [(1, {"q": np.zeros((2, 7), np.float32)}, {})], 2)
     assert _learned(data, True)._layout is None
 
@@ -191,7 +191,7 @@ def test_remote_env_steps_match_the_general_decoder_across_episode_ends_and_faul
     steps = []
     for i in range(7):
         if i == 5:
-            env.fail_next = RobotFault("reflex", "joint 3 torque")
+            env.fail_next = RobotFault(FaultKind.REFLEX, "joint 3 torque")
             with pytest.raises(Exception, match="reflex|joint 3"):
                 fast.step(action)
             fast.reset()

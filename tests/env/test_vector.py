@@ -31,7 +31,7 @@ def test_vector_env_over_a_single_and_a_batched_server_steps_and_autoresets_in_t
         np.testing.assert_array_equal(obs["joint_pos"], 0.0)  # the first observation of the next episode
     finally:
         venv.close()
-    assert single.host.resets == 2 and batched.host.resets == 1  # the batched server reset itself
+    assert single.env_host.resets == 2 and batched.env_host.resets == 1  # the batched server reset itself
 
 
 @pytest.mark.timeout(60)

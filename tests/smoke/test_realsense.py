@@ -46,7 +46,7 @@ def test_a_camera_that_is_not_plugged_in_fails_within_seconds_with_the_usb_and_s
 
 @pytest.mark.timeout(90)
 def test_dropped_frames_in_a_recorded_stream_fail_the_drop_check_on_the_real_pipeline(config_file, tmp_path):
-    from drivers.realsense import write_synthetic_recording
+    from drivers.realsense_recording import write_synthetic_recording
 
     recording = write_synthetic_recording(tmp_path / "cam.db3", serial="000000000001", frames=75, width=64, height=48,
                                           fps=30, depth=False, skip=(30, 31, 32))

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlhw.errors import RobotFault, SafetyViolation
+from rlhw.errors import FaultKind, RobotFault, SafetyViolation
 from rlhw.smoke import FAIL, PASS, SKIP, CheckResult, SmokeReport
 from rlhw.smoke.arm_checks import MotionGuard
 from rlhw.smoke.bounded import TargetRun, passed
@@ -32,7 +32,7 @@ def test_a_check_that_hangs_fails_at_its_timeout_and_the_rest_of_its_target_is_s
 
 def test_a_driver_fault_becomes_a_fail_row_with_its_reason_and_a_hint():
     def boom():
-        raise RobotFault("network", "127.0.0.9: UDP receive timed out")
+        raise RobotFault(FaultKind.NETWORK, "127.0.0.9: UDP receive timed out")
 
     run = TargetRun(0, "franka@127.0.0.9", timeout_s=2)
     run.run("state", boom)

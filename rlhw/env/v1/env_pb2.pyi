@@ -21,6 +21,40 @@ class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INT16: _ClassVar[DType]
     UINT32: _ClassVar[DType]
     FLOAT16: _ClassVar[DType]
+
+class FaultKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FAULT_KIND_UNSPECIFIED: _ClassVar[FaultKind]
+    FAULT_KIND_REFLEX: _ClassVar[FaultKind]
+    FAULT_KIND_TIMEOUT: _ClassVar[FaultKind]
+    FAULT_KIND_NETWORK: _ClassVar[FaultKind]
+    FAULT_KIND_HANG: _ClassVar[FaultKind]
+    FAULT_KIND_LIMIT: _ClassVar[FaultKind]
+    FAULT_KIND_CAMERA_STALL: _ClassVar[FaultKind]
+    FAULT_KIND_NOT_CONNECTED: _ClassVar[FaultKind]
+    FAULT_KIND_CONTACT: _ClassVar[FaultKind]
+    FAULT_KIND_STOPPED: _ClassVar[FaultKind]
+    FAULT_KIND_TELEOP: _ClassVar[FaultKind]
+    FAULT_KIND_LOCKED: _ClassVar[FaultKind]
+    FAULT_KIND_RECOVER_FAIL: _ClassVar[FaultKind]
+
+class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ERROR_REASON_UNSPECIFIED: _ClassVar[ErrorReason]
+    ERROR_REASON_INVALID_REQUEST: _ClassVar[ErrorReason]
+    ERROR_REASON_CONTROLLED_BY_OTHER: _ClassVar[ErrorReason]
+    ERROR_REASON_SAFETY_LOCKED: _ClassVar[ErrorReason]
+    ERROR_REASON_EPISODE_ENDED: _ClassVar[ErrorReason]
+    ERROR_REASON_TOO_MANY_STREAMS: _ClassVar[ErrorReason]
+    ERROR_REASON_UNAUTHENTICATED: _ClassVar[ErrorReason]
+    ERROR_REASON_ENV_FAILED: _ClassVar[ErrorReason]
+    ERROR_REASON_BAD_SESSION_KEY: _ClassVar[ErrorReason]
+    ERROR_REASON_ROBOT_FAULT: _ClassVar[ErrorReason]
+    ERROR_REASON_SAFETY_REFUSED: _ClassVar[ErrorReason]
+    ERROR_REASON_SHUTTING_DOWN: _ClassVar[ErrorReason]
+    ERROR_REASON_UNSUPPORTED_REQUEST: _ClassVar[ErrorReason]
+    ERROR_REASON_UNKNOWN_WORLD: _ClassVar[ErrorReason]
+    ERROR_REASON_WORLD_STATE: _ClassVar[ErrorReason]
 DTYPE_UNSPECIFIED: DType
 FLOAT32: DType
 FLOAT64: DType
@@ -33,6 +67,34 @@ INT8: DType
 INT16: DType
 UINT32: DType
 FLOAT16: DType
+FAULT_KIND_UNSPECIFIED: FaultKind
+FAULT_KIND_REFLEX: FaultKind
+FAULT_KIND_TIMEOUT: FaultKind
+FAULT_KIND_NETWORK: FaultKind
+FAULT_KIND_HANG: FaultKind
+FAULT_KIND_LIMIT: FaultKind
+FAULT_KIND_CAMERA_STALL: FaultKind
+FAULT_KIND_NOT_CONNECTED: FaultKind
+FAULT_KIND_CONTACT: FaultKind
+FAULT_KIND_STOPPED: FaultKind
+FAULT_KIND_TELEOP: FaultKind
+FAULT_KIND_LOCKED: FaultKind
+FAULT_KIND_RECOVER_FAIL: FaultKind
+ERROR_REASON_UNSPECIFIED: ErrorReason
+ERROR_REASON_INVALID_REQUEST: ErrorReason
+ERROR_REASON_CONTROLLED_BY_OTHER: ErrorReason
+ERROR_REASON_SAFETY_LOCKED: ErrorReason
+ERROR_REASON_EPISODE_ENDED: ErrorReason
+ERROR_REASON_TOO_MANY_STREAMS: ErrorReason
+ERROR_REASON_UNAUTHENTICATED: ErrorReason
+ERROR_REASON_ENV_FAILED: ErrorReason
+ERROR_REASON_BAD_SESSION_KEY: ErrorReason
+ERROR_REASON_ROBOT_FAULT: ErrorReason
+ERROR_REASON_SAFETY_REFUSED: ErrorReason
+ERROR_REASON_SHUTTING_DOWN: ErrorReason
+ERROR_REASON_UNSUPPORTED_REQUEST: ErrorReason
+ERROR_REASON_UNKNOWN_WORLD: ErrorReason
+ERROR_REASON_WORLD_STATE: ErrorReason
 
 class Tensor(_message.Message):
     __slots__ = ("dtype", "shape", "data")
@@ -175,14 +237,14 @@ class StepResponse(_message.Message):
     terminated: _containers.RepeatedScalarFieldContainer[bool]
     truncated: _containers.RepeatedScalarFieldContainer[bool]
     success: _containers.RepeatedScalarFieldContainer[bool]
-    fault: _containers.RepeatedScalarFieldContainer[str]
+    fault: _containers.RepeatedScalarFieldContainer[FaultKind]
     fault_message: _containers.RepeatedScalarFieldContainer[str]
     timing: _containers.ScalarMap[str, float]
     final_observation: Observation
     final_mask: _containers.RepeatedScalarFieldContainer[bool]
     executed_action: Tensor
     intervened: _containers.RepeatedScalarFieldContainer[bool]
-    def __init__(self, observation: _Optional[_Union[Observation, _Mapping]] = ..., reward: _Optional[_Iterable[float]] = ..., terminated: _Optional[_Iterable[bool]] = ..., truncated: _Optional[_Iterable[bool]] = ..., success: _Optional[_Iterable[bool]] = ..., fault: _Optional[_Iterable[str]] = ..., fault_message: _Optional[_Iterable[str]] = ..., timing: _Optional[_Mapping[str, float]] = ..., final_observation: _Optional[_Union[Observation, _Mapping]] = ..., final_mask: _Optional[_Iterable[bool]] = ..., executed_action: _Optional[_Union[Tensor, _Mapping]] = ..., intervened: _Optional[_Iterable[bool]] = ...) -> None: ...
+    def __init__(self, observation: _Optional[_Union[Observation, _Mapping]] = ..., reward: _Optional[_Iterable[float]] = ..., terminated: _Optional[_Iterable[bool]] = ..., truncated: _Optional[_Iterable[bool]] = ..., success: _Optional[_Iterable[bool]] = ..., fault: _Optional[_Iterable[_Union[FaultKind, str]]] = ..., fault_message: _Optional[_Iterable[str]] = ..., timing: _Optional[_Mapping[str, float]] = ..., final_observation: _Optional[_Union[Observation, _Mapping]] = ..., final_mask: _Optional[_Iterable[bool]] = ..., executed_action: _Optional[_Union[Tensor, _Mapping]] = ..., intervened: _Optional[_Iterable[bool]] = ...) -> None: ...
 
 class SessionRequest(_message.Message):
     __slots__ = ("reset", "step")
@@ -193,14 +255,16 @@ class SessionRequest(_message.Message):
     def __init__(self, reset: _Optional[_Union[ResetRequest, _Mapping]] = ..., step: _Optional[_Union[StepRequest, _Mapping]] = ...) -> None: ...
 
 class Error(_message.Message):
-    __slots__ = ("code", "message", "field")
+    __slots__ = ("code", "message", "field", "reason")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     FIELD_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     code: int
     message: str
     field: str
-    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., field: _Optional[str] = ...) -> None: ...
+    reason: ErrorReason
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., field: _Optional[str] = ..., reason: _Optional[_Union[ErrorReason, str]] = ...) -> None: ...
 
 class SessionResponse(_message.Message):
     __slots__ = ("reset", "step", "error")
