@@ -245,83 +245,87 @@ def _motion_checks(run: TargetRun, arm, target: RobotTarget, options: SmokeOptio
         if has_gripper:
             run.note("gripper", skipped(reason))
         return
+    run.run("motion", lambda: _small_motion_check(arm, env_config.safety, options), required=True,
+            timeout_s=3 * options.timeout_s)
+    if has_gripper:
+        run.run("gripper", lambda: _gripper_check(arm, options.timeout_s), required=True, timeout_s=3 * options.timeout_s)
 
-    safety = env_config.safety
+
+def _pause(arm) -> float:
+    """Let ``RESEND_S`` pass for the arm: real time for a real arm, simulated time for a simulated
+    one; returns the simulated seconds that passed (0 for a real arm)."""
+    if arm.realtime:
+        time.sleep(RESEND_S)
+        return 0.0
+    arm.advance(RESEND_S)
+    return RESEND_S
+
+
+def _wait_pose(arm, goal: np.ndarray, limit_s: float) -> tuple[float, float]:
+    """Seconds to arrive (simulated seconds for a simulated arm) and the remaining error."""
+    t0 = time.monotonic()
+    sim_t = 0.0
+    while True:
+        arm.command_pose(goal)  # same target again: keeps the driver's watchdog fed, no new motion
+        sim_t += _pause(arm)
+        err = float(np.linalg.norm(np.asarray(arm.state().ee_pose[:3]) - goal[:3]))
+        if err < ARRIVED_M:
+            return (time.monotonic() - t0 if arm.realtime else sim_t), err
+        if time.monotonic() - t0 > limit_s:
+            raise RobotFault(FaultKind.TIMEOUT, f"did not reach the target within {limit_s:g} s (still {err * 1e3:.1f} mm away)")
+
+
+def _small_motion_check(arm, safety, options: SmokeOptions) -> Outcome:
+    """``options.motion_m`` up (down when up would leave the workspace) and back to the start."""
     d = options.motion_m
+    start = np.asarray(arm.state().ee_pose, float)
+    p = start[:3]
+    low, high = np.asarray(safety.workspace_low), np.asarray(safety.workspace_high)
+    if np.any(p < low) or np.any(p > high):
+        return failed(f"the hand at {_fmt_xyz(p)} is outside the safety workspace {_fmt_xyz(low)}-{_fmt_xyz(high)}; "
+                      "move it inside (Desk, guiding mode) before a motion test", "refused", hint="")
+    up = p[2] + d <= high[2]
+    goal = start.copy()
+    goal[2] += d if up else -d
+    arm.allow = True
+    try:
+        t_out, _ = _wait_pose(arm, goal, options.timeout_s)
+        moved = float(np.linalg.norm(np.asarray(arm.state().ee_pose[:3]) - p))
+        t_back, err = _wait_pose(arm, start, options.timeout_s)
+    except BaseException:
+        arm.stop()  # a motion that did not arrive must not keep going (arrived ones end by themselves)
+        raise
+    finally:
+        arm.allow = False
+    return passed(
+        f"{d * 100:.1f} cm {'up' if up else 'down'} and back",
+        ("" if arm.realtime else "simulated time: ") + f"out in {t_out:.2f} s (moved {moved * 100:.2f} cm), back in {t_back:.2f} s, return error {err * 1e3:.1f} mm",
+        moved_m=round(moved, 5), return_error_m=round(err, 5), out_s=round(t_out, 3), back_s=round(t_back, 3),
+    )
 
-    def wait_pose(goal: np.ndarray, limit_s: float) -> tuple[float, float]:
-        """Seconds to arrive (simulated seconds for a simulated arm) and the remaining error."""
-        t0 = time.monotonic()
-        sim_t = 0.0
-        while True:
-            arm.command_pose(goal)  # same target again: keeps the driver's watchdog fed, no new motion
-            if arm.realtime:
-                time.sleep(RESEND_S)
-            else:
-                arm.advance(RESEND_S)
-                sim_t += RESEND_S
-            err = float(np.linalg.norm(np.asarray(arm.state().ee_pose[:3]) - goal[:3]))
-            if err < ARRIVED_M:
-                return (time.monotonic() - t0 if arm.realtime else sim_t), err
-            if time.monotonic() - t0 > limit_s:
-                raise RobotFault(FaultKind.TIMEOUT, f"did not reach the target within {limit_s:g} s (still {err * 1e3:.1f} mm away)")
 
-    def small_motion():
-        start = np.asarray(arm.state().ee_pose, float)
-        p = start[:3]
-        low, high = np.asarray(safety.workspace_low), np.asarray(safety.workspace_high)
-        if np.any(p < low) or np.any(p > high):
-            return failed(f"the hand at {_fmt_xyz(p)} is outside the safety workspace {_fmt_xyz(low)}-{_fmt_xyz(high)}; "
-                          "move it inside (Desk, guiding mode) before a motion test", "refused", hint="")
-        up = p[2] + d <= high[2]
-        goal = start.copy()
-        goal[2] += d if up else -d
-        arm.allow = True
-        try:
-            t_out, _ = wait_pose(goal, options.timeout_s)
-            moved = float(np.linalg.norm(np.asarray(arm.state().ee_pose[:3]) - p))
-            t_back, err = wait_pose(start, options.timeout_s)
-        except BaseException:
-            arm.stop()  # a motion that did not arrive must not keep going (arrived ones end by themselves)
-            raise
-        finally:
-            arm.allow = False
-        return passed(
-            f"{d * 100:.1f} cm {'up' if up else 'down'} and back",
-            ("" if arm.realtime else "simulated time: ") + f"out in {t_out:.2f} s (moved {moved * 100:.2f} cm), back in {t_back:.2f} s, return error {err * 1e3:.1f} mm",
-            moved_m=round(moved, 5), return_error_m=round(err, 5), out_s=round(t_out, 3), back_s=round(t_back, 3),
-        )
+def _wait_width(arm, width: float, limit_s: float) -> float:
+    """Seconds (simulated seconds for a simulated arm) for the gripper to reach ``width``."""
+    t0 = time.monotonic()
+    sim_t = 0.0
+    arm.command_gripper(width)
+    while True:
+        sim_t += _pause(arm)
+        w = float(arm.state().gripper_width)
+        if abs(w - width) < 0.004:
+            return time.monotonic() - t0 if arm.realtime else sim_t
+        if time.monotonic() - t0 > limit_s:
+            raise RobotFault(FaultKind.TIMEOUT, f"gripper did not reach {width * 1e3:.0f} mm within {limit_s:g} s (at {w * 1e3:.1f} mm)")
 
-    run.run("motion", small_motion, required=True, timeout_s=3 * options.timeout_s)
 
-    if not has_gripper:
-        return
-
-    def wait_width(width: float, limit_s: float) -> float:
-        t0 = time.monotonic()
-        sim_t = 0.0
-        arm.command_gripper(width)
-        while True:
-            if arm.realtime:
-                time.sleep(RESEND_S)
-            else:
-                arm.advance(RESEND_S)
-                sim_t += RESEND_S
-            w = float(arm.state().gripper_width)
-            if abs(w - width) < 0.004:
-                return time.monotonic() - t0 if arm.realtime else sim_t
-            if time.monotonic() - t0 > limit_s:
-                raise RobotFault(FaultKind.TIMEOUT, f"gripper did not reach {width * 1e3:.0f} mm within {limit_s:g} s (at {w * 1e3:.1f} mm)")
-
-    def gripper():
-        wmax = float(getattr(arm, "max_gripper_width", 0.08))
-        arm.allow = True
-        try:
-            t_close = wait_width(0.01, options.timeout_s)
-            t_open = wait_width(wmax, options.timeout_s)
-        finally:
-            arm.allow = False
-        return passed(f"closed {t_close:.2f} s, opened {t_open:.2f} s",
-                      f"moved to 10 mm and back to {wmax * 1e3:.0f} mm (open)", close_s=round(t_close, 3), open_s=round(t_open, 3))
-
-    run.run("gripper", gripper, required=True, timeout_s=3 * options.timeout_s)
+def _gripper_check(arm, timeout: float) -> Outcome:
+    """Close to 10 mm, then open fully."""
+    wmax = float(getattr(arm, "max_gripper_width", 0.08))
+    arm.allow = True
+    try:
+        t_close = _wait_width(arm, 0.01, timeout)
+        t_open = _wait_width(arm, wmax, timeout)
+    finally:
+        arm.allow = False
+    return passed(f"closed {t_close:.2f} s, opened {t_open:.2f} s",
+                  f"moved to 10 mm and back to {wmax * 1e3:.0f} mm (open)", close_s=round(t_close, 3), open_s=round(t_open, 3))
