@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from rlhw.smoke.bounded import TargetRun, call_bounded, failed, passed, skipped
+from rlhw.smoke.bounded import Outcome, TargetRun, call_bounded, failed, passed, skipped
 from rlhw.smoke.options import SmokeOptions
 from rlhw.smoke.targets import EnvServerTarget
 
@@ -132,68 +132,15 @@ def check_env_server(run: TargetRun, target: EnvServerTarget, options: SmokeOpti
 def _talk(run: TargetRun, address: str | None, options: SmokeOptions, simulated: bool, config) -> None:
     timeout = options.timeout_s
     token = config.server.resolve_token()
-
-    def health():
-        import grpc
-        from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-        with grpc.insecure_channel(address) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            t = time.perf_counter()
-            reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
-            dt = time.perf_counter() - t
-        status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
-        if status != "SERVING":
-            return failed(f"health status {status}", status)
-        return passed(f"SERVING, {dt * 1e3:.1f} ms", f"grpc.health.v1 at {address}", health_ms=round(dt * 1e3, 3))
-
-    run.run("health", health)
+    run.run("health", lambda: _health_check(address, timeout))
     holder: dict[str, Any] = {}
-
-    def spec():
-        from rlhw.env.client import RemoteEnv
-
-        t = time.perf_counter()
-        env = RemoteEnv(address, token, timeout_s=timeout, reset_timeout_s=max(timeout, 30.0), reconnect_s=min(timeout, 5.0))
-        holder["env"] = env
-        dt = time.perf_counter() - t
-        s = env.env_spec
-        obs = ", ".join(f"{k}{tuple(v.shape)}" for k, v in s.observations.items())
-        return passed(f"action {tuple(s.action.shape)}, {len(s.observations)} obs, {s.control_hz:g} Hz",
-                      f"robot {s.robot}: {obs}; {dt * 1e3:.1f} ms", robot=s.robot, control_hz=s.control_hz,
-                      observations=sorted(s.observations), spec_ms=round(dt * 1e3, 3))
-
-    run.run("spec", spec)
+    run.run("spec", lambda: _spec_check(holder, address, token, timeout))
     env = holder.get("env")
     try:
-        moves_ok = simulated or options.motion_allowed
-        why_ok = "simulated arm: moving it is harmless" if simulated else "--allow-motion given"
-
-        def reset():
-            t = time.perf_counter()
-            env.reset(seed=0)
-            dt = time.perf_counter() - t
-            return passed(f"{dt:.2f} s", f"reset round trip (moves the arm home; {why_ok})", reset_s=round(dt, 4))
-
-        def step():
-            lat = []
-            action = np.zeros(env.action_space.shape, dtype=env.action_space.dtype)
-            for _ in range(STEPS):
-                t = time.perf_counter()
-                _, _, _, truncated, info = env.step(action)
-                lat.append(time.perf_counter() - t)
-                if info.get("fault"):
-                    return failed(f"step truncated by fault {info['fault']}: {info.get('fault_message', '')}", info["fault"])
-                if truncated:
-                    env.reset(seed=0)
-            p50 = statistics.median(lat) * 1e3
-            period_ms = 1e3 / env.env_spec.control_hz
-            return passed(f"p50 {p50:.1f} ms, max {max(lat) * 1e3:.1f} ms", f"{STEPS} zero-action steps (control period "
-                          f"{period_ms:.0f} ms; {why_ok})", p50_ms=round(p50, 3), max_ms=round(max(lat) * 1e3, 3), steps=STEPS)
-
-        if moves_ok:
-            run.run("reset", reset, timeout_s=max(timeout, 30.0) + 5)
-            run.run("step", step, timeout_s=STEPS * timeout + 5)
+        if simulated or options.motion_allowed:
+            why_ok = "simulated arm: moving it is harmless" if simulated else "--allow-motion given"
+            run.run("reset", lambda: _reset_check(env, why_ok), timeout_s=max(timeout, 30.0) + 5)
+            run.run("step", lambda: _step_check(env, why_ok), timeout_s=STEPS * timeout + 5)
         else:
             reason = "moves the real arm: " + options.motion_refusal()
             run.note("reset", skipped(reason))
@@ -204,3 +151,58 @@ def _talk(run: TargetRun, address: str | None, options: SmokeOptions, simulated:
                 call_bounded(env.close, 5.0, "remote-env-close")
             except Exception:
                 pass
+
+
+def _health_check(address: str | None, timeout: float) -> Outcome:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        t = time.perf_counter()
+        reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
+        dt = time.perf_counter() - t
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    if status != "SERVING":
+        return failed(f"health status {status}", status)
+    return passed(f"SERVING, {dt * 1e3:.1f} ms", f"grpc.health.v1 at {address}", health_ms=round(dt * 1e3, 3))
+
+
+def _spec_check(holder: dict[str, Any], address: str | None, token, timeout: float) -> Outcome:
+    """Connect a `RemoteEnv` (kept in ``holder["env"]`` for the reset and step checks) and read its spec."""
+    from rlhw.env.client import RemoteEnv
+
+    t = time.perf_counter()
+    env = RemoteEnv(address, token, timeout_s=timeout, reset_timeout_s=max(timeout, 30.0), reconnect_s=min(timeout, 5.0))
+    holder["env"] = env
+    dt = time.perf_counter() - t
+    s = env.env_spec
+    obs = ", ".join(f"{k}{tuple(v.shape)}" for k, v in s.observations.items())
+    return passed(f"action {tuple(s.action.shape)}, {len(s.observations)} obs, {s.control_hz:g} Hz",
+                  f"robot {s.robot}: {obs}; {dt * 1e3:.1f} ms", robot=s.robot, control_hz=s.control_hz,
+                  observations=sorted(s.observations), spec_ms=round(dt * 1e3, 3))
+
+
+def _reset_check(env, why_ok: str) -> Outcome:
+    t = time.perf_counter()
+    env.reset(seed=0)
+    dt = time.perf_counter() - t
+    return passed(f"{dt:.2f} s", f"reset round trip (moves the arm home; {why_ok})", reset_s=round(dt, 4))
+
+
+def _step_check(env, why_ok: str) -> Outcome:
+    """``STEPS`` zero-action steps (hold still), resetting after a truncation; a fault fails the check."""
+    lat = []
+    action = np.zeros(env.action_space.shape, dtype=env.action_space.dtype)
+    for _ in range(STEPS):
+        t = time.perf_counter()
+        _, _, _, truncated, info = env.step(action)
+        lat.append(time.perf_counter() - t)
+        if info.get("fault"):
+            return failed(f"step truncated by fault {info['fault']}: {info.get('fault_message', '')}", info["fault"])
+        if truncated:
+            env.reset(seed=0)
+    p50 = statistics.median(lat) * 1e3
+    period_ms = 1e3 / env.env_spec.control_hz
+    return passed(f"p50 {p50:.1f} ms, max {max(lat) * 1e3:.1f} ms", f"{STEPS} zero-action steps (control period "
+                  f"{period_ms:.0f} ms; {why_ok})", p50_ms=round(p50, 3), max_ms=round(max(lat) * 1e3, 3), steps=STEPS)

@@ -88,71 +88,89 @@ def run_node(config, node_rank: int, targets: Targets, options: SmokeOptions, in
 
 
 def _check_robot(config, robot: RobotTarget, options: SmokeOptions) -> list[CheckResult]:
+    if robot.simulated:
+        return _check_simulated_robot(config, robot, options)
+    rows: list[CheckResult] = []
+    if options.wants("robots"):
+        rows += _check_real_arm(config, robot, options)
+    for cam in robot.cameras:
+        rows += _check_standalone_camera(config, cam, options)
+    return rows
+
+
+def _check_simulated_robot(config, robot: RobotTarget, options: SmokeOptions) -> list[CheckResult]:
+    """The simulated arm, then its cameras, which render that arm's scene (so it stays connected
+    for them, even when only cameras were asked for)."""
+    from rlhw.robot.factory import make_env
     from rlhw.smoke.arm_checks import check_arm, close_arm
     from rlhw.smoke.camera_checks import check_camera
 
     timeout = options.timeout_s
     run = TargetRun(robot.node_rank, robot.name, timeout)
     rows: list[CheckResult] = []
-    if robot.simulated:
-        # make_env builds the simulated arm and the cameras that render it (mock faults included)
-        from rlhw.robot.factory import make_env
+    # make_env builds the simulated arm and the cameras that render it (mock faults included)
+    built: dict[str, Any] = {}
 
-        built: dict[str, Any] = {}
+    def arm_factory():
+        env = make_env(_with_images(config), robot.rank, connect=False)
+        built["env"] = env
+        return env.arm
 
-        def arm_factory():
-            env = make_env(_with_images(config), robot.rank, connect=False)
-            built["env"] = env
-            return env.arm
-
-        arm = None
-        if options.wants("robots"):
-            arm = check_arm(run, arm_factory, robot, options, config.env, keep_open=bool(robot.cameras))
-            rows += run.rows
-        else:  # cameras only: the simulated arm is still needed, as the scene they render
-            from rlhw.smoke.arm_checks import MotionGuard
-
-            def connect():
-                guard = MotionGuard(arm_factory())
-                guard.connect(timeout_s=timeout)
-                return guard
-
-            try:
-                arm = run.call(connect, timeout + 3.0)
-            except Exception as e:
-                run.blocked = f"its simulated arm did not connect: {' '.join(str(e).split())[:200]}"
-        try:
-            env = built.get("env")
-            for cam in robot.cameras:
-                crun = TargetRun(cam.node_rank, cam.name, timeout)
-                if arm is None or env is None:
-                    crun.note("open", skipped(f"skipped: {run.blocked or run.hung or 'its simulated arm did not connect'}"), required=True)
-                else:
-                    check_camera(crun, lambda c=cam: env.cameras[c.serial], cam, options, config.env, advance=arm.advance)
-                rows += crun.rows
-        finally:
-            close_arm(arm, timeout)
-            run.close()
-        return rows
-
+    arm = None
     if options.wants("robots"):
-        from rlhw.robot.registry import arm_class
-
-        entry = robot.entry
-
-        def arm_factory():
-            cls = arm_class(robot.driver)
-            # each driver call is bounded by the env's driver timeout, stretched towards --timeout so
-            # that a slow (loaded) host is not mistaken for a dead arm; the check's own bound stays --timeout
-            call_s = max(1.5, config.env.driver_timeout_s, min(options.timeout_s / 2, 5.0))
-            return cls(robot_ip=entry.robot_ip, gripper=entry.gripper, controller=entry.controller, timeout_s=call_s)
-
-        check_arm(run, arm_factory, robot, options, config.env)
-        run.close()
+        arm = check_arm(run, arm_factory, robot, options, config.env, keep_open=bool(robot.cameras))
         rows += run.rows
-    for cam in robot.cameras:
-        rows += _check_standalone_camera(config, cam, options)
+    else:  # cameras only: the simulated arm is still needed, as the scene they render
+        arm = _connect_scene_arm(run, arm_factory, timeout)
+    try:
+        env = built.get("env")
+        for cam in robot.cameras:
+            crun = TargetRun(cam.node_rank, cam.name, timeout)
+            if arm is None or env is None:
+                crun.note("open", skipped(f"skipped: {run.blocked or run.hung or 'its simulated arm did not connect'}"), required=True)
+            else:
+                check_camera(crun, lambda c=cam: env.cameras[c.serial], cam, options, config.env, advance=arm.advance)
+            rows += crun.rows
+    finally:
+        close_arm(arm, timeout)
+        run.close()
     return rows
+
+
+def _connect_scene_arm(run: TargetRun, arm_factory, timeout: float):
+    """Connect the simulated arm without checking it (bounded, on the target's thread); None, with
+    ``run.blocked`` saying why, when it does not connect."""
+    from rlhw.smoke.arm_checks import MotionGuard
+
+    def connect():
+        guard = MotionGuard(arm_factory())
+        guard.connect(timeout_s=timeout)
+        return guard
+
+    try:
+        return run.call(connect, timeout + 3.0)
+    except Exception as e:
+        run.blocked = f"its simulated arm did not connect: {' '.join(str(e).split())[:200]}"
+        return None
+
+
+def _check_real_arm(config, robot: RobotTarget, options: SmokeOptions) -> list[CheckResult]:
+    from rlhw.robot.registry import arm_class
+    from rlhw.smoke.arm_checks import check_arm
+
+    run = TargetRun(robot.node_rank, robot.name, options.timeout_s)
+    entry = robot.entry
+
+    def arm_factory():
+        cls = arm_class(robot.driver)
+        # each driver call is bounded by the env's driver timeout, stretched towards --timeout so
+        # that a slow (loaded) host is not mistaken for a dead arm; the check's own bound stays --timeout
+        call_s = max(1.5, config.env.driver_timeout_s, min(options.timeout_s / 2, 5.0))
+        return cls(robot_ip=entry.robot_ip, gripper=entry.gripper, controller=entry.controller, timeout_s=call_s)
+
+    check_arm(run, arm_factory, robot, options, config.env)
+    run.close()
+    return run.rows
 
 
 def _check_standalone_camera(config, cam, options: SmokeOptions) -> list[CheckResult]:
