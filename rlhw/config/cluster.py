@@ -15,14 +15,15 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
-from pydantic import Field, ValidationError, field_validator, model_serializer, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from rlhw.config.base import StrictModel
+from rlhw.config.base import StrictModel, as_text
+from rlhw.config.component_placement import ComponentRule, PlacementEntry, component_names  # noqa: F401 - PlacementEntry re-exported
 from rlhw.config.errors import config_error
 from rlhw.errors import ConfigError, PlacementError
-from rlhw.placement.grammar import format_ranks, parse_placement, parse_ranks
+from rlhw.placement.grammar import format_ranks, parse_ranks
 
 #: Labels the planner gives a meaning of its own: ``node`` (every node, ranks are node ranks) and
 #: ``cluster`` (what a component without ``node_group`` is placed on).
@@ -37,13 +38,6 @@ def _ranks(value: Any, what: str = "node ranks") -> tuple[int, ...]:
     if isinstance(value, tuple) and all(isinstance(v, int) for v in value):
         return value
     return parse_ranks(value, what=what)
-
-
-def _as_text(value: Any) -> Any:
-    """YAML reads ``label: 4090`` as an int; labels and names are text."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return value
 
 
 class NodeGroupEnvConfig(StrictModel):
@@ -153,7 +147,7 @@ class NodeGroup(StrictModel):
     @field_validator("label", mode="before")
     @classmethod
     def _label(cls, value: Any) -> Any:
-        value = _as_text(value)
+        value = as_text(value)
         if not isinstance(value, str):
             return value
         if value in RESERVED_LABELS:
@@ -200,106 +194,12 @@ class NodeGroup(StrictModel):
         return None
 
 
-class PlacementEntry(StrictModel):
-    """One ``{node_group, placement}`` pair; without node_group the implicit ``cluster`` group."""
-
-    node_group: Optional[str] = Field(None, description="a node group label, 'node', or omitted for the whole cluster")
-    placement: str = Field(description="resource_ranks[:process_ranks], comma separated, e.g. 0-1:0-3,4-7")
-
-    @field_validator("node_group", mode="before")
-    @classmethod
-    def _group(cls, value: Any) -> Any:
-        return _as_text(value)
-
-    @field_validator("placement", mode="before")
-    @classmethod
-    def _placement(cls, value: Any) -> Any:
-        if isinstance(value, int) and not isinstance(value, bool):
-            value = str(value)
-        parse_placement(value)  # syntax and string-level rules, with a PlacementError naming the part
-        return value.strip()
-
-    @property
-    def group_label(self) -> str:
-        return "cluster" if self.node_group is None else self.node_group
-
-
-class ComponentRule(StrictModel):
-    """The placement of one ``component_placement`` key, in any of its three spellings:
-
-    * short form ``actor,inference: 0-7`` (the whole cluster's resources),
-    * node-group form ``actor: {node_group: a800, placement: 0-63}``,
-    * several node groups: ``actor: [{node_group: a800, placement: 0-7}, {node_group: 4090, placement: 0-7}]``;
-      process ranks are numbered across the list in order (implicit ranks continue after the
-      previous entry), and explicit ranks are the component's global ranks.
-    """
-
-    entries: tuple[PlacementEntry, ...]
-    style: Literal["short", "group", "list"] = "group"
-
-    @model_validator(mode="before")
-    @classmethod
-    def _normalise(cls, data: Any) -> Any:
-        if isinstance(data, (str, int)) and not isinstance(data, bool):
-            try:
-                entry = _entry({"placement": data}, "")
-            except ConfigError as e:  # the short form has no 'placement' key to point at
-                raise type(e)("", e.message) from None
-            return {"entries": (entry,), "style": "short"}
-        if isinstance(data, dict):
-            return {"entries": (_entry(data, ""),), "style": "group"}
-        if isinstance(data, (list, tuple)):
-            if not data:
-                raise ConfigError("", "the list of node-group entries is empty; give at least one {node_group, placement}")
-            return {"entries": tuple(_entry(d, f"[{i}]") for i, d in enumerate(data)), "style": "list"}
-        raise ConfigError(
-            "",
-            f"a placement is a string ('0-7'), a map {{node_group, placement}} or a list of such maps; got {data!r}",
-        )
-
-    @model_serializer(mode="plain")
-    def _user_form(self) -> Any:
-        def one(e: PlacementEntry) -> dict:
-            return {"placement": e.placement} if e.node_group is None else {"node_group": e.node_group, "placement": e.placement}
-
-        if self.style == "short":
-            return self.entries[0].placement
-        if self.style == "group":
-            return one(self.entries[0])
-        return [one(e) for e in self.entries]
-
-    def entry_path(self, key: str, index: int, field: str = "placement") -> str:
-        """Dotted config path of one entry's field, for messages."""
-        base = f"cluster.component_placement.{key}"
-        if self.style == "short":
-            return base
-        if self.style == "group":
-            return f"{base}.{field}"
-        return f"{base}[{index}].{field}"
-
-
-def _entry(data: Any, path: str) -> PlacementEntry:
-    if not isinstance(data, dict):
-        raise ConfigError(path, f"each entry must be a map {{node_group, placement}}, got {data!r}")
-    try:
-        return PlacementEntry.model_validate(data)
-    except ValidationError as e:
-        err = config_error(e, PlacementEntry, path)
-        raise type(err)(err.path, err.message) from None
-
-
 @dataclass(frozen=True)
 class NodeEnv:
     """What a worker on one node gets: env vars from every group the node is in, and its interpreter."""
 
     env_vars: dict[str, str] = field(default_factory=dict)
     python_interpreter_path: Optional[str] = None
-
-
-def component_names(key: str) -> list[str]:
-    """The components one ``component_placement`` key places: ``"env"``, or ``"rollout, actor"`` for
-    components that share one placement. The one place that knows the key's spelling."""
-    return [name.strip() for name in key.split(",")]
 
 
 class ClusterConfig(StrictModel):
@@ -317,7 +217,7 @@ class ClusterConfig(StrictModel):
         seen: dict[str, str] = {}
         out = {}
         for key, rule in value.items():
-            key_text = _as_text(key)
+            key_text = as_text(key)
             if not isinstance(key_text, str):
                 raise ConfigError(str(key), "component names are text")
             names = component_names(key_text)
