@@ -30,6 +30,11 @@ def neutral_actions(action: TensorSpec, batch: int) -> np.ndarray:
     return np.broadcast_to(np.clip(np.zeros(action.shape, np.float32), low, high), (batch, *action.shape)).copy()
 
 
+def observation_shapes(spec: EnvSpec) -> dict[str, tuple[int, ...]]:
+    """Every observation's shape per env instance (what demos are checked against)."""
+    return {k: tuple(int(s) for s in v.shape) for k, v in spec.observations.items()}
+
+
 def zero_observations(spec: EnvSpec, batch: int = 1) -> dict[str, np.ndarray]:
     """A batch of all-zero observations in the spec's shapes and dtypes (to warm up a network)."""
     return {k: np.zeros((batch, *v.shape), dtype=v.dtype) for k, v in spec.observations.items()}
@@ -53,6 +58,5 @@ class AgentSpace:
     @classmethod
     def from_spec(cls, spec: EnvSpec) -> "AgentSpace":
         low, high = action_bounds(spec.action)
-        return cls(ObsLayout.from_spec(spec), low, high,
-                   {k: tuple(int(s) for s in v.shape) for k, v in spec.observations.items()},
+        return cls(ObsLayout.from_spec(spec), low, high, observation_shapes(spec),
                    tuple(int(s) for s in spec.action.shape))

@@ -4,7 +4,7 @@
     rollout worker --Actions (actions channel, key = env rank)--> env worker
     rollout worker --transition batch (replay channel, key = actor rank)--> actor worker
     actor worker rank 0 --PolicyWeights (weights channel, key = rollout rank)--> rollout worker
-    env worker --EnvProgress (``poll()``, a Ray call)--> controller
+    env worker --EnvProgress, rollout worker --RolloutProgress (``poll()``, Ray calls)--> controller
 
 Why dataclasses: these cross process boundaries (pickled through Ray channels), so a field renamed on one
 side would otherwise surface as a ``KeyError`` deep in the other process. A receiver checks the type of
@@ -111,6 +111,18 @@ class EnvProgress:
     episodes: list[EpisodeResult] = field(default_factory=list)
     eval_results: list[EpisodeResult] = field(default_factory=list)
     faults: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutProgress:
+    """A rollout worker's answer to ``poll()``: actions served, policy calls (batches), the weights version it
+    acts with (-1: none yet), and why its loop failed (None: it runs)."""
+
+    rank: int
+    served: int
+    batches: int
+    weights_version: int
     error: str | None = None
 
 
