@@ -156,3 +156,11 @@ def test_loop_health_counts_latency_per_answer_and_periods_only_within_an_episod
     assert s["steps"] == 3 and s["latency_p50_ms"] == pytest.approx(10.0)
     assert len(timer.periods) == 2 and s["period_p50_ms"] == pytest.approx(100.0)
     assert s["late_steps"] == 3 and s["timed_steps"] == 3
+
+
+def test_big_policy_weights_still_travel_through_the_object_store_not_through_the_channel_actor():
+    from rlhw.runtime.payload import LARGE_PAYLOAD_BYTES, payload_nbytes
+
+    weights = PolicyWeights(version=1, state={"w": np.zeros(LARGE_PAYLOAD_BYTES // 4, np.float32)})
+    assert payload_nbytes(weights) >= LARGE_PAYLOAD_BYTES  # so the channel wraps it like the old dict
+    assert payload_nbytes(Actions(np.zeros((8, 7), np.float32), np.zeros(8, np.int64))) < LARGE_PAYLOAD_BYTES
