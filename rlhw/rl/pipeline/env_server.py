@@ -101,6 +101,9 @@ class EnvServerProcess:
         self._pump_thread.start()
         try:
             self.address = self._await_address(read_fd)
+        except BaseException:
+            self.stop()  # never leave a child that did not report properly holding an arm
+            raise
         finally:
             os.close(read_fd)
         return self.address
