@@ -2,8 +2,9 @@
 
 It prints ``listening on HOST:PORT`` (the real port when --port 0) as its first stdout line, for people
 and logs. A parent process passes ``--address-fd FD`` (an inherited pipe) instead, and reads one JSON line
-``{"address": "HOST:PORT"}`` from it when the server listens: where to connect never depends on log text. On SIGTERM or SIGINT it stops the arm before anything
-else, drains calls in flight, then closes the drivers.
+``{"address": "HOST:PORT"}`` from it when the server listens: where to connect never depends on log text.
+
+On SIGTERM or SIGINT it stops the arm before anything else, drains calls in flight, then closes the drivers.
 """
 
 from __future__ import annotations

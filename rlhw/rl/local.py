@@ -14,7 +14,7 @@ import torch
 
 from rlhw.rl.demos import load_demos
 from rlhw.rl.episodes import EpisodeRecorder, executed, iter_recorded_transitions
-from rlhw.rl.replay import MixedReplay, transition_batch
+from rlhw.rl.replay import MixedReplay, TransitionBatch, transition_batch
 from rlhw.rl.rundir import RunDir
 from rlhw.rl.sac import SAC, resolve_device
 from rlhw.rl.session import Counters, StopReason, TrainingSession, interrupted
@@ -35,7 +35,7 @@ def make_agent(config, spec, device) -> SAC:
     return SAC(space.layout, space.low, space.high, config.train.sac, device=device)
 
 
-def transition(obs: dict, action, reward, terminated, next_obs: dict, intervened: bool = False) -> dict[str, np.ndarray]:
+def transition(obs: dict, action, reward, terminated, next_obs: dict, intervened: bool = False) -> TransitionBatch:
     """One transition as a batch of 1, in the replay buffer's field names."""
     return transition_batch(_batched(obs), _batched(next_obs), np.asarray(action, np.float32)[None], [reward],
                             [float(terminated)], [float(intervened)])

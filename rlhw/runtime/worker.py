@@ -278,7 +278,8 @@ class Worker:
         return Channel.create(name, maxsize=maxsize, node=node)
 
     def connect_channel(self, name: str, timeout_s: float = 30.0):
-        """The channel ``name`` created by any worker or the driver (waits up to ``timeout_s``)."""
+        """The channel ``name`` created by any worker or the controller process (Ray's "driver"); waits up to
+        ``timeout_s``."""
         from rlhw.runtime.channel import Channel
 
         return Channel.connect(name, timeout_s=timeout_s)

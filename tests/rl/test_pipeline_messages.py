@@ -134,7 +134,8 @@ def test_the_local_runners_transition_is_a_batch_of_one_of_the_pipelines():
     one = transition({"x": np.ones(2, np.float32)}, np.zeros(3), -1.0, True, {"x": np.zeros(2, np.float32)}, True)
     assert set(one) == {"obs/x", "next_obs/x", "action", "reward", "terminated", "intervened"}
     assert one["obs/x"].shape == (1, 2) and one["action"].shape == (1, 3)
-    assert one["reward"].tolist() == [-1.0] and one["terminated"].tolist() == [1.0] and one["intervened"].tolist() == [1.0]
+    assert one["reward"].tolist() == [-1.0] and one["terminated"].tolist() == [1.0]
+    assert one["intervened"].tolist() == [1.0]
 
 
 # ---------------------------------------------------------------------------------------- loop health

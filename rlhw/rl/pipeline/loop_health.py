@@ -57,5 +57,6 @@ class LoopTimer:
             out.update(late_steps=int((late > 0).sum()), lateness_p99_ms=float(np.percentile(late, 99) * 1e3))
         if self.periods:
             per = np.array(self.periods)
-            out.update(period_p50_ms=float(np.percentile(per, 50) * 1e3), period_p99_ms=float(np.percentile(per, 99) * 1e3))
+            out.update(period_p50_ms=float(np.percentile(per, 50) * 1e3),
+                       period_p99_ms=float(np.percentile(per, 99) * 1e3))
         return out

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from rlhw.rl.replay import TransitionBatch, transition_batch  # noqa: F401 - part of this contract
+from rlhw.rl.replay import TransitionBatch  # the transitions an EnvStep carries, in the replay buffer's fields
 
 OBS_CHANNEL = "rlhw.train.obs"
 ACTION_CHANNEL = "rlhw.train.actions"
