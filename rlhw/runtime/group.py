@@ -137,9 +137,8 @@ class WorkerGroup:
         num_cpus: float = 0,
         ready_timeout_s: float = 120.0,
     ) -> "WorkerGroup":
-        """Start one Ray actor per placement record of ``component`` (a key of cluster.component_placement,
-        e.g. "env", "rollout", "actor"), each pinned (hard node affinity) to its node, with its environment
-        set before ``__init__`` runs; wait until all are up.
+        """Start one Ray actor per placement record of ``component`` (e.g. "env", "rollout", "actor"), each pinned
+        (hard node affinity) to its node, with its environment set before ``__init__`` runs; wait until all are up.
 
         ``name`` (default: the component name) is the group part of the workers' addresses.
         ``num_cpus`` is what each actor reserves in Ray (0: placement is rlhw's, not Ray's, job).
