@@ -52,7 +52,7 @@ def in_process(config, seconds: float) -> float:
 
 
 def pipeline_rate(config, seconds: float) -> tuple[float, list[dict]]:
-    from rlhw.rl.pipeline.driver import Pipeline
+    from rlhw.rl.pipeline.controller import Pipeline
     from rlhw.rl.rundir import RunDir
     from rlhw.runtime.cluster import Cluster
 
@@ -62,12 +62,12 @@ def pipeline_rate(config, seconds: float) -> tuple[float, list[dict]]:
             pipe.rollouts.set_exploration(False).wait(60)  # the policy network acts, as in the loop
             pipe.envs.run_async().wait(60)
             deadline = time.monotonic() + 240  # warm-up: the first resets (a real arm moves home) and 20 steps
-            while sum(p["train_steps"] for p in pipe.poll_envs()) < 20 and time.monotonic() < deadline:
+            while sum(p.train_steps for p in pipe.poll_envs()) < 20 and time.monotonic() < deadline:
                 time.sleep(0.5)
-            s0 = sum(p["train_steps"] for p in pipe.poll_envs())
+            s0 = sum(p.train_steps for p in pipe.poll_envs())
             t0 = time.perf_counter()
             time.sleep(seconds)
-            s1 = sum(p["train_steps"] for p in pipe.poll_envs())
+            s1 = sum(p.train_steps for p in pipe.poll_envs())
             rate = (s1 - s0) / (time.perf_counter() - t0)
             health = pipe.envs.loop_health().wait(60)
         finally:

@@ -1,15 +1,19 @@
 """`rlhw serve-env CONFIG [key=value ...]`: serve one arm (or simulator) over gRPC until SIGTERM/SIGINT.
 
-It prints ``listening on HOST:PORT`` (the real port when --port 0) as its first stdout line, so a
-parent process can read where to connect. On SIGTERM or SIGINT it stops the arm before anything
-else, drains calls in flight, then closes the drivers.
+It prints ``listening on HOST:PORT`` (the real port when --port 0) as its first stdout line, for people
+and logs. A parent process passes ``--address-fd FD`` (an inherited pipe) instead, and reads one JSON line
+``{"address": "HOST:PORT"}`` from it when the server listens: where to connect never depends on log text.
+
+On SIGTERM or SIGINT it stops the arm before anything else, drains calls in flight, then closes the drivers.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -35,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-dm-env-rpc", action="store_true", help="do not serve the dm_env_rpc Environment service")
     parser.add_argument("--grace", type=float, default=2.0, help="seconds to let calls in flight finish at shutdown")
+    parser.add_argument("--address-fd", type=int, metavar="FD",
+                        help='inherited file descriptor (a pipe) to write {"address": "HOST:PORT"} and a newline to '
+                        "once listening, then close; for a parent process that starts this server")
 
 
 def _factory(spec: str):
@@ -67,6 +74,27 @@ def _check_port_free(host: str, port: int) -> None:
                               "pick another port (0 = any free)") from None
 
 
+def _check_address_fd(fd: int | None) -> int | None:
+    """Refuse a bad --address-fd before touching any hardware."""
+    if fd is None:
+        return None
+    try:
+        os.fstat(fd)
+    except OSError as e:
+        raise ConfigError("--address-fd", f"{fd} is not an open file descriptor ({e.strerror}); the parent "
+                          "passes the write end of a pipe it created") from None
+    return fd
+
+
+def report_address(fd: int, address: str) -> None:
+    """One JSON line on the parent's pipe, in a single write (atomic for a pipe: far below PIPE_BUF), then close
+    it: the parent reads until the newline, and EOF without one means the server died first."""
+    try:
+        os.write(fd, (json.dumps({"address": address}) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
 def run(args: argparse.Namespace) -> int:
     from rlhw.config import load_config
 
@@ -80,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if args.robot < 0:
         raise ConfigError("--robot", f"must be >= 0, got {args.robot}")
     config = load_config(args.config, overrides)
+    address_fd = _check_address_fd(args.address_fd)
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s", stream=sys.stderr)
 
@@ -109,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
     tls = ", TLS" if config.server.tls_enabled else ""
     auth = ", token required" if server.token else ""
     print(f"listening on {server.address}{extra} ({protocols}; health, reflection{tls}{auth})", flush=True)
+    if address_fd is not None:
+        report_address(address_fd, server.address)
     try:
         while not stop.wait(0.5):
             pass

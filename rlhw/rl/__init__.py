@@ -20,8 +20,8 @@ _LAZY = {
     "load_episode": "rlhw.rl.episodes",
     "RunDir": "rlhw.rl.rundir",
     "train_local": "rlhw.rl.local",
-    "train_pipeline": "rlhw.rl.pipeline.driver",
-    "Pipeline": "rlhw.rl.pipeline.driver",
+    "train_pipeline": "rlhw.rl.pipeline.controller",
+    "Pipeline": "rlhw.rl.pipeline.controller",
 }
 
 __all__ = list(_LAZY)

@@ -14,10 +14,11 @@ import torch
 
 from rlhw.rl.demos import load_demos
 from rlhw.rl.episodes import EpisodeRecorder, executed, iter_recorded_transitions
-from rlhw.rl.replay import MixedReplay
+from rlhw.rl.replay import MixedReplay, TransitionBatch, transition_batch
 from rlhw.rl.rundir import RunDir
-from rlhw.rl.sac import SAC, ObsLayout, resolve_device
+from rlhw.rl.sac import SAC, resolve_device
 from rlhw.rl.session import Counters, StopReason, TrainingSession, interrupted
+from rlhw.rl.spaces import AgentSpace
 
 
 def _batched(obs: dict) -> dict:
@@ -30,23 +31,14 @@ def seed_everything(seed: int) -> np.random.Generator:
 
 
 def make_agent(config, spec, device) -> SAC:
-    layout = ObsLayout.from_spec(spec)
-    low = np.broadcast_to(np.asarray(spec.action.low if spec.action.low is not None else -1.0, np.float32),
-                          spec.action.shape)
-    high = np.broadcast_to(np.asarray(spec.action.high if spec.action.high is not None else 1.0, np.float32),
-                           spec.action.shape)
-    return SAC(layout, low, high, config.train.sac, device=device)
+    space = AgentSpace.from_spec(spec)
+    return SAC(space.layout, space.low, space.high, config.train.sac, device=device)
 
 
-def transition(obs: dict, action, reward, terminated, next_obs: dict, intervened: bool = False) -> dict[str, np.ndarray]:
+def transition(obs: dict, action, reward, terminated, next_obs: dict, intervened: bool = False) -> TransitionBatch:
     """One transition as a batch of 1, in the replay buffer's field names."""
-    out = {f"obs/{k}": np.asarray(v)[None] for k, v in obs.items()}
-    out.update({f"next_obs/{k}": np.asarray(v)[None] for k, v in next_obs.items()})
-    out["action"] = np.asarray(action, np.float32)[None]
-    out["reward"] = np.array([reward], np.float32)
-    out["terminated"] = np.array([float(terminated)], np.float32)
-    out["intervened"] = np.array([float(intervened)], np.float32)
-    return out
+    return transition_batch(_batched(obs), _batched(next_obs), np.asarray(action, np.float32)[None], [reward],
+                            [float(terminated)], [float(intervened)])
 
 
 def run_episode(env, agent: SAC, deterministic: bool, rng, recorder: EpisodeRecorder | None, kind: str,
@@ -86,76 +78,91 @@ def train_local(config, run_dir: RunDir, env_factory: Callable | None = None, re
 
     Eval episodes run on the training env unless ``eval_env_factory`` gives them their own (a benchmark
     whose scripted operator takes over during training must evaluate the policy alone)."""
-    cfg = config.train
     if env_factory is None:
         from rlhw.robot import make_env
 
         env_factory = make_env
-    rng = seed_everything(cfg.seed)
+    rng = seed_everything(config.train.seed)
     env = eval_env = env_factory(config, 0)
     try:
         if eval_env_factory is not None:
             eval_env = eval_env_factory(config, 0)
-        device = resolve_device(cfg.device)
-        agent = make_agent(config, env.spec, device)
-        replay = MixedReplay(cfg.buffer_size, cfg.demo_ratio, seed=cfg.seed)
-        for batch in load_demos(cfg.demos, {k: v.shape for k, v in env.spec.observations.items()},
-                                tuple(env.spec.action.shape)):
-            replay.add_demos(batch)
-        counters = Counters()
-        episodes_dir = Path(run_dir.episodes) / "env0"
-        if resume:
-            counters = _resume(run_dir, agent, replay)
-        recorder = EpisodeRecorder(episodes_dir, fsync=False) if cfg.record_episodes else None
-        session = TrainingSession(config, run_dir, counters)
+        return LocalRun(config, run_dir, env, eval_env, rng, resume).run()
+    finally:
+        env.close()
+        if eval_env is not env:
+            eval_env.close()
 
-        def learn(obs, action, reward, terminated, next_obs, intervened):
-            replay.add_batch(transition(obs, action, reward, terminated, next_obs, intervened))
-            session.add_env_steps(1)
-            owed = int(cfg.utd_ratio * (session.c.env_steps - cfg.learning_starts)) - session.c.updates
-            if session.c.env_steps >= cfg.learning_starts and len(replay) >= cfg.sac.batch_size and owed > 0:
-                for _ in range(owed):
-                    metrics = agent.update(replay.sample(cfg.sac.batch_size))
-                session.add_losses(metrics, owed)
-                session.set_extra(**{"losses/alpha": metrics["losses/alpha"],
-                                     "train/demo_buffer_size": len(replay.demos)})
 
+class LocalRun:
+    """One local training run on open envs: the agent, its replay, the recorder and the session."""
+
+    def __init__(self, config, run_dir: RunDir, env, eval_env, rng: np.random.Generator, resume: bool):
+        cfg = self.cfg = config.train
+        self.run_dir, self.env, self.eval_env, self.rng = run_dir, env, eval_env, rng
+        space = AgentSpace.from_spec(env.spec)
+        self.agent = make_agent(config, env.spec, resolve_device(cfg.device))
+        self.replay = MixedReplay(cfg.buffer_size, cfg.demo_ratio, seed=cfg.seed)
+        for batch in load_demos(cfg.demos, space.observation_shapes, space.action_shape):
+            self.replay.add_demos(batch)
+        counters = _resume(run_dir, self.agent, self.replay) if resume else Counters()
+        self.recorder = EpisodeRecorder(Path(run_dir.episodes) / "env0", fsync=False) if cfg.record_episodes else None
+        self.session = TrainingSession(config, run_dir, counters)
+
+    def run(self) -> StopReason:
+        """Train episodes, evaluating, logging and checkpointing as the session says, until it says stop."""
+        session = self.session
         try:
             while session.stop is None:
-                warmup = session.c.env_steps < cfg.learning_starts
-                ret, success, length, interventions = run_episode(env, agent, False, rng, recorder, "train",
-                                                                  random_actions=warmup, on_step=learn)
-                session.add_episode(ret, success, length, interventions)
+                self._train_episode()
                 if session.log_due():
                     session.log()
                 if session.eval_due():
-                    results = [run_episode(eval_env, agent, True, rng, recorder, "eval")
-                               for _ in range(cfg.eval_episodes)]
-                    session.record_eval(results)
+                    session.record_eval([run_episode(self.eval_env, self.agent, True, self.rng, self.recorder, "eval")
+                                         for _ in range(self.cfg.eval_episodes)])
                 if session.checkpoint_due() or session.stop is not None:
-                    run_dir.save_checkpoint(_checkpoint(agent, session), session.c.env_steps)
+                    self._save()
                 session.check_budget()
-            run_dir.save_checkpoint(_checkpoint(agent, session), session.c.env_steps)
+            self._save()
             return session.finish()
         except KeyboardInterrupt:
-            if recorder is not None:
-                recorder.close()
+            self._close_recorder()
             try:
-                run_dir.save_checkpoint(_checkpoint(agent, session), session.c.env_steps)
+                self._save()
                 saved = True
             except Exception:  # noqa: BLE001 - report it in run.json rather than hide the interrupt
                 saved = False
             return session.finish(interrupted(session.c.env_steps, saved))
         except BaseException as e:
-            if recorder is not None:
-                recorder.close()
-            run_dir.save_checkpoint(_checkpoint(agent, session), session.c.env_steps)
+            self._close_recorder()
+            self._save()
             session.finish(StopReason("failed", f"{type(e).__name__}: {e}"))
             raise
-    finally:
-        env.close()
-        if eval_env is not env:
-            eval_env.close()
+
+    def _train_episode(self) -> None:
+        warmup = self.session.c.env_steps < self.cfg.learning_starts
+        result = run_episode(self.env, self.agent, False, self.rng, self.recorder, "train", random_actions=warmup,
+                             on_step=self._learn)
+        self.session.add_episode(*result)
+
+    def _learn(self, obs, action, reward, terminated, next_obs, intervened) -> None:
+        """One step into replay, then the updates it pays for (``utd_ratio``) once learning has started."""
+        cfg, session, replay = self.cfg, self.session, self.replay
+        replay.add_batch(transition(obs, action, reward, terminated, next_obs, intervened))
+        session.add_env_steps(1)
+        owed = int(cfg.utd_ratio * (session.c.env_steps - cfg.learning_starts)) - session.c.updates
+        if session.c.env_steps >= cfg.learning_starts and len(replay) >= cfg.sac.batch_size and owed > 0:
+            for _ in range(owed):
+                metrics = self.agent.update(replay.sample(cfg.sac.batch_size))
+            session.add_losses(metrics, owed)
+            session.set_extra(**{"losses/alpha": metrics["losses/alpha"], "train/demo_buffer_size": len(replay.demos)})
+
+    def _save(self) -> None:
+        self.run_dir.save_checkpoint(_checkpoint(self.agent, self.session), self.session.c.env_steps)
+
+    def _close_recorder(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
 
 
 def _checkpoint(agent: SAC, session: TrainingSession) -> dict:

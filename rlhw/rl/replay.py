@@ -14,6 +14,25 @@ from typing import Mapping
 import numpy as np
 
 
+TransitionBatch = dict[str, np.ndarray]
+"""n transitions stacked in the field names above: ``obs/<name>`` and ``next_obs/<name>`` (n, ...) in the
+observation's dtype, ``action`` float32 (n, ...), ``reward``, ``terminated`` and ``intervened`` float32 (n,).
+A plain dict because the buffer stores one array per field, whatever the observation names are."""
+
+
+def transition_batch(obs: Mapping[str, np.ndarray], next_obs: Mapping[str, np.ndarray], action, reward,
+                     terminated, intervened) -> TransitionBatch:
+    """n stacked transitions (every argument has a leading dimension n) in the replay buffer's field names.
+    The one place that builds them: the local runner and the env worker both call it."""
+    out = {f"obs/{k}": np.asarray(v) for k, v in obs.items()}
+    out.update({f"next_obs/{k}": np.asarray(v) for k, v in next_obs.items()})
+    out["action"] = np.asarray(action, np.float32)
+    out["reward"] = np.asarray(reward, np.float32)
+    out["terminated"] = np.asarray(terminated, np.float32)
+    out["intervened"] = np.asarray(intervened, np.float32)
+    return out
+
+
 class ReplayBuffer:
     def __init__(self, capacity: int, seed: int = 0):
         self.capacity = int(capacity)

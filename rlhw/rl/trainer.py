@@ -18,6 +18,6 @@ def train(config, run_dir: RunDir, resume: bool = False) -> StopReason:
         from rlhw.rl.local import train_local
 
         return train_local(config, run_dir, resume=resume)
-    from rlhw.rl.pipeline.driver import train_pipeline
+    from rlhw.rl.pipeline.controller import train_pipeline
 
     return train_pipeline(config, run_dir, resume=resume)

@@ -131,25 +131,25 @@ class WorkerGroup:
     def launch(
         self,
         cluster: "Cluster",
-        placement: str,
+        component: str,
         name: str | None = None,
         *,
         num_cpus: float = 0,
         ready_timeout_s: float = 120.0,
     ) -> "WorkerGroup":
-        """Start one actor per record of component ``placement``, each pinned (hard node affinity)
-        to its node, with its environment set before ``__init__`` runs; wait until all are up.
+        """Start one Ray actor per placement record of ``component`` (e.g. "env", "rollout", "actor"), each pinned
+        (hard node affinity) to its node, with its environment set before ``__init__`` runs; wait until all are up.
 
         ``name`` (default: the component name) is the group part of the workers' addresses.
         ``num_cpus`` is what each actor reserves in Ray (0: placement is rlhw's, not Ray's, job).
         """
         if self.actors:
             raise WorkerError(self.name or "?", "this group is already launched")
-        records = list(cluster.placements[placement])
-        self.name = name or placement
+        records = list(cluster.placements[component])
+        self.name = name or component
         WorkerAddress(self.name)  # validates the name
         if not records:
-            raise ConfigError(f"cluster.component_placement.{placement}", "places no process")
+            raise ConfigError(f"cluster.component_placement.{component}", "places no process")
         master_addr = cluster.node_ip(records[0].node_rank)
         master_port = cluster.free_port(records[0].node_rank)
         remote_cls = ray.remote(concurrency_groups=CONCURRENCY_GROUPS, max_restarts=0)(self.worker_cls)
@@ -225,7 +225,7 @@ class WorkerGroup:
         if not callable(getattr(self.worker_cls, name, None)):
             raise AttributeError(f"{self.worker_cls.__name__} has no method {name!r}")
         if not self.actors:
-            raise WorkerError(self.name or self.worker_cls.__name__, "group is not launched; call .launch(cluster, placement=...)")
+            raise WorkerError(self.name or self.worker_cls.__name__, "group is not launched; call .launch(cluster, component=...)")
         chosen = list(range(len(self.actors))) if ranks is None else list(ranks)
 
         def call(*args: Any, **kwargs: Any) -> GroupCall:

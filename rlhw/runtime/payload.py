@@ -40,8 +40,8 @@ def _rebuild(ref: ray.ObjectRef) -> StoredRef:
 def payload_nbytes(obj: Any, stop_at: int = LARGE_PAYLOAD_BYTES, _depth: int = 0) -> int:
     """Bytes held by array-like leaves of ``obj``; stops counting once ``stop_at`` is reached.
 
-    Only looks at numpy arrays, torch tensors, bytes and (nested) dict/list/tuple containers of them;
-    anything else counts as small. Cheap: never serializes.
+    Only looks at numpy arrays, torch tensors, bytes and (nested) dict/list/tuple/dataclass containers of
+    them (typed messages are dataclasses); anything else counts as small. Cheap: never serializes.
     """
     if _depth > 4:
         return 0
@@ -55,6 +55,8 @@ def payload_nbytes(obj: Any, stop_at: int = LARGE_PAYLOAD_BYTES, _depth: int = 0
         children = obj.values()
     elif isinstance(obj, (list, tuple)):
         children = obj
+    elif hasattr(type(obj), "__dataclass_fields__"):
+        children = [getattr(obj, name) for name in type(obj).__dataclass_fields__]
     else:
         return 0
     for child in children:

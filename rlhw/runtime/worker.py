@@ -1,6 +1,6 @@
 """Worker: the base class of every rlhw process, and its name and facts (WorkerAddress, WorkerInfo).
 
-A subclass is an ordinary Python class. ``MyWorker.create_group(...).launch(cluster, placement="actor")``
+A subclass is an ordinary Python class. ``MyWorker.create_group(...).launch(cluster, component="actor")``
 turns each Placement record into one Ray actor of it, pinned to its node. The launcher puts
 everything the worker must know into its environment *before* the process starts (Ray's
 runtime_env), so ``__init__`` already sees RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
@@ -278,7 +278,8 @@ class Worker:
         return Channel.create(name, maxsize=maxsize, node=node)
 
     def connect_channel(self, name: str, timeout_s: float = 30.0):
-        """The channel ``name`` created by any worker or the driver (waits up to ``timeout_s``)."""
+        """The channel ``name`` created by any worker or the controller process (Ray's "driver"); waits up to
+        ``timeout_s``."""
         from rlhw.runtime.channel import Channel
 
         return Channel.connect(name, timeout_s=timeout_s)

@@ -11,7 +11,7 @@ import ray
 from drivers.franky_sim import FrankySim
 from rlhw.config import load_config
 from rlhw.rl.episodes import episode_files, load_episode
-from rlhw.rl.pipeline.driver import train_pipeline
+from rlhw.rl.pipeline.controller import train_pipeline
 from rlhw.rl.rundir import RunDir
 from rlhw.runtime.cluster import Cluster
 

@@ -15,7 +15,7 @@ import ray
 
 from rlhw.config import load_config_dict
 from rlhw.rl.episodes import episode_files, load_episode
-from rlhw.rl.pipeline.driver import train_pipeline
+from rlhw.rl.pipeline.controller import train_pipeline
 from rlhw.rl.rundir import RunDir
 from rlhw.runtime.cluster import Cluster
 from tests.ray_nodes import ray_cluster

@@ -19,8 +19,9 @@ from rlhw.config import load_config, load_config_dict
 from rlhw.env.client import EnvServiceError
 from rlhw.errors import ConfigError
 from rlhw.rl.episodes import EpisodeRecorder, episode_files, iter_recorded_transitions, load_episode
-from rlhw.rl.pipeline.driver import Pipeline, train_pipeline
-from rlhw.rl.pipeline.env_worker import EnvWorker, decode_message, encode_message, episode_dir
+from rlhw.rl.pipeline.controller import Pipeline, train_pipeline
+from rlhw.rl.pipeline.env_worker import EnvWorker, episode_dir
+from rlhw.rl.pipeline.messages import EnvStep, decode_env_step, encode_env_step
 from rlhw.rl.pipeline.instances import EVAL, IDLE, TRAIN, Instances
 from rlhw.rl.pipeline.rollout_worker import RolloutWorker
 from rlhw.rl.rundir import RunDir
@@ -162,19 +163,19 @@ def _bare_rollout_worker(weights_version: int) -> RolloutWorker:
     w = RolloutWorker.__new__(RolloutWorker)
     w.layout = ObsLayout.from_shapes({"x": (2,)}, {"x": "float32"})
     w.low, w.high = -np.ones(3, np.float32), np.ones(3, np.float32)
-    w.actor = build_actor(w.layout, w.low, w.high, SacConfig(hidden_sizes=(8,))).eval()
+    w.policy = build_actor(w.layout, w.low, w.high, SacConfig(hidden_sizes=(8,))).eval()
     w.device = torch.device("cpu")
     w.rng = np.random.default_rng(0)
     w.random_actions, w.weights_version = weights_version < 0, weights_version
     w.act_ch, w.replay_ch = _RecordingChannel(), _RecordingChannel()
     w.cfg = SimpleNamespace(step_timeout_s=5.0)
     w.served = w.batches = 0
-    w._pending, w._pending_rows, w._next_actor, w.num_actor = [], 0, 0, 2
+    w._pending, w._pending_rows, w._next_actor_rank, w.num_actor_ranks = [], 0, 0, 2
     w._last_flush = 0.0
     return w
 
 
-def _message(env: int, k: int, evaluating: list[bool], transitions: int) -> dict:
+def _message(env: int, k: int, evaluating: list[bool], transitions: int) -> EnvStep:
     """An env worker's message through the same encoding: k instances want actions, ``transitions`` rows."""
     obs = {"x": np.full((k, 2), float(env), np.float32)}
     tr = None
@@ -182,8 +183,8 @@ def _message(env: int, k: int, evaluating: list[bool], transitions: int) -> dict
         x = np.full((transitions, 2), float(env), np.float32)
         tr = {"obs/x": x, "next_obs/x": x + 1, "action": np.zeros((transitions, 3), np.float32),
               "reward": np.full(transitions, -1.0, np.float32), "terminated": np.zeros(transitions, np.float32)}
-    return decode_message(encode_message({"env": env, "obs": obs if k else None, "rows": list(range(k)),
-                                          "eval": np.array(evaluating, bool), "transitions": tr}))
+    return decode_env_step(encode_env_step(EnvStep(env=env, obs=obs if k else None, rows=tuple(range(k)),
+                                                   evaluating=np.array(evaluating, bool), transitions=tr)))
 
 
 def test_the_rollout_worker_answers_each_env_worker_with_one_action_array_and_the_policy_versions():
@@ -192,7 +193,7 @@ def test_the_rollout_worker_answers_each_env_worker_with_one_action_array_and_th
     msgs = [_message(0, 3, [False, True, False], 2), _message(1, 0, [], 1), _message(2, 2, [True, True], 0)]
     w._serve(msgs)
     assert [key for key, _ in w.act_ch.puts] == [0, 2]  # env 1 wanted no action (all its instances idle)
-    (a0, v0), (a2, v2) = w.act_ch.puts[0][1], w.act_ch.puts[1][1]
+    (a0, v0), (a2, v2) = ((m.actions, m.versions) for _, m in w.act_ch.puts)
     assert a0.shape == (3, 3) and a2.shape == (2, 3)
     assert v0.tolist() == [1, 1, 1] and v2.tolist() == [1, 1]  # the weights version that chose each action
     assert np.all(np.abs(a0) <= 1) and np.all(np.abs(a2) <= 1)
@@ -215,7 +216,8 @@ def test_the_rollout_worker_answers_each_env_worker_with_one_action_array_and_th
 def test_before_any_weights_the_rollout_worker_explores_uniformly_within_the_action_bounds():
     w = _bare_rollout_worker(weights_version=-1)
     w._serve([_message(0, 64, [False] * 64, 0)])
-    actions, versions = w.act_ch.puts[0][1]
+    answer = w.act_ch.puts[0][1]
+    actions, versions = answer.actions, answer.versions
     assert actions.shape == (64, 3) and np.all(np.abs(actions) <= 1) and actions.std() > 0.3
     assert np.all(versions == -1)  # no policy chose them
 
@@ -247,7 +249,7 @@ def test_a_real_arm_config_with_several_env_instances_is_refused_naming_env_num_
 
 
 def test_the_same_layout_rehearsed_in_simulation_may_run_several_instances():
-    from rlhw.rl.pipeline.driver import _check
+    from rlhw.rl.pipeline.controller import _check
 
     _check(load_config(ROOT / "configs/franky_sim.yaml", ["env.num_envs=2", "env.sim=mujoco"]))  # no error
 

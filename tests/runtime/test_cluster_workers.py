@@ -192,7 +192,7 @@ ENV_NAMES = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADD
 def groups(cluster):
     made = {}
     for component in ("actor", "env", "agent"):
-        made[component] = Probe.create_group(tag=component).launch(cluster, placement=component)
+        made[component] = Probe.create_group(tag=component).launch(cluster, component=component)
     yield made
     for g in made.values():
         g.shutdown()
@@ -278,7 +278,7 @@ def test_exception_in_init_fails_launch_naming_the_worker(cluster):
                 raise RuntimeError("no robot here")
 
     with pytest.raises(WorkerError, match=r"worker broken:1: .*no robot here"):
-        Broken.create_group().launch(cluster, placement="agent", name="broken", ready_timeout_s=60)
+        Broken.create_group().launch(cluster, component="agent", name="broken", ready_timeout_s=60)
 
 
 def test_group_call_timeout_names_the_slow_workers(groups):
@@ -369,7 +369,7 @@ class Trainer(Worker):
 
 
 def test_collective_group_forms_from_env_and_tensors_go_over_torch_distributed(cluster):
-    group = Trainer.create_group().launch(cluster, placement="agent", name="trainer")
+    group = Trainer.create_group().launch(cluster, component="agent", name="trainer")
     try:
         assert group.init_collective("auto", timeout_s=60) == "gloo"
         assert group.allreduce().wait(60) == [6.0, 6.0, 6.0]
@@ -380,7 +380,7 @@ def test_collective_group_forms_from_env_and_tensors_go_over_torch_distributed(c
 
 
 def test_killed_worker_mid_call_is_reported_within_seconds(cluster, tmp_path):
-    group = Probe.create_group().launch(cluster, placement="agent", name="victim")
+    group = Probe.create_group().launch(cluster, component="agent", name="victim")
     try:
         pid = group.execute_on([1]).where().wait(30)[0]["pid"]
         call = group.sleep(60.0, str(tmp_path))  # the workers run on this machine (a local test cluster)
@@ -403,7 +403,7 @@ def test_unusable_interpreter_is_a_config_error_naming_node_and_path(ray_nodes, 
     cluster = Cluster(cfg, address=ray_nodes.address)
     t = time.monotonic()
     with pytest.raises(ConfigError, match=r"on node 1 \(.*\): /nonexistent/venv/bin/python does not exist"):
-        Probe.create_group().launch(cluster, placement="actor", name="badpython")
+        Probe.create_group().launch(cluster, component="actor", name="badpython")
     assert time.monotonic() - t < 30
 
 

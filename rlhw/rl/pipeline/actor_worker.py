@@ -14,16 +14,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from rlhw.rl.demos import load_demos
 from rlhw.rl.episodes import episode_files, episode_transitions, load_episode
-from rlhw.rl.pipeline.env_worker import REPLAY_CHANNEL, WEIGHTS_CHANNEL
+from rlhw.rl.pipeline.messages import REPLAY_CHANNEL, WEIGHTS_CHANNEL, PolicyWeights
 from rlhw.rl.replay import MixedReplay
 from rlhw.rl.rundir import RunDir
-from rlhw.rl.sac import SAC, ObsLayout, resolve_device
+from rlhw.rl.sac import SAC, resolve_device
+from rlhw.rl.spaces import AgentSpace
+from rlhw.robot.spec import EnvSpec
 from rlhw.runtime.worker import Worker
 
 
@@ -46,17 +47,13 @@ class ActorWorker(Worker):
             torch.cuda.set_device(0)  # the placement's CUDA_VISIBLE_DEVICES already narrowed it
         self.agent: SAC | None = None
 
-    def setup(self, spec: dict, resume: bool = False) -> dict:
+    def setup(self, spec: EnvSpec, resume: bool = False) -> dict:
         """Build SAC from the env spec; load the demos (every rank all of them); on resume load the checkpoint
         and this rank's share of the recorded episodes (their intervention steps into the demo buffer too);
         then make every rank start from rank 0's weights. Returns the resumed counters."""
-        layout = ObsLayout.from_shapes({k: v[0] for k, v in spec["observations"].items()},
-                                       {k: v[1] for k, v in spec["observations"].items()})
-        shape = spec["action_shape"]
-        low = np.asarray(spec["action_low"] if spec["action_low"] is not None else -np.ones(shape), np.float32)
-        high = np.asarray(spec["action_high"] if spec["action_high"] is not None else np.ones(shape), np.float32)
-        self.agent = SAC(layout, low, high, self.cfg.sac, device=self.device)
-        for batch in load_demos(self.cfg.demos, {k: v[0] for k, v in spec["observations"].items()}, tuple(shape)):
+        space = AgentSpace.from_spec(spec)
+        self.agent = SAC(space.layout, space.low, space.high, self.cfg.sac, device=self.device)
+        for batch in load_demos(self.cfg.demos, space.observation_shapes, space.action_shape):
             self.replay.add_demos(batch)
         counters = {"env_steps": 0, "updates": 0, "episodes": 0, "best_success": float("nan")}
         if resume:
@@ -115,7 +112,7 @@ class ActorWorker(Worker):
             return
         state = {k: v.numpy() for k, v in self.agent.policy_state().items()}
         for r in range(self.num_rollout):
-            self.weights_ch.put({"version": self.agent.updates, "state": state}, key=r, timeout=30)
+            self.weights_ch.put(PolicyWeights(version=self.agent.updates, state=state), key=r, timeout=30)
 
     def save_checkpoint(self, counters: dict) -> str | None:
         if self.rank != 0:
@@ -124,7 +121,7 @@ class ActorWorker(Worker):
                  "updates": self.agent.updates}
         return str(self.run_dir.save_checkpoint(state, int(counters.get("env_steps", 0))))
 
-    def weights_digest(self) -> float:
+    def weights_digest(self) -> str:
         return self.agent.weights_digest()
 
     def stats(self) -> dict:

@@ -1,5 +1,10 @@
 """Start `rlhw serve-env` as a child process of an env worker and wait until it serves.
 
+The child reports where it listens on a dedicated pipe (``--address-fd``: one JSON line
+``{"address": "HOST:PORT"}``), never in its log output, which goes to the log file unread. The wait is
+bounded (``train.env_start_timeout_s``); a child that exits, or closes the pipe, before reporting fails it
+at once with its exit code and last output.
+
 Why a child process: franky can block forever when the robot link dies and a driver can crash; the env
 worker (and the whole run) must survive that and be able to kill and restart the server. The child gets
 the node's interpreter (the worker's own ``sys.executable``, set by the node's env_configs) and the
@@ -10,9 +15,9 @@ server holding an arm.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
-import queue
-import re
+import select
 import signal
 import subprocess
 import sys
@@ -24,9 +29,6 @@ from pathlib import Path
 import yaml
 
 from rlhw.errors import RlhwError
-
-_LISTENING = re.compile(r"listening on (\S+)")
-
 
 class EnvServerError(RlhwError):
     """The env server child did not start, or died."""
@@ -59,8 +61,8 @@ class EnvServerProcess:
         self.proc: subprocess.Popen | None = None
         self.address: str | None = None
         self._tmp = tempfile.TemporaryDirectory(prefix="rlhw-env-")
-        self._lines: "queue.Queue[str]" = queue.Queue()
         self._tail: list[str] = []
+        self._pump_thread: threading.Thread | None = None
 
     def simulated(self) -> bool:
         from rlhw.robot.factory import plan_env
@@ -83,35 +85,64 @@ class EnvServerProcess:
         if token is not None:
             env[self.config.server.token_env] = token.get_secret_value()
         env.setdefault("PYTHONUNBUFFERED", "1")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                     preexec_fn=_die_with_parent, start_new_session=True)
-        threading.Thread(target=self._pump, daemon=True, name="env-server-log").start()
+        return self.launch(cmd, env)
+
+    def launch(self, cmd: list[str], env: dict[str, str]) -> str:
+        """Start ``cmd`` (a command that takes ``--address-fd FD``, as serve-env does) and return the address it
+        reports, within ``start_timeout_s``; its output goes to the log file."""
+        read_fd, write_fd = os.pipe()
+        try:
+            self.proc = subprocess.Popen([*cmd, "--address-fd", str(write_fd)], stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, text=True, env=env, pass_fds=(write_fd,),
+                                         preexec_fn=_die_with_parent, start_new_session=True)
+        finally:
+            os.close(write_fd)  # the child holds the only write end: EOF here means it closed it, or died
+        self._pump_thread = threading.Thread(target=self._pump, daemon=True, name="env-server-log")
+        self._pump_thread.start()
+        try:
+            self.address = self._await_address(read_fd)
+        except BaseException:
+            self.stop()  # never leave a child that did not report properly holding an arm
+            raise
+        finally:
+            os.close(read_fd)
+        return self.address
+
+    def _await_address(self, fd: int) -> str:
+        """The address in the child's report; `EnvServerError` when it dies, closes the pipe or stays silent."""
+        what = f"env server for robot {self.robot_rank}"
         deadline = time.monotonic() + self.start_timeout_s
-        while True:
+        data = b""
+        while b"\n" not in data:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.stop()
-                raise EnvServerError(f"env server for robot {self.robot_rank} did not report 'listening on' within "
-                                     f"{self.start_timeout_s:g}s (train.env_start_timeout_s); last output: "
-                                     f"{self.tail()}")
-            try:
-                line = self._lines.get(timeout=min(remaining, 0.5))
-            except queue.Empty:
-                if self.proc.poll() is not None:
-                    raise EnvServerError(f"env server for robot {self.robot_rank} exited with code "
-                                         f"{self.proc.returncode} before serving: {self.tail()}") from None
-                continue
-            m = _LISTENING.search(line)
-            if m:
-                self.address = m.group(1)
-                return self.address
+                raise EnvServerError(f"{what} did not report its address within {self.start_timeout_s:g}s "
+                                     f"(train.env_start_timeout_s); last output: {self.tail()}")
+            # Wake up at least twice a second: a grandchild holding the pipe open would hide the child's death.
+            readable, _, _ = select.select([fd], [], [], min(remaining, 0.5))
+            chunk = os.read(fd, 4096) if readable else None
+            if chunk == b"" or (chunk is None and self.proc.poll() is not None):
+                raise EnvServerError(self._silent_exit(what)) from None
+            data += chunk or b""
+        return _parse_report(data.split(b"\n", 1)[0], what)
+
+    def _silent_exit(self, what: str) -> str:
+        try:
+            code = self.proc.wait(2.0)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            return f"{what} closed its address pipe without reporting an address; last output: {self.tail()}"
+        if self._pump_thread is not None:
+            self._pump_thread.join(timeout=2.0)  # its last lines are the likely reason: read them to the end
+        return f"{what} exited with code {code} before serving: {self.tail()}"
 
     def _pump(self) -> None:
+        proc = self.proc
         log = open(self.log_path, "a") if self.log_path else None
         try:
-            for line in self.proc.stdout:
+            for line in proc.stdout:
                 self._tail = (self._tail + [line.rstrip()])[-20:]
-                self._lines.put(line)
                 if log:
                     log.write(line)
                     log.flush()
@@ -137,3 +168,17 @@ class EnvServerProcess:
                 self.proc.kill()
                 self.proc.wait(5)
         self.proc = None
+        if self._pump_thread is not None:
+            self._pump_thread.join(timeout=2.0)  # the log file then holds the child's last words
+
+
+def _parse_report(line: bytes, what: str) -> str:
+    """The ``address`` of the child's one-line JSON report."""
+    try:
+        address = json.loads(line)["address"]
+    except (ValueError, KeyError, TypeError):
+        raise EnvServerError(f"{what} reported {line[:200]!r} on its address pipe; expected one JSON line "
+                             '{"address": "HOST:PORT"}') from None
+    if not isinstance(address, str) or not address:
+        raise EnvServerError(f"{what} reported an empty or non-text address {address!r}")
+    return address

@@ -11,31 +11,18 @@ steps them together and one message per env step carries all of them, so the cha
 step are paid once per batch instead of once per instance. Per-instance episode bookkeeping (which
 instances train, evaluate or idle) is in `rlhw.rl.pipeline.instances`.
 
-Messages to the rollout worker (dict), one per env step, batched whatever ``num_envs`` is:
-
-- ``env``: env rank (the rollout worker answers on the ``actions`` channel with key = env rank);
-- ``obs``: ``{name: (k, ...) array}``, the observations of the k instances that want an action (None when
-  k = 0), and ``rows``: those instances' indices;
-- ``eval``: bool array (k,), which of them are in an eval episode (deterministic action);
-- ``transitions``: the train transitions of this step, stacked in the replay buffer's field names
-  (``obs/<name>``, ``next_obs/<name>``, ``action``, ``reward``, ``terminated``, ``intervened``), or None.
-  ``action`` is what the arm executed (the env's ``info["executed_action"]``: an operator's command while
-  they have taken over), ``intervened`` whether an operator did (``info["intervened"]``).
-
-The answer is ONE ``(actions, policy_versions)`` pair: actions (k, action...) in the order of ``rows`` and
-the version of the weights that chose each (-1: a uniform random action). The recorder stores the version
-with the step (-1 where an operator acted instead).
+The messages (one `EnvStep` per env step, batched whatever ``num_envs`` is, answered by ONE `Actions`) are
+defined in `rlhw.rl.pipeline.messages`. Each train transition carries what the arm executed (the env's
+``info["executed_action"]``: an operator's command while they have taken over) and ``intervened``
+(``info["intervened"]``); the recorder stores the acting policy's version with the step (-1 where an
+operator acted instead).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
-import pickle
 import threading
-import time
-from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -44,25 +31,13 @@ from rlhw.env.client import EnvServiceError
 from rlhw.rl.episodes import EpisodeRecorder, executed, executed_batch
 from rlhw.rl.pipeline.env_server import EnvServerError, EnvServerProcess
 from rlhw.rl.pipeline.instances import EVAL, IDLE, TRAIN, Instances
+from rlhw.rl.pipeline.loop_health import LoopTimer
+from rlhw.rl.pipeline.messages import (ACTION_CHANNEL, OBS_CHANNEL, Actions, EnvProgress, EnvStep, EpisodeResult,
+                                       encode_env_step, expect)
+from rlhw.rl.replay import TransitionBatch, transition_batch
+from rlhw.rl.spaces import neutral_actions
+from rlhw.robot.spec import EnvSpec
 from rlhw.runtime.worker import Worker
-
-OBS_CHANNEL = "rlhw.train.obs"
-ACTION_CHANNEL = "rlhw.train.actions"
-REPLAY_CHANNEL = "rlhw.train.replay"
-WEIGHTS_CHANNEL = "rlhw.train.weights"
-
-
-def encode_message(msg: dict) -> bytes:
-    """An env message as one bytes object (pickle protocol 5). Why: Ray serializes a dict of ~20 small
-    numpy arrays field by field, and the channel actor decodes and re-encodes it on the way through;
-    for an 8-instance reach message one bytes object measured ~1.2 ms less per put and ~0.7 ms less
-    per get on the 2-core VM. Large messages (camera images) still go through the object store: the
-    channel wraps big bytes like any other large payload."""
-    return pickle.dumps(msg, protocol=5)
-
-
-def decode_message(data: bytes) -> dict:
-    return pickle.loads(data)
 
 
 def robot_rank_of_worker(rank: int) -> int:
@@ -77,6 +52,21 @@ def episode_dir(run_dir: Path, env_rank: int, instance: int, num_envs: int) -> P
     """Where an instance's episodes go: ``episodes/env<rank>``, or ``episodes/env<rank>.<i>`` with num_envs > 1."""
     name = f"env{env_rank}" if num_envs == 1 else f"env{env_rank}.{instance}"
     return Path(run_dir) / "episodes" / name
+
+
+def final_observations(next_obs: dict, info: dict, ended: np.ndarray) -> dict:
+    """Each instance's observation after its action: ``next_obs``, except where an instance's episode ended and
+    the batched env autoreset it (its last observation is then in ``info["final_observation"]``)."""
+    if not ended.any():
+        return next_obs
+    final, mask = info.get("final_observation") or {}, info.get("_final_observation")
+    mask = ended if mask is None else np.asarray(mask, bool) & ended
+    if not final or not mask.any():
+        return next_obs
+    last = {k: np.array(v) for k, v in next_obs.items()}
+    for k in last:
+        last[k][mask] = np.asarray(final[k])[mask]
+    return last
 
 
 class EnvWorker(Worker):
@@ -102,13 +92,9 @@ class EnvWorker(Worker):
         self.error: str | None = None
         self.status = "idle"
         self.train_steps = 0
-        # finished train episodes since last poll: (return, success, length, intervened steps)
-        self.episodes: list[tuple[float, bool, int, int]] = []
-        self.eval_results: list[tuple[float, bool, int, int]] = []
-        # Loop health, per env-worker step (with num_envs > 1 one step moves every instance):
-        self.latencies: deque[float] = deque(maxlen=20_000)  # obs ready -> action received (s)
-        self.lateness: deque[float] = deque(maxlen=20_000)  # RobotEnv's info["timing"]["late"] (s)
-        self.periods: deque[float] = deque(maxlen=20_000)  # time between consecutive steps of an episode (s)
+        self.episodes: list[EpisodeResult] = []  # finished train episodes since the last poll
+        self.eval_results: list[EpisodeResult] = []
+        self.timer = LoopTimer()
         self.faults: list[str] = []
         self.consecutive_faults = 0
         self.instances = Instances(self.num_envs, config.env.max_episode_steps)
@@ -141,12 +127,7 @@ class EnvWorker(Worker):
         if self.env.num_envs != self.num_envs:
             raise EnvServerError(f"env server at {address} serves {self.env.num_envs} env instance(s), but "
                                  f"env.num_envs is {self.num_envs}: the server must be started from the same config")
-        spec = self.env.env_spec
-        shape = (self.num_envs, *spec.action.shape)
-        zero = np.zeros(shape, np.float32)
-        if spec.action.low is not None or spec.action.high is not None:
-            zero = np.clip(zero, spec.action.low, spec.action.high).astype(np.float32)
-        self._idle_action = zero  # what an idle instance of a batch gets (simulators only)
+        self._idle_action = neutral_actions(self.env.env_spec.action, self.num_envs)  # for idle instances of a batch
 
     def _restart_server(self, why: str) -> None:
         self.restarts += 1
@@ -158,17 +139,11 @@ class EnvWorker(Worker):
         self.server.stop()
         self._start_server()
 
-    def spec(self) -> dict:
-        """What the learners need to build their networks: observation and action specs (per instance)."""
-        s = self.env.env_spec
-        return {"observations": {k: (tuple(v.shape), v.dtype) for k, v in s.observations.items()},
-                "action_shape": tuple(s.action.shape),
-                "action_low": None if s.action.low is None else np.broadcast_to(s.action.low, s.action.shape).tolist(),
-                "action_high": None if s.action.high is None else np.broadcast_to(s.action.high, s.action.shape).tolist(),
-                "control_hz": s.control_hz, "robot": s.robot, "address": self.env.address,
-                "num_envs": self.num_envs}
+    def spec(self) -> EnvSpec:
+        """What the learners build their networks from: the env's spec (shapes per instance)."""
+        return self.env.env_spec
 
-    # ---- control from the driver (all return at once)
+    # ---- control from the controller (all return at once)
     def collect(self, steps: int) -> None:
         with self.lock:
             self.budget += int(steps)
@@ -184,13 +159,12 @@ class EnvWorker(Worker):
             self.eval_pending += int(episodes)
             self.lock.notify_all()
 
-    def poll(self) -> dict:
+    def poll(self) -> EnvProgress:
         """Counters and finished episodes since the last poll; ``error`` when the loop has failed."""
         with self.lock:
-            out = {"rank": self.rank, "train_steps": self.train_steps, "episodes": self.episodes,
-                   "eval_results": self.eval_results, "idle": self._idle(), "error": self.error,
-                   "status": self.status, "restarts": self.restarts, "faults": self.faults,
-                   "eval_pending": self.eval_pending}
+            out = EnvProgress(rank=self.rank, train_steps=self.train_steps, idle=self._idle(), status=self.status,
+                              restarts=self.restarts, eval_pending=self.eval_pending, episodes=self.episodes,
+                              eval_results=self.eval_results, faults=self.faults, error=self.error)
             self.episodes, self.eval_results, self.faults = [], [], []
             return out
 
@@ -199,21 +173,8 @@ class EnvWorker(Worker):
         return self.server.proc.pid if self.server is not None and self.server.proc is not None else None
 
     def loop_health(self) -> dict:
-        """Observation-to-action latency and step lateness of every step so far (for benchmarks).
-
-        Counted per env-worker step: with num_envs > 1 one step (and one latency) covers all instances."""
-        lat = np.array(self.latencies) if self.latencies else np.zeros(1)
-        out = {"steps": len(self.latencies), "latency_p50_ms": float(np.percentile(lat, 50) * 1e3),
-               "latency_p99_ms": float(np.percentile(lat, 99) * 1e3), "latency_max_ms": float(lat.max() * 1e3),
-               "timed_steps": len(self.lateness), "late_steps": None, "lateness_p99_ms": None,
-               "period_p50_ms": None, "period_p99_ms": None, "num_envs": self.num_envs}
-        if self.lateness:  # only real-time envs report lateness; simulators advance simulated time
-            late = np.array(self.lateness)
-            out.update(late_steps=int((late > 0).sum()), lateness_p99_ms=float(np.percentile(late, 99) * 1e3))
-        if self.periods:
-            per = np.array(self.periods)
-            out.update(period_p50_ms=float(np.percentile(per, 50) * 1e3), period_p99_ms=float(np.percentile(per, 99) * 1e3))
-        return out
+        """Observation-to-action latency and step lateness of every step so far (for benchmarks)."""
+        return self.timer.summary(self.num_envs)
 
     def stop_loop(self) -> None:
         """Stop the loop thread and release what it holds (called through the group before it is killed)."""
@@ -272,7 +233,7 @@ class EnvWorker(Worker):
                     raise
                 with self.lock:
                     self._report(kind, result)
-        except BaseException as e:  # noqa: BLE001 - reported through poll(); the driver decides
+        except BaseException as e:  # noqa: BLE001 - reported through poll(); the controller decides
             with self.lock:
                 server_note = ""
                 if self.server is not None and not self.server.alive():
@@ -282,7 +243,7 @@ class EnvWorker(Worker):
         finally:
             self._close_recorders()
 
-    def _report(self, kind: str, result: tuple[float, bool, int]) -> None:
+    def _report(self, kind: str, result: EpisodeResult) -> None:
         """A finished episode, for the controller's next poll (caller holds the lock)."""
         if kind == EVAL:
             self.eval_pending -= 1
@@ -290,9 +251,20 @@ class EnvWorker(Worker):
         elif kind == TRAIN:
             self.episodes.append(result)
 
-    def _put(self, obs, rows, evaluating, transitions) -> None:
-        msg = {"env": self.rank, "obs": obs, "rows": rows, "eval": evaluating, "transitions": transitions}
-        self.obs_ch.put(encode_message(msg), key=self.rollout_rank, timeout=self.cfg.step_timeout_s)
+    def _count_train_steps(self, n: int) -> None:
+        with self.lock:
+            self.train_steps += n
+            self.budget -= n
+
+    def _put(self, obs: dict | None, rows, evaluating, transitions: TransitionBatch | None) -> None:
+        msg = EnvStep(env=self.rank, obs=obs, rows=tuple(rows), evaluating=np.asarray(evaluating, bool),
+                      transitions=transitions)
+        self.obs_ch.put(encode_env_step(msg), key=self.rollout_rank, timeout=self.cfg.step_timeout_s)
+
+    def _put_transitions(self, transitions: TransitionBatch | None) -> None:
+        """The last transitions of a phase, when no instance wants an action any more."""
+        if transitions is not None:
+            self._put(None, (), np.zeros(0, bool), transitions)
 
     def _step(self, action, consequence: str, end_episodes=None):
         """``env.step``, or None when the server refused or timed out (e.g. its watchdog stopped the arm
@@ -314,68 +286,51 @@ class EnvWorker(Worker):
         self.consecutive_faults = 0
         return result
 
-    def _actions(self) -> tuple[np.ndarray, np.ndarray]:
-        """The rollout worker's answer: (actions, policy versions), one row per instance that asked."""
-        actions, versions = self.act_ch.get(key=self.rank, timeout=self.cfg.step_timeout_s)
-        return np.asarray(actions, np.float32), np.asarray(versions, np.int64)
-
-    def _note_timing(self, info: dict) -> None:
-        timing = info.get("timing", {})
-        late = timing.get("late", timing.get("env.late"))  # the env server prefixes env phases "env."
-        if late is not None and math.isfinite(late):
-            self.lateness.append(float(late))
+    def _actions(self) -> Actions:
+        """The rollout worker's answer: one row per instance that asked."""
+        answer = expect(self.act_ch.get(key=self.rank, timeout=self.cfg.step_timeout_s), Actions,
+                        self.channel_prefix + ACTION_CHANNEL)
+        self.timer.actions_received()
+        return Actions(np.asarray(answer.actions, np.float32), np.asarray(answer.versions, np.int64))
 
     # ---- one instance: one episode at a time, explicit reset (the real-robot path)
-    def _episode(self, kind: str) -> tuple[float, bool, int, int]:
+    def _episode(self, kind: str) -> EpisodeResult:
         evaluating = kind == EVAL
         flags = np.array([evaluating])
         recorder = self.recorders[0] if self.recorders else None
         obs, _ = self.env.reset(seed=int(self.rng.integers(2**31)))
         if recorder is not None:
             recorder.begin(obs, kind=kind, meta={"robot_rank": self.robot_rank, "env_rank": self.rank})
-        self._put({k: np.asarray(v)[None] for k, v in obs.items()}, [0], flags, None)
-        t_obs = time.perf_counter()
+        self._put(_one(obs), (0,), flags, None)
+        self.timer.episode_started()
         ret, success, length, interventions = 0.0, False, 0, 0
-        t_prev_step = time.perf_counter()
         while True:
-            actions, versions = self._actions()
-            action, version = actions[0], int(versions[0])
-            self.latencies.append(time.perf_counter() - t_obs)
+            answer = self._actions()
+            action, version = answer.actions[0], int(answer.versions[0])
             stepped = self._step(action, "episode truncated")
             if stepped is None:
                 break
             next_obs, reward, terminated, truncated, info = stepped
-            t_obs = time.perf_counter()
-            if length > 0:
-                self.periods.append(time.perf_counter() - t_prev_step)
-            t_prev_step = time.perf_counter()
-            self._note_timing(info)
+            self.timer.stepped(info)
             action, intervened = executed(action, info)
-            interventions += int(intervened)
             step_success = bool(np.any(info.get("success", False)))
             if recorder is not None:
                 recorder.step(action, reward, terminated, truncated, next_obs, step_success, intervened=intervened,
                               policy_version=-1 if intervened else version)
             if info.get("fault"):
                 self.faults.append(f"{info['fault']}: {info.get('fault_message')}")
-            ret += float(reward)
-            length += 1
+            ret, length, interventions = ret + float(reward), length + 1, interventions + int(intervened)
             success = success or step_success
             done = bool(terminated or truncated)
             transitions = None
             if not evaluating:
-                transitions = {**{f"obs/{k}": np.asarray(v)[None] for k, v in obs.items()},
-                               **{f"next_obs/{k}": np.asarray(v)[None] for k, v in next_obs.items()},
-                               "action": action[None], "reward": np.array([reward], np.float32),
-                               "terminated": np.array([terminated], np.float32),
-                               "intervened": np.array([intervened], np.float32)}
-                with self.lock:
-                    self.train_steps += 1
-                    self.budget -= 1
+                transitions = transition_batch(_one(obs), _one(next_obs), action[None], [reward], [terminated],
+                                               [intervened])
+                self._count_train_steps(1)
             if not done:
-                self._put({k: np.asarray(v)[None] for k, v in next_obs.items()}, [0], flags, transitions)
-            elif transitions is not None:
-                self._put(None, [], flags[:0], transitions)
+                self._put(_one(next_obs), (0,), flags, transitions)
+            else:
+                self._put_transitions(transitions)
             obs = next_obs
             if done or self.stopping:
                 break
@@ -384,10 +339,100 @@ class EnvWorker(Worker):
         return ret, success, length, interventions
 
     # ---- several instances (simulators): one phase steps them all until every one is idle
+    def _phase(self) -> None:
+        """Reset every instance, then step them together; each instance's episode kind is decided when it
+        starts (here or at its same-step autoreset). Returns when every instance is idle, on stop, or after
+        a refused step (which truncates the running episodes; the next phase resets all instances)."""
+        book = self.instances
+        obs = self._start_phase()
+        rows = book.rows()
+        if not rows:
+            return
+        self._put(_rows_of(obs, rows), rows, self._evaluating(rows), None)
+        self.timer.episode_started()
+        while True:
+            answer = self._actions()
+            actions = self._idle_action.copy()
+            actions[rows] = answer.actions
+            versions = np.full(self.num_envs, -1, np.int64)
+            versions[rows] = answer.versions
+            stepped = self._step(actions, f"episodes of all {self.num_envs} instances truncated", self._end_running)
+            if stepped is None:
+                return
+            next_obs, reward, terminated, truncated, info = stepped
+            self.timer.stepped(info)
+            actions, intervened = executed_batch(actions, info, self.num_envs)
+            ended = np.logical_or(terminated, truncated)
+            last = final_observations(next_obs, info, ended)
+            success = np.broadcast_to(np.asarray(info.get("success", False), bool), (self.num_envs,))
+            self._note_instance_faults(info)
+            book.step(reward, success, intervened)
+            transitions = self._phase_transitions(obs, last, actions, reward, terminated, intervened)
+            if self.recorders is not None:
+                for i in rows:
+                    self.recorders[i].step(actions[i], reward[i], terminated[i], truncated[i],
+                                           {k: v[i] for k, v in last.items()}, success[i], intervened=intervened[i],
+                                           policy_version=-1 if intervened[i] else versions[i])
+            if self.stopping:
+                self._end_running()
+                self._put_transitions(transitions)
+                return
+            self._restart_ended(ended, next_obs)
+            obs, rows = next_obs, book.rows()
+            if not rows:
+                self._put_transitions(transitions)
+                return
+            self._put(_rows_of(obs, rows), rows, self._evaluating(rows), transitions)
+
+    def _start_phase(self) -> dict:
+        """Reset every instance (instance i gets seed + i) and choose each one's episode kind."""
+        book = self.instances
+        obs, _ = self.env.reset(seed=int(self.rng.integers(2**31)))
+        with self.lock:
+            book.clear()
+            for i in range(self.num_envs):
+                book.start(i, book.choose(self.budget, self.unlimited, self.eval_pending))
+        for i in book.rows():
+            self._begin(i, obs, book.kind[i])
+        return obs
+
+    def _evaluating(self, rows: list[int]) -> np.ndarray:
+        return np.array([self.instances.kind[i] == EVAL for i in rows])
+
     def _begin(self, i: int, obs: dict, kind: str) -> None:
         if self.recorders is not None and kind != IDLE:
             self.recorders[i].begin({k: v[i] for k, v in obs.items()}, kind=kind,
                                     meta={"robot_rank": self.robot_rank, "env_rank": self.rank, "instance": i})
+
+    def _phase_transitions(self, obs, last, actions, reward, terminated, intervened) -> TransitionBatch | None:
+        """The train instances' transitions of this step (counted against the budget), or None."""
+        train = self.instances.rows(TRAIN)
+        if not train:
+            return None
+        self._count_train_steps(len(train))
+        return transition_batch(_rows_of(obs, train), _rows_of(last, train), actions[train],
+                                np.asarray(reward)[train], np.asarray(terminated)[train], intervened[train])
+
+    def _note_instance_faults(self, info: dict) -> None:
+        messages = info.get("fault_message") or [""] * self.num_envs
+        for i, fault in enumerate(info.get("fault") or ()):
+            if fault:
+                self.faults.append(f"instance {i}: {fault}: {messages[i]}")
+
+    def _restart_ended(self, ended: np.ndarray, next_obs: dict) -> None:
+        """Report each instance's ended episode and start its next one (the batched env already reset it)."""
+        book = self.instances
+        for i in np.flatnonzero(ended).tolist():
+            kind, result = book.finish(i)
+            if kind != IDLE:
+                if self.recorders is not None:
+                    self.recorders[i].end()
+                with self.lock:
+                    self._report(kind, result)
+            with self.lock:
+                kind = book.choose(self.budget, self.unlimited, self.eval_pending)
+            book.start(i, kind)
+            self._begin(i, next_obs, kind)
 
     def _end_running(self) -> None:
         """End every running episode where it is (a refused step, or stop): report it, close its file."""
@@ -399,97 +444,14 @@ class EnvWorker(Worker):
             with self.lock:
                 self._report(kind, result)
 
-    def _phase(self) -> None:
-        """Reset every instance, then step them together; each instance's episode kind is decided when it
-        starts (here or at its same-step autoreset). Returns when every instance is idle, on stop, or after
-        a refused step (which truncates the running episodes; the next phase resets all instances)."""
-        book = self.instances
-        obs, _ = self.env.reset(seed=int(self.rng.integers(2**31)))  # instance i gets seed + i
-        with self.lock:
-            book.clear()
-            for i in range(self.num_envs):
-                book.start(i, book.choose(self.budget, self.unlimited, self.eval_pending))
-        for i in book.rows():
-            self._begin(i, obs, book.kind[i])
-        rows = book.rows()
-        if not rows:
-            return
-        self._put({k: v[rows] for k, v in obs.items()}, rows, np.array([book.kind[i] == EVAL for i in rows]), None)
-        t_obs = t_prev_step = time.perf_counter()
-        first = True
-        while True:
-            acted, acted_versions = self._actions()
-            self.latencies.append(time.perf_counter() - t_obs)
-            actions = self._idle_action.copy()
-            actions[rows] = acted
-            versions = np.full(self.num_envs, -1, np.int64)
-            versions[rows] = acted_versions
-            stepped = self._step(actions, f"episodes of all {self.num_envs} instances truncated", self._end_running)
-            if stepped is None:
-                return
-            next_obs, reward, terminated, truncated, info = stepped
-            t_obs = time.perf_counter()
-            if not first:
-                self.periods.append(t_obs - t_prev_step)
-            first, t_prev_step = False, t_obs
-            self._note_timing(info)
-            actions, intervened = executed_batch(actions, info, self.num_envs)
-            ended = np.logical_or(terminated, truncated)
-            last = next_obs  # each instance's observation after its action (the final one where it ended)
-            if ended.any():
-                final, mask = info.get("final_observation") or {}, info.get("_final_observation")
-                mask = ended if mask is None else np.asarray(mask, bool) & ended
-                if final and mask.any():
-                    last = {k: np.array(v) for k, v in next_obs.items()}
-                    for k in last:
-                        last[k][mask] = np.asarray(final[k])[mask]
-            success = np.asarray(info.get("success", False), bool)
-            success = np.broadcast_to(success, (self.num_envs,))
-            messages = info.get("fault_message") or [""] * self.num_envs
-            for i, fault in enumerate(info.get("fault") or ()):
-                if fault:
-                    self.faults.append(f"instance {i}: {fault}: {messages[i]}")
-            book.step(reward, success, intervened)
-            train = book.rows(TRAIN)
-            transitions = None
-            if train:
-                transitions = {**{f"obs/{k}": v[train] for k, v in obs.items()},
-                               **{f"next_obs/{k}": v[train] for k, v in last.items()},
-                               "action": actions[train], "reward": np.asarray(reward, np.float32)[train],
-                               "terminated": np.asarray(terminated, np.float32)[train],
-                               "intervened": intervened[train].astype(np.float32)}
-                with self.lock:
-                    self.train_steps += len(train)
-                    self.budget -= len(train)
-            if self.recorders is not None:
-                for i in rows:
-                    self.recorders[i].step(actions[i], reward[i], terminated[i], truncated[i],
-                                           {k: v[i] for k, v in last.items()}, success[i], intervened=intervened[i],
-                                           policy_version=-1 if intervened[i] else versions[i])
-            if self.stopping:
-                self._end_running()
-                if transitions is not None:
-                    self._put(None, [], np.zeros(0, bool), transitions)
-                return
-            for i in np.flatnonzero(ended).tolist():
-                kind, result = book.finish(i)
-                if kind != IDLE:
-                    if self.recorders is not None:
-                        self.recorders[i].end()
-                    with self.lock:
-                        self._report(kind, result)
-                with self.lock:
-                    kind = book.choose(self.budget, self.unlimited, self.eval_pending)
-                book.start(i, kind)
-                self._begin(i, next_obs, kind)
-            obs = next_obs
-            rows = book.rows()
-            if not rows:
-                if transitions is not None:
-                    self._put(None, [], np.zeros(0, bool), transitions)
-                return
-            self._put({k: v[rows] for k, v in obs.items()}, rows, np.array([book.kind[i] == EVAL for i in rows]),
-                      transitions)
+
+def _one(obs: dict) -> dict:
+    """One instance's observation as a batch of 1."""
+    return {k: np.asarray(v)[None] for k, v in obs.items()}
+
+
+def _rows_of(obs: dict, rows: list[int]) -> dict:
+    return {k: v[rows] for k, v in obs.items()}
 
 
 def has_real_arm(config) -> bool:

@@ -1,5 +1,7 @@
 """The single controller: `train_pipeline(config, run_dir)` drives env, rollout and actor groups on Ray.
 
+A `Pipeline` launches the three worker groups and their channels; a `Controller` runs the training loop on it.
+
     env workers (robot nodes) --obs--> rollout workers --actions--> env workers
                                         rollout workers --replay--> actor workers --weights--> rollout workers
 
@@ -24,11 +26,13 @@ import uuid
 from rlhw.errors import ConfigError, WorkerError
 from rlhw.rl.demos import load_demos
 from rlhw.rl.pipeline.actor_worker import ActorWorker
-from rlhw.rl.pipeline.env_worker import (ACTION_CHANNEL, OBS_CHANNEL, REPLAY_CHANNEL, WEIGHTS_CHANNEL,
-                                         EnvWorker, has_real_arm)
+from rlhw.rl.pipeline.env_worker import EnvWorker, has_real_arm
+from rlhw.rl.pipeline.messages import (ACTION_CHANNEL, OBS_CHANNEL, REPLAY_CHANNEL, WEIGHTS_CHANNEL, EnvProgress,
+                                       EpisodeResult, RolloutProgress, expect)
 from rlhw.rl.pipeline.rollout_worker import RolloutWorker
 from rlhw.rl.rundir import RunDir
 from rlhw.rl.session import Counters, StopReason, TrainingSession, interrupted
+from rlhw.rl.spaces import observation_shapes
 
 POLL_S = 0.05
 CALL_TIMEOUT_S = 120.0
@@ -81,19 +85,18 @@ class Pipeline:
         self.groups = []
         try:
             self.actors = ActorWorker.create_group(config, str(run_dir.path), self.n_rollout, prefix).launch(
-                self.cluster, placement="actor", ready_timeout_s=CALL_TIMEOUT_S)
+                self.cluster, component="actor", ready_timeout_s=CALL_TIMEOUT_S)
             self.groups.append(self.actors)
             self.rollouts = RolloutWorker.create_group(config, self.n_actor, self.n_env, prefix).launch(
-                self.cluster, placement="rollout", ready_timeout_s=CALL_TIMEOUT_S)
+                self.cluster, component="rollout", ready_timeout_s=CALL_TIMEOUT_S)
             self.groups.append(self.rollouts)
             start_s = config.train.env_start_timeout_s + 30
             self.envs = EnvWorker.create_group(config, str(run_dir.path), self.n_rollout, prefix).launch(
-                self.cluster, placement="env", ready_timeout_s=start_s)
+                self.cluster, component="env", ready_timeout_s=start_s)
             self.groups.append(self.envs)
             self.spec = self.envs.execute_on(0).spec().wait(CALL_TIMEOUT_S)[0]
             # Bad demos fail here, with the field named, rather than inside every actor rank.
-            load_demos(config.train.demos, {k: v[0] for k, v in self.spec["observations"].items()},
-                       tuple(self.spec["action_shape"]))
+            load_demos(config.train.demos, observation_shapes(self.spec), tuple(self.spec.action.shape))
             if self.n_actor > 1:
                 self.actors.init_collective("auto")
             self.resumed = self.actors.setup(self.spec, resume).wait(CALL_TIMEOUT_S)[0]
@@ -102,17 +105,18 @@ class Pipeline:
             self.close()
             raise
 
-    def poll_envs(self) -> list[dict]:
-        results = self.envs.poll().wait(CALL_TIMEOUT_S)
+    def poll_envs(self) -> list[EnvProgress]:
+        results = [expect(r, EnvProgress, "env worker poll()") for r in self.envs.poll().wait(CALL_TIMEOUT_S)]
         for r in results:
-            if r["error"]:
-                raise PipelineFailure(self.envs.addresses[r["rank"]], r["error"])
+            if r.error:
+                raise PipelineFailure(self.envs.addresses[r.rank], r.error)
         return results
 
     def check_rollouts(self) -> None:
         for r in self.rollouts.poll().wait(CALL_TIMEOUT_S):
-            if r["error"]:
-                raise PipelineFailure(self.rollouts.addresses[r["rank"]], r["error"])
+            r = expect(r, RolloutProgress, "rollout worker poll()")
+            if r.error:
+                raise PipelineFailure(self.rollouts.addresses[r.rank], r.error)
 
     def close(self) -> None:
         for g in reversed(self.groups):
@@ -155,47 +159,117 @@ def _rehearsal_ray_init(config) -> dict:
 
 
 def train_pipeline(config, run_dir: RunDir, resume: bool = False, cluster=None) -> StopReason:
-    cfg = config.train
+    """Train on the pipeline until the session says stop (target eval success, step budget, a failed worker,
+    Ctrl-C); returns why it stopped. ``cluster``: an existing `Cluster` (tests, benchmarks), else its own."""
     try:
         pipe = Pipeline(config, run_dir, cluster=cluster, resume=resume)
     except BaseException as e:
         run_dir.write_status("failed", reason=f"the pipeline did not start: {str(e).splitlines()[0]}")
         raise
-    r = pipe.resumed
-    counters = Counters(env_steps=int(r["env_steps"]), updates=int(r["updates"]), episodes=int(r["episodes"]),
-                        best_success=float(r["best_success"]))
-    session = TrainingSession(config, run_dir, counters)
-    base_steps = counters.env_steps
-    collected = [0] * pipe.n_env
-    restarts = [0] * pipe.n_env
-    session.status_extra["env_restarts"] = restarts  # env server children restarted, per env worker
-    explore_random = True
+    try:
+        return Controller(config, run_dir, pipe).run()
+    finally:
+        pipe.close()
 
-    def checkpoint() -> None:
-        pipe.actors.execute_on(0).save_checkpoint({"env_steps": session.c.env_steps, "episodes": session.c.episodes,
-                                                    "best_success": session.c.best_success}).wait(CALL_TIMEOUT_S)
 
-    eval_results: list = []  # finished eval episodes, whichever poll brought them in
+class Controller:
+    """The training loop of one pipeline run. It owns the run's counters (through the `TrainingSession`) and
+    decides how much the env workers collect, how many updates the actor workers run, and when to evaluate,
+    log, checkpoint and stop; observations and transitions never pass through it."""
 
-    def absorb(results: list[dict]) -> None:
+    def __init__(self, config, run_dir: RunDir, pipe: Pipeline):
+        self.cfg, self.run_dir, self.pipe = config.train, run_dir, pipe
+        r = pipe.resumed
+        self.session = TrainingSession(config, run_dir, Counters(
+            env_steps=int(r["env_steps"]), updates=int(r["updates"]), episodes=int(r["episodes"]),
+            best_success=float(r["best_success"])))
+        self.base_steps = self.session.c.env_steps  # steps of the runs this one resumes
+        self.collected = [0] * pipe.n_env  # train steps per env worker, in this run
+        self.restarts = [0] * pipe.n_env  # env server children restarted, per env worker
+        self.session.status_extra["env_restarts"] = self.restarts
+        self.explore_random = True  # the rollout workers act uniformly at random until learning_starts
+        self.eval_results: list[EpisodeResult] = []  # finished eval episodes, whichever poll brought them in
+
+    # ---- the loop
+    def run(self) -> StopReason:
+        """Iterate until the session says stop, then stop the robots, count their last steps and save."""
+        session, pipe = self.session, self.pipe
+        try:
+            if self.cfg.mode == "async":
+                pipe.envs.run_async().wait(CALL_TIMEOUT_S)
+            last_check = time.monotonic()
+            while session.stop is None:
+                self._collect_and_train()
+                if time.monotonic() - last_check > 2.0:
+                    pipe.check_rollouts()
+                    last_check = time.monotonic()
+                if session.log_due():
+                    session.log()
+                if session.eval_due():
+                    self.evaluate()
+                if session.checkpoint_due() or session.stop is not None:
+                    self.checkpoint()
+                session.check_budget()
+            # Stop the robots first (async mode keeps them stepping), count their last steps, then save.
+            pipe.envs.stop_loop().wait(CALL_TIMEOUT_S)
+            self.absorb(pipe.poll_envs())
+            self.checkpoint()
+            # Data-parallel ranks must hold identical weights; run.json records the evidence.
+            session.status_extra["actor_weight_digests"] = pipe.actors.weights_digest().wait(CALL_TIMEOUT_S)
+            session.status_extra["loop_health"] = pipe.envs.loop_health().wait(CALL_TIMEOUT_S)
+            return session.finish()
+        except (PipelineFailure, WorkerError) as e:
+            return self._worker_failed(e)
+        except KeyboardInterrupt:
+            return self._interrupted()
+        except BaseException as e:
+            _try(self.checkpoint)
+            session.finish(StopReason("failed", f"{type(e).__name__}: {e}"))
+            raise
+
+    def _collect_and_train(self) -> None:
+        """sync: collect ``steps_per_iteration`` in whole episodes, then the updates they pay for; async: the
+        robots step on, and the updates owed so far run in chunks."""
+        pipe = self.pipe
+        if self.cfg.mode == "sync":
+            pipe.envs.collect(max(1, math.ceil(self.cfg.steps_per_iteration / pipe.n_env))).wait(CALL_TIMEOUT_S)
+            while True:  # until every env worker has used its budget and finished its episode
+                polled = pipe.poll_envs()
+                self.absorb(polled)
+                if all(p.idle for p in polled):
+                    break
+                time.sleep(POLL_S)
+            self.train_owed()
+        else:
+            self.absorb(pipe.poll_envs())
+            before = self.session.c.updates
+            self.train_owed()
+            if self.session.c.updates == before:
+                time.sleep(POLL_S)
+
+    # ---- what the loop does
+    def absorb(self, results: list[EnvProgress]) -> None:
+        """Count what the env workers report: episodes, faults, steps, eval results (handed over once each)."""
+        session = self.session
         for res in results:
-            eval_results.extend(res["eval_results"])  # a poll hands them over once: never drop them
-            for ret, success, length, interventions in res["episodes"]:
+            self.eval_results.extend(res.eval_results)  # a poll hands them over once: never drop them
+            for ret, success, length, interventions in res.episodes:
                 session.add_episode(ret, success, length, interventions)
-            for fault in res["faults"]:
+            for fault in res.faults:
                 session.increment("robot/faults")
-                _note(f"{pipe.envs.addresses[res['rank']]}: {fault}")
-            collected[res["rank"]] = res["train_steps"]
-            restarts[res["rank"]] = res["restarts"]
-        total = base_steps + sum(collected)
+                _note(f"{self.pipe.envs.addresses[res.rank]}: {fault}")
+            self.collected[res.rank] = res.train_steps
+            self.restarts[res.rank] = res.restarts
+        total = self.base_steps + sum(self.collected)
         if total > session.c.env_steps:
             session.add_env_steps(total - session.c.env_steps)
 
-    def train_owed() -> None:
-        nonlocal explore_random
-        if explore_random and session.c.env_steps >= cfg.learning_starts:
+    def train_owed(self) -> None:
+        """Run the updates the collected steps pay for (``utd_ratio``); in async mode one chunk, then a poll."""
+        cfg, session, pipe = self.cfg, self.session, self.pipe
+        if self.explore_random and session.c.env_steps >= cfg.learning_starts:
             pipe.rollouts.set_exploration(False).wait(CALL_TIMEOUT_S)
-            explore_random = False
+            self.explore_random = False
         owed = int(cfg.utd_ratio * (session.c.env_steps - cfg.learning_starts)) - session.c.updates
         while owed > 0:
             n = min(owed, UPDATE_CHUNK) if cfg.mode == "async" else owed
@@ -208,87 +282,53 @@ def train_pipeline(config, run_dir: RunDir, resume: bool = False, cluster=None) 
             session.set_extra(**{"losses/alpha": m["losses/alpha"], "train/replay_size": m["replay"],
                                  "train/demo_buffer_size": m["demo_buffer"], "perf/updates_behind": max(owed, 0)})
             if cfg.mode == "async":
-                absorb(pipe.poll_envs())
+                self.absorb(pipe.poll_envs())
                 return
 
-    def evaluate() -> None:
-        per_env = math.ceil(cfg.eval_episodes / pipe.n_env)
-        eval_results.clear()
+    def evaluate(self) -> None:
+        """``eval_episodes`` (rounded up to a multiple of the env workers), recorded by the session."""
+        pipe = self.pipe
+        per_env = math.ceil(self.cfg.eval_episodes / pipe.n_env)
+        self.eval_results.clear()
         pipe.envs.evaluate(per_env).wait(CALL_TIMEOUT_S)
         # In async mode train_owed() polls too: results it brings in land in eval_results through absorb().
-        while len(eval_results) < per_env * pipe.n_env:
-            absorb(pipe.poll_envs())
-            if cfg.mode == "async":
-                train_owed()
+        while len(self.eval_results) < per_env * pipe.n_env:
+            self.absorb(pipe.poll_envs())
+            if self.cfg.mode == "async":
+                self.train_owed()
             else:
                 time.sleep(POLL_S)
-        results = eval_results[:]
-        eval_results.clear()
-        session.record_eval(results)
+        results = self.eval_results[:]
+        self.eval_results.clear()
+        self.session.record_eval(results)
 
-    try:
-        per_env_budget = max(1, math.ceil(cfg.steps_per_iteration / pipe.n_env))
-        if cfg.mode == "async":
-            pipe.envs.run_async().wait(CALL_TIMEOUT_S)
-        last_check = time.monotonic()
-        while session.stop is None:
-            if cfg.mode == "sync":
-                pipe.envs.collect(per_env_budget).wait(CALL_TIMEOUT_S)
-                while True:  # until every env worker has used its budget and finished its episode
-                    polled = pipe.poll_envs()
-                    absorb(polled)
-                    if all(p["idle"] for p in polled):
-                        break
-                    time.sleep(POLL_S)
-                train_owed()
-            else:
-                absorb(pipe.poll_envs())
-                before = session.c.updates
-                train_owed()
-                if session.c.updates == before:
-                    time.sleep(POLL_S)
-            if time.monotonic() - last_check > 2.0:
-                pipe.check_rollouts()
-                last_check = time.monotonic()
-            if session.log_due():
-                session.log()
-            if session.eval_due():
-                evaluate()
-            if session.checkpoint_due() or session.stop is not None:
-                checkpoint()
-            session.check_budget()
-        # Stop the robots first (async mode keeps them stepping), count their last steps, then save.
-        pipe.envs.stop_loop().wait(CALL_TIMEOUT_S)
-        absorb(pipe.poll_envs())
-        checkpoint()
-        # Data-parallel ranks must hold identical weights; run.json records the evidence.
-        session.status_extra["actor_weight_digests"] = pipe.actors.weights_digest().wait(CALL_TIMEOUT_S)
-        session.status_extra["loop_health"] = pipe.envs.loop_health().wait(CALL_TIMEOUT_S)
-        return session.finish()
-    except (PipelineFailure, WorkerError) as e:
+    def checkpoint(self) -> None:
+        c = self.session.c
+        self.pipe.actors.execute_on(0).save_checkpoint(
+            {"env_steps": c.env_steps, "episodes": c.episodes, "best_success": c.best_success}).wait(CALL_TIMEOUT_S)
+
+    # ---- how a run ends early
+    def _worker_failed(self, e: PipelineFailure | WorkerError) -> StopReason:
+        """A dead env worker or a failed loop: save what can be saved and say who failed, in run.json."""
         who = e.who if isinstance(e, PipelineFailure) else e.address
         reason = e.reason if isinstance(e, PipelineFailure) else str(e).splitlines()[0]
         _note(f"stopping: {who} failed: {reason}")
-        saved = _try(checkpoint)
-        return session.finish(StopReason("failed", f"{who} failed: {reason}; "
-                                                   f"{'checkpoint saved' if saved else 'checkpoint NOT saved'}, "
-                                                   f"episodes on disk in {run_dir.episodes}"))
-    except KeyboardInterrupt:
+        saved = _try(self.checkpoint)
+        return self.session.finish(StopReason("failed", f"{who} failed: {reason}; "
+                                                        f"{'checkpoint saved' if saved else 'checkpoint NOT saved'}, "
+                                                        f"episodes on disk in {self.run_dir.episodes}"))
+
+    def _interrupted(self) -> StopReason:
         _note("interrupted: stopping the robots and saving a checkpoint (Ctrl-C again to abandon)")
+        session, pipe = self.session, self.pipe
         stop = interrupted(session.c.env_steps, saved=False)
         try:  # a second Ctrl-C leaves this block; run.json still says what happened
             _try(lambda: pipe.envs.stop_loop().wait(CALL_TIMEOUT_S))
-            _try(lambda: absorb(pipe.poll_envs()))
-            stop = interrupted(session.c.env_steps, _try(checkpoint))
+            _try(lambda: self.absorb(pipe.poll_envs()))
+            stop = interrupted(session.c.env_steps, _try(self.checkpoint))
         finally:
             session.finish(stop)
         return stop
-    except BaseException as e:
-        _try(checkpoint)
-        session.finish(StopReason("failed", f"{type(e).__name__}: {e}"))
-        raise
-    finally:
-        pipe.close()
 
 
 def _try(fn) -> bool:

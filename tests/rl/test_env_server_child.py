@@ -1,0 +1,101 @@
+"""How an env worker learns where its env server child listens: one JSON line on an inherited pipe.
+
+The children here are tiny Python scripts that behave like `rlhw serve-env` at start-up (the real one runs in
+test_pipeline.py): they take ``--address-fd FD`` and report, die, stay silent or report garbage.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rlhw.errors import ConfigError
+from rlhw.rl.pipeline.env_server import EnvServerError, EnvServerProcess
+
+_FD = "fd = int(sys.argv[sys.argv.index('--address-fd') + 1])\n"
+
+
+def _child(body: str) -> list[str]:
+    return [sys.executable, "-c", "import os, sys, time\n" + _FD + body]
+
+
+def _launch(tmp_path, body: str, timeout_s: float = 60.0) -> tuple[EnvServerProcess, str]:
+    server = EnvServerProcess(None, 3, tmp_path / "server.log", start_timeout_s=timeout_s)
+    try:
+        return server, server.launch(_child(body), dict(os.environ, PYTHONUNBUFFERED="1"))
+    except BaseException:
+        server.stop()
+        raise
+
+
+def test_the_address_comes_from_the_pipe_and_the_childs_output_goes_to_the_log_file(tmp_path):
+    server, address = _launch(tmp_path, "print('listening on 9.9.9.9:1 (a log line, not the contract)')\n"
+                                        "os.write(fd, b'{\"address\": \"127.0.0.1:5555\"}\\n'); os.close(fd)\n"
+                                        "time.sleep(60)\n")
+    try:
+        assert address == "127.0.0.1:5555" and server.address == address
+        assert server.alive()
+    finally:
+        server.stop()
+    assert not server.alive()
+    assert "listening on 9.9.9.9:1" in (tmp_path / "server.log").read_text()
+
+
+def test_a_child_that_dies_before_reporting_fails_at_once_with_its_exit_code_and_last_output(tmp_path):
+    with pytest.raises(EnvServerError) as e:
+        _launch(tmp_path, "print('no arm at 172.16.0.2'); sys.exit(3)\n", timeout_s=60.0)
+    # The exit is seen when it happens: the error is not the 60 s start timeout.
+    assert "env server for robot 3 exited with code 3 before serving" in str(e.value)
+    assert "no arm at 172.16.0.2" in str(e.value)
+
+
+def test_a_child_that_never_reports_is_stopped_after_the_start_timeout_naming_the_setting(tmp_path):
+    server = EnvServerProcess(None, 0, tmp_path / "server.log", start_timeout_s=0.5)
+    with pytest.raises(EnvServerError) as e:
+        server.launch(_child("print('connecting to the arm...')\ntime.sleep(60)\n"), dict(os.environ))
+    assert "did not report its address within 0.5s (train.env_start_timeout_s)" in str(e.value)
+    assert "last output:" in str(e.value)  # what it printed by then (Python may not have started yet)
+    assert not server.alive()  # stopped, not left running
+
+
+def test_a_report_that_is_not_the_json_line_is_refused_saying_what_was_expected_and_the_child_is_stopped(tmp_path):
+    server = EnvServerProcess(None, 0, tmp_path / "server.log", start_timeout_s=60.0)
+    with pytest.raises(EnvServerError) as e:
+        server.launch(_child("os.write(fd, b'listening on 127.0.0.1:5555\\n'); time.sleep(60)\n"), dict(os.environ))
+    assert "expected one JSON line" in str(e.value) and "listening on 127.0.0.1:5555" in str(e.value)
+    assert not server.alive()
+
+
+def test_serve_env_reports_its_address_as_one_json_line_and_closes_the_pipe():
+    from rlhw.cli.serve_env import report_address
+
+    read_fd, write_fd = os.pipe()
+    report_address(write_fd, "127.0.0.1:4242")
+    with os.fdopen(read_fd, "rb") as r:
+        assert r.read() == b'{"address": "127.0.0.1:4242"}\n'  # EOF after the line: the write end is closed
+
+
+def test_serve_env_refuses_an_address_fd_that_is_not_open_before_touching_hardware():
+    read_fd, write_fd = os.pipe()
+    os.close(read_fd)
+    os.close(write_fd)
+    proc = subprocess.run([sys.executable, "-m", "rlhw.cli.serve_env", "configs/sim_reach.yaml", "--address-fd",
+                           str(write_fd)], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert proc.returncode == 2, proc.stderr
+    assert "--address-fd" in proc.stderr and "not an open file descriptor" in proc.stderr
+
+
+def test_the_address_fd_check_names_the_option():
+    from rlhw.cli.serve_env import _check_address_fd
+
+    assert _check_address_fd(None) is None
+    read_fd, write_fd = os.pipe()
+    os.close(read_fd)
+    os.close(write_fd)
+    with pytest.raises(ConfigError) as e:
+        _check_address_fd(write_fd)
+    assert e.value.path == "--address-fd"

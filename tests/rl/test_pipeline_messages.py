@@ -1,0 +1,167 @@
+"""The typed messages between the pipeline's processes, and the one spec-to-agent contract they build on.
+
+No Ray here: the workers are built bare (``__new__``) with recording channels, so each test is milliseconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from rlhw.rl.local import transition
+from rlhw.rl.pipeline.loop_health import LoopTimer
+from rlhw.rl.pipeline.messages import (Actions, EnvProgress, EnvStep, MessageTypeError, PolicyWeights,
+                                       decode_env_step, encode_env_step)
+from rlhw.rl.replay import transition_batch
+from rlhw.rl.spaces import AgentSpace, action_bounds, neutral_actions, zero_observations
+from rlhw.robot.spec import EnvSpec, TensorSpec
+
+
+def _step(k: int = 2) -> EnvStep:
+    x = np.arange(2 * k, dtype=np.float32).reshape(k, 2)
+    tr = transition_batch({"x": x}, {"x": x + 1}, np.zeros((k, 3)), np.ones(k), np.zeros(k), [True] + [False] * (k - 1))
+    return EnvStep(env=1, obs={"x": x}, rows=tuple(range(k)), evaluating=np.array([True] + [False] * (k - 1)),
+                   transitions=tr)
+
+
+# ------------------------------------------------------------------------------------------ the messages
+
+
+def test_an_env_step_crosses_the_channel_encoding_unchanged():
+    sent = _step(3)
+    got = decode_env_step(encode_env_step(sent))
+    assert got.env == 1 and got.rows == (0, 1, 2) and got.wanted == 3
+    np.testing.assert_array_equal(got.obs["x"], sent.obs["x"])
+    np.testing.assert_array_equal(got.evaluating, [True, False, False])
+    assert got.transitions["intervened"].dtype == np.float32 and got.transitions["intervened"].tolist() == [1, 0, 0]
+
+
+def test_messages_are_frozen_so_a_receiver_cannot_change_what_the_sender_keeps():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        _step().env = 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Actions(np.zeros((1, 3), np.float32), np.zeros(1, np.int64)).versions = None
+
+
+def test_an_old_style_dict_on_the_obs_channel_fails_naming_the_channel_and_both_types():
+    old = pickle.dumps({"env": 0, "obs": None, "rows": [], "eval": np.zeros(0, bool), "transitions": None})
+    with pytest.raises(MessageTypeError) as e:
+        decode_env_step(old)
+    assert "rlhw.train.obs carries EnvStep messages" in str(e.value) and "builtins.dict" in str(e.value)
+    with pytest.raises(MessageTypeError):
+        encode_env_step({"env": 0})  # the sender is checked too
+
+
+class _Channel:
+    def __init__(self, *items):
+        self.items, self.puts = list(items), []
+
+    def get(self, key=None, timeout=None):
+        return self.items.pop(0)
+
+    def get_batch(self, count, key=None, timeout=None):
+        return [self.items.pop(0) for _ in range(count)]
+
+    def qsize(self, key=None):
+        return len(self.items)
+
+    def put(self, item, key=None, timeout=None):
+        self.puts.append((key, item))
+
+
+def test_the_env_worker_refuses_an_answer_that_is_not_actions():
+    from rlhw.rl.pipeline.env_worker import EnvWorker
+
+    w = EnvWorker.__new__(EnvWorker)
+    w.channel_prefix, w.timer = "run1.", LoopTimer()
+    w.cfg = SimpleNamespace(step_timeout_s=1.0)
+    w.act_ch = _Channel((np.zeros((1, 3)), np.zeros(1)))  # the untyped (actions, versions) pair
+    with pytest.raises(MessageTypeError) as e:
+        w._actions()
+    assert "run1.rlhw.train.actions carries Actions messages" in str(e.value) and "tuple" in str(e.value)
+    w.act_ch = _Channel(Actions(np.zeros((1, 3)), np.array([7])))
+    answer = w._actions()
+    assert answer.actions.dtype == np.float32 and answer.versions.dtype == np.int64 and answer.versions[0] == 7
+
+
+def test_the_rollout_worker_refuses_weights_that_are_not_policy_weights():
+    from rlhw.rl.pipeline.rollout_worker import RolloutWorker
+
+    w = RolloutWorker.__new__(RolloutWorker)
+    w.channel_prefix = ""
+    w.weights_ch = _Channel({"version": 3, "state": {}})
+    with pytest.raises(MessageTypeError) as e:
+        w._refresh_weights()
+    assert "rlhw.train.weights carries PolicyWeights messages" in str(e.value)
+
+
+def test_progress_reports_start_with_nothing_finished_and_no_error():
+    p = EnvProgress(rank=2, train_steps=0, idle=True, status="idle", restarts=0, eval_pending=0)
+    assert p.episodes == [] and p.eval_results == [] and p.faults == [] and p.error is None
+    assert PolicyWeights(version=5, state={}).version == 5
+
+
+# ------------------------------------------------------------------------------ spec to layout and bounds
+
+_SPEC = EnvSpec(observations={"pos": TensorSpec("pos", "float32", (3,)), "cam": TensorSpec("cam", "uint8", (8, 8, 3))},
+                action=TensorSpec("action", "float32", (2,), low=np.array([0.5, -2.0]), high=1.0), control_hz=10.0)
+
+
+def test_missing_action_bounds_are_the_policys_tanh_range_and_scalars_broadcast():
+    low, high = action_bounds(TensorSpec("a", "float32", (4,)))
+    assert low.tolist() == [-1] * 4 and high.tolist() == [1] * 4 and low.dtype == np.float32
+    low, high = action_bounds(_SPEC.action)
+    assert low.tolist() == [0.5, -2.0] and high.tolist() == [1.0, 1.0]
+
+
+def test_an_idle_instance_gets_zero_moved_inside_the_bounds():
+    assert neutral_actions(_SPEC.action, 3).tolist() == [[0.5, 0.0]] * 3
+
+
+def test_the_agent_space_reads_vectors_and_images_in_a_fixed_order_with_every_shape():
+    space = AgentSpace.from_spec(_SPEC)
+    assert space.layout.proprio == (("pos", (3,)),) and space.layout.images == (("cam", (8, 8, 3)),)
+    assert space.observation_shapes == {"pos": (3,), "cam": (8, 8, 3)} and space.action_shape == (2,)
+    zeros = zero_observations(_SPEC, 2)
+    assert zeros["cam"].dtype == np.uint8 and zeros["cam"].shape == (2, 8, 8, 3) and zeros["pos"].shape == (2, 3)
+
+
+def test_the_local_runners_transition_is_a_batch_of_one_of_the_pipelines():
+    one = transition({"x": np.ones(2, np.float32)}, np.zeros(3), -1.0, True, {"x": np.zeros(2, np.float32)}, True)
+    assert set(one) == {"obs/x", "next_obs/x", "action", "reward", "terminated", "intervened"}
+    assert one["obs/x"].shape == (1, 2) and one["action"].shape == (1, 3)
+    assert one["reward"].tolist() == [-1.0] and one["terminated"].tolist() == [1.0]
+    assert one["intervened"].tolist() == [1.0]
+
+
+# ---------------------------------------------------------------------------------------- loop health
+
+
+def test_loop_health_counts_latency_per_answer_and_periods_only_within_an_episode():
+    now = [0.0]
+    timer = LoopTimer(clock=lambda: now[0])
+    timer.episode_started()
+    for t in (0.01, 0.11, 0.21):  # answers 10 ms after each observation, steps 100 ms apart
+        now[0] = t
+        timer.actions_received()
+        now[0] = t + 0.09
+        timer.stepped({"timing": {"env.late": 0.002}})
+    timer.episode_started()  # a new episode: no period across the reset
+    now[0] = 5.0
+    timer.stepped({"timing": {}})
+    s = timer.summary(num_envs=1)
+    assert s["steps"] == 3 and s["latency_p50_ms"] == pytest.approx(10.0)
+    assert len(timer.periods) == 2 and s["period_p50_ms"] == pytest.approx(100.0)
+    assert s["late_steps"] == 3 and s["timed_steps"] == 3
+
+
+def test_big_policy_weights_still_travel_through_the_object_store_not_through_the_channel_actor():
+    from rlhw.runtime.payload import LARGE_PAYLOAD_BYTES, payload_nbytes
+
+    weights = PolicyWeights(version=1, state={"w": np.zeros(LARGE_PAYLOAD_BYTES // 4, np.float32)})
+    assert payload_nbytes(weights) >= LARGE_PAYLOAD_BYTES  # so the channel wraps it like the old dict
+    assert payload_nbytes(Actions(np.zeros((8, 7), np.float32), np.zeros(8, np.int64))) < LARGE_PAYLOAD_BYTES
