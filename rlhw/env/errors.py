@@ -15,6 +15,7 @@ from rlhw.env.control import ControlConflict
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.errors import ErrorReason, RlhwError
 
+
 class EnvServiceError(RlhwError):
     """A call to an env server failed. ``code`` is the gRPC status code name, ``address`` the server,
     ``reason`` the server's `ErrorReason` (None when it sent none)."""
@@ -96,7 +97,7 @@ def error_from_message(address: str, error: pb.Error) -> EnvServiceError:
     return _error(address, _CODES.get(error.code), error.message, error.field, codec.reason_from_wire(error.reason))
 
 
-def _from_rpc_error(address: str, e: grpc.RpcError) -> EnvServiceError:
+def error_from_rpc(address: str, e: grpc.RpcError) -> EnvServiceError:
     """The client exception for a failed call (its reason and field from the trailing metadata)."""
     code = e.code() if hasattr(e, "code") else None
     details = e.details() if hasattr(e, "details") else str(e)
@@ -106,4 +107,4 @@ def _from_rpc_error(address: str, e: grpc.RpcError) -> EnvServiceError:
 
 
 __all__ = ["EnvServiceError", "EnvServerUnavailable", "EnvTimeout", "InvalidAction", "ControlConflictError",
-           "SafetyLocked", "EpisodeEnded", "Unauthenticated", "RemoteRobotFault", "error_from_message"]
+           "SafetyLocked", "EpisodeEnded", "Unauthenticated", "RemoteRobotFault", "error_from_message", "error_from_rpc"]

@@ -12,7 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from rlhw.env import codec
 from rlhw.env.auth import bearer
-from rlhw.env.errors import _from_rpc_error
+from rlhw.env.errors import error_from_rpc
 from rlhw.env.grpc_channel import open_channel
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.env.v1 import env_pb2_grpc
@@ -43,7 +43,7 @@ def probe_env_server(
         spec = codec.env_spec_from_message(stub.GetSpec(pb.GetSpecRequest(), timeout=timeout_s, metadata=metadata).spec)
         status = stub.GetStatus(pb.GetStatusRequest(), timeout=timeout_s, metadata=metadata)
     except grpc.RpcError as e:
-        raise _from_rpc_error(address, e) from None
+        raise error_from_rpc(address, e) from None
     finally:
         channel.close()
     return {

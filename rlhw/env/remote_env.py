@@ -21,7 +21,7 @@ import numpy as np
 
 from rlhw.env import codec, step_layout, wire
 from rlhw.env.auth import SESSION_METADATA_KEY, bearer, check_session_secret, new_session_secret, session_fingerprint
-from rlhw.env.errors import ControlConflictError, EnvServerUnavailable, EnvTimeout, _from_rpc_error, error_from_message
+from rlhw.env.errors import ControlConflictError, EnvServerUnavailable, EnvTimeout, error_from_message, error_from_rpc
 from rlhw.env.grpc_channel import open_channel, wait_until_connected
 from rlhw.env.session_stream import DeadlineWatcher, SessionStream
 from rlhw.env.v1 import env_pb2 as pb
@@ -103,12 +103,12 @@ class RemoteEnv(gym.Env):
             return method(request, timeout=timeout_s, metadata=self._metadata)
         except grpc.RpcError as e:
             if e.code() != grpc.StatusCode.UNAVAILABLE:
-                raise _from_rpc_error(self.address, e) from None
+                raise error_from_rpc(self.address, e) from None
         connected = wait_until_connected(self._channel, self.reconnect_s)
         try:
             return method(request, timeout=timeout_s, metadata=self._metadata)
         except grpc.RpcError as e:
-            err = _from_rpc_error(self.address, e)
+            err = error_from_rpc(self.address, e)
             if isinstance(err, EnvServerUnavailable) and not connected:
                 err = EnvServerUnavailable(
                     self.address, f"unreachable for {self.reconnect_s:g} s ({e.details()}); "
@@ -150,7 +150,7 @@ class RemoteEnv(gym.Env):
                 raise EnvTimeout(self.address, f"no answer within {timeout_s:g} s", "DEADLINE_EXCEEDED") from None
             if isinstance(e, StopIteration):
                 raise EnvServerUnavailable(self.address, "the server closed the session stream", "UNAVAILABLE") from None
-            raise _from_rpc_error(self.address, e) from None
+            raise error_from_rpc(self.address, e) from None
         return response
 
     def _drop_stream(self) -> None:
@@ -192,7 +192,7 @@ class RemoteEnv(gym.Env):
             try:
                 data = self._raw_step(request, timeout=self.timeout_s, metadata=self._metadata)
             except grpc.RpcError as e:
-                raise _from_rpc_error(self.address, e) from None
+                raise error_from_rpc(self.address, e) from None
         reader = self._reader
         if reader is not None:
             fast = reader.read(data)  # the common case: laid out like the previous step
