@@ -22,6 +22,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from rlhw.config.base import StrictModel, as_text
 from rlhw.config.component_placement import ComponentRule, PlacementEntry, component_names  # noqa: F401 - PlacementEntry re-exported
 from rlhw.config.errors import config_error
+from rlhw.config.isolation import LoopIsolation, merge_isolation
 from rlhw.errors import ConfigError, PlacementError
 from rlhw.placement.grammar import format_ranks, parse_ranks
 
@@ -40,8 +41,9 @@ def _ranks(value: Any, what: str = "node ranks") -> tuple[int, ...]:
     return parse_ranks(value, what=what)
 
 
-class NodeGroupEnvConfig(StrictModel):
-    """The software environment of some nodes of a group."""
+class NodeGroupEnvConfig(LoopIsolation):
+    """The software environment of some nodes of a group, and how their robot loop is isolated from the
+    learner (``loop_cpus``, ``loop_priority``, ``learner_threads``: see rlhw.config.isolation)."""
 
     node_ranks: tuple[int, ...] = Field(description="subset of the group's node_ranks")
     env_vars: tuple[dict[str, str], ...] = Field((), description="list of one-key maps: - NAME: value")
@@ -200,6 +202,7 @@ class NodeEnv:
 
     env_vars: dict[str, str] = field(default_factory=dict)
     python_interpreter_path: Optional[str] = None
+    isolation: LoopIsolation = field(default_factory=LoopIsolation)
 
 
 class ClusterConfig(StrictModel):
@@ -251,6 +254,8 @@ class ClusterConfig(StrictModel):
                     f"(num_nodes: {self.num_nodes}); raise num_nodes or fix node_ranks",
                 )
         self._check_per_node_agreement()
+        for r in range(self.num_nodes):
+            self.node_env(r)  # isolation settings two groups give one node must agree (raises where not)
         self._check_hardware_unique()
         self._check_component_groups(labels)
         return self
@@ -379,7 +384,8 @@ class ClusterConfig(StrictModel):
         """Env vars and interpreter for one node, merged over every group the node belongs to."""
         env: dict[str, str] = {}
         python: Optional[str] = None
-        for g in self.node_groups:
+        isolation: list[tuple[str, LoopIsolation]] = []
+        for i, g in enumerate(self.node_groups):
             if node_rank not in g.node_ranks:
                 continue
             ec = g.node_env(node_rank)
@@ -388,7 +394,8 @@ class ClusterConfig(StrictModel):
             for item in ec.env_vars:
                 env.update(item)
             python = ec.python_interpreter_path or python
-        return NodeEnv(env, python)
+            isolation.append((f"node_groups[{i}].env_configs[{g.env_configs.index(ec)}]", ec))
+        return NodeEnv(env, python, merge_isolation(isolation))
 
     def hardware_on_node(self, node_rank: int) -> list[tuple[str, str, int, Any]]:
         """(type name, group label, hardware rank in the group, entry) for each device on the node."""

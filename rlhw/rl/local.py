@@ -19,6 +19,7 @@ from rlhw.rl.rundir import RunDir
 from rlhw.rl.sac import SAC, resolve_device
 from rlhw.rl.session import Counters, StopReason, TrainingSession, interrupted
 from rlhw.rl.spaces import AgentSpace
+from rlhw.runtime.isolation import GcGuard, apply_learner_threads, apply_loop_isolation
 
 
 def _batched(obs: dict) -> dict:
@@ -108,12 +109,16 @@ class LocalRun:
         counters = _resume(run_dir, self.agent, self.replay) if resume else Counters()
         self.recorder = EpisodeRecorder(Path(run_dir.episodes) / "env0", fsync=False) if cfg.record_episodes else None
         self.session = TrainingSession(config, run_dir, counters)
+        self.isolation = config.cluster.node_env(0).isolation
+        self.gc_guard = GcGuard()
 
     def run(self) -> StopReason:
         """Train episodes, evaluating, logging and checkpointing as the session says, until it says stop."""
         session = self.session
+        self._isolate()
         try:
             while session.stop is None:
+                self.gc_guard.idle()  # between episodes: no full collection inside a step
                 self._train_episode()
                 if session.log_due():
                     session.log()
@@ -138,6 +143,16 @@ class LocalRun:
             self._save()
             session.finish(StopReason("failed", f"{type(e).__name__}: {e}"))
             raise
+        finally:
+            self.gc_guard.stop()
+
+    def _isolate(self) -> None:
+        """The loop and the learner are this one thread: node 0's loop_cpus and loop_priority apply to both,
+        learner_threads to torch (else what is set: `rlhw.rl.trainer` sets 1); recorded in run.json."""
+        record = apply_loop_isolation(self.isolation)
+        record["learner_threads"] = apply_learner_threads(self.isolation, default=torch.get_num_threads())
+        self.session.status_extra["loop_isolation"] = record
+        self.gc_guard.start()
 
     def _train_episode(self) -> None:
         warmup = self.session.c.env_steps < self.cfg.learning_starts

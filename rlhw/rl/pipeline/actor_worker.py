@@ -22,6 +22,7 @@ from rlhw.rl.episodes import episode_files, episode_transitions, load_episode
 from rlhw.rl.pipeline.messages import REPLAY_CHANNEL, WEIGHTS_CHANNEL, PolicyWeights
 from rlhw.rl.replay import MixedReplay
 from rlhw.rl.rundir import RunDir
+from rlhw.runtime.isolation import apply_learner_threads
 from rlhw.rl.sac import SAC, resolve_device
 from rlhw.rl.spaces import AgentSpace
 from rlhw.robot.spec import EnvSpec
@@ -30,7 +31,8 @@ from rlhw.runtime.worker import Worker
 
 class ActorWorker(Worker):
     def __init__(self, config, run_dir: str, num_rollout: int, channel_prefix: str = ""):
-        torch.set_num_threads(1)
+        # learner_threads of this node's env_configs, else 1 (small MLPs on shared cores: see rlhw.rl.trainer)
+        self.learner_threads = apply_learner_threads(config.cluster.node_env(self.info.node_rank).isolation)
         from rlhw.runtime.channel import Channel
 
         self.config, self.cfg = config, config.train

@@ -37,6 +37,7 @@ from rlhw.rl.pipeline.messages import (ACTION_CHANNEL, OBS_CHANNEL, Actions, Env
 from rlhw.rl.replay import TransitionBatch, transition_batch
 from rlhw.rl.spaces import neutral_actions
 from rlhw.robot.spec import EnvSpec
+from rlhw.runtime.isolation import GcGuard, apply_loop_isolation
 from rlhw.runtime.worker import Worker
 
 
@@ -95,6 +96,9 @@ class EnvWorker(Worker):
         self.episodes: list[EpisodeResult] = []  # finished train episodes since the last poll
         self.eval_results: list[EpisodeResult] = []
         self.timer = LoopTimer()
+        self.isolation = config.cluster.node_env(self.info.node_rank).isolation
+        self.loop_isolation: dict | None = None  # what took effect in the loop thread (its start sets it)
+        self.gc_guard = GcGuard()
         self.faults: list[str] = []
         self.consecutive_faults = 0
         self.instances = Instances(self.num_envs, config.env.max_episode_steps)
@@ -173,8 +177,8 @@ class EnvWorker(Worker):
         return self.server.proc.pid if self.server is not None and self.server.proc is not None else None
 
     def loop_health(self) -> dict:
-        """Observation-to-action latency and step lateness of every step so far (for benchmarks)."""
-        return self.timer.summary(self.num_envs)
+        """Observation-to-action latency and step lateness of every step so far, and the loop's isolation."""
+        return {**self.timer.summary(self.num_envs), "loop_isolation": self.loop_isolation}
 
     def stop_loop(self) -> None:
         """Stop the loop thread and release what it holds (called through the group before it is killed)."""
@@ -199,7 +203,9 @@ class EnvWorker(Worker):
         return self.eval_pending == 0 and not self.unlimited and self.budget <= 0 and self.status != "episode"
 
     def _next_kind(self) -> str | None:
-        """Wait for work; returns 'eval', 'train' or None (stop). Called only between episodes."""
+        """Wait for work; returns 'eval', 'train' or None (stop). Called only between episodes, so it also
+        runs the full garbage collection the loop owes."""
+        self.gc_guard.idle()
         with self.lock:
             while not self.stopping:
                 if self.eval_pending > 0:
@@ -212,6 +218,8 @@ class EnvWorker(Worker):
 
     def _loop(self) -> None:
         try:
+            self.loop_isolation = apply_loop_isolation(self.isolation)  # this thread: Linux applies it per thread
+            self.gc_guard.start()
             while True:
                 kind = self._next_kind()
                 if kind is None:
@@ -241,6 +249,7 @@ class EnvWorker(Worker):
                 self.error = f"{type(e).__name__}: {e}{server_note}"
                 self.status = "failed"
         finally:
+            self.gc_guard.stop()
             self._close_recorders()
 
     def _report(self, kind: str, result: EpisodeResult) -> None:
@@ -383,6 +392,7 @@ class EnvWorker(Worker):
                 self._put_transitions(transitions)
                 return
             self._put(_rows_of(obs, rows), rows, self._evaluating(rows), transitions)
+            self.gc_guard.if_due()  # the idle part of the step: the policy is computing the action
 
     def _start_phase(self) -> dict:
         """Reset every instance (instance i gets seed + i) and choose each one's episode kind."""

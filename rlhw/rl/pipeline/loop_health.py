@@ -6,13 +6,35 @@ Kept apart from the env worker so that the figures a benchmark reports have one 
 
 from __future__ import annotations
 
+import logging
 import math
 import time
-from collections import deque
+from collections import Counter, deque
 
 import numpy as np
 
 _KEEP = 20_000  # steps of history (a long run keeps its recent figures, in bounded memory)
+_KEEP_LATE = 20  # late steps listed with their phases in the summary (all are counted by phase)
+
+log = logging.getLogger(__name__)
+
+
+def _env_phase(timing: dict, name: str) -> float | None:
+    """An env phase's seconds: RobotEnv's key in-process, ``env.<key>`` through the env server."""
+    value = timing.get(name, timing.get("env." + name))
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+def late_step_phases(latency: float, step_call: float, timing: dict, prev_observe: float) -> dict[str, float]:
+    """Where the time went between the deadline before a late step and that step's command (s).
+
+    A real-time env is late when, counted from its previous period's end, the previous step's observation
+    (``observe``), the env worker's bookkeeping, observation send and the policy's answer
+    (``obs_to_action``), the transport of the step call and the env's ``command`` phase exceed the period."""
+    command = _env_phase(timing, "command") or 0.0
+    inside = command + (_env_phase(timing, "wait") or 0.0) + (_env_phase(timing, "observe") or 0.0)
+    return {"observe": prev_observe, "obs_to_action": latency, "transport": max(step_call - inside, 0.0),
+            "command": command}
 
 
 class LoopTimer:
@@ -24,14 +46,17 @@ class LoopTimer:
         self.latencies: deque[float] = deque(maxlen=_KEEP)  # observation sent -> action received (s)
         self.lateness: deque[float] = deque(maxlen=_KEEP)  # RobotEnv's info["timing"]["late"] (s)
         self.periods: deque[float] = deque(maxlen=_KEEP)  # time between consecutive steps of an episode (s)
-        self._t_obs = 0.0
+        self._t_obs = self._t_action = self._prev_observe = 0.0
         self._t_step: float | None = None
+        self.late_by_phase: Counter[str] = Counter()  # late steps counted by the phase that made them late
+        self.late_recent: deque[dict] = deque(maxlen=_KEEP_LATE)
 
     def episode_started(self) -> None:
-        self._t_obs, self._t_step = self.clock(), None
+        self._t_obs, self._t_step, self._prev_observe = self.clock(), None, 0.0
 
     def actions_received(self) -> None:
-        self.latencies.append(self.clock() - self._t_obs)
+        self._t_action = self.clock()
+        self.latencies.append(self._t_action - self._t_obs)
 
     def stepped(self, info: dict) -> None:
         """After an env step: its period (from the episode's previous step), and its lateness where the env is
@@ -41,9 +66,22 @@ class LoopTimer:
             self.periods.append(now - self._t_step)
         self._t_obs = self._t_step = now
         timing = info.get("timing", {})
-        late = timing.get("late", timing.get("env.late"))  # the env server prefixes env phases "env."
-        if late is not None and math.isfinite(late):
-            self.lateness.append(float(late))
+        late = _env_phase(timing, "late")
+        if late is not None:
+            self.lateness.append(late)
+            if late > 0 and self.latencies:
+                self._late_step(late, now - self._t_action, timing)
+        self._prev_observe = _env_phase(timing, "observe") or 0.0
+
+    def _late_step(self, late: float, step_call: float, timing: dict) -> None:
+        """Count and log a late step under the phase that took longest (the one that made it late)."""
+        phases = late_step_phases(self.latencies[-1], step_call, timing, self._prev_observe)
+        phase = max(phases, key=phases.get)
+        self.late_by_phase[phase] += 1
+        entry = {"late_ms": late * 1e3, "phase": phase, "phases_ms": {k: v * 1e3 for k, v in phases.items()}}
+        self.late_recent.append(entry)
+        log.warning("robot loop step late by %.1f ms, mostly %s (%s)", entry["late_ms"], phase,
+                    ", ".join(f"{k} {v:.1f} ms" for k, v in entry["phases_ms"].items()))
 
     def summary(self, num_envs: int) -> dict:
         """Percentiles in milliseconds of every step so far (None where nothing was measured)."""
@@ -54,7 +92,8 @@ class LoopTimer:
                "period_p50_ms": None, "period_p99_ms": None, "num_envs": num_envs}
         if self.lateness:
             late = np.array(self.lateness)
-            out.update(late_steps=int((late > 0).sum()), lateness_p99_ms=float(np.percentile(late, 99) * 1e3))
+            out.update(late_steps=int((late > 0).sum()), lateness_p99_ms=float(np.percentile(late, 99) * 1e3),
+                       late_by_phase=dict(self.late_by_phase), late_recent=list(self.late_recent))
         if self.periods:
             per = np.array(self.periods)
             out.update(period_p50_ms=float(np.percentile(per, 50) * 1e3),
