@@ -381,7 +381,7 @@ class ClusterConfig(StrictModel):
         return out
 
     def node_env(self, node_rank: int) -> NodeEnv:
-        """Env vars and interpreter for one node, merged over every group the node belongs to."""
+        """Env vars, interpreter and robot-loop isolation for one node, merged over every group the node belongs to."""
         env: dict[str, str] = {}
         python: Optional[str] = None
         isolation: list[tuple[str, LoopIsolation]] = []

@@ -7,6 +7,7 @@ node 1 runs the actor group with two processes that all-reduce their gradients o
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 
@@ -52,7 +53,11 @@ def ray_nodes():
 
 @pytest.mark.timeout(300)
 def test_two_actor_processes_on_another_node_train_with_identical_weights(ray_nodes, tmp_path):
-    config = load_config_dict(two_node_config())
+    raw = two_node_config()
+    loop_cpu = max(os.sched_getaffinity(0))  # the robot loop's isolation settings take effect in the env worker
+    raw["cluster"]["node_groups"] = [{"label": "robot", "node_ranks": 0, "env_configs": [
+        {"node_ranks": 0, "loop_cpus": str(loop_cpu), "loop_priority": {"nice": 3}}]}]
+    config = load_config_dict(raw)
     cluster = Cluster(config, address=ray_nodes.address, probe_hardware=False)
     placements = cluster.placements
     assert [p.node_rank for p in placements["actor"]] == [1, 1]
@@ -72,6 +77,7 @@ def test_two_actor_processes_on_another_node_train_with_identical_weights(ray_no
     assert any(r["eval/success_rate"] is not None for r in rows)
     health = status["loop_health"][0]
     assert health["steps"] >= 200 and health["latency_p99_ms"] > 0
+    assert health["loop_isolation"] == {"affinity": [loop_cpu], "policy": "SCHED_OTHER", "nice": 3}
 
 
 def start_run_in_background(ray_nodes, config: dict, run_path, min_episodes: int):
