@@ -24,7 +24,7 @@ NICE_RANGE = (-20, 19)
 class LoopPriority(StrictModel):
     """``{realtime: 80}`` (SCHED_FIFO at that priority) or ``{nice: -5}`` (normal scheduling, that nice)."""
 
-    realtime: Optional[int] = Field(None, description="SCHED_FIFO priority 1-99 (needs CAP_SYS_NICE or an rtprio limit)")
+    realtime: Optional[int] = Field(None, description="SCHED_FIFO priority 1-99 (CAP_SYS_NICE or rtprio limit)")
     nice: Optional[int] = Field(None, description="nice value -20..19 (below 0 needs CAP_SYS_NICE)")
 
     @model_validator(mode="after")
