@@ -27,14 +27,19 @@ def add_raylet(rc: RayTestCluster, **node_args):
     """``rc.add_node(**node_args)``, started again when Ray's registration window was missed."""
     for attempt in range(1, START_ATTEMPTS + 1):
         head = rc.head_node is None
+        before = _own_sessions()
         try:
             return rc.add_node(**node_args)
         except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception when a raylet misses its window
-            session = os.path.realpath("/tmp/ray/session_latest")
+            # A failed head's session is the one this process created in this attempt (other test
+            # runs on the machine have sessions of their own, named after their pid); a failed raylet
+            # belongs to the running head's session, which must stay.
+            new = sorted(_own_sessions() - before)
+            session = new[-1] if head and new else (rc.head_node.get_session_dir_path() if rc.head_node else "")
             print(f"\n[ray_nodes] {'head' if head else 'raylet'} start {attempt}/{START_ATTEMPTS} failed ({e}); "
                   f"load average {os.getloadavg()}\n{_session_processes(session)}\n{_ray_log_tails(session)}",
                   flush=True)
-            if head:
+            if head and new:
                 _kill_session(session)  # a head that never came up leaves its GCS and dashboard running
             if attempt == START_ATTEMPTS:
                 raise
@@ -60,8 +65,15 @@ def ray_cluster(head: dict, *more: dict, connect: bool = True) -> Iterator[RayTe
         rc.shutdown()
 
 
+def _own_sessions() -> set[str]:
+    """Ray session directories this process created (Ray names them session_<time>_<pid>)."""
+    return set(glob.glob(f"/tmp/ray/session_*_{os.getpid()}"))
+
+
 def _session_processes(session: str) -> str:
     """One line per live process of ``session``: which of Ray's processes did come up."""
+    if not session:
+        return "no session directory of this process"
     lines = []
     for p in psutil.process_iter(["pid", "name", "cmdline", "cpu_times"]):
         cmd = " ".join(p.info["cmdline"] or ())
@@ -72,6 +84,7 @@ def _session_processes(session: str) -> str:
 
 
 def _kill_session(session: str) -> None:
+    """Kill the processes of a head that never came up (GCS, dashboard, monitors)."""
     for p in psutil.process_iter(["cmdline"]):
         if session in " ".join(p.info["cmdline"] or ()):
             try:
