@@ -52,7 +52,7 @@ class ServerProcess:
         except server_child.AddressNotReported as e:
             raise RuntimeError(f"rlhw serve-env {e}: {self.log_tail()}") from None
         finally:
-            os.close(self._address_fd)
+            os.close(self._address_fd)  # read once: the child reports once, then closes its end
         return self.address
 
     def log_tail(self, lines: int = 3) -> str:

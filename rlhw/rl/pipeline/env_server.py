@@ -1,9 +1,9 @@
 """Start `rlhw serve-env` as a child process of an env worker and wait until it serves.
 
 The child reports where it listens on a dedicated pipe (``--address-fd``: one JSON line
-``{"address": "HOST:PORT"}``), never in its log output, which goes to the log file unread. The wait is
-bounded (``train.env_start_timeout_s``); a child that exits, or closes the pipe, before reporting fails it
-at once with its exit code and last output.
+``{"address": "HOST:PORT"}``, read by `rlhw.env.server_child`, as the smoke test does), never in its log
+output, which goes to the log file unread. The wait is bounded (``train.env_start_timeout_s``); a child that
+exits, or closes the pipe, before reporting fails it at once with its exit code and last output.
 
 Why a child process: franky can block forever when the robot link dies and a driver can crash; the env
 worker (and the whole run) must survive that and be able to kill and restart the server. The child gets
