@@ -2,7 +2,8 @@
 answers a reset and a few steps, with their latency; then it shuts down cleanly.
 
 By default the check starts ``rlhw serve-env CONFIG --robot R --port 0`` on loopback as a child
-process of the node that owns the arm (the way the RL pipeline runs it) and stops it afterwards;
+process of the node that owns the arm (the way the RL pipeline runs it, learning its address from the
+same ``--address-fd`` pipe through `rlhw.env.server_child`) and stops it afterwards;
 ``--env-server HOST:PORT`` checks a running server instead. A reset moves the arm home and a step
 moves it: against a real arm both need ``--allow-motion``; against a simulator they always run
 (the table says so). Steps send a zero action: hold still.
@@ -16,49 +17,43 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import Any
 
 import numpy as np
 
+from rlhw.env import server_child
 from rlhw.smoke.bounded import Outcome, TargetRun, call_bounded, failed, passed, skipped
 from rlhw.smoke.options import SmokeOptions
 from rlhw.smoke.targets import EnvServerTarget
 
 STEPS = 5
-LISTENING = "listening on "
 
 
 class ServerProcess:
-    """`rlhw serve-env` as a child process: its address once it listens, and a bounded stop."""
+    """`rlhw serve-env` as a child process: the address it reports on its pipe, and a bounded stop."""
 
     def __init__(self, config_path: str, overrides: tuple[str, ...], robot_rank: int):
         self._log = tempfile.TemporaryFile(mode="w+")
         cmd = [sys.executable, "-m", "rlhw.cli.serve_env", os.path.abspath(config_path), *overrides,
                "--robot", str(robot_rank), "--host", "127.0.0.1", "--port", "0"]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log, text=True)
+        self.proc, self._address_fd = server_child.spawn(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
+                                                         stderr=self._log, text=True)
         self.address: str | None = None
 
     def wait_listening(self, timeout_s: float) -> str:
-        box: dict[str, str] = {}
-
-        def read():
-            for line in self.proc.stdout:  # the first line names the address
-                if line.startswith(LISTENING):
-                    box["address"] = line[len(LISTENING):].split()[0]
-                    return
-
-        t = threading.Thread(target=read, name="serve-env-stdout", daemon=True)
-        t.start()
-        t.join(timeout_s)
-        if "address" in box:
-            self.address = box["address"]
-            return self.address
-        code = self.proc.poll()
-        if code is not None:
-            raise RuntimeError(f"rlhw serve-env exited with code {code} before listening: {self.log_tail()}")
-        raise TimeoutError(f"rlhw serve-env did not listen within {timeout_s:g} s: {self.log_tail()}")
+        """The address serve-env reports on its pipe once it listens, within ``timeout_s``."""
+        try:
+            self.address = server_child.await_address(self.proc, self._address_fd, timeout_s)
+        except server_child.ServerExited as e:
+            raise RuntimeError(f"rlhw serve-env exited with code {e.code} before listening: {self.log_tail()}") from None
+        except server_child.AddressTimeout:
+            raise TimeoutError(f"rlhw serve-env did not listen within {timeout_s:g} s: {self.log_tail()}") from None
+        except server_child.AddressNotReported as e:
+            raise RuntimeError(f"rlhw serve-env {e}: {self.log_tail()}") from None
+        finally:
+            os.close(self._address_fd)  # read once: the child reports once, then closes its end
+        return self.address
 
     def log_tail(self, lines: int = 3) -> str:
         try:

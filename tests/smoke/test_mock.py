@@ -10,6 +10,7 @@ import pytest
 
 from rlhw.cli.smoke_test import main
 from rlhw.smoke import FAIL, PASS, SKIP
+from rlhw.smoke.env_server import ServerProcess
 
 from tests.smoke.conftest import SIM_CONFIG, rows, smoke
 
@@ -101,3 +102,15 @@ def test_an_env_server_address_that_answers_nothing_fails_health_within_the_time
     assert r["health"].status == FAIL and r["spec"].status == SKIP
     assert "start" not in r and "shutdown" not in r  # a given server is neither started nor stopped
     assert time.monotonic() - t < 10 and report.exit_code == 1
+
+
+@pytest.mark.timeout(60)
+def test_a_serve_env_child_that_exits_before_listening_fails_the_smoke_start_with_its_exit_code_and_last_output(tmp_path):
+    server = ServerProcess(str(tmp_path / "missing.yaml"), (), 0)
+    try:
+        with pytest.raises(RuntimeError) as e:
+            server.wait_listening(60.0)
+    finally:
+        server.kill()
+    assert "rlhw serve-env exited with code 2 before listening" in str(e.value)
+    assert "missing.yaml" in str(e.value)  # the child's own one-line error, from its log

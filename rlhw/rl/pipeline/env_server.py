@@ -1,9 +1,9 @@
 """Start `rlhw serve-env` as a child process of an env worker and wait until it serves.
 
 The child reports where it listens on a dedicated pipe (``--address-fd``: one JSON line
-``{"address": "HOST:PORT"}``), never in its log output, which goes to the log file unread. The wait is
-bounded (``train.env_start_timeout_s``); a child that exits, or closes the pipe, before reporting fails it
-at once with its exit code and last output.
+``{"address": "HOST:PORT"}``, read by `rlhw.env.server_child`, as the smoke test does), never in its log
+output, which goes to the log file unread. The wait is bounded (``train.env_start_timeout_s``); a child that
+exits, or closes the pipe, before reporting fails it at once with its exit code and last output.
 
 Why a child process: franky can block forever when the robot link dies and a driver can crash; the env
 worker (and the whole run) must survive that and be able to kill and restart the server. The child gets
@@ -15,19 +15,17 @@ server holding an arm.
 from __future__ import annotations
 
 import ctypes
-import json
 import os
-import select
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import yaml
 
+from rlhw.env import server_child
 from rlhw.errors import RlhwError
 
 class EnvServerError(RlhwError):
@@ -90,13 +88,8 @@ class EnvServerProcess:
     def launch(self, cmd: list[str], env: dict[str, str]) -> str:
         """Start ``cmd`` (a command that takes ``--address-fd FD``, as serve-env does) and return the address it
         reports, within ``start_timeout_s``; its output goes to the log file."""
-        read_fd, write_fd = os.pipe()
-        try:
-            self.proc = subprocess.Popen([*cmd, "--address-fd", str(write_fd)], stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, text=True, env=env, pass_fds=(write_fd,),
-                                         preexec_fn=_die_with_parent, start_new_session=True)
-        finally:
-            os.close(write_fd)  # the child holds the only write end: EOF here means it closed it, or died
+        self.proc, read_fd = server_child.spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                                env=env, preexec_fn=_die_with_parent, start_new_session=True)
         self._pump_thread = threading.Thread(target=self._pump, daemon=True, name="env-server-log")
         self._pump_thread.start()
         try:
@@ -111,31 +104,20 @@ class EnvServerProcess:
     def _await_address(self, fd: int) -> str:
         """The address in the child's report; `EnvServerError` when it dies, closes the pipe or stays silent."""
         what = f"env server for robot {self.robot_rank}"
-        deadline = time.monotonic() + self.start_timeout_s
-        data = b""
-        while b"\n" not in data:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                self.stop()
-                raise EnvServerError(f"{what} did not report its address within {self.start_timeout_s:g}s "
-                                     f"(train.env_start_timeout_s); last output: {self.tail()}")
-            # Wake up at least twice a second: a grandchild holding the pipe open would hide the child's death.
-            readable, _, _ = select.select([fd], [], [], min(remaining, 0.5))
-            chunk = os.read(fd, 4096) if readable else None
-            if chunk == b"" or (chunk is None and self.proc.poll() is not None):
-                raise EnvServerError(self._silent_exit(what)) from None
-            data += chunk or b""
-        return _parse_report(data.split(b"\n", 1)[0], what)
-
-    def _silent_exit(self, what: str) -> str:
         try:
-            code = self.proc.wait(2.0)
-        except subprocess.TimeoutExpired:
+            return server_child.await_address(self.proc, fd, self.start_timeout_s)
+        except server_child.ServerExited as e:
+            if self._pump_thread is not None:
+                self._pump_thread.join(timeout=2.0)  # its last lines are the likely reason: read them to the end
+            raise EnvServerError(f"{what} exited with code {e.code} before serving: {self.tail()}") from None
+        except server_child.AddressTimeout as e:
+            self.stop()  # the log then holds its last words
+            raise EnvServerError(f"{what} {e} (train.env_start_timeout_s); last output: {self.tail()}") from None
+        except server_child.AddressPipeClosed as e:
             self.stop()
-            return f"{what} closed its address pipe without reporting an address; last output: {self.tail()}"
-        if self._pump_thread is not None:
-            self._pump_thread.join(timeout=2.0)  # its last lines are the likely reason: read them to the end
-        return f"{what} exited with code {code} before serving: {self.tail()}"
+            raise EnvServerError(f"{what} {e}; last output: {self.tail()}") from None
+        except server_child.BadAddressReport as e:
+            raise EnvServerError(f"{what} {e}") from None
 
     def _pump(self) -> None:
         proc = self.proc
@@ -171,14 +153,3 @@ class EnvServerProcess:
         if self._pump_thread is not None:
             self._pump_thread.join(timeout=2.0)  # the log file then holds the child's last words
 
-
-def _parse_report(line: bytes, what: str) -> str:
-    """The ``address`` of the child's one-line JSON report."""
-    try:
-        address = json.loads(line)["address"]
-    except (ValueError, KeyError, TypeError):
-        raise EnvServerError(f"{what} reported {line[:200]!r} on its address pipe; expected one JSON line "
-                             '{"address": "HOST:PORT"}') from None
-    if not isinstance(address, str) or not address:
-        raise EnvServerError(f"{what} reported an empty or non-text address {address!r}")
-    return address
