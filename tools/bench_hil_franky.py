@@ -142,12 +142,19 @@ def check_run(run_dir: Path, operator_log: Path | None) -> dict:
 
     status = json.loads((run_dir / "run.json").read_text())
     health = status["loop_health"][0]
-    eps = [load_episode(p) for p in episode_files(run_dir / "episodes", "train")]
+    # Train and eval episodes share the env worker's episode counter (the number in the file name): in that
+    # order they are the order the env server ran them, which is the order of the operator's readings.
+    files = sorted(episode_files(run_dir / "episodes", ("train", "eval")), key=lambda p: int(p.stem.split("-")[1]))
+    every = [load_episode(p) for p in files]
+    eps = [e for p, e in zip(files, every) if p.name.startswith("train-")]
+    evals = [e for p, e in zip(files, every) if p.name.startswith("eval-")]
     transitions = sum(len(e["action"]) for e in eps)
-    gaps = sum(int(not step_indices_whole(e)) for e in eps)
+    gaps = sum(int(not step_indices_whole(e)) for e in every)
     intervened = int(sum(int(e["intervened"].sum()) for e in eps))
     out = {"run_dir": str(run_dir), "status": status.get("status"), "env_steps_run_json": status.get("env_steps"),
            "env_worker_steps": health["steps"], "episode_files": len(eps), "episode_transitions": transitions,
+           "eval_episode_files": len(evals), "eval_transitions": sum(len(e["action"]) for e in evals),
+           "eval_intervened_steps": int(sum(int(e["intervened"].sum()) for e in evals)),
            "episodes_with_step_gaps": gaps, "intervened_steps": intervened,
            "intervention_rate": intervened / max(transitions, 1),
            "episodes_with_intervention": sum(int(e["intervened"].any()) for e in eps),
@@ -155,7 +162,7 @@ def check_run(run_dir: Path, operator_log: Path | None) -> dict:
            "loop_health": {k: health[k] for k in ("steps", "timed_steps", "late_steps", "lateness_p99_ms", "period_p50_ms",
                                                   "period_p99_ms", "latency_p50_ms", "latency_p99_ms", "latency_max_ms")}}
     if operator_log is not None:
-        out.update(compare_operator(eps, read_operator_log(operator_log)))
+        out.update(compare_operator(every, read_operator_log(operator_log)))
     return out
 
 
@@ -182,7 +189,7 @@ def compare_operator(eps: list, rows: list[dict]) -> dict:
         intervened_not_active += int(not row["active"])
         compared += 1
         if not np.array_equal(expected, e["action"][t]):
-            mismatches.append({"step": t, "executed": e["action"][t].tolist(), "operator": expected.tolist()})
+            mismatches.append({"episode": row["episode"], "step": t, "executed": e["action"][t].tolist(), "operator": expected.tolist()})
     return {"operator_readings_in_steps": len(rows), "intervened_steps_compared": compared,
             "executed_equals_operator": compared - len(mismatches), "executed_differs": len(mismatches),
             "mismatch_examples": mismatches[:5], "operator_active_but_not_intervened": active_not_intervened,
@@ -204,9 +211,25 @@ def check_demos(demos: Path, run_dir: Path) -> dict:
             "demo_lengths": lengths, "demo_successes": int(sum(bool(load_episode(f)["success"][-1]) for f in files))}
 
 
+def holds(summary: dict, demos: int) -> dict:
+    """The three claims, each True only when every count agrees."""
+    op, d = summary["operator"], summary["demos"]
+    lost = {name: r["env_steps_run_json"] == r["episode_transitions"]
+            and r["env_worker_steps"] == r["episode_transitions"] + r["eval_transitions"]
+            and r["episodes_with_step_gaps"] == 0
+            for name, r in ((n, summary[n]) for n in ("baseline", "operator") if n in summary)}
+    return {"nothing_lost": all(lost.values()) and op["operator_readings_in_steps"] == op["env_worker_steps"]
+            and op["reading_step_index_mismatches"] == 0
+            and d["demo_files"] == d["demo_episodes_loaded"] == demos and d["demo_steps_loaded"] == sum(d["demo_lengths"]),
+            "executed_equals_operator_on_every_intervened_step": op["executed_differs"] == 0
+            and op["intervened_steps_compared"] == op["intervened_steps"] + op["eval_intervened_steps"]
+            and op["operator_active_but_not_intervened"] == 0 and op["intervened_but_operator_inactive"] == 0}
+
+
 def table(summary: dict) -> str:
     runs = [(name, summary[name]) for name in ("baseline", "operator") if name in summary]
     keys = ["status", "env_steps_run_json", "env_worker_steps", "episode_transitions", "episode_files",
+            "eval_transitions", "eval_episode_files", "eval_intervened_steps",
             "episodes_with_step_gaps", "intervened_steps", "intervention_rate", "operator_readings_in_steps",
             "intervened_steps_compared", "executed_equals_operator", "executed_differs",
             "operator_active_but_not_intervened", "reading_step_index_mismatches"]
@@ -253,6 +276,8 @@ def main() -> int:
         summary["operator"] = check_run(run_dir, out / "operator-operator.jsonl")
         summary["demos"] = check_demos(demos, run_dir)
     summary["wall_s"] = round(time.monotonic() - t0, 1)
+    summary["holds"] = holds(summary, args.demos)
+    print(json.dumps(summary["holds"], indent=1))
     print(table(summary))
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     (run_dir / "bench_hil_franky.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
