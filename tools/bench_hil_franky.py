@@ -263,7 +263,8 @@ def main() -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    summary: dict = {"command": " ".join(sys.argv), "seed": args.seed, "steps": args.steps}
+    summary: dict = {"command": " ".join(sys.argv), "seed": args.seed, "steps": args.steps,
+                     "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
     t0 = time.monotonic()
     with FrankySim(start_timeout_s=90) as sim:
         demos = out / "demos"
@@ -276,11 +277,13 @@ def main() -> int:
         summary["operator"] = check_run(run_dir, out / "operator-operator.jsonl")
         summary["demos"] = check_demos(demos, run_dir)
     summary["wall_s"] = round(time.monotonic() - t0, 1)
+    summary["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     summary["holds"] = holds(summary, args.demos)
     print(json.dumps(summary["holds"], indent=1))
     print(table(summary))
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     (run_dir / "bench_hil_franky.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    print(f"load average (1, 5, 15 min) at start {summary['loadavg_start']}, at end {summary['loadavg_end']}")
     print(f"summary: {out / 'summary.json'} (and {run_dir / 'bench_hil_franky.json'}); wall {summary['wall_s']} s")
     return 0
 
