@@ -113,10 +113,20 @@ def train_run(name: str, host: str, demos: Path, args, operator: bool) -> Path:
         env[LOG_ENV] = str(Path(args.out) / f"{name}-operator.jsonl")
         teleop = ["env.teleop.device=scripted", "env.teleop.mode=intervene", f"env.teleop.seed={args.seed}",
                   f"env.teleop.intervene_prob={args.intervene_prob}", f"env.teleop.intervene_decay={args.intervene_decay}"]
-    cli(["train", str(CONFIG), "--run-dir", str(run_dir), *common_overrides(host, args), *teleop,
-         f"train.seed={args.seed}", f"train.max_env_steps={args.steps}", f"train.learning_starts={args.learning_starts}",
-         f"train.demos=[{demos}]", "train.eval_every_steps=1000000", "train.eval_episodes=1", "train.progress=false"], env)
-    return run_dir
+    for attempt in (1, 2):  # a run whose embedded Ray failed to start (a loaded machine) is run once more, afresh
+        if attempt == 2:
+            run_dir = Path(args.out) / f"{name}-again"
+            Path(env.get(LOG_ENV, "/nonexistent")).unlink(missing_ok=True)
+        try:
+            cli(["train", str(CONFIG), "--run-dir", str(run_dir), *common_overrides(host, args), *teleop,
+                 f"train.seed={args.seed}", f"train.max_env_steps={args.steps}", f"train.learning_starts={args.learning_starts}",
+                 f"train.demos=[{demos}]", "train.eval_every_steps=1000000", "train.eval_episodes=1", "train.progress=false"], env)
+            return run_dir
+        except subprocess.CalledProcessError as e:
+            print(f"{name} run failed ({e.returncode}); see {run_dir}/run.json", flush=True)
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 def read_operator_log(path: Path) -> list[dict]:
