@@ -12,6 +12,27 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 _exit_status: dict[str, int] = {}
 
+_SCHEDULING = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority, os.getpriority(os.PRIO_PROCESS, 0))
+
+
+@pytest.fixture(autouse=True)
+def main_thread_scheduling_is_left_as_found():
+    """Fail the test that changes the scheduling of pytest's main thread, and undo the change.
+
+    Every process the suite starts later (Ray heads, `rlhw` children, franky-sim) inherits it. On CI
+    (root) libfranka's Robot, created in-process by one test, once left the main thread at
+    SCHED_FIFO 99: isolation read-backs, a franky-sim motion and Ctrl-C exits failed much later.
+    """
+    yield
+    now = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority, os.getpriority(os.PRIO_PROCESS, 0))
+    if now != _SCHEDULING:
+        policy, priority, nice = _SCHEDULING
+        os.sched_setscheduler(0, policy, os.sched_param(priority))
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+        pytest.fail(f"this test left pytest's main thread at (policy, priority, nice) {now}, not {_SCHEDULING}; "
+                    "run code that changes scheduling (libfranka's Robot, apply_loop_isolation) in a thread "
+                    "or process of its own")
+
 
 def pytest_sessionfinish(session, exitstatus):
     _exit_status["code"] = int(exitstatus)

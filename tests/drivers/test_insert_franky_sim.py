@@ -7,6 +7,10 @@ insert's reset (out of the "hole", home, over the goal, down to the start) and a
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -21,20 +25,30 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 ENTRY = "cluster.node_groups.0.hardware.configs.0"
 
 
+MOVE_WITH_FRANKY = """
+import json, sys
+import franky
+robot = franky.Robot(sys.argv[1], realtime_config=franky.RealtimeConfig.Ignore)
+robot.relative_dynamics_factor = 0.2
+quat = robot.current_cartesian_state.pose.end_effector_pose.quaternion
+robot.move(franky.CartesianMotion(franky.Affine(json.loads(sys.argv[2]), quat)))
+pose = robot.current_cartesian_state.pose.end_effector_pose
+print(json.dumps(list(pose.translation) + list(pose.quaternion)))
+"""
+
+
 def move_with_franky(host: str, position) -> np.ndarray:
     """Move the simulated arm's hand to ``position`` (orientation kept) with franky, as an operator
-    would by hand-guiding; returns franky's own reading of the pose (x, y, z, qx, qy, qz, qw)."""
-    import franky
+    would by hand-guiding; returns franky's own reading of the pose (x, y, z, qx, qy, qz, qw).
 
-    robot = franky.Robot(host, realtime_config=franky.RealtimeConfig.Ignore)
-    try:
-        robot.relative_dynamics_factor = 0.2
-        quat = robot.current_cartesian_state.pose.end_effector_pose.quaternion
-        robot.move(franky.CartesianMotion(franky.Affine(list(position), quat)))
-        pose = robot.current_cartesian_state.pose.end_effector_pose
-        return np.concatenate([pose.translation, pose.quaternion])
-    finally:
-        del robot
+    franky runs in a process of its own: libfranka's Robot switches the thread that creates it to
+    SCHED_FIFO 99 (root or CAP_SYS_NICE, as on CI), and in pytest's main thread every process the
+    suite starts afterwards would inherit that priority.
+    """
+    r = subprocess.run([sys.executable, "-c", MOVE_WITH_FRANKY, host, json.dumps([float(v) for v in position])],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return np.array(json.loads(r.stdout.strip().splitlines()[-1]))
 
 
 def driver_pose(host: str) -> np.ndarray:
