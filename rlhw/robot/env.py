@@ -298,7 +298,8 @@ class RobotEnv:
             timing["classifier"], success = verdict.seconds, verdict.success
             terminated = terminated or (success and self.config.reward.terminate_on_success)
             reward = float(success) if self.config.reward.decides == "success_and_reward" else reward
-        truncated = not terminated and self.episode_step >= self.config.max_episode_steps
+        truncated = not terminated and (self.episode_step >= self.config.max_episode_steps
+                                        or bool(self.task.truncated(state)))
         if choice is not None and choice.ends_episode:  # the operator ended it (docs/teleop.md)
             success = choice.label == "success" or (success and choice.label != "failure")
             terminated = terminated or choice.label == "success"

@@ -81,6 +81,21 @@ def test_push_cube_rewards_progress_and_flags_success_when_the_cube_reaches_the_
         env.close()
 
 
+def test_a_cube_pushed_out_of_reach_truncates_the_episode_and_is_not_an_end_state():
+    """Every push_cube reward is negative: were this terminal, its value 0 would pay the policy to knock
+    the cube off the table. Truncated, the learner bootstraps from it as at the time limit."""
+    env = make_env(load_config(SIM, PUSH))
+    try:
+        env.reset(seed=3)
+        far = env.task.ws_high[:2] + 0.1
+        env.arm.set_object_pose("cube", np.r_[far, 0.025])
+        obs, reward, terminated, truncated, info = env.step(np.zeros(env.spec.action.shape, np.float32))
+        assert truncated and not terminated and not info["success"] and info["fault"] is None
+        assert reward < 0 and env.task.cube_out_of_reach()
+    finally:
+        env.close()
+
+
 def test_push_cube_goals_differ_between_episodes_and_start_at_the_sampled_cube_pose():
     env = make_env(load_config(SIM, PUSH))
     try:

@@ -155,7 +155,15 @@ class Task(abc.ABC):
         return []
 
     def terminated(self, state: ArmState) -> bool:
-        """True when the episode ends by the task's own logic (default: never; truncation is the env's)."""
+        """True when the episode reaches an end state of the task (a success): nothing follows, so the
+        learner stops bootstrapping there. Default: never."""
+        return False
+
+    def truncated(self, state: ArmState) -> bool:
+        """True when the episode cannot usefully go on but is NOT an end state (e.g. a pushed object out of
+        reach). The learner bootstraps from the last observation, as at the time limit. A task whose rewards
+        are negative must end its failures here, never in ``terminated``: a terminal state's value is 0,
+        which beats every negative return and would teach the policy to fail fast. Default: never."""
         return False
 
     def describe(self) -> dict[str, Any]:

@@ -12,8 +12,10 @@ these hooks, building the env fails with a ConfigError that says to use ``env.si
 - reward (dense): ``-(d(cube, goal) + 0.5 * d(hand, cube)) / reward_scale_m``, distances in the
   table plane for the cube, in 3-D for the hand;
 - success: the cube's centre within ``success_m`` of the goal in the table plane;
-- terminated: on success (``terminate_on_success``), or when the cube leaves the workspace box by
-  more than 5 cm (it cannot be pushed back).
+- terminated: on success (``terminate_on_success``);
+- truncated: when the cube leaves the workspace box by more than 5 cm (it cannot be pushed back). Not a
+  terminal state: every reward is negative, so a terminal value of 0 would pay the policy to knock the cube
+  off the table to end the episode early.
 
 Options (``env.task_options``): ``cube_low``/``cube_high`` (xy box of cube starts),
 ``goal_min_m``/``goal_max_m`` (goal distance from the cube start), ``success_m``,
@@ -168,7 +170,10 @@ class PushCube(Task):
         return bool(np.any(xy < self.ws_low[:2] - OUT_OF_REACH_M) or np.any(xy > self.ws_high[:2] + OUT_OF_REACH_M))
 
     def terminated(self, state: ArmState) -> bool:
-        return (self.terminate_on_success and self.success(state)) or self.cube_out_of_reach()
+        return self.terminate_on_success and self.success(state)
+
+    def truncated(self, state: ArmState) -> bool:
+        return self.cube_out_of_reach()
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "goal_position": self.goal.tolist(), "cube_position": self.cube.tolist(),
