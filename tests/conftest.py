@@ -12,18 +12,33 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 _exit_status: dict[str, int] = {}
 
+
+def _sigint_state() -> tuple[bool, bool]:
+    """(ignored by the process, blocked in this thread) for SIGINT, as the kernel sees it: a native library
+    can ignore it behind Python's back (signal.getsignal would still show Python's handler), and every
+    child started afterwards would then start with Ctrl-C ignored."""
+    fields = dict(line.split(":\t", 1) for line in open("/proc/thread-self/status").read().splitlines() if ":\t" in line)
+    bit = 1 << (2 - 1)
+    return bool(int(fields["SigIgn"], 16) & bit), bool(int(fields["SigBlk"], 16) & bit)
+
+
+_SIGINT = _sigint_state() if os.path.exists("/proc/thread-self/status") else None
 _SCHEDULING = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority, os.getpriority(os.PRIO_PROCESS, 0))
 
 
 @pytest.fixture(autouse=True)
-def main_thread_scheduling_is_left_as_found():
-    """Fail the test that changes the scheduling of pytest's main thread, and undo the change.
+def inherited_process_state_is_left_as_found():
+    """Fail the test that changes what children inherit from pytest's main thread: SIGINT's disposition and
+    mask, and the scheduling (which is undone).
 
     Every process the suite starts later (Ray heads, `rlhw` children, franky-sim) inherits it. On CI
     (root) libfranka's Robot, created in-process by one test, once left the main thread at
     SCHED_FIFO 99: isolation read-backs, a franky-sim motion and Ctrl-C exits failed much later.
     """
     yield
+    if _SIGINT is not None and _sigint_state() != _SIGINT:
+        pytest.fail(f"this test left SIGINT (ignored, blocked) at {_sigint_state()}, not {_SIGINT}: every process "
+                    "the suite starts afterwards would not stop on Ctrl-C")
     now = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority, os.getpriority(os.PRIO_PROCESS, 0))
     if now != _SCHEDULING:
         policy, priority, nice = _SCHEDULING

@@ -49,11 +49,13 @@ class FreshSeeds:
 
 
 def record_demos(config_path: Path, args) -> Path:
-    """Record the scripted demos with the user's own command (rlhw record-demos), unless --demos names them."""
+    """Record the scripted demos with the user's own command (rlhw record-demos), unless --demos names them.
+    The ``env.*`` overrides of --set apply to them too: a demo's actions mean what the env's action config says."""
     out = Path(args.runs_root) / f"demos-{args.task}-n{args.demo_episodes}"
     cmd = [sys.executable, "-m", "rlhw.cli.main", "record-demos", str(config_path), "--teleop", "scripted",
            "--episodes", str(args.demo_episodes), "--out", str(out), "--no-live",
-           f"env.teleop.noise={args.demo_noise}", f"env.teleop.hesitation={args.demo_hesitation}"]
+           f"env.teleop.noise={args.demo_noise}", f"env.teleop.hesitation={args.demo_hesitation}",
+           *[kv for kv in args.set if kv.startswith("env.")]]
     print("recording demos:", " ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)
     return out

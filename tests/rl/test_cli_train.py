@@ -58,10 +58,17 @@ SMALL = ("train.sac.hidden_sizes=[16,16]", "train.sac.batch_size=16", "train.pro
          "train.log_every_steps=50", "train.max_env_steps=1000000")
 
 
+#: `rlhw` as a terminal's foreground job gets it: SIGINT raises KeyboardInterrupt. A suite started in the
+#: background by a non-interactive shell (`pytest ... &`, nohup) starts with SIGINT ignored, its children
+#: inherit that, and Python honours it: Ctrl-C would do nothing, as the shell intends for background jobs.
+WITH_CTRL_C = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+               "sys.argv[0] = 'rlhw'; runpy.run_module('rlhw.cli.main', run_name='__main__', alter_sys=True)")
+
+
 def ctrl_c_after_first_log(run: Path, *args) -> tuple[int, str]:
     """Start `rlhw train`, wait for its first metrics row, then Ctrl-C it the way a terminal does
     (SIGINT to the whole process group, Ray's processes included); returns (exit code, stderr)."""
-    proc = subprocess.Popen([sys.executable, "-m", "rlhw.cli.main", "train", *args, "--run-dir", str(run)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-c", WITH_CTRL_C, "train", *args, "--run-dir", str(run)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 150
@@ -71,11 +78,28 @@ def ctrl_c_after_first_log(run: Path, *args) -> tuple[int, str]:
             assert time.monotonic() < deadline, "no metrics row within 150 s"
             time.sleep(0.5)  # a polling interval (the deadline above bounds the wait)
         os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=90)
+        try:
+            _, err = proc.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"no exit within 90 s of SIGINT; the child's signal state: {signal_state(proc.pid)}")
         return proc.returncode, err
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def signal_state(pid: int) -> str:
+    """The kernel's view of a process's signals (ignored, blocked, caught, pending) and of its threads'
+    states: what a SIGINT that was not acted on needs to be explained."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        keys = ("State", "SigQ", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt", "Threads")
+        lines = [line for line in status if line.split(":")[0] in keys]
+        threads = [(t.name, (t / "stat").read_text().split(") ")[1][:1], (t / "wchan").read_text())
+                   for t in sorted(Path(f"/proc/{pid}/task").iterdir())]
+        return "; ".join(lines) + f"; threads (tid, state, wchan): {threads}"
+    except OSError as e:
+        return f"unreadable: {e}"
 
 
 def assert_interrupted_with_a_checkpoint(run: Path, code: int, err: str) -> None:
