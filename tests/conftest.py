@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import pytest
@@ -14,11 +15,11 @@ _exit_status: dict[str, int] = {}
 
 
 def _sigint_state() -> tuple[bool, bool]:
-    """(ignored by the process, blocked in this thread) for SIGINT, as the kernel sees it: a native library
-    can ignore it behind Python's back (signal.getsignal would still show Python's handler), and every
-    child started afterwards would then start with Ctrl-C ignored."""
-    fields = dict(line.split(":\t", 1) for line in open("/proc/thread-self/status").read().splitlines() if ":\t" in line)
-    bit = 1 << (2 - 1)
+    """(ignored by the process, blocked in this thread) for SIGINT, as the kernel sees it: what a child
+    started now would begin with. signal.getsignal shows only Python's view."""
+    fields = dict(line.split(":\t", 1) for line in open("/proc/thread-self/status").read().splitlines()
+                  if ":\t" in line)
+    bit = 1 << (signal.SIGINT - 1)
     return bool(int(fields["SigIgn"], 16) & bit), bool(int(fields["SigBlk"], 16) & bit)
 
 
@@ -31,9 +32,9 @@ def inherited_process_state_is_left_as_found():
     """Fail the test that changes what children inherit from pytest's main thread: SIGINT's disposition and
     mask, and the scheduling (which is undone).
 
-    Every process the suite starts later (Ray heads, `rlhw` children, franky-sim) inherits it. On CI
-    (root) libfranka's Robot, created in-process by one test, once left the main thread at
-    SCHED_FIFO 99: isolation read-backs, a franky-sim motion and Ctrl-C exits failed much later.
+    Every process the suite starts later (Ray heads, `rlhw` children, franky-sim) inherits them. On CI
+    (root) libfranka's Robot, created in-process by one test, once left the main thread at SCHED_FIFO 99:
+    loop-isolation read-backs and a franky-sim motion failed in other modules, much later.
     """
     yield
     if _SIGINT is not None and _sigint_state() != _SIGINT:
