@@ -9,8 +9,9 @@ these hooks, building the env fails with a ConfigError that says to use ``env.si
 - action: float32 in [-1, 1]^3 (+1 gripper component with ``env.action.gripper``): a hand
   displacement of ``action * env.action.scale_m``, bounded by the safety layer. Without a gripper
   action the fingers are closed (through the safety layer's rate limit) to make a solid pusher;
-- reward (dense): ``-(d(cube, goal) + 0.5 * d(hand, cube)) / reward_scale_m``, distances in the
-  table plane for the cube, in 3-D for the hand;
+- reward (dense): ``-(d(cube, goal) + 0.5 * d(hand, push point)) / reward_scale_m``, distances in the
+  table plane for the cube, in 3-D for the hand; the push point is behind the cube on the line to the
+  goal, at pushing height;
 - success: the cube's centre within ``success_m`` of the goal in the table plane;
 - terminated: on success (``terminate_on_success``);
 - truncated: when the cube leaves the workspace box by more than 5 cm (it cannot be pushed back). Not a
@@ -41,6 +42,10 @@ CUBE_HALF_SIZE = 0.025
 #: The highest hand (TCP) floor that still lets the fingertips touch a 5 cm cube's side.
 MAX_FLOOR_Z = 0.04
 OUT_OF_REACH_M = 0.05
+#: The shaping's push point: this far behind the cube's face, the hand (TCP) this high above the table.
+#: Shaping towards the cube's centre instead was smallest with the fingers pressing on the cube's top.
+PUSH_OFFSET_M = 0.015
+PUSH_HEIGHT_M = 0.03
 
 
 @register_task("push_cube")
@@ -158,8 +163,14 @@ class PushCube(Task):
     def cube_distance(self) -> float:
         return float(np.linalg.norm(self.cube[:2] - self.goal[:2]))
 
+    def push_point(self) -> np.ndarray:
+        """Where a hand pushes the cube towards the goal from: behind it on the goal line, at pushing height."""
+        u = self.goal[:2] - self.cube[:2]
+        u = u / max(float(np.linalg.norm(u)), 1e-6)
+        return np.array([*(self.cube[:2] - u * (CUBE_HALF_SIZE + PUSH_OFFSET_M)), PUSH_HEIGHT_M])
+
     def reward(self, state: ArmState) -> float:
-        hand = float(np.linalg.norm(np.asarray(state.ee_position) - self.cube))
+        hand = float(np.linalg.norm(np.asarray(state.ee_position) - self.push_point()))
         return -(self.cube_distance() + 0.5 * hand) / self.reward_scale
 
     def success(self, state: ArmState) -> bool:
