@@ -103,6 +103,10 @@ class TrainConfig(StrictModel):
     )
     env_start_timeout_s: float = Field(90.0, gt=0, description="wait this long for an env server to be healthy")
     step_timeout_s: float = Field(30.0, gt=0, description="a robot step or reset slower than this is a failure")
+    step_lane: Literal["direct", "channels"] = Field(
+        "direct", description="how observations reach the rollout worker and actions come back: direct = one TCP "
+                              "stream per env worker (rlhw.rl.pipeline.lane); channels = the relay through the obs "
+                              "and actions channels (the older, slower lane, kept as the benchmark's baseline)")
     env_restarts: int = Field(1, ge=0, description="restart a dead env worker this many times, then stop cleanly")
     progress: bool = Field(True, description="show a progress bar")
 

@@ -199,3 +199,49 @@ def test_every_actor_rank_loads_the_demos_again_on_resume_and_steps_carry_their_
 
 def status_steps(rd: RunDir) -> int:
     return int(json.loads(rd.status_path.read_text())["env_steps"])
+
+
+# ------------------------------------------------------------------------- the direct step lane, across nodes
+
+
+def across_nodes_config(**train) -> dict:
+    """The env worker on node 0; its rollout worker and the actor on node 1: every step crosses raylets."""
+    raw = two_node_config(**train)
+    raw["cluster"]["component_placement"] = {"env": {"node_group": "node", "placement": "0"},
+                                             "rollout,actor": {"node_group": "node", "placement": "1"}}
+    return raw
+
+
+@pytest.mark.timeout(300)
+def test_the_direct_lane_carries_every_step_between_raylets_and_loses_no_transition(ray_nodes, tmp_path):
+    config = load_config_dict(across_nodes_config(step_lane="direct"))
+    cluster = Cluster(config, address=ray_nodes.address, probe_hardware=False)
+    env_node, rollout_node = cluster.placements["env"][0].node_rank, cluster.placements["rollout"][0].node_rank
+    assert cluster.node_id(env_node) != cluster.node_id(rollout_node)  # two raylets
+    rd = RunDir(tmp_path / "run")
+    rd.write_config(config)
+    stop = train_pipeline(config, rd, cluster=cluster)
+    assert stop.status in ("stopped", "finished"), stop.reason
+    status = json.loads(rd.status_path.read_text())
+    recorded = sum(len(load_episode(p)["action"]) for p in episode_files(rd.episodes, "train"))
+    assert status["env_steps"] >= 200 and recorded == status["env_steps"]
+    health = status["loop_health"][0]
+    assert health["steps"] >= 200 and 0 < health["latency_p50_ms"] <= health["latency_p99_ms"]
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_rollout_worker_stops_the_run_cleanly_naming_the_lane_with_every_step_on_disk(ray_nodes, tmp_path):
+    rd, t, result = start_run_in_background(
+        ray_nodes, across_nodes_config(max_env_steps=100_000, mode="async", step_lane="direct"), tmp_path / "run",
+        min_episodes=3)
+    ray.kill(ray.get_actor("rlhw.worker:rollout:0", namespace="rlhw"), no_restart=True)
+    killed_at = time.monotonic()
+    t.join(120)
+    assert not t.is_alive(), "the controller hung after its rollout worker died"
+    assert time.monotonic() - killed_at < 60
+    stop = result["stop"]
+    assert stop.status == "failed" and "rollout" in stop.reason, stop.reason
+    assert (rd.checkpoints / "latest.pt").exists()
+    status = json.loads(rd.status_path.read_text())
+    recorded = sum(len(load_episode(p).get("action", [])) for p in episode_files(rd.episodes, "train"))
+    assert recorded >= status["env_steps"] - 1  # at most the step in flight is missing from disk

@@ -73,21 +73,6 @@ class _Channel:
         self.puts.append((key, item))
 
 
-def test_the_env_worker_refuses_an_answer_that_is_not_actions():
-    from rlhw.rl.pipeline.env_worker import EnvWorker
-
-    w = EnvWorker.__new__(EnvWorker)
-    w.channel_prefix, w.timer = "run1.", LoopTimer()
-    w.cfg = SimpleNamespace(step_timeout_s=1.0)
-    w.act_ch = _Channel((np.zeros((1, 3)), np.zeros(1)))  # the untyped (actions, versions) pair
-    with pytest.raises(MessageTypeError) as e:
-        w._actions()
-    assert "run1.rlhw.train.actions carries Actions messages" in str(e.value) and "tuple" in str(e.value)
-    w.act_ch = _Channel(Actions(np.zeros((1, 3)), np.array([7])))
-    answer = w._actions()
-    assert answer.actions.dtype == np.float32 and answer.versions.dtype == np.int64 and answer.versions[0] == 7
-
-
 def test_the_rollout_worker_refuses_weights_that_are_not_policy_weights():
     from rlhw.rl.pipeline.rollout_worker import RolloutWorker
 

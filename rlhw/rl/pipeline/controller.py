@@ -2,11 +2,11 @@
 
 A `Pipeline` launches the three worker groups and their channels; a `Controller` runs the training loop on it.
 
-    env workers (robot nodes) --obs--> rollout workers --actions--> env workers
+    env workers (robot nodes) --step lane: obs--> rollout workers --step lane: actions--> env workers
                                         rollout workers --replay--> actor workers --weights--> rollout workers
 
-The controller never touches observations or transitions: those move through channels (payloads by
-object-store reference). It only decides how much to collect, how many updates to run, when to evaluate,
+The controller never touches observations or transitions: those move on the step lanes
+(rlhw.rl.pipeline.lane, ``train.step_lane``) and through channels (payloads by object-store reference). It only decides how much to collect, how many updates to run, when to evaluate,
 log and checkpoint, and when to stop. ``train.mode``:
 
 - ``sync``: collect ``steps_per_iteration`` env steps (whole episodes: a robot is never paused mid-episode),
@@ -20,6 +20,7 @@ A dead env worker (or a failed robot loop) ends the run cleanly: the controller 
 from __future__ import annotations
 
 import math
+import secrets
 import time
 import uuid
 
@@ -80,19 +81,24 @@ class Pipeline:
         placements = self.cluster.placements
         self.n_env, self.n_rollout, self.n_actor = (len(placements[c]) for c in ("env", "rollout", "actor"))
         prefix = f"{uuid.uuid4().hex[:8]}."
-        self.channels = [Channel.create(prefix + name) for name in
-                         (OBS_CHANNEL, ACTION_CHANNEL, REPLAY_CHANNEL, WEIGHTS_CHANNEL)]
+        names = [REPLAY_CHANNEL, WEIGHTS_CHANNEL]
+        if config.train.step_lane == "channels":
+            names += [OBS_CHANNEL, ACTION_CHANNEL]
+        self.channels = [Channel.create(prefix + name) for name in names]
         self.groups = []
         try:
             self.actors = ActorWorker.create_group(config, str(run_dir.path), self.n_rollout, prefix).launch(
                 self.cluster, component="actor", ready_timeout_s=CALL_TIMEOUT_S)
             self.groups.append(self.actors)
-            self.rollouts = RolloutWorker.create_group(config, self.n_actor, self.n_env, prefix).launch(
+            lane_token = secrets.token_bytes(32)  # proves a step lane's two ends belong to this run
+            self.rollouts = RolloutWorker.create_group(config, self.n_actor, self.n_env, prefix, lane_token).launch(
                 self.cluster, component="rollout", ready_timeout_s=CALL_TIMEOUT_S)
             self.groups.append(self.rollouts)
+            lanes = self.rollouts.lane_address().wait(CALL_TIMEOUT_S)
             start_s = config.train.env_start_timeout_s + 30
-            self.envs = EnvWorker.create_group(config, str(run_dir.path), self.n_rollout, prefix).launch(
-                self.cluster, component="env", ready_timeout_s=start_s)
+            self.envs = EnvWorker.create_group(config, str(run_dir.path), self.n_rollout, prefix, lanes,
+                                               lane_token).launch(self.cluster, component="env",
+                                                                  ready_timeout_s=start_s)
             self.groups.append(self.envs)
             self.spec = self.envs.execute_on(0).spec().wait(CALL_TIMEOUT_S)[0]
             # Bad demos fail here, with the field named, rather than inside every actor rank.

@@ -32,8 +32,8 @@ from rlhw.rl.episodes import EpisodeRecorder, executed, executed_batch
 from rlhw.rl.pipeline.env_server import EnvServerError, EnvServerProcess
 from rlhw.rl.pipeline.instances import EVAL, IDLE, TRAIN, Instances
 from rlhw.rl.pipeline.loop_health import LoopTimer
-from rlhw.rl.pipeline.messages import (ACTION_CHANNEL, OBS_CHANNEL, Actions, EnvProgress, EnvStep, EpisodeResult,
-                                       encode_env_step, expect)
+from rlhw.rl.pipeline.lane import ChannelEnvEnd, DirectEnvEnd, EnvLaneEnd, LaneAddress
+from rlhw.rl.pipeline.messages import Actions, EnvProgress, EnvStep, EpisodeResult
 from rlhw.rl.replay import TransitionBatch, transition_batch
 from rlhw.rl.spaces import neutral_actions
 from rlhw.robot.spec import EnvSpec
@@ -71,7 +71,8 @@ def final_observations(next_obs: dict, info: dict, ended: np.ndarray) -> dict:
 
 
 class EnvWorker(Worker):
-    def __init__(self, config, run_dir: str, num_rollout: int, channel_prefix: str = ""):
+    def __init__(self, config, run_dir: str, num_rollout: int, channel_prefix: str = "",
+                 lane_addresses: list[LaneAddress | None] | None = None, lane_token: bytes | None = None):
         import torch
 
         torch.set_num_threads(1)
@@ -108,10 +109,8 @@ class EnvWorker(Worker):
         self.recorders = ([EpisodeRecorder(episode_dir(self.run_dir, self.rank, i, self.num_envs), fsync=bool(fsync))
                            for i in range(self.num_envs)] if self.cfg.record_episodes else None)
         self._start_server()
-        from rlhw.runtime.channel import Channel
-
-        self.obs_ch = Channel.connect(channel_prefix + OBS_CHANNEL, timeout_s=60)
-        self.act_ch = Channel.connect(channel_prefix + ACTION_CHANNEL, timeout_s=60)
+        self.lane: EnvLaneEnd = open_env_lane(config, self.rank, self.rollout_rank, lane_addresses, lane_token,
+                                              channel_prefix)
         self.rng = np.random.default_rng(self.cfg.seed + 1000 + self.rank)
         self.thread = threading.Thread(target=self._loop, daemon=True, name=f"env-loop-{self.rank}")
         self.thread.start()
@@ -186,6 +185,7 @@ class EnvWorker(Worker):
             self.stopping = True
             self.lock.notify_all()
         self.thread.join(timeout=self.cfg.step_timeout_s + 5)
+        self.lane.close()
         self._close_recorders()
         try:
             if self.env is not None:
@@ -266,9 +266,8 @@ class EnvWorker(Worker):
             self.budget -= n
 
     def _put(self, obs: dict | None, rows, evaluating, transitions: TransitionBatch | None) -> None:
-        msg = EnvStep(env=self.rank, obs=obs, rows=tuple(rows), evaluating=np.asarray(evaluating, bool),
-                      transitions=transitions)
-        self.obs_ch.put(encode_env_step(msg), key=self.rollout_rank, timeout=self.cfg.step_timeout_s)
+        self.lane.send(EnvStep(env=self.rank, obs=obs, rows=tuple(rows), evaluating=np.asarray(evaluating, bool),
+                               transitions=transitions))
 
     def _put_transitions(self, transitions: TransitionBatch | None) -> None:
         """The last transitions of a phase, when no instance wants an action any more."""
@@ -297,8 +296,7 @@ class EnvWorker(Worker):
 
     def _actions(self) -> Actions:
         """The rollout worker's answer: one row per instance that asked."""
-        answer = expect(self.act_ch.get(key=self.rank, timeout=self.cfg.step_timeout_s), Actions,
-                        self.channel_prefix + ACTION_CHANNEL)
+        answer = self.lane.actions()
         self.timer.actions_received()
         return Actions(np.asarray(answer.actions, np.float32), np.asarray(answer.versions, np.int64))
 
@@ -462,6 +460,18 @@ def _one(obs: dict) -> dict:
 
 def _rows_of(obs: dict, rows: list[int]) -> dict:
     return {k: v[rows] for k, v in obs.items()}
+
+
+def open_env_lane(config, rank: int, rollout_rank: int, addresses: list[LaneAddress | None] | None,
+                  token: bytes | None, channel_prefix: str) -> EnvLaneEnd:
+    """The env end of ``train.step_lane``: a direct stream to rollout worker ``rollout_rank``, or the channels."""
+    timeout = config.train.step_timeout_s
+    if config.train.step_lane == "direct":
+        if not addresses or addresses[rollout_rank] is None or token is None:
+            raise ValueError("a direct step lane needs its rollout worker's lane address and the run's lane token "
+                             "(the Pipeline passes both)")
+        return DirectEnvEnd(addresses[rollout_rank], token, rank, rollout_rank, timeout)
+    return ChannelEnvEnd(channel_prefix, rank, rollout_rank, timeout)
 
 
 def has_real_arm(config) -> bool:

@@ -1,11 +1,12 @@
 """Rollout worker (placement component ``rollout``): batched policy inference for a set of env workers.
 
-Its loop takes every `EnvStep` waiting for it on the ``obs`` channel (key = its rank; the messages are
-defined in rlhw.rl.pipeline.messages: each carries the observations of all the env instances of one env
-worker that want an action), runs the policy once for all of them (on its GPU when it has one), puts ONE
-`Actions` per env worker (``actions`` channel, key = env rank; with the version of the weights that chose
-each action, -1 for a uniform random one, recorded with the step for audits) and forwards the transitions that came
-with the messages (already stacked) to the ``replay`` channel, spread over the actor ranks. Exploration
+Its loop takes every `EnvStep` waiting for it on its step lane (rlhw.rl.pipeline.lane: a direct stream from
+each of its env workers, or the ``obs`` channel; the messages are defined in rlhw.rl.pipeline.messages: each
+carries the observations of all the env instances of one env worker that want an action), runs the policy
+once for all of them (on its GPU when it has one), answers ONE `Actions` per env worker (with the version of
+the weights that chose each action, -1 for a uniform random one, recorded with the step for audits) and
+forwards the transitions that came with the messages (already stacked) to the ``replay`` channel, spread
+over the actor ranks. Exploration
 is SAC's own stochastic policy, after uniform random actions until the controller says the warm-up is
 over; eval observations get the deterministic (mean) action (one forward pass gives both).
 
@@ -21,9 +22,9 @@ import time
 import numpy as np
 import torch
 
-from rlhw.rl.pipeline.messages import (ACTION_CHANNEL, OBS_CHANNEL, REPLAY_CHANNEL, WEIGHTS_CHANNEL, Actions,
-                                       EnvStep, PolicyWeights, RolloutProgress, TransitionBatch,
-                                       decode_env_step, expect)
+from rlhw.rl.pipeline.lane import ChannelRolloutEnd, DirectRolloutEnd, LaneAddress, RolloutLaneEnd
+from rlhw.rl.pipeline.messages import (REPLAY_CHANNEL, WEIGHTS_CHANNEL, Actions, EnvStep, PolicyWeights,
+                                       RolloutProgress, TransitionBatch, expect)
 from rlhw.rl.sac import Actor, build_actor, obs_to_tensors, resolve_device
 from rlhw.rl.spaces import AgentSpace, zero_observations
 from rlhw.robot.spec import EnvSpec
@@ -35,7 +36,8 @@ _REPLAY_FLUSH_N = 64
 
 
 class RolloutWorker(Worker):
-    def __init__(self, config, num_actor_ranks: int, num_env: int, channel_prefix: str = ""):
+    def __init__(self, config, num_actor_ranks: int, num_env: int, channel_prefix: str = "",
+                 lane_token: bytes | None = None):
         torch.set_num_threads(1)
         from rlhw.runtime.channel import Channel
 
@@ -44,8 +46,8 @@ class RolloutWorker(Worker):
         self.channel_prefix = channel_prefix
         # Env rank e is served by rollout rank e % num_rollout; batching only helps with several.
         self.serves_several = len(range(self.rank, num_env, self.world_size)) > 1
-        self.obs_ch = Channel.connect(channel_prefix + OBS_CHANNEL, timeout_s=60)
-        self.act_ch = Channel.connect(channel_prefix + ACTION_CHANNEL, timeout_s=60)
+        self.lane: RolloutLaneEnd = open_rollout_lane(config, self.rank, self.info.node_ip, lane_token, channel_prefix,
+                                                      self.serves_several)
         self.replay_ch = Channel.connect(channel_prefix + REPLAY_CHANNEL, timeout_s=60)
         self.weights_ch = Channel.connect(channel_prefix + WEIGHTS_CHANNEL, timeout_s=60)
         self.device = resolve_device(self.cfg.device)
@@ -75,6 +77,10 @@ class RolloutWorker(Worker):
         self.thread = threading.Thread(target=self._loop, daemon=True, name=f"rollout-{self.rank}")
         self.thread.start()
 
+    def lane_address(self) -> LaneAddress | None:
+        """Where its env workers connect their direct lanes (None: the channel lane)."""
+        return self.lane.address
+
     def set_exploration(self, random_actions: bool) -> None:
         self.random_actions = bool(random_actions)
 
@@ -87,11 +93,10 @@ class RolloutWorker(Worker):
         self.stopping = True
         if self.thread is not None:
             self.thread.join(timeout=10)
+        self.lane.close()
 
     # ---- loop
     def _loop(self) -> None:
-        from rlhw.runtime.channel import ChannelTimeout
-
         last_weights_check = 0.0
         try:
             while not self.stopping:
@@ -99,15 +104,10 @@ class RolloutWorker(Worker):
                 if now - last_weights_check > _WEIGHTS_POLL_S:
                     self._refresh_weights()
                     last_weights_check = now
-                try:
-                    first = decode_env_step(self.obs_ch.get(key=self.rank, timeout=0.2))
-                except ChannelTimeout:
+                msgs = self.lane.receive(timeout=0.2)
+                if not msgs:
                     self._flush_replay(force=True)
                     continue
-                msgs = [first]
-                waiting = self.obs_ch.qsize(key=self.rank) if self.serves_several else 0
-                if waiting:
-                    msgs += map(decode_env_step, self.obs_ch.get_batch(count=waiting, key=self.rank, timeout=1.0))
                 self._serve(msgs)
                 self._flush_replay()
         except BaseException as e:  # noqa: BLE001 - reported through poll()
@@ -133,8 +133,7 @@ class RolloutWorker(Worker):
         start = 0
         for m in want:
             n = m.wanted
-            self.act_ch.put(Actions(actions[start:start + n], versions[start:start + n]), key=m.env,
-                            timeout=self.cfg.step_timeout_s)
+            self.lane.answer(m.env, Actions(actions[start:start + n], versions[start:start + n]))
             start += n
         self.served += len(deterministic)
         self.batches += 1
@@ -181,6 +180,17 @@ class RolloutWorker(Worker):
         self._last_flush = time.monotonic()
         self.replay_ch.put(batch, key=self._next_actor_rank, timeout=self.cfg.step_timeout_s)
         self._next_actor_rank = (self._next_actor_rank + 1) % self.num_actor_ranks
+
+
+def open_rollout_lane(config, rank: int, node_ip: str, token: bytes | None, channel_prefix: str,
+                      serves_several: bool) -> RolloutLaneEnd:
+    """The rollout end of ``train.step_lane``: a direct lane listening on this node's IP, or the channel relay."""
+    timeout = config.train.step_timeout_s
+    if config.train.step_lane == "direct":
+        if token is None:
+            raise ValueError("a direct step lane needs the run's lane token (the Pipeline passes it)")
+        return DirectRolloutEnd(node_ip or "127.0.0.1", token, timeout)
+    return ChannelRolloutEnd(channel_prefix, rank, serves_several, timeout)
 
 
 def _concat(batches: list[TransitionBatch]) -> TransitionBatch:
