@@ -1,6 +1,10 @@
 """Pipeline throughput against an in-process loop, and real-robot loop health against franky-sim.
 
-    .venv/bin/python tools/bench_pipeline.py [--seconds 30] [--num-envs 1,4,8] [--franky-steps 300] [--skip-franky]
+    .venv/bin/python tools/bench_pipeline.py [--seconds 30] [--num-envs 1,8] [--lanes direct,channels]
+        [--parts throughput,latency,across-nodes,franky,franky-loaded] [--franky-steps 300] [--franky-hz 10,30]
+
+Every figure is measured for each step lane (``train.step_lane``: ``direct``, the TCP stream between env
+and rollout worker; ``channels``, the relay through two channel actors, today's baseline) in the same run.
 
 Part 1 (sim only, one run, same machine, same env and policy): env steps/s of
   - an in-process loop: `make_env` (MuJoCo reach) + the SAC policy network in one Python loop;
@@ -8,9 +12,12 @@ Part 1 (sim only, one run, same machine, same env and policy): env steps/s of
     the same policy network -> channels) with 1 and with 2 env workers, each serving ``env.num_envs``
     instances for every value of ``--num-envs`` (1 = one arm per env worker; more = simulated instances
     stepped together, one message and one gRPC step per env-worker step), no training running.
-Part 2: configs/franky_sim.yaml (the real franka driver against franky-sim) through the pipeline at 10 Hz with
-the policy acting: deadline hit rate (steps that started inside their control period) and the p50/p99 of
-observation-to-action latency (env worker: observation in hand -> action back from the rollout worker).
+Part 2 (latency): observation-to-action latency on one node (env worker: observation in hand -> action back
+from the rollout worker) with the mock arm at 30 Hz, proprio only and with two 128x128x3 camera images.
+Part 2b (across-nodes): the same with the env worker and its rollout worker on two raylets.
+Part 3 (franky, franky-loaded): configs/franky_sim.yaml (the real franka driver against franky-sim) through
+the pipeline at 10 and 30 Hz with the policy acting, quiet and with the actor training flat out on the same
+cores: deadline hit rate (steps that started inside their control period), obs->action p50/p99.
 """
 
 from __future__ import annotations
@@ -51,13 +58,15 @@ def in_process(config, seconds: float) -> float:
         env.close()
 
 
-def pipeline_rate(config, seconds: float) -> tuple[float, list[dict]]:
+def pipeline_rate(config, seconds: float, address: str | None = None) -> tuple[float, list[dict]]:
+    """Env steps/s of a pipeline run with the policy acting and no training, and every env worker's loop
+    health; on the Ray cluster at ``address`` (else a local one)."""
     from rlhw.rl.pipeline.controller import Pipeline
     from rlhw.rl.rundir import RunDir
     from rlhw.runtime.cluster import Cluster
 
     with tempfile.TemporaryDirectory() as tmp:
-        pipe = Pipeline(config, RunDir(tmp), cluster=Cluster(config, probe_hardware=False))
+        pipe = Pipeline(config, RunDir(tmp), cluster=Cluster(config, address=address, probe_hardware=False))
         try:
             pipe.rollouts.set_exploration(False).wait(60)  # the policy network acts, as in the loop
             pipe.envs.run_async().wait(60)
@@ -75,21 +84,124 @@ def pipeline_rate(config, seconds: float) -> tuple[float, list[dict]]:
     return rate, health
 
 
+def lane_rows(configs, lanes: list[str], num_envs: list[int], seconds: float, loop: float) -> list[tuple]:
+    """Throughput rows: every lane, for 1 and 2 env workers of each ``env.num_envs``, one run each."""
+    rows = []
+    for k in num_envs:
+        for lane in lanes:
+            for n, cfg in zip((1, 2), configs(k, [f"train.step_lane={lane}"])):
+                rate, health = pipeline_rate(cfg, seconds)
+                p50 = max(h["latency_p50_ms"] for h in health)
+                p99 = max(h["latency_p99_ms"] for h in health)
+                name = f"{lane}: {n} env worker{'s' if n > 1 else ''}" + (f" x {k} instances" if k > 1 else "")
+                rows.append((name, rate, rate / loop, f"{p50:.2f} / {p99:.2f}"))
+    return rows
+
+
+def latency_rows(lanes: list[str], seconds: float) -> list[tuple]:
+    """obs->action on one node with the mock arm: proprio only, and with two 128x128x3 camera images."""
+    from rlhw.config import load_config
+
+    rows = []
+    for images in (False, True):
+        for lane in lanes:
+            cfg = load_config(ROOT / "configs/sim_reach.yaml", [
+                "env.sim=mock", f"env.images={str(images).lower()}", "env.sim_cameras=[wrist,front]",
+                "env.control_hz=30", "train.progress=false", "train.learning_starts=100000000",
+                "train.record_episodes=false", f"train.step_lane={lane}"])
+            _, health = pipeline_rate(cfg, seconds)
+            h = health[0]
+            what = "2x128x128x3 images + proprio" if images else "proprio only"
+            rows.append((f"{lane}: mock arm, {what}", h["steps"], h["latency_p50_ms"], h["latency_p99_ms"]))
+    return rows
+
+
+def across_nodes_rows(lanes: list[str], seconds: float) -> list[tuple]:
+    """obs->action with the env worker on one raylet and its rollout worker on another (2 raylets here)."""
+    import ray
+    from ray.cluster_utils import Cluster as RayCluster
+
+    from rlhw.config import load_config, load_config_dict
+
+    ray.shutdown()
+    rc = RayCluster()
+    rows = []
+    try:
+        for rank in (0, 1):
+            rc.add_node(num_cpus=2, labels={"rlhw.node_rank": str(rank)}, include_dashboard=False)
+        ray.init(address=rc.address, namespace="rlhw", log_to_driver=False)
+        for lane in lanes:
+            cfg = load_config(ROOT / "configs/sim_reach.yaml", [
+                "cluster.num_nodes=2", "env.sim=mock", "env.control_hz=30", "train.progress=false",
+                "train.learning_starts=100000000", "train.record_episodes=false", f"train.step_lane={lane}"])
+            data = cfg.model_dump(mode="json")
+            data["cluster"]["component_placement"] = {"env": {"node_group": "node", "placement": "0"},
+                                                      "rollout,actor": {"node_group": "node", "placement": "1"}}
+            _, health = pipeline_rate(load_config_dict(data), seconds, address=rc.address)
+            h = health[0]
+            rows.append((f"{lane}: env on raylet 0, rollout on raylet 1", h["steps"], h["latency_p50_ms"],
+                         h["latency_p99_ms"]))
+    finally:
+        ray.shutdown()
+        rc.shutdown()
+    return rows
+
+
+def franky_rows(lanes: list[str], rates: list[float], steps: int, loaded: bool) -> list[dict]:
+    """configs/franky_sim.yaml through the pipeline for every lane and control rate; ``loaded``: the actor
+    trains flat out on the same cores (learning starts after 50 steps, 20 updates per env step)."""
+    from drivers.franky_sim import FrankySim
+    from rlhw.config import load_config
+
+    out = []
+    with FrankySim(start_timeout_s=120) as sim:
+        for hz in rates:
+            for lane in lanes:
+                learn = ["train.learning_starts=50", "train.utd_ratio=20"] if loaded else \
+                    ["train.learning_starts=100000000"]
+                cfg = load_config(ROOT / "configs/franky_sim.yaml", [
+                    f"cluster.node_groups[0].hardware.configs[0].robot_ip={sim.host}", f"env.control_hz={hz:g}",
+                    "train.progress=false", "train.record_episodes=false", f"train.step_lane={lane}", *learn])
+                rate, health = pipeline_rate(cfg, steps / hz)
+                out.append({"lane": lane, "hz": hz, "rate": rate, **health[0]})
+    return out
+
+
+def print_franky(rows: list[dict], loaded: bool) -> None:
+    print()
+    print(f"franky-sim through the pipeline (real franka driver), {'learner training flat out' if loaded else 'quiet'}")
+    print(f"{'lane':<10}{'Hz':>5}{'steps':>7}{'hit %':>9}{'late':>6}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}"
+          f"{'period p99':>12}")
+    for h in rows:
+        hit = float("nan") if h["late_steps"] is None else 100 * (1 - h["late_steps"] / max(h["timed_steps"], 1))
+        period = h["period_p99_ms"] if h["period_p99_ms"] is not None else float("nan")
+        print(f"{h['lane']:<10}{h['hz']:>5g}{h['steps']:>7}{hit:>9.2f}{h['late_steps'] or 0:>6}"
+              f"{h['latency_p50_ms']:>9.2f}{h['latency_p99_ms']:>9.2f}{h['latency_max_ms']:>9.1f}{period:>12.1f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--num-envs", default="1,8",
+                    help="comma-separated env.num_envs values to run the throughput rows with (default 1,8)")
+    ap.add_argument("--lanes", default="direct,channels", help="step lanes to compare (train.step_lane values)")
+    ap.add_argument("--parts", default="throughput,latency,franky",
+                    help="which parts to run: throughput, latency, across-nodes, franky, franky-loaded")
     ap.add_argument("--franky-steps", type=int, default=300)
-    ap.add_argument("--num-envs", default="1,4,8",
-                    help="comma-separated env.num_envs values to run the pipeline rows with (default 1,4,8)")
-    ap.add_argument("--skip-franky", action="store_true")
-    ap.add_argument("--only-franky", action="store_true")
+    ap.add_argument("--franky-hz", default="10,30")
     args = ap.parse_args()
     try:
         num_envs = [int(x) for x in args.num_envs.split(",") if x.strip()]
+        franky_hz = [float(x) for x in args.franky_hz.split(",") if x.strip()]
     except ValueError:
-        ap.error(f"--num-envs takes comma-separated integers, got {args.num_envs!r}")
+        ap.error(f"--num-envs and --franky-hz take comma-separated numbers, got {args.num_envs!r}, {args.franky_hz!r}")
     if not num_envs or min(num_envs) < 1:
         ap.error(f"--num-envs needs values >= 1, got {args.num_envs!r}")
+    lanes = [x.strip() for x in args.lanes.split(",") if x.strip()]
+    parts = {x.strip() for x in args.parts.split(",") if x.strip()}
+    if bad := [x for x in lanes if x not in ("direct", "channels")] + \
+            [x for x in parts if x not in ("throughput", "latency", "across-nodes", "franky", "franky-loaded")]:
+        ap.error(f"unknown --lanes/--parts value(s): {bad}")
     torch.set_num_threads(1)
     import ray
 
@@ -97,56 +209,35 @@ def main() -> int:
 
     base = ["train.progress=false", "train.learning_starts=100000000", "train.record_episodes=false"]
 
-    def configs(k: int):
+    def configs(k: int, extra: list[str]):
         """sim_reach with env.num_envs=k: one env worker, and two env workers on node 0."""
-        one = load_config(ROOT / "configs/sim_reach.yaml", [*base, f"env.num_envs={k}"])
+        one = load_config(ROOT / "configs/sim_reach.yaml", [*base, f"env.num_envs={k}", *extra])
         data = one.model_dump(mode="json")
         data["cluster"]["component_placement"] = {"env": {"node_group": "node", "placement": "0:0-1"},
                                                   "rollout,actor": {"node_group": "node", "placement": "0"}}
         return one, load_config_dict(data)
 
-    cfg1, _ = configs(1)
-
-    rows = []
-    if args.only_franky:
-        args.seconds = 0
-    loop = in_process(cfg1, args.seconds) if not args.only_franky else float("nan")
-    rows.append(("in-process loop (env + policy, 1 arm)", loop, 1.0, ""))
-    for k in (num_envs if not args.only_franky else ()):
-        for n, cfg in zip((1, 2), configs(k)):
-            rate, health = pipeline_rate(cfg, args.seconds)
-            lat = max(h["latency_p99_ms"] for h in health)
-            name = f"pipeline, {n} env worker{'s' if n > 1 else ''}" + (f" x {k} instances" if k > 1 else "")
-            rows.append((name, rate, rate / loop, f"{lat:.1f}"))
-    print()
-    print(f"{'sim reach (MuJoCo), env steps/s':<44}{'steps/s':>10}{'x loop':>10}{'obs->act p99 ms':>17}")
-    for name, rate, ratio, lat in rows:
-        print(f"{name:<44}{rate:>10.1f}{ratio:>10.2f}{lat:>17}")
-
-    if not args.skip_franky:
-        from drivers.franky_sim import FrankySim
-
-        with FrankySim(start_timeout_s=120) as sim:
-            cfg = load_config(ROOT / "configs/franky_sim.yaml", [
-                f"cluster.node_groups[0].hardware.configs[0].robot_ip={sim.host}",
-                "train.progress=false", "train.record_episodes=false", "train.learning_starts=100000000"])
-            seconds = args.franky_steps / cfg.env.control_hz
-            rate, health = pipeline_rate(cfg, seconds)
-        h = health[0]
+    if "throughput" in parts:
+        loop = in_process(configs(1, [])[0], args.seconds)
+        rows = [("in-process loop (env + policy, 1 arm)", loop, 1.0, "")]
+        rows += lane_rows(configs, lanes, num_envs, args.seconds, loop)
         print()
-        print(f"franky-sim at {cfg.env.control_hz:g} Hz through the pipeline (real franka driver), {h['steps']} steps")
-        print(f"  achieved rate            {rate:.2f} steps/s (resets to home included)")
-        if h["late_steps"] is None:
-            print("  deadline hit rate        unknown: the env reported no step lateness")
-        else:
-            hit = 1.0 - h["late_steps"] / max(h["timed_steps"], 1)
-            print(f"  deadline hit rate        {hit * 100:.2f} %  ({h['late_steps']} of {h['timed_steps']} steps late; "
-                  f"p99 lateness {h['lateness_p99_ms']:.1f} ms)")
-        if h["period_p50_ms"] is not None:
-            print(f"  step period              p50 {h['period_p50_ms']:.1f} ms, p99 {h['period_p99_ms']:.1f} ms "
-                  f"(target {1000 / cfg.env.control_hz:.0f} ms)")
-        print(f"  obs->action latency      p50 {h['latency_p50_ms']:.1f} ms, p99 {h['latency_p99_ms']:.1f} ms, "
-              f"max {h['latency_max_ms']:.1f} ms")
+        print(f"{'sim reach (MuJoCo), env steps/s':<44}{'steps/s':>10}{'x loop':>10}{'obs->act p50/p99 ms':>22}")
+        for name, rate, ratio, lat in rows:
+            print(f"{name:<44}{rate:>10.1f}{ratio:>10.2f}{lat:>22}")
+    if "latency" in parts:
+        print()
+        print(f"{'obs->action on one node (30 Hz mock arm)':<52}{'steps':>7}{'p50 ms':>9}{'p99 ms':>9}")
+        for name, steps, p50, p99 in latency_rows(lanes, args.seconds):
+            print(f"{name:<52}{steps:>7}{p50:>9.2f}{p99:>9.2f}")
+    if "across-nodes" in parts:
+        print()
+        print(f"{'obs->action across nodes (30 Hz mock arm, proprio)':<52}{'steps':>7}{'p50 ms':>9}{'p99 ms':>9}")
+        for name, steps, p50, p99 in across_nodes_rows(lanes, args.seconds):
+            print(f"{name:<52}{steps:>7}{p50:>9.2f}{p99:>9.2f}")
+    for loaded in (False, True):
+        if ("franky-loaded" if loaded else "franky") in parts:
+            print_franky(franky_rows(lanes, franky_hz, args.franky_steps, loaded), loaded)
     ray.shutdown()
     return 0
 
