@@ -101,6 +101,7 @@ class RobotEnv:
         self._ended_because = "call reset() first"
         self._state: ArmState | None = None
         self._obs: dict[str, np.ndarray] | None = None
+        self._observed_at = 0.0  # clock time of the last observation (its age is reported with each step)
         self._stamps: dict[str, float] = {}
         self._deadline = 0.0
         self.last_fault: dict[str, Any] | None = None
@@ -261,6 +262,8 @@ class RobotEnv:
         action = self._check_action(action)
         t0 = self.clock.now()
         timing: dict[str, float] = {}
+        if self.realtime:  # how old the observation this action answers is, as the action arrives
+            timing["obs_age"] = t0 - self._observed_at
         clipped = False
         choice = None
         try:
@@ -353,6 +356,7 @@ class RobotEnv:
             obs[key] = fit_image(frame.color, h, w)
             stamps[key] = frame.timestamp
         self._state, self._obs, self._stamps = state, obs, stamps
+        self._observed_at = self.clock.now()
 
     def _copy_obs(self) -> dict[str, np.ndarray]:
         return {k: v.copy() for k, v in self._obs.items()}

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from rlhw.rl.local import transition
-from rlhw.rl.pipeline.loop_health import LoopTimer
+from rlhw.rl.pipeline.loop_health import LoopTimer, loop_metrics
 from rlhw.rl.pipeline.messages import (Actions, EnvProgress, EnvStep, MessageTypeError, PolicyWeights,
                                        decode_env_step, encode_env_step)
 from rlhw.rl.replay import transition_batch
@@ -150,3 +150,20 @@ def test_big_policy_weights_still_travel_through_the_object_store_not_through_th
     weights = PolicyWeights(version=1, state={"w": np.zeros(LARGE_PAYLOAD_BYTES // 4, np.float32)})
     assert payload_nbytes(weights) >= LARGE_PAYLOAD_BYTES  # so the channel wraps it like the old dict
     assert payload_nbytes(Actions(np.zeros((8, 7), np.float32), np.zeros(8, np.int64))) < LARGE_PAYLOAD_BYTES
+
+
+def test_observation_age_is_summarised_and_the_worst_env_worker_reaches_the_metrics_row():
+    timer = LoopTimer(clock=lambda: 0.0)
+    timer.episode_started()
+    for age in (0.004, 0.006, 0.040):
+        timer.actions_received()
+        timer.stepped({"timing": {"env.obs_age": age, "env.late": 0.0}})  # through the env server: env.<key>
+    quiet = timer.summary(num_envs=1)
+    assert quiet["obs_age_p50_ms"] == pytest.approx(6.0) and quiet["obs_age_p99_ms"] > 39.0
+    sim = LoopTimer(clock=lambda: 0.0)  # a simulator reports no age
+    sim.actions_received()
+    sim.stepped({"timing": {}})
+    assert sim.summary(num_envs=1)["obs_age_p99_ms"] is None
+    row = loop_metrics([quiet, {**quiet, "latency_p99_ms": 80.0, "late_steps": 1}, sim.summary(num_envs=1)])
+    assert row["loop/obs_to_action_p99_ms"] == 80.0 and row["loop/obs_age_p99_ms"] == quiet["obs_age_p99_ms"]
+    assert row["loop/late_step_share"] == pytest.approx(1 / 6)

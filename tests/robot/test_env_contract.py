@@ -182,6 +182,18 @@ def test_a_late_step_resynchronises_instead_of_bursting():
     env.close()
 
 
+def test_each_step_reports_how_old_its_observation_was_when_the_action_arrived():
+    clock = FakeClock()
+    env = realtime_env(20, clock)
+    env.reset(seed=0)
+    clock.advance(0.03)  # the policy took 30 ms to answer the reset's observation
+    first = env.step(np.zeros(3, np.float32))[-1]["timing"]
+    assert first["obs_age"] == pytest.approx(0.03, abs=1e-12)
+    second = env.step(np.zeros(3, np.float32))[-1]["timing"]  # answered at once
+    assert second["obs_age"] == pytest.approx(0.0, abs=1e-12)
+    env.close()
+
+
 def test_status_is_json_and_reads_nothing_from_the_driver(mock_env):
     env = mock_env()
     env.reset()

@@ -28,6 +28,7 @@ from rlhw.errors import ConfigError, WorkerError
 from rlhw.rl.demos import load_demos
 from rlhw.rl.pipeline.actor_worker import ActorWorker
 from rlhw.rl.pipeline.env_worker import EnvWorker, has_real_arm
+from rlhw.rl.pipeline.loop_health import loop_metrics
 from rlhw.rl.pipeline.messages import (ACTION_CHANNEL, OBS_CHANNEL, REPLAY_CHANNEL, WEIGHTS_CHANNEL, EnvProgress,
                                        EpisodeResult, RolloutProgress, expect)
 from rlhw.rl.pipeline.rollout_worker import RolloutWorker
@@ -210,6 +211,7 @@ class Controller:
                     pipe.check_rollouts()
                     last_check = time.monotonic()
                 if session.log_due():
+                    session.set_extra(**loop_metrics(pipe.envs.loop_health().wait(CALL_TIMEOUT_S)))
                     session.log()
                 if session.eval_due():
                     self.evaluate()

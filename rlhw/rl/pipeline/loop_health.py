@@ -1,4 +1,5 @@
-"""Robot-loop health of one env worker: observation-to-action latency, step lateness, step period.
+"""Robot-loop health of one env worker: observation-to-action latency, observation age, step lateness and
+period.
 
 Counted per env-worker step: with ``env.num_envs`` > 1 one step (and one latency) covers all instances.
 Kept apart from the env worker so that the figures a benchmark reports have one definition.
@@ -46,6 +47,7 @@ class LoopTimer:
         self.latencies: deque[float] = deque(maxlen=_KEEP)  # observation sent -> action received (s)
         self.lateness: deque[float] = deque(maxlen=_KEEP)  # RobotEnv's info["timing"]["late"] (s)
         self.periods: deque[float] = deque(maxlen=_KEEP)  # time between consecutive steps of an episode (s)
+        self.obs_ages: deque[float] = deque(maxlen=_KEEP)  # RobotEnv's info["timing"]["obs_age"] (s; real time)
         self._t_obs = self._t_action = self._prev_observe = 0.0
         self._t_step: float | None = None
         self.late_by_phase: Counter[str] = Counter()  # late steps counted by the phase that made them late
@@ -66,6 +68,9 @@ class LoopTimer:
             self.periods.append(now - self._t_step)
         self._t_obs = self._t_step = now
         timing = info.get("timing", {})
+        age = _env_phase(timing, "obs_age")
+        if age is not None:
+            self.obs_ages.append(age)
         late = _env_phase(timing, "late")
         if late is not None:
             self.lateness.append(late)
@@ -84,18 +89,40 @@ class LoopTimer:
                     ", ".join(f"{k} {v:.1f} ms" for k, v in entry["phases_ms"].items()))
 
     def summary(self, num_envs: int) -> dict:
-        """Percentiles in milliseconds of every step so far (None where nothing was measured)."""
-        lat = np.array(self.latencies) if self.latencies else np.zeros(1)
+        """Percentiles in milliseconds of the last steps (up to 20,000; None where nothing was measured).
+
+        May be called while the loop runs: each history is copied first."""
+        lat = np.array(list(self.latencies)) if self.latencies else np.zeros(1)
         out = {"steps": len(self.latencies), "latency_p50_ms": float(np.percentile(lat, 50) * 1e3),
                "latency_p99_ms": float(np.percentile(lat, 99) * 1e3), "latency_max_ms": float(lat.max() * 1e3),
                "timed_steps": len(self.lateness), "late_steps": None, "lateness_p99_ms": None,
-               "period_p50_ms": None, "period_p99_ms": None, "num_envs": num_envs}
+               "period_p50_ms": None, "period_p99_ms": None, "obs_age_p50_ms": None, "obs_age_p99_ms": None,
+               "num_envs": num_envs}
+        if self.obs_ages:
+            age = np.array(list(self.obs_ages))
+            out.update(obs_age_p50_ms=float(np.percentile(age, 50) * 1e3),
+                       obs_age_p99_ms=float(np.percentile(age, 99) * 1e3))
         if self.lateness:
-            late = np.array(self.lateness)
+            late = np.array(list(self.lateness))
             out.update(late_steps=int((late > 0).sum()), lateness_p99_ms=float(np.percentile(late, 99) * 1e3),
                        late_by_phase=dict(self.late_by_phase), late_recent=list(self.late_recent))
         if self.periods:
-            per = np.array(self.periods)
+            per = np.array(list(self.periods))
             out.update(period_p50_ms=float(np.percentile(per, 50) * 1e3),
                        period_p99_ms=float(np.percentile(per, 99) * 1e3))
         return out
+
+
+def loop_metrics(summaries: list[dict]) -> dict[str, float]:
+    """The metrics row's robot-loop columns: the worst env worker's figures (one robot's bad tail is the
+    news), and late steps summed; NaN where no env worker measured a figure."""
+
+    def worst(key: str) -> float:
+        values = [s[key] for s in summaries if s.get(key) is not None]
+        return max(values) if values else float("nan")
+
+    late = [s["late_steps"] for s in summaries if s.get("late_steps") is not None]
+    timed = sum(s["timed_steps"] for s in summaries)
+    return {"loop/obs_to_action_p50_ms": worst("latency_p50_ms"), "loop/obs_to_action_p99_ms": worst("latency_p99_ms"),
+            "loop/obs_age_p99_ms": worst("obs_age_p99_ms"),
+            "loop/late_step_share": sum(late) / timed if late and timed else float("nan")}
