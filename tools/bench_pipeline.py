@@ -68,7 +68,7 @@ def pipeline_rate(config, seconds: float, address: str | None = None) -> tuple[f
     with tempfile.TemporaryDirectory() as tmp:
         pipe = Pipeline(config, RunDir(tmp), cluster=Cluster(config, address=address, probe_hardware=False))
         try:
-            pipe.rollouts.set_exploration(False).wait(60)  # the policy network acts, as in the loop
+            pipe.acting.set_exploration(False).wait(60)  # the policy network acts, as in the loop
             pipe.envs.run_async().wait(60)
             deadline = time.monotonic() + 240  # warm-up: the first resets (a real arm moves home) and 20 steps
             while sum(p.train_steps for p in pipe.poll_envs()) < 20 and time.monotonic() < deadline:

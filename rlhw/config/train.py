@@ -103,6 +103,11 @@ class TrainConfig(StrictModel):
     )
     env_start_timeout_s: float = Field(90.0, gt=0, description="wait this long for an env server to be healthy")
     step_timeout_s: float = Field(30.0, gt=0, description="a robot step or reset slower than this is a failure")
+    policy_at: Literal["rollout", "env"] = Field(
+        "rollout", description="where the policy acts: rollout = on the rollout workers (batched over env workers, "
+                               "GPU nodes); env = in each env worker, next to its arm (no hop between observation "
+                               "and action; for small policies or a robot node with a GPU); the rollout group is "
+                               "then not launched")
     step_lane: Literal["direct", "channels"] = Field(
         "direct", description="how observations reach the rollout worker and actions come back: direct = one TCP "
                               "stream per env worker (rlhw.rl.pipeline.lane); channels = the relay through the obs "

@@ -245,3 +245,36 @@ def test_a_killed_rollout_worker_stops_the_run_cleanly_naming_the_lane_with_ever
     status = json.loads(rd.status_path.read_text())
     recorded = sum(len(load_episode(p).get("action", [])) for p in episode_files(rd.episodes, "train"))
     assert recorded >= status["env_steps"] - 1  # at most the step in flight is missing from disk
+
+
+# ------------------------------------------------------------------------ acting next to the arm
+
+
+@pytest.mark.timeout(300)
+def test_an_env_worker_that_acts_next_to_its_arm_learns_from_weights_sent_across_nodes(ray_nodes, tmp_path):
+    raw = two_node_config(policy_at="env", max_env_steps=250, learning_starts=100, weights_every_updates=5)
+    raw["cluster"]["component_placement"] = {"env": {"node_group": "node", "placement": "0"},
+                                             "actor": {"node_group": "node", "placement": "1"}}  # no rollout group
+    config = load_config_dict(raw)
+    rd = RunDir(tmp_path / "run")
+    rd.write_config(config)
+    stop = train_pipeline(config, rd, cluster=Cluster(config, address=ray_nodes.address, probe_hardware=False))
+    assert stop.status in ("stopped", "finished"), stop.reason
+    status = json.loads(rd.status_path.read_text())
+    assert status["updates"] > 0 and any(r["eval/success_rate"] is not None for r in rd.metrics())
+    eps = [load_episode(p) for p in episode_files(rd.episodes, "train")]
+    versions = [int(v) for ep in eps for v in ep["policy_version"]]
+    assert len(versions) == status["env_steps"]  # every transition on disk, with the version that acted
+    assert versions[:100] == [-1] * 100  # warm-up: uniform random
+    assert versions[-1] > 0 and versions[100:] == sorted(versions[100:])  # then the actor's weights, as they came
+
+
+def test_without_a_rollout_group_the_config_error_points_at_acting_next_to_the_arm(tmp_path):
+    from rlhw.errors import ConfigError
+    from rlhw.rl.pipeline.controller import Pipeline
+
+    raw = two_node_config()
+    raw["cluster"]["component_placement"] = {"env": {"node_group": "node", "placement": "0"},
+                                             "actor": {"node_group": "node", "placement": "1"}}
+    with pytest.raises(ConfigError, match="needs env, rollout, actor placed.*train.policy_at=env"):
+        Pipeline(load_config_dict(raw), RunDir(tmp_path / "run"), cluster=object())

@@ -73,14 +73,14 @@ class _Channel:
         self.puts.append((key, item))
 
 
-def test_the_rollout_worker_refuses_weights_that_are_not_policy_weights():
-    from rlhw.rl.pipeline.rollout_worker import RolloutWorker
+def test_whoever_acts_refuses_weights_that_are_not_policy_weights():
+    from rlhw.rl.pipeline.acting import WeightsFollower
 
-    w = RolloutWorker.__new__(RolloutWorker)
-    w.channel_prefix = ""
-    w.weights_ch = _Channel({"version": 3, "state": {}})
+    follower = WeightsFollower.__new__(WeightsFollower)
+    follower.name, follower.key = "rlhw.train.weights", 0
+    follower.channel = _Channel({"version": 3, "state": {}})
     with pytest.raises(MessageTypeError) as e:
-        w._refresh_weights()
+        follower.refresh(policy=None)
     assert "rlhw.train.weights carries PolicyWeights messages" in str(e.value)
 
 

@@ -5,7 +5,7 @@ its rank: rollout workers spread transitions over the ranks; and a demo buffer h
 on every rank, plus the intervention transitions that reach this rank) and samples its own batches; gradients are averaged over ranks with
 torch.distributed all-reduce (gloo on CPU, NCCL on GPU) inside `SAC.update`, after rank 0's initial
 weights were broadcast, so the ranks' weights stay identical. Each rank seeds with ``seed + rank``.
-Rank 0 publishes policy weights to the rollout workers, versioned by the number of updates behind them (the
+Rank 0 publishes policy weights to the processes that act (rollout workers, or env workers next to their arms), versioned by the number of updates behind them (the
 ``policy_version`` recorded with every step), returns the metrics the controller logs and writes checkpoints.
 """
 
@@ -30,7 +30,7 @@ from rlhw.runtime.worker import Worker
 
 
 class ActorWorker(Worker):
-    def __init__(self, config, run_dir: str, num_rollout: int, channel_prefix: str = ""):
+    def __init__(self, config, run_dir: str, num_acting: int, channel_prefix: str = ""):
         # learner_threads of this node's env_configs, else 1 (small MLPs on shared cores: see rlhw.rl.trainer)
         self.learner_threads = apply_learner_threads(config.cluster.node_env(self.info.node_rank).isolation)
         from rlhw.runtime.channel import Channel
@@ -38,7 +38,7 @@ class ActorWorker(Worker):
         self.config, self.cfg = config, config.train
         self.run_dir = RunDir(run_dir) if self.rank == 0 else None
         self.run_path = Path(run_dir)
-        self.num_rollout = num_rollout
+        self.num_acting = num_acting  # processes that act (rollout workers, or env workers with policy_at=env)
         self.replay_ch = Channel.connect(channel_prefix + REPLAY_CHANNEL, timeout_s=60)
         self.weights_ch = Channel.connect(channel_prefix + WEIGHTS_CHANNEL, timeout_s=60)
         seed = self.cfg.seed + self.rank
@@ -108,12 +108,12 @@ class ActorWorker(Worker):
         return out
 
     def publish_weights(self) -> None:
-        """Rank 0 puts the policy weights on the weights channel, once per rollout worker; their version is the
-        number of updates behind them."""
+        """Rank 0 puts the policy weights on the weights channel, once per acting process (key = its rank); their
+        version is the number of updates behind them."""
         if self.rank != 0:
             return
         state = {k: v.numpy() for k, v in self.agent.policy_state().items()}
-        for r in range(self.num_rollout):
+        for r in range(self.num_acting):
             self.weights_ch.put(PolicyWeights(version=self.agent.updates, state=state), key=r, timeout=30)
 
     def save_checkpoint(self, counters: dict) -> str | None:

@@ -60,10 +60,13 @@ def _check(config) -> None:
             raise ConfigError("env.num_envs", f"is {n}, but the env workers drive a real {arm} arm, which hosts one "
                                               "env instance (one controller per arm): set env.num_envs=1 and place "
                                               "one env worker per arm, or set env.sim=mujoco to rehearse in simulation")
-    for comp in ("env", "rollout", "actor"):
+    needed = ("env", "actor") if config.train.policy_at == "env" else ("env", "rollout", "actor")
+    for comp in needed:
         if comp not in config.cluster.components():
             raise ConfigError("cluster.component_placement", f"has no '{comp}' component; the training pipeline "
-                                                              "needs env, rollout and actor placed")
+                                                              f"needs {', '.join(needed)} placed"
+                              + ("" if comp != "rollout" else " (or set train.policy_at=env to act in the env "
+                                                              "workers, next to the arms)"))
 
 
 class Pipeline:
@@ -80,7 +83,9 @@ class Pipeline:
         self.cluster = cluster or Cluster(config, probe_hardware=config.env.sim is None,
                                           ray_init=_rehearsal_ray_init(config))
         placements = self.cluster.placements
-        self.n_env, self.n_rollout, self.n_actor = (len(placements[c]) for c in ("env", "rollout", "actor"))
+        self.n_env, self.n_actor = len(placements["env"]), len(placements["actor"])
+        # Next to the arm, the env workers act and no rollout worker is launched (even where one is placed).
+        self.n_rollout = 0 if config.train.policy_at == "env" else len(placements["rollout"])
         prefix = f"{uuid.uuid4().hex[:8]}."
         names = [REPLAY_CHANNEL, WEIGHTS_CHANNEL]
         if config.train.step_lane == "channels":
@@ -88,18 +93,23 @@ class Pipeline:
         self.channels = [Channel.create(prefix + name) for name in names]
         self.groups = []
         try:
-            self.actors = ActorWorker.create_group(config, str(run_dir.path), self.n_rollout, prefix).launch(
-                self.cluster, component="actor", ready_timeout_s=CALL_TIMEOUT_S)
+            self.actors = ActorWorker.create_group(config, str(run_dir.path), self.n_rollout or self.n_env,
+                                                   prefix).launch(self.cluster, component="actor",
+                                                                  ready_timeout_s=CALL_TIMEOUT_S)
             self.groups.append(self.actors)
             lane_token = secrets.token_bytes(32)  # proves a step lane's two ends belong to this run
-            self.rollouts = RolloutWorker.create_group(config, self.n_actor, self.n_env, prefix, lane_token).launch(
-                self.cluster, component="rollout", ready_timeout_s=CALL_TIMEOUT_S)
-            self.groups.append(self.rollouts)
-            lanes = self.rollouts.lane_address().wait(CALL_TIMEOUT_S)
+            lanes = None
+            self.rollouts = None
+            if self.n_rollout:
+                self.rollouts = RolloutWorker.create_group(config, self.n_actor, self.n_env, prefix,
+                                                           lane_token).launch(self.cluster, component="rollout",
+                                                                              ready_timeout_s=CALL_TIMEOUT_S)
+                self.groups.append(self.rollouts)
+                lanes = self.rollouts.lane_address().wait(CALL_TIMEOUT_S)
             start_s = config.train.env_start_timeout_s + 30
-            self.envs = EnvWorker.create_group(config, str(run_dir.path), self.n_rollout, prefix, lanes,
-                                               lane_token).launch(self.cluster, component="env",
-                                                                  ready_timeout_s=start_s)
+            self.envs = EnvWorker.create_group(config, str(run_dir.path), self.n_rollout, prefix, lanes, lane_token,
+                                               self.n_actor).launch(self.cluster, component="env",
+                                                                    ready_timeout_s=start_s)
             self.groups.append(self.envs)
             self.spec = self.envs.execute_on(0).spec().wait(CALL_TIMEOUT_S)[0]
             # Bad demos fail here, with the field named, rather than inside every actor rank.
@@ -107,7 +117,9 @@ class Pipeline:
             if self.n_actor > 1:
                 self.actors.init_collective("auto")
             self.resumed = self.actors.setup(self.spec, resume).wait(CALL_TIMEOUT_S)[0]
-            self.rollouts.setup(self.spec).wait(CALL_TIMEOUT_S)
+            if self.rollouts is not None:
+                self.rollouts.setup(self.spec).wait(CALL_TIMEOUT_S)
+            self.acting = self.rollouts or self.envs  # whose policy acts: they take set_exploration
         except BaseException:
             self.close()
             raise
@@ -120,6 +132,8 @@ class Pipeline:
         return results
 
     def check_rollouts(self) -> None:
+        if self.rollouts is None:
+            return
         for r in self.rollouts.poll().wait(CALL_TIMEOUT_S):
             r = expect(r, RolloutProgress, "rollout worker poll()")
             if r.error:
@@ -276,7 +290,7 @@ class Controller:
         """Run the updates the collected steps pay for (``utd_ratio``); in async mode one chunk, then a poll."""
         cfg, session, pipe = self.cfg, self.session, self.pipe
         if self.explore_random and session.c.env_steps >= cfg.learning_starts:
-            pipe.rollouts.set_exploration(False).wait(CALL_TIMEOUT_S)
+            pipe.acting.set_exploration(False).wait(CALL_TIMEOUT_S)
             self.explore_random = False
         owed = int(cfg.utd_ratio * (session.c.env_steps - cfg.learning_starts)) - session.c.updates
         while owed > 0:

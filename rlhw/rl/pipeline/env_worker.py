@@ -29,12 +29,14 @@ import numpy as np
 
 from rlhw.env.client import EnvServiceError
 from rlhw.rl.episodes import EpisodeRecorder, executed, executed_batch
+from rlhw.rl.pipeline.acting import PolicyNextToArm
 from rlhw.rl.pipeline.env_server import EnvServerError, EnvServerProcess
 from rlhw.rl.pipeline.instances import EVAL, IDLE, TRAIN, Instances
 from rlhw.rl.pipeline.loop_health import LoopTimer
 from rlhw.rl.pipeline.lane import ChannelEnvEnd, DirectEnvEnd, EnvLaneEnd, LaneAddress
 from rlhw.rl.pipeline.messages import Actions, EnvProgress, EnvStep, EpisodeResult
 from rlhw.rl.replay import TransitionBatch, transition_batch
+from rlhw.rl.sac import resolve_device
 from rlhw.rl.spaces import neutral_actions
 from rlhw.robot.spec import EnvSpec
 from rlhw.runtime.isolation import GcGuard, apply_loop_isolation
@@ -72,7 +74,8 @@ def final_observations(next_obs: dict, info: dict, ended: np.ndarray) -> dict:
 
 class EnvWorker(Worker):
     def __init__(self, config, run_dir: str, num_rollout: int, channel_prefix: str = "",
-                 lane_addresses: list[LaneAddress | None] | None = None, lane_token: bytes | None = None):
+                 lane_addresses: list[LaneAddress | None] | None = None, lane_token: bytes | None = None,
+                 num_actor: int = 1):
         import torch
 
         torch.set_num_threads(1)
@@ -80,7 +83,7 @@ class EnvWorker(Worker):
         self.cfg = config.train
         self.num_envs = int(config.env.num_envs)
         self.robot_rank = robot_rank_of_worker(self.rank)
-        self.rollout_rank = self.rank % num_rollout
+        self.rollout_rank = self.rank % num_rollout if num_rollout else -1  # -1: it acts itself (policy_at=env)
         self.run_dir = Path(run_dir)
         self.channel_prefix = channel_prefix
         self.server: EnvServerProcess | None = None
@@ -109,8 +112,12 @@ class EnvWorker(Worker):
         self.recorders = ([EpisodeRecorder(episode_dir(self.run_dir, self.rank, i, self.num_envs), fsync=bool(fsync))
                            for i in range(self.num_envs)] if self.cfg.record_episodes else None)
         self._start_server()
-        self.lane: EnvLaneEnd = open_env_lane(config, self.rank, self.rollout_rank, lane_addresses, lane_token,
-                                              channel_prefix)
+        if config.train.policy_at == "env":  # act next to the arm: the lane is a policy in this process
+            self.lane: EnvLaneEnd = PolicyNextToArm(self.spec(), config, self.rank, num_actor, channel_prefix,
+                                                    resolve_device(self.cfg.device))
+        else:
+            self.lane = open_env_lane(config, self.rank, self.rollout_rank, lane_addresses, lane_token,
+                                      channel_prefix)
         self.rng = np.random.default_rng(self.cfg.seed + 1000 + self.rank)
         self.thread = threading.Thread(target=self._loop, daemon=True, name=f"env-loop-{self.rank}")
         self.thread.start()
@@ -147,6 +154,10 @@ class EnvWorker(Worker):
         return self.env.env_spec
 
     # ---- control from the controller (all return at once)
+    def set_exploration(self, random_actions: bool) -> None:
+        """Uniform random actions (warm-up) or the policy's own, when this env worker acts (policy_at=env)."""
+        self.lane.set_exploration(random_actions)
+
     def collect(self, steps: int) -> None:
         with self.lock:
             self.budget += int(steps)

@@ -1,0 +1,203 @@
+"""Acting: the policy that chooses a robot's actions, wherever it runs, and what it hands to the learners.
+
+``train.policy_at`` says where that is:
+
+- ``rollout`` (default): on the rollout workers (GPU nodes), one batched forward pass for many env workers,
+  which reach it over their step lane (rlhw.rl.pipeline.lane);
+- ``env``: in each env worker, next to its arm, as SERL's actor does: no hop at all between observation and
+  action. It suits a robot node with a GPU, or small policies; the rollout group is then not launched.
+
+Both use the same pieces: `ActingPolicy` (the network, exploration, and the version of the weights behind
+each action), `ReplayForwarder` (transitions to the actor ranks in batches) and `WeightsFollower` (new weights
+from the ``weights`` channel). Next to the arm, `PolicyNextToArm` is the env worker's step lane: it answers in
+its own thread, and a feeder thread forwards transitions and loads new weights (into a copy of the network,
+swapped in whole), so neither ever waits inside the robot's step.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+
+import numpy as np
+import torch
+
+from rlhw.rl.pipeline.lane import LaneError
+from rlhw.rl.pipeline.messages import REPLAY_CHANNEL, WEIGHTS_CHANNEL, Actions, EnvStep, PolicyWeights, expect
+from rlhw.rl.replay import TransitionBatch
+from rlhw.rl.sac import Actor, build_actor, obs_to_tensors
+from rlhw.rl.spaces import AgentSpace, zero_observations
+from rlhw.robot.spec import EnvSpec
+
+REPLAY_FLUSH_S = 0.1
+REPLAY_FLUSH_N = 64
+WEIGHTS_POLL_S = 0.25
+
+
+class ActingPolicy:
+    """SAC's policy network acting for a batch: uniform random actions during warm-up (version -1), then SAC's
+    stochastic action, the mean for eval rows; with the version of the weights behind each action."""
+
+    def __init__(self, spec: EnvSpec, sac_config, device: torch.device, seed: int):
+        space = AgentSpace.from_spec(spec)
+        self.layout, self.low, self.high, self.device = space.layout, space.low, space.high, device
+        torch.manual_seed(seed)
+        self.rng = np.random.default_rng(seed)
+        self.random_actions = True
+        # (network, version), replaced whole when new weights arrive: an action never mixes two versions.
+        self.current: tuple[Actor, int] = (build_actor(space.layout, space.low, space.high, sac_config)
+                                           .to(device).eval(), -1)
+        self.forward(zero_observations(spec))  # warm torch up (first calls are slow) before a robot waits on it
+
+    @property
+    def version(self) -> int:
+        return self.current[1]
+
+    def act(self, obs: dict, deterministic: np.ndarray) -> Actions:
+        """Actions for a batch, and the version of the weights that chose each (-1: uniform random)."""
+        net, version = self.current
+        k = len(deterministic)
+        versions = np.full(k, version, np.int64)
+        if self.random_actions or version < 0:
+            actions = self.rng.uniform(self.low, self.high, size=(k, *self.low.shape)).astype(np.float32)
+            versions[~deterministic] = -1
+            if deterministic.any() and version >= 0:
+                actions[deterministic] = self.forward(obs, net)[1][deterministic]
+            return Actions(actions, versions)
+        sample, mean = self.forward(obs, net)  # one forward pass gives both
+        if deterministic.any():
+            sample = np.where(deterministic.reshape(-1, *[1] * (sample.ndim - 1)), mean, sample)
+        return Actions(sample, versions)
+
+    @torch.no_grad()
+    def forward(self, obs: dict, net: Actor | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """SAC's stochastic action and its mean (the deterministic action), for a batch of observations."""
+        net = net if net is not None else self.current[0]
+        sample, _, mean = net.sample(obs_to_tensors(obs, self.layout, self.device))
+        return sample.cpu().numpy().astype(np.float32), mean.cpu().numpy().astype(np.float32)
+
+    def load(self, weights: PolicyWeights) -> None:
+        """New weights into a copy of the network, then swapped in (the acting thread may be mid-forward)."""
+        net = copy.deepcopy(self.current[0])
+        net.load_state_dict({k: torch.as_tensor(np.array(v)) for k, v in weights.state.items()})
+        self.current = (net.eval(), int(weights.version))
+
+
+class WeightsFollower:
+    """Loads the newest `PolicyWeights` waiting on the weights channel (key = this holder's rank), if any."""
+
+    def __init__(self, channel_prefix: str, key: int):
+        from rlhw.runtime.channel import Channel
+
+        self.name, self.key = channel_prefix + WEIGHTS_CHANNEL, key
+        self.channel = Channel.connect(self.name, timeout_s=60)
+
+    def refresh(self, policy: ActingPolicy) -> None:
+        waiting = self.channel.qsize(key=self.key)
+        if waiting:
+            latest = expect(self.channel.get_batch(count=waiting, key=self.key, timeout=5.0)[-1], PolicyWeights,
+                            self.name)
+            policy.load(latest)
+
+
+class ReplayForwarder:
+    """Transitions to the ``replay`` channel, stacked into batches (every 64 rows or 0.1 s), spread round-robin
+    over the actor ranks."""
+
+    def __init__(self, channel_prefix: str, num_actor_ranks: int, timeout_s: float):
+        from rlhw.runtime.channel import Channel
+
+        self.channel = Channel.connect(channel_prefix + REPLAY_CHANNEL, timeout_s=60)
+        self.num_actor_ranks, self.timeout_s = num_actor_ranks, timeout_s
+        self.pending: list[TransitionBatch] = []
+        self.rows = 0
+        self.next_rank = 0
+        self.last_flush = time.monotonic()
+
+    def add(self, batch: TransitionBatch) -> None:
+        self.pending.append(batch)
+        self.rows += len(batch["reward"])
+
+    def flush(self, force: bool = False) -> None:
+        batch = self.take(force)
+        if batch is not None:
+            self.put(batch)
+
+    def take(self, force: bool = False) -> TransitionBatch | None:
+        """The pending transitions as one batch once enough waited (or ``force``); None otherwise."""
+        if not self.pending:
+            return None
+        if not force and self.rows < REPLAY_FLUSH_N and time.monotonic() - self.last_flush < REPLAY_FLUSH_S:
+            return None
+        batch = concat_transitions(self.pending)
+        self.pending, self.rows, self.last_flush = [], 0, time.monotonic()
+        return batch
+
+    def put(self, batch: TransitionBatch) -> None:
+        self.channel.put(batch, key=self.next_rank, timeout=self.timeout_s)
+        self.next_rank = (self.next_rank + 1) % self.num_actor_ranks
+
+
+def concat_transitions(batches: list[TransitionBatch]) -> TransitionBatch:
+    """Stacked transition batches from env messages -> one replay batch (field names of rlhw.rl.replay)."""
+    if len(batches) == 1:
+        return batches[0]
+    return {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+
+
+class PolicyNextToArm:
+    """The env worker's step lane when it acts itself (``train.policy_at: env``): `send` answers at once in
+    the calling thread; a feeder thread forwards the transitions and follows the weights."""
+
+    def __init__(self, spec: EnvSpec, config, env_rank: int, num_actor_ranks: int, channel_prefix: str, device):
+        cfg = config.train
+        self.policy = ActingPolicy(spec, cfg.sac, device, seed=cfg.seed + 2000 + env_rank)
+        self.weights = WeightsFollower(channel_prefix, key=env_rank)
+        self.replay = ReplayForwarder(channel_prefix, num_actor_ranks, cfg.step_timeout_s)
+        self.answer: Actions | None = None
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()  # guards replay.pending between the robot loop and the feeder
+        self._stop = threading.Event()
+        self._feeder = threading.Thread(target=self._feed, daemon=True, name=f"policy-feeder-{env_rank}")
+        self._feeder.start()
+
+    def set_exploration(self, random_actions: bool) -> None:
+        self.policy.random_actions = bool(random_actions)
+
+    def send(self, msg: EnvStep) -> None:
+        if self.error is not None:
+            raise LaneError(f"the policy next to the arm lost its feeder: {type(self.error).__name__}: {self.error}")
+        if msg.transitions is not None:
+            with self._lock:
+                self.replay.add(msg.transitions)
+        if msg.wanted:
+            self.answer = self.policy.act(msg.obs, np.asarray(msg.evaluating, bool))
+
+    def actions(self) -> Actions:
+        answer, self.answer = self.answer, None
+        if answer is None:
+            raise LaneError("actions() without an observation sent first: the env worker's loop is out of step")
+        return answer
+
+    def _feed(self) -> None:
+        last_weights = 0.0
+        try:
+            while not self._stop.wait(REPLAY_FLUSH_S / 2):
+                self._flush(force=False)
+                if time.monotonic() - last_weights > WEIGHTS_POLL_S:
+                    self.weights.refresh(self.policy)
+                    last_weights = time.monotonic()
+            self._flush(force=True)
+        except BaseException as e:  # noqa: BLE001 - handed to the robot loop at its next send
+            self.error = e
+
+    def _flush(self, force: bool) -> None:
+        with self._lock:
+            batch = self.replay.take(force)
+        if batch is not None:
+            self.replay.put(batch)  # outside the lock: the robot loop never waits on the channel
+
+    def close(self) -> None:
+        self._stop.set()
+        self._feeder.join(timeout=self.replay.timeout_s + 5)
