@@ -39,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-dm-env-rpc", action="store_true", help="do not serve the dm_env_rpc Environment service")
     parser.add_argument("--grace", type=float, default=2.0, help="seconds to let calls in flight finish at shutdown")
+    parser.add_argument("--isolate-node", type=int, metavar="N",
+                        help="apply node N's robot-loop isolation (cluster.node_groups[].env_configs[]: loop_cpus, "
+                             "loop_priority) to this whole server; the training env worker passes its node")
     parser.add_argument("--address-fd", type=int, metavar="FD",
                         help='inherited file descriptor (a pipe) to write {"address": "HOST:PORT"} and a newline to '
                         "once listening, then close; for a parent process that starts this server")
@@ -86,11 +89,25 @@ def _check_address_fd(fd: int | None) -> int | None:
     return fd
 
 
-def report_address(fd: int, address: str) -> None:
+def _isolate(config, node_rank: int) -> dict:
+    """Node ``node_rank``'s robot-loop isolation (loop_cpus, loop_priority) on this process's main thread, before
+    any other thread or driver child starts, so all of them inherit it: the whole server is the robot loop."""
+    from rlhw.runtime.isolation import apply_loop_isolation
+
+    if not 0 <= node_rank < config.cluster.num_nodes:
+        raise ConfigError("--isolate-node", f"must be a node rank of the cluster (0..{config.cluster.num_nodes - 1}), "
+                                            f"got {node_rank}")
+    record = apply_loop_isolation(config.cluster.node_env(node_rank).isolation)
+    print(f"robot loop isolation of node {node_rank}: {json.dumps(record)}", flush=True)
+    return record
+
+
+def report_address(fd: int, address: str, loop_isolation: dict | None = None) -> None:
     """One JSON line on the parent's pipe, in a single write (atomic for a pipe: far below PIPE_BUF), then close
     it: the parent reads until the newline, and EOF without one means the server died first."""
+    report = {"address": address} if loop_isolation is None else {"address": address, "loop_isolation": loop_isolation}
     try:
-        os.write(fd, (json.dumps({"address": address}) + "\n").encode())
+        os.write(fd, (json.dumps(report) + "\n").encode())
     finally:
         os.close(fd)
 
@@ -109,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--robot", f"must be >= 0, got {args.robot}")
     config = load_config(args.config, overrides)
     address_fd = _check_address_fd(args.address_fd)
+    isolation = _isolate(config, args.isolate_node) if args.isolate_node is not None else None
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s", stream=sys.stderr)
 
@@ -139,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     auth = ", token required" if server.token else ""
     print(f"listening on {server.address}{extra} ({protocols}; health, reflection{tls}{auth})", flush=True)
     if address_fd is not None:
-        report_address(address_fd, server.address)
+        report_address(address_fd, server.address, isolation)
     try:
         while not stop.wait(0.5):
             pass

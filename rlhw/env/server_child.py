@@ -20,6 +20,7 @@ import os
 import select
 import subprocess
 import time
+from dataclasses import dataclass
 
 from rlhw.errors import RlhwError
 
@@ -64,8 +65,22 @@ def spawn(cmd: list[str], **popen_kwargs) -> tuple[subprocess.Popen, int]:
     return proc, read_fd
 
 
+@dataclass(frozen=True)
+class ServerReport:
+    """What the child reports once it serves: where it listens, and the robot-loop isolation that took effect
+    in it (``--isolate-node``; None when it was not asked to isolate itself)."""
+
+    address: str
+    loop_isolation: dict | None = None
+
+
 def await_address(proc: subprocess.Popen, fd: int, timeout_s: float) -> str:
-    """The address the child reports on ``fd`` within ``timeout_s``; an `AddressNotReported` otherwise.
+    """The address the child reports on ``fd`` within ``timeout_s``; an `AddressNotReported` otherwise."""
+    return await_report(proc, fd, timeout_s).address
+
+
+def await_report(proc: subprocess.Popen, fd: int, timeout_s: float) -> ServerReport:
+    """The child's report on ``fd`` within ``timeout_s``; an `AddressNotReported` otherwise.
 
     Leaves the child running in every case: stopping it is the caller's policy."""
     deadline = time.monotonic() + timeout_s
@@ -91,13 +106,16 @@ def _silent_end(proc: subprocess.Popen) -> AddressNotReported:
         return AddressPipeClosed()
 
 
-def parse_report(line: bytes) -> str:
-    """The ``address`` of the child's one-line JSON report."""
+def parse_report(line: bytes) -> ServerReport:
+    """The child's one-line JSON report."""
     try:
-        address = json.loads(line)["address"]
-    except (ValueError, KeyError, TypeError):
+        report = json.loads(line)
+        address, isolation = report["address"], report.get("loop_isolation")
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise BadAddressReport(f"reported {line[:200]!r} on its address pipe; expected one JSON line "
                                '{"address": "HOST:PORT"}') from None
     if not isinstance(address, str) or not address:
         raise BadAddressReport(f"reported an empty or non-text address {address!r}")
-    return address
+    if isolation is not None and not isinstance(isolation, dict):
+        raise BadAddressReport(f"reported a loop_isolation that is not a record: {isolation!r}")
+    return ServerReport(address, isolation)

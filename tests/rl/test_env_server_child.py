@@ -99,3 +99,26 @@ def test_the_address_fd_check_names_the_option():
     with pytest.raises(ConfigError) as e:
         _check_address_fd(write_fd)
     assert e.value.path == "--address-fd"
+
+
+def test_the_real_env_server_takes_its_nodes_robot_loop_isolation_and_reports_what_took_effect(tmp_path,
+                                                                                                monkeypatch):
+    from rlhw.config import load_config_dict
+
+    cpu = max(os.sched_getaffinity(0))
+    config = load_config_dict({
+        "cluster": {"num_nodes": 1, "component_placement": {"env,rollout,actor": {"node_group": "node",
+                                                                                   "placement": "0"}},
+                    "node_groups": [{"label": "robot", "node_ranks": 0, "env_configs": [
+                        {"node_ranks": 0, "loop_cpus": str(cpu), "loop_priority": {"nice": 4}}]}]},
+        "env": {"sim": "mock"}})
+    monkeypatch.setenv("RLHW_NODE_RANK", "0")
+    server = EnvServerProcess(config, 0, tmp_path / "server.log", start_timeout_s=90.0)
+    try:
+        server.start()
+        assert server.loop_isolation == {"affinity": [cpu], "policy": "SCHED_OTHER", "nice": 4}
+        pid = server.proc.pid
+        assert os.sched_getaffinity(pid) == {cpu}  # read back from the child process itself, not its report
+        assert int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[16]) == 4  # its nice value
+    finally:
+        server.stop()

@@ -58,6 +58,7 @@ class EnvServerProcess:
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
         self.address: str | None = None
+        self.loop_isolation: dict | None = None  # what took effect in the child (its report says)
         self._tmp = tempfile.TemporaryDirectory(prefix="rlhw-env-")
         self._tail: list[str] = []
         self._pump_thread: threading.Thread | None = None
@@ -77,7 +78,9 @@ class EnvServerProcess:
             config = config.model_copy(update={"server": config.server.model_copy(update={"watchdog_s": watchdog})})
         cfg_path = config_to_yaml(config, Path(self._tmp.name) / "config.yaml")
         cmd = [sys.executable, "-m", "rlhw.cli.serve_env", str(cfg_path), "--port", "0",
-               "--robot", str(self.robot_rank), "--no-dm-env-rpc"]
+               "--robot", str(self.robot_rank), "--no-dm-env-rpc",
+               # the server is the robot-side half of the loop: it gets the node's loop isolation too
+               "--isolate-node", os.environ.get("RLHW_NODE_RANK", "0")]
         env = dict(os.environ)
         token = self.config.server.token
         if token is not None:
@@ -105,7 +108,9 @@ class EnvServerProcess:
         """The address in the child's report; `EnvServerError` when it dies, closes the pipe or stays silent."""
         what = f"env server for robot {self.robot_rank}"
         try:
-            return server_child.await_address(self.proc, fd, self.start_timeout_s)
+            report = server_child.await_report(self.proc, fd, self.start_timeout_s)
+            self.loop_isolation = report.loop_isolation
+            return report.address
         except server_child.ServerExited as e:
             if self._pump_thread is not None:
                 self._pump_thread.join(timeout=2.0)  # its last lines are the likely reason: read them to the end

@@ -188,7 +188,9 @@ class EnvWorker(Worker):
 
     def loop_health(self) -> dict:
         """Observation-to-action latency and step lateness of every step so far, and the loop's isolation."""
-        return {**self.timer.summary(self.num_envs), "loop_isolation": self.loop_isolation}
+        server = self.server.loop_isolation if self.server is not None else None
+        return {**self.timer.summary(self.num_envs), "loop_isolation": self.loop_isolation,
+                "server_isolation": server}
 
     def stop_loop(self) -> None:
         """Stop the loop thread and release what it holds (called through the group before it is killed)."""
