@@ -1,7 +1,7 @@
 """Pipeline throughput against an in-process loop, and real-robot loop health against franky-sim.
 
     .venv/bin/python tools/bench_pipeline.py [--seconds 30] [--num-envs 1,8] [--lanes direct,channels]
-        [--parts throughput,latency,across-nodes,franky,franky-loaded] [--franky-steps 300] [--franky-hz 10,30]
+        [--parts throughput,latency,phases,across-nodes,franky,franky-loaded] [--franky-steps 300] [--franky-hz 10,30]
 
 Every figure is measured for each step lane (``train.step_lane``: ``direct``, the TCP stream between env
 and rollout worker; ``channels``, the relay through two channel actors, today's baseline) in the same run.
@@ -14,6 +14,8 @@ Part 1 (sim only, one run, same machine, same env and policy): env steps/s of
     stepped together, one message and one gRPC step per env-worker step), no training running.
 Part 2 (latency): observation-to-action latency on one node (env worker: observation in hand -> action back
 from the rollout worker) with the mock arm at 30 Hz, proprio only and with two 128x128x3 camera images.
+Part 2a (phases): the direct lane's round trip alone (an echo process answering at once) and the policy's
+forward pass alone, proprio only and with the two images.
 Part 2b (across-nodes): the same with the env worker and its rollout worker on two raylets.
 Part 3 (franky, franky-loaded): configs/franky_sim.yaml (the real franka driver against franky-sim) through
 the pipeline at 10 and 30 Hz with the policy acting, quiet and with the actor training flat out on the same
@@ -147,6 +149,69 @@ def across_nodes_rows(lanes: list[str], seconds: float) -> list[tuple]:
     return rows
 
 
+def _echo_rollout(port_q, token: bytes) -> None:
+    """A rollout end that answers every observation at once with zero actions (no policy): the lane alone."""
+    from rlhw.rl.pipeline.lane import DirectRolloutEnd
+    from rlhw.rl.pipeline.messages import Actions
+
+    end = DirectRolloutEnd("127.0.0.1", token, timeout_s=30.0)
+    port_q.put(end.address.port)
+    while True:
+        for m in end.receive(timeout=1.0):
+            end.answer(m.env, Actions(np.zeros((m.wanted, 7), np.float32), np.zeros(m.wanted, np.int64)))
+
+
+def phase_rows(steps: int) -> list[tuple]:
+    """obs->action phase by phase on one node: the direct lane's round trip alone (an echo process, no
+    policy), and the policy's forward pass alone (the rollout worker's network, one thread, CPU)."""
+    import multiprocessing as mp
+
+    from rlhw.config import load_config
+    from rlhw.rl.pipeline.acting import ActingPolicy
+    from rlhw.rl.pipeline.lane import DirectEnvEnd, LaneAddress
+    from rlhw.rl.pipeline.messages import EnvStep, PolicyWeights
+    from rlhw.robot import make_env
+
+    def pct(xs):
+        return float(np.percentile(xs, 50) * 1e3), float(np.percentile(xs, 99) * 1e3)
+
+    ctx = mp.get_context("spawn")
+    port_q, token = ctx.Queue(), b"b" * 32
+    echo = ctx.Process(target=_echo_rollout, args=(port_q, token), daemon=True)
+    echo.start()
+    rows = []
+    try:
+        lane = DirectEnvEnd(LaneAddress("127.0.0.1", port_q.get(timeout=60)), token, 0, 0, 30.0)
+        for images in (False, True):
+            cfg = load_config(ROOT / "configs/sim_reach.yaml", ["env.sim=mock", f"env.images={str(images).lower()}",
+                                                               "env.sim_cameras=[wrist,front]"])
+            env = make_env(cfg, 0)
+            obs = {k: np.asarray(v)[None] for k, v in env.reset(seed=0)[0].items()}
+            policy = ActingPolicy(env.spec, cfg.train.sac, torch.device("cpu"), seed=0)
+            policy.load(PolicyWeights(0, {k: v.numpy() for k, v in policy.current[0].state_dict().items()}))
+            policy.random_actions = False  # with weights (version 0), so the network acts
+            env.close()
+            msg = EnvStep(env=0, obs=obs, rows=(0,), evaluating=np.zeros(1, bool))
+            trips, forwards = [], []
+            for i in range(steps):
+                t0 = time.perf_counter()
+                lane.send(msg)
+                lane.actions()
+                t1 = time.perf_counter()
+                assert policy.act(obs, np.zeros(1, bool)).versions[0] == 0
+                t2 = time.perf_counter()
+                if i >= 50:
+                    trips.append(t1 - t0)
+                    forwards.append(t2 - t1)
+            what = "2x128x128x3 images + proprio" if images else "proprio only"
+            rows.append((f"direct lane round trip alone, {what}", len(trips), *pct(trips)))
+            rows.append((f"policy forward alone (CPU, 1 thread), {what}", len(forwards), *pct(forwards)))
+        lane.close()
+    finally:
+        echo.kill()
+    return rows
+
+
 def franky_rows(lanes: list[str], rates: list[float], steps: int, loaded: bool) -> list[dict]:
     """configs/franky_sim.yaml through the pipeline for every lane and control rate; ``loaded``: the actor
     trains flat out on the same cores (learning starts after 50 steps, 20 updates per env step)."""
@@ -186,7 +251,7 @@ def main() -> int:
                     help="comma-separated env.num_envs values to run the throughput rows with (default 1,8)")
     ap.add_argument("--lanes", default="direct,channels", help="step lanes to compare (train.step_lane values)")
     ap.add_argument("--parts", default="throughput,latency,franky",
-                    help="which parts to run: throughput, latency, across-nodes, franky, franky-loaded")
+                    help="which parts to run: throughput, latency, phases, across-nodes, franky, franky-loaded")
     ap.add_argument("--franky-steps", type=int, default=300)
     ap.add_argument("--franky-hz", default="10,30")
     args = ap.parse_args()
@@ -200,7 +265,7 @@ def main() -> int:
     lanes = [x.strip() for x in args.lanes.split(",") if x.strip()]
     parts = {x.strip() for x in args.parts.split(",") if x.strip()}
     if bad := [x for x in lanes if x not in ("direct", "channels")] + \
-            [x for x in parts if x not in ("throughput", "latency", "across-nodes", "franky", "franky-loaded")]:
+            [x for x in parts if x not in ("throughput", "latency", "phases", "across-nodes", "franky", "franky-loaded")]:
         ap.error(f"unknown --lanes/--parts value(s): {bad}")
     torch.set_num_threads(1)
     import ray
@@ -230,6 +295,11 @@ def main() -> int:
         print(f"{'obs->action on one node (30 Hz mock arm)':<52}{'steps':>7}{'p50 ms':>9}{'p99 ms':>9}")
         for name, steps, p50, p99 in latency_rows(lanes, args.seconds):
             print(f"{name:<52}{steps:>7}{p50:>9.2f}{p99:>9.2f}")
+    if "phases" in parts:
+        print()
+        print(f"{'obs->action phase by phase (one node)':<60}{'n':>7}{'p50 ms':>9}{'p99 ms':>9}")
+        for name, n, p50, p99 in phase_rows(2000):
+            print(f"{name:<60}{n:>7}{p50:>9.3f}{p99:>9.3f}")
     if "across-nodes" in parts:
         print()
         print(f"{'obs->action across nodes (30 Hz mock arm, proprio)':<52}{'steps':>7}{'p50 ms':>9}{'p99 ms':>9}")

@@ -95,6 +95,24 @@ def test_actions_have_the_action_shape_and_stay_in_bounds():
 
 
 @pytest.mark.timeout(60)
+def test_acting_draws_the_same_actions_as_the_updates_sampling_from_the_same_random_state():
+    from rlhw.rl.sac import obs_to_tensors
+
+    sac = _small_sac(img=True)
+    sac.encoder.eval()
+    t = obs_to_tensors({"pos": np.random.rand(4, 2).astype(np.float32), "goal": np.zeros((4, 2), np.float32),
+                        "image_front": np.random.randint(0, 255, (4, 32, 32, 3), dtype=np.uint8)},
+                       sac.layout, sac.device)
+    with torch.no_grad():
+        torch.manual_seed(3)
+        sampled, _, sampled_mean = sac.actor.sample(t)  # the plain path, with its log-prob
+        torch.manual_seed(3)
+        acted, acted_mean = sac.actor.act(t)  # the acting path
+    torch.testing.assert_close(acted, sampled)
+    torch.testing.assert_close(acted_mean, sampled_mean)
+
+
+@pytest.mark.timeout(60)
 def test_image_observations_go_through_the_cnn_encoder():
     sac = _small_sac(img=True)
     assert [n for n, _ in sac.layout.images] == ["image_front"]

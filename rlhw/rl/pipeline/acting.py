@@ -74,7 +74,7 @@ class ActingPolicy:
     def forward(self, obs: dict, net: Actor | None = None) -> tuple[np.ndarray, np.ndarray]:
         """SAC's stochastic action and its mean (the deterministic action), for a batch of observations."""
         net = net if net is not None else self.current[0]
-        sample, _, mean = net.sample(obs_to_tensors(obs, self.layout, self.device))
+        sample, mean = net.act(obs_to_tensors(obs, self.layout, self.device))
         return sample.cpu().numpy().astype(np.float32), mean.cpu().numpy().astype(np.float32)
 
     def load(self, weights: PolicyWeights) -> None:
