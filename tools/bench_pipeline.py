@@ -232,6 +232,14 @@ def franky_rows(lanes: list[str], rates: list[float], steps: int, loaded: bool) 
     return out
 
 
+def print_latency(title: str, rows: list[tuple], width: int = 52, digits: int = 2) -> None:
+    """Rows of (name, count, p50 ms, p99 ms) under ``title``."""
+    print()
+    print(f"{title:<{width}}{'n':>7}{'p50 ms':>9}{'p99 ms':>9}")
+    for name, n, p50, p99 in rows:
+        print(f"{name:<{width}}{n:>7}{p50:>9.{digits}f}{p99:>9.{digits}f}")
+
+
 def print_franky(rows: list[dict], loaded: bool) -> None:
     print()
     print(f"franky-sim through the pipeline (real franka driver), {'learner training flat out' if loaded else 'quiet'}")
@@ -291,20 +299,11 @@ def main() -> int:
         for name, rate, ratio, lat in rows:
             print(f"{name:<44}{rate:>10.1f}{ratio:>10.2f}{lat:>22}")
     if "latency" in parts:
-        print()
-        print(f"{'obs->action on one node (30 Hz mock arm)':<52}{'steps':>7}{'p50 ms':>9}{'p99 ms':>9}")
-        for name, steps, p50, p99 in latency_rows(lanes, args.seconds):
-            print(f"{name:<52}{steps:>7}{p50:>9.2f}{p99:>9.2f}")
+        print_latency("obs->action on one node (30 Hz mock arm)", latency_rows(lanes, args.seconds))
     if "phases" in parts:
-        print()
-        print(f"{'obs->action phase by phase (one node)':<60}{'n':>7}{'p50 ms':>9}{'p99 ms':>9}")
-        for name, n, p50, p99 in phase_rows(2000):
-            print(f"{name:<60}{n:>7}{p50:>9.3f}{p99:>9.3f}")
+        print_latency("obs->action phase by phase (one node)", phase_rows(2000), width=64, digits=3)
     if "across-nodes" in parts:
-        print()
-        print(f"{'obs->action across nodes (30 Hz mock arm, proprio)':<52}{'steps':>7}{'p50 ms':>9}{'p99 ms':>9}")
-        for name, steps, p50, p99 in across_nodes_rows(lanes, args.seconds):
-            print(f"{name:<52}{steps:>7}{p50:>9.2f}{p99:>9.2f}")
+        print_latency("obs->action across nodes (30 Hz mock arm, proprio)", across_nodes_rows(lanes, args.seconds))
     for loaded in (False, True):
         if ("franky-loaded" if loaded else "franky") in parts:
             print_franky(franky_rows(lanes, franky_hz, args.franky_steps, loaded), loaded)
