@@ -172,8 +172,8 @@ def test_each_recorded_step_keeps_the_executed_action_the_intervened_flag_and_th
     agent.updates = 41  # as if the policy had been trained 41 steps
     seen = []
     rec = EpisodeRecorder(tmp_path)
-    _, _, length, interventions = run_episode(env, agent, False, np.random.default_rng(0), rec, "train",
-                                              on_step=lambda *a: seen.append(a))
+    _, _, length, interventions = run_episode(env, agent, np.random.default_rng(0), rec, "train",
+                                              on_step=seen.append)
     assert length == 25 and interventions == 9  # steps 0, 3, ..., 24
     ep = load_episode(episode_files(tmp_path)[0])
     flags = np.arange(25) % 3 == 0
@@ -182,10 +182,10 @@ def test_each_recorded_step_keeps_the_executed_action_the_intervened_flag_and_th
     # the stored action is the operator's where they took over: the expert's move from the previous obs
     expert = np.stack([point_expert({"pos": ep["obs/pos"][t], "goal": ep["obs/goal"][t]}) for t in range(25)])
     np.testing.assert_allclose(ep["action"][flags], expert[flags], atol=1e-6)
-    assert [bool(s[5]) for s in seen] == flags.tolist()  # the learner gets the same flags...
-    np.testing.assert_allclose(np.stack([s[1] for s in seen]), ep["action"])  # ...and executed actions
+    assert [bool(s["intervened"][0]) for s in seen] == flags.tolist()  # the learner gets the same flags...
+    np.testing.assert_allclose(np.concatenate([s["action"] for s in seen]), ep["action"])  # ...and executed actions
     warmup = EpisodeRecorder(tmp_path / "w")
-    run_episode(PointReachEnv(), agent, False, np.random.default_rng(0), warmup, "train", random_actions=True)
+    run_episode(PointReachEnv(), agent, np.random.default_rng(0), warmup, "train", random_actions=True)
     assert (load_episode(episode_files(tmp_path / "w")[0])["policy_version"] == -1).all()
 
 

@@ -22,7 +22,7 @@ from rlhw.rl.episodes import EpisodeRecorder, episode_files, iter_recorded_trans
 from rlhw.rl.pipeline.controller import Pipeline, train_pipeline
 from rlhw.rl.pipeline.env_worker import EnvWorker, episode_dir
 from rlhw.rl.pipeline.messages import EnvStep, decode_env_step, encode_env_step
-from rlhw.rl.pipeline.instances import EVAL, IDLE, TRAIN, Instances
+from rlhw.rl.instances import EVAL, IDLE, TRAIN, Instances
 from rlhw.rl.pipeline.rollout_worker import RolloutWorker
 from rlhw.rl.rundir import RunDir
 from rlhw.runtime.cluster import Cluster

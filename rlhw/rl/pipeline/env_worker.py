@@ -30,7 +30,7 @@ import numpy as np
 from rlhw.env.client import EnvServiceError
 from rlhw.rl.episodes import EpisodeRecorder, executed, executed_batch
 from rlhw.rl.pipeline.env_server import EnvServerError, EnvServerProcess
-from rlhw.rl.pipeline.instances import EVAL, IDLE, TRAIN, Instances
+from rlhw.rl.instances import EVAL, IDLE, TRAIN, Instances
 from rlhw.rl.pipeline.loop_health import LoopTimer
 from rlhw.rl.pipeline.messages import (ACTION_CHANNEL, OBS_CHANNEL, Actions, EnvProgress, EnvStep, EpisodeResult,
                                        encode_env_step, expect)
