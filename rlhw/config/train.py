@@ -104,6 +104,10 @@ class TrainConfig(StrictModel):
     env_start_timeout_s: float = Field(90.0, gt=0, description="wait this long for an env server to be healthy")
     step_timeout_s: float = Field(30.0, gt=0, description="a robot step or reset slower than this is a failure")
     env_restarts: int = Field(1, ge=0, description="restart a dead env worker this many times, then stop cleanly")
+    env_transport: Literal["auto", "in_process", "server"] = Field(
+        "auto", description="where an env worker's env runs: in_process (simulators only: no server child, no "
+                            "serialisation), server (a `rlhw serve-env` child: a real arm's isolation); auto = "
+                            "in_process when every env instance of the worker is simulated, else server")
     progress: bool = Field(True, description="show a progress bar")
 
     @model_validator(mode="after")

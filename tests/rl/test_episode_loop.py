@@ -1,22 +1,32 @@
 """The one episode loop (`rlhw.rl.episode_loop`): what it does with one env instance and with a batch of n.
 
 No Ray, no server and no sleeps: a point-mass env and the fake env stand in for arms, a function for the policy.
+The env worker's part (its hooks, its in-process transport) is driven through `EnvWorker._setup` and
+`_run_episodes` with the rollout worker's two lanes (`_put`, `_actions`) replaced by the test.
 """
 
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import numpy as np
+import pytest
 
-from rlhw.config import load_config_dict
+from rlhw.config import load_config, load_config_dict
+from rlhw.env.client import EnvServiceError
 from rlhw.env.fake_env import FakeEnv
-from rlhw.errors import FaultKind
+from rlhw.errors import ConfigError, FaultKind
+from rlhw.rl import episode_loop
 from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks
 from rlhw.rl.episodes import EpisodeRecorder, episode_files, load_episode
 from rlhw.rl.instances import EVAL, IDLE, TRAIN
+from rlhw.rl.pipeline.env_worker import EnvWorker, env_transport
+from rlhw.rl.pipeline.messages import Actions
 from tests.rl.point_env import PointReachEnv, TakeoverPointEnv
 
+ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = {"num_nodes": 1, "node_groups": [],
            "component_placement": {"env,rollout,actor": {"node_group": "node", "placement": "0"}}}
 
@@ -242,3 +252,126 @@ def test_a_batched_env_in_this_process_reads_like_the_env_server(tmp_path):
         assert set(obs) == set(s.last)
     finally:
         env.close()
+
+
+# --------------------------------------------------------------------------------------- the env worker's loop
+
+class Lanes:
+    """The rollout worker as the env worker sees it: `_put` takes observations and transitions, `_actions`
+    answers every row that asked."""
+
+    def __init__(self, worker: EnvWorker):
+        self.puts, self.worker = [], worker
+        worker._put = self.put
+        worker._actions = self.actions
+
+    def put(self, obs, rows, evaluating, transitions):
+        self.puts.append((obs, tuple(rows), np.asarray(evaluating).tolist(), transitions))
+
+    def actions(self):
+        k = len(self.puts[-1][1])
+        self.worker.timer.actions_received()
+        return Actions(np.zeros((k, *self.worker.spec().action.shape), np.float32), np.full(k, 3, np.int64))
+
+
+def _worker(tmp_path, *overrides) -> EnvWorker:
+    """An env worker without Ray or lanes: its env (in process), episode loop and counters."""
+    raw = {"cluster": CLUSTER, "env": {"sim": "mock", "max_episode_steps": 5},
+           "train": {"progress": False}}
+    config = load_config_dict(raw, list(overrides))
+    w = EnvWorker.__new__(EnvWorker)
+    w._setup(config, str(tmp_path), 1, "")
+    Lanes(w)
+    return w
+
+
+def _children() -> list[int]:
+    me = str(os.getpid())
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[1] == me:
+            out.append(int(pid))
+    return out
+
+
+def test_a_simulated_env_worker_steps_its_env_in_process_without_a_server_child(tmp_path):
+    before = _children()
+    w = _worker(tmp_path)
+    try:
+        assert w.transport == "in_process" and w.server_pid() is None and _children() == before
+        w.collect(5)
+        w._run_episodes()
+        assert w.train_steps == 5 and w.poll().episodes[0][2] == 5
+        puts = w._put.__self__.puts
+        assert puts[-1][0] is None and len(puts[-1][3]["reward"]) == 1  # the last step's transition goes alone
+        assert sum(len(p[3]["reward"]) for p in puts if p[3] is not None) == 5
+        [path] = episode_files(tmp_path / "episodes")
+        assert load_episode(path)["policy_version"].tolist() == [3] * 5 and _meta(path)["env_rank"] == 0
+        assert w.loop_health()["steps"] == 5
+    finally:
+        w.env.close()
+
+
+def test_the_env_worker_ends_the_episode_on_a_refused_step_and_fails_on_the_fourth_refusal_in_a_row(tmp_path):
+    w = _worker(tmp_path)
+    try:
+        def refuse(action):
+            raise EnvServiceError("in-process", "the arm is stopped", "FAILED_PRECONDITION")
+
+        w.env.step = refuse
+        w.collect(100)
+        for _ in range(3):
+            w._run_episodes()
+        assert len(w.faults) == 3 and "step refused, episode truncated: " in w.faults[0]
+        assert len(w.episodes) == 3  # each cut-short episode was reported
+        with pytest.raises(EnvServiceError):
+            w._run_episodes()
+        assert len(w.episodes) == 4  # ...the fourth too, before the loop gave up
+    finally:
+        w.env.close()
+
+
+def test_the_env_worker_and_the_local_runner_run_the_same_loop(tmp_path, monkeypatch):
+    from rlhw.config.train import SacConfig, TrainConfig
+    from rlhw.rl.local import make_agent, run_episode
+
+    calls = []
+    real_run = EpisodeLoop.run
+    monkeypatch.setattr(episode_loop.EpisodeLoop, "run",
+                        lambda self, hooks, seed: calls.append(hooks.act.__qualname__) or real_run(self, hooks, seed))
+    w = _worker(tmp_path)
+    try:
+        w.collect(5)
+        w._run_episodes()
+    finally:
+        w.env.close()
+    env = PointReachEnv()
+    from types import SimpleNamespace
+
+    agent = make_agent(SimpleNamespace(train=TrainConfig(sac=SacConfig(hidden_sizes=(8,)))), env.spec, "cpu")
+    run_episode(env, agent, np.random.default_rng(0), None, "train")
+    assert calls == ["EnvWorker._act", "agent_policy.<locals>.act"]
+
+
+# ---------------------------------------------------------------------------------------------- the transport
+
+def test_auto_transport_is_in_process_for_simulators_and_the_server_child_for_a_real_arm():
+    assert env_transport(load_config(ROOT / "configs/sim_reach.yaml"), 0) == "in_process"
+    assert env_transport(load_config(ROOT / "configs/franky_sim.yaml"), 0) == "server"
+    rehearsal = load_config(ROOT / "configs/franky_sim.yaml", ["env.sim=mujoco"])
+    assert env_transport(rehearsal, 0) == "in_process"  # the real layout, rehearsed in simulation
+    assert env_transport(load_config(ROOT / "configs/sim_reach.yaml", ["train.env_transport=server"]), 0) == "server"
+
+
+def test_an_in_process_env_for_a_real_arm_is_refused_naming_the_field_and_the_fix(tmp_path):
+    from rlhw.rl.pipeline.controller import Pipeline
+    from rlhw.rl.rundir import RunDir
+
+    config = load_config(ROOT / "configs/franky_sim.yaml", ["train.env_transport=in_process"])
+    with pytest.raises(ConfigError) as e:
+        Pipeline(config, RunDir(tmp_path / "run"))  # refused before any Ray worker starts
+    assert "train.env_transport" in str(e.value) and "train.env_transport=auto or server" in str(e.value)

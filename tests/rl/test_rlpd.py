@@ -13,7 +13,7 @@ from rlhw.config import load_config_dict
 from rlhw.config.train import SacConfig, TrainConfig
 from rlhw.errors import ConfigError
 from rlhw.rl.demos import load_demos
-from rlhw.rl.episodes import EpisodeRecorder, episode_files, executed, executed_batch, load_episode
+from rlhw.rl.episodes import EpisodeRecorder, episode_files, executed, load_episode
 from rlhw.rl.local import make_agent, run_episode, train_local
 from rlhw.rl.replay import MixedReplay
 from rlhw.rl.rundir import RunDir
@@ -195,11 +195,7 @@ def test_the_stored_action_is_what_the_env_says_the_arm_executed_else_the_policy
     np.testing.assert_array_equal(executed(policy, {})[0], policy)
     action, intervened = executed(policy, {"intervened": True, "executed_action": np.ones(2, np.float32)})
     assert intervened and action.tolist() == [1.0, 1.0]
-    batch = np.zeros((3, 2), np.float32)  # an env server with 3 instances, one of them taken over
-    actions, flags = executed_batch(batch, {"intervened": np.array([False, True, False]),
-                                            "executed_action": np.arange(6, dtype=np.float32).reshape(3, 2)}, 3)
-    assert flags.tolist() == [False, True, False] and actions[1].tolist() == [2.0, 3.0]
-    assert executed_batch(batch, {}, 3)[1].tolist() == [False] * 3
+    # (a batch of instances: tests/rl/test_episode_loop.py, through the episode loop's view of the env)
 
 
 def test_episodes_written_before_the_audit_fields_load_as_nobody_intervened_and_no_version(tmp_path):
