@@ -17,7 +17,7 @@ import pytest
 from rlhw.config import load_config, load_config_dict
 from rlhw.env.client import EnvServiceError
 from rlhw.env.fake_env import FakeEnv
-from rlhw.errors import ConfigError, FaultKind
+from rlhw.errors import ConfigError, FaultKind, SafetyViolation
 from rlhw.rl import episode_loop
 from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks
 from rlhw.rl.episodes import EpisodeRecorder, episode_files, load_episode
@@ -316,11 +316,15 @@ def test_a_simulated_env_worker_steps_its_env_in_process_without_a_server_child(
         w.env.close()
 
 
-def test_the_env_worker_ends_the_episode_on_a_refused_step_and_fails_on_the_fourth_refusal_in_a_row(tmp_path):
+@pytest.mark.parametrize("refusal", [EnvServiceError("127.0.0.1:1", "the arm is stopped", "FAILED_PRECONDITION"),
+                                     SafetyViolation("the env locked itself")],
+                         ids=["the env server refuses", "the env in process refuses"])
+def test_the_env_worker_ends_the_episode_on_a_refused_step_and_fails_on_the_fourth_refusal_in_a_row(tmp_path,
+                                                                                                     refusal):
     w = _worker(tmp_path)
     try:
         def refuse(action):
-            raise EnvServiceError("in-process", "the arm is stopped", "FAILED_PRECONDITION")
+            raise refusal
 
         w.env.step = refuse
         w.collect(100)
@@ -328,7 +332,7 @@ def test_the_env_worker_ends_the_episode_on_a_refused_step_and_fails_on_the_four
             w._run_episodes()
         assert len(w.faults) == 3 and "step refused, episode truncated: " in w.faults[0]
         assert len(w.episodes) == 3  # each cut-short episode was reported
-        with pytest.raises(EnvServiceError):
+        with pytest.raises(type(refusal)):
             w._run_episodes()
         assert len(w.episodes) == 4  # ...the fourth too, before the loop gave up
     finally:
