@@ -113,6 +113,10 @@ class TrainConfig(StrictModel):
                               "stream per env worker (rlhw.rl.pipeline.lane); channels = the relay through the obs "
                               "and actions channels (the older, slower lane, kept as the benchmark's baseline)")
     env_restarts: int = Field(1, ge=0, description="restart a dead env worker this many times, then stop cleanly")
+    env_transport: Literal["auto", "in_process", "server"] = Field(
+        "auto", description="where an env worker's env runs: in_process (simulators only: no server child, no "
+                            "serialisation), server (a `rlhw serve-env` child: a real arm's isolation); auto = "
+                            "in_process when every env instance of the worker is simulated, else server")
     progress: bool = Field(True, description="show a progress bar")
 
     @model_validator(mode="after")

@@ -208,10 +208,3 @@ def executed(action: np.ndarray, info: dict) -> tuple[np.ndarray, bool]:
     done = info.get("executed_action")
     done = action if done is None else np.asarray(done, np.float32).reshape(np.shape(action))
     return done, bool(np.any(info.get("intervened", False)))
-
-
-def executed_batch(actions: np.ndarray, info: dict, num_envs: int) -> tuple[np.ndarray, np.ndarray]:
-    """`executed` for a batch of instances: (executed actions (n, ...), intervened (n,) bool)."""
-    done = info.get("executed_action")
-    done = actions if done is None else np.asarray(done, np.float32).reshape(actions.shape)
-    return done, np.broadcast_to(np.asarray(info.get("intervened", False), bool), (num_envs,)).copy()

@@ -13,17 +13,14 @@ import numpy as np
 import torch
 
 from rlhw.rl.demos import load_demos
-from rlhw.rl.episodes import EpisodeRecorder, executed, iter_recorded_transitions
+from rlhw.rl.episode_loop import Act, BatchView, EpisodeLoop, EpisodeResult, LoopHooks, one_instance
+from rlhw.rl.episodes import EpisodeRecorder, iter_recorded_transitions
 from rlhw.rl.replay import MixedReplay, TransitionBatch, transition_batch
 from rlhw.rl.rundir import RunDir
 from rlhw.rl.sac import SAC, resolve_device
 from rlhw.rl.session import Counters, StopReason, TrainingSession, interrupted
 from rlhw.rl.spaces import AgentSpace
 from rlhw.runtime.isolation import GcGuard, apply_learner_threads, apply_loop_isolation
-
-
-def _batched(obs: dict) -> dict:
-    return {k: np.asarray(v)[None] for k, v in obs.items()}
 
 
 def seed_everything(seed: int) -> np.random.Generator:
@@ -38,39 +35,37 @@ def make_agent(config, spec, device) -> SAC:
 
 def transition(obs: dict, action, reward, terminated, next_obs: dict, intervened: bool = False) -> TransitionBatch:
     """One transition as a batch of 1, in the replay buffer's field names."""
-    return transition_batch(_batched(obs), _batched(next_obs), np.asarray(action, np.float32)[None], [reward],
+    return transition_batch(one_instance(obs), one_instance(next_obs), np.asarray(action, np.float32)[None], [reward],
                             [float(terminated)], [float(intervened)])
 
 
-def run_episode(env, agent: SAC, deterministic: bool, rng, recorder: EpisodeRecorder | None, kind: str,
-                random_actions: bool = False, on_step: Callable | None = None) -> tuple[float, bool, int, int]:
-    """One episode; returns (return, success, length, intervened steps). Each step is recorded and learned
-    from with the action the arm executed, its ``intervened`` flag, and the acting policy's version (the
-    number of updates behind its weights; -1 for random warm-up actions and an operator's steps)."""
-    obs, _ = env.reset(seed=int(rng.integers(2**31)))
-    if recorder is not None:
-        recorder.begin(obs, kind=kind)
-    ret, success, length, interventions = 0.0, False, 0, 0
-    while True:
-        version = -1 if random_actions else agent.updates
-        action = agent.random_actions(1, rng)[0] if random_actions else agent.act(_batched(obs), deterministic)[0]
-        next_obs, reward, terminated, truncated, info = env.step(action)
-        action, intervened = executed(action, info)
-        ret += float(reward)
-        length += 1
-        interventions += int(intervened)
-        success = success or bool(info.get("success", False))
-        if recorder is not None:
-            recorder.step(action, reward, terminated, truncated, next_obs, bool(info.get("success", False)),
-                          intervened=intervened, policy_version=-1 if intervened else version)
-        if on_step is not None:
-            on_step(obs, action, reward, terminated, next_obs, intervened)
-        obs = next_obs
-        if terminated or truncated:
-            break
-    if recorder is not None:
-        recorder.end()
-    return ret, success, length, interventions
+def agent_policy(agent: SAC, rng: np.random.Generator, random_actions: bool = False) -> Act:
+    """The episode loop's policy in this process: the agent's actions (its mean in eval episodes) with its
+    version (the number of updates behind its weights), or uniform random warm-up actions with version -1."""
+    def act(obs: dict, rows: list[int], evaluating: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        k = len(rows)
+        if random_actions:
+            return agent.random_actions(k, rng), np.full(k, -1, np.int64)
+        actions = agent.act(obs, deterministic=bool(evaluating.all()))
+        if evaluating.any() and not evaluating.all():
+            actions[evaluating] = agent.act(obs, deterministic=True)[evaluating]
+        return actions, np.full(k, agent.updates, np.int64)
+    return act
+
+
+def run_episode(env, agent: SAC, rng: np.random.Generator, recorder: EpisodeRecorder | None, kind: str,
+                random_actions: bool = False,
+                on_step: Callable[[TransitionBatch], None] | None = None) -> EpisodeResult:
+    """One ``kind`` episode (train or eval: the policy's mean action) of ``env`` (one instance with the RobotEnv
+    contract) through the episode loop; returns (return, success, length, intervened steps). Each step is
+    recorded, and in a train episode handed to ``on_step`` as a transition, with the action the arm executed
+    and its ``intervened`` flag."""
+    loop = EpisodeLoop(BatchView(env, env.spec), 0, [recorder] if recorder is not None else None)
+    results: list[EpisodeResult] = []
+    loop.run(LoopHooks(agent_policy(agent, rng, random_actions), lambda book: kind,
+                       lambda _kind, result: results.append(result), sink=on_step),
+             seed=int(rng.integers(2**31)))
+    return results[0]
 
 
 def train_local(config, run_dir: RunDir, env_factory: Callable | None = None, resume: bool = False,
@@ -123,7 +118,7 @@ class LocalRun:
                 if session.log_due():
                     session.log()
                 if session.eval_due():
-                    session.record_eval([run_episode(self.eval_env, self.agent, True, self.rng, self.recorder, "eval")
+                    session.record_eval([run_episode(self.eval_env, self.agent, self.rng, self.recorder, "eval")
                                          for _ in range(self.cfg.eval_episodes)])
                 if session.checkpoint_due() or session.stop is not None:
                     self._save()
@@ -156,15 +151,15 @@ class LocalRun:
 
     def _train_episode(self) -> None:
         warmup = self.session.c.env_steps < self.cfg.learning_starts
-        result = run_episode(self.env, self.agent, False, self.rng, self.recorder, "train", random_actions=warmup,
+        result = run_episode(self.env, self.agent, self.rng, self.recorder, "train", random_actions=warmup,
                              on_step=self._learn)
         self.session.add_episode(*result)
 
-    def _learn(self, obs, action, reward, terminated, next_obs, intervened) -> None:
-        """One step into replay, then the updates it pays for (``utd_ratio``) once learning has started."""
+    def _learn(self, transitions: TransitionBatch) -> None:
+        """A step's transition into replay, then the updates it pays for (``utd_ratio``) once learning has started."""
         cfg, session, replay = self.cfg, self.session, self.replay
-        replay.add_batch(transition(obs, action, reward, terminated, next_obs, intervened))
-        session.add_env_steps(1)
+        replay.add_batch(transitions)
+        session.add_env_steps(len(transitions["reward"]))
         owed = int(cfg.utd_ratio * (session.c.env_steps - cfg.learning_starts)) - session.c.updates
         if session.c.env_steps >= cfg.learning_starts and len(replay) >= cfg.sac.batch_size and owed > 0:
             for _ in range(owed):

@@ -1,6 +1,7 @@
 """The distributed pipeline on a real multi-node Ray cluster (ray.cluster_utils: two raylets here).
 
-Node 0 runs the env worker (with its env server child process: a MuJoCo arm) and the rollout worker;
+Node 0 runs the env worker (its MuJoCo arm in process, or in an env server child process where a test says
+``train.env_transport: server``) and the rollout worker;
 node 1 runs the actor group with two processes that all-reduce their gradients over gloo.
 """
 
@@ -129,7 +130,8 @@ def test_a_dead_env_server_child_is_restarted_and_the_run_carries_on(ray_nodes, 
     import signal
 
     rd, t, result = start_run_in_background(
-        ray_nodes, two_node_config(max_env_steps=250, eval_every_steps=100_000, env_restarts=1),
+        ray_nodes, two_node_config(max_env_steps=250, eval_every_steps=100_000, env_restarts=1,
+                                   env_transport="server"),  # a child to kill: a simulator would run in process
         tmp_path / "run", min_episodes=2)
     worker = ray.get_actor("rlhw.worker:env:0", namespace="rlhw")
     first_pid = ray.get(worker.server_pid.remote(), timeout=30)

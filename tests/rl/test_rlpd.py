@@ -13,7 +13,7 @@ from rlhw.config import load_config_dict
 from rlhw.config.train import SacConfig, TrainConfig
 from rlhw.errors import ConfigError
 from rlhw.rl.demos import load_demos
-from rlhw.rl.episodes import EpisodeRecorder, episode_files, executed, executed_batch, load_episode
+from rlhw.rl.episodes import EpisodeRecorder, episode_files, executed, load_episode
 from rlhw.rl.local import make_agent, run_episode, train_local
 from rlhw.rl.replay import MixedReplay
 from rlhw.rl.rundir import RunDir
@@ -172,8 +172,8 @@ def test_each_recorded_step_keeps_the_executed_action_the_intervened_flag_and_th
     agent.updates = 41  # as if the policy had been trained 41 steps
     seen = []
     rec = EpisodeRecorder(tmp_path)
-    _, _, length, interventions = run_episode(env, agent, False, np.random.default_rng(0), rec, "train",
-                                              on_step=lambda *a: seen.append(a))
+    _, _, length, interventions = run_episode(env, agent, np.random.default_rng(0), rec, "train",
+                                              on_step=seen.append)
     assert length == 25 and interventions == 9  # steps 0, 3, ..., 24
     ep = load_episode(episode_files(tmp_path)[0])
     flags = np.arange(25) % 3 == 0
@@ -182,10 +182,10 @@ def test_each_recorded_step_keeps_the_executed_action_the_intervened_flag_and_th
     # the stored action is the operator's where they took over: the expert's move from the previous obs
     expert = np.stack([point_expert({"pos": ep["obs/pos"][t], "goal": ep["obs/goal"][t]}) for t in range(25)])
     np.testing.assert_allclose(ep["action"][flags], expert[flags], atol=1e-6)
-    assert [bool(s[5]) for s in seen] == flags.tolist()  # the learner gets the same flags...
-    np.testing.assert_allclose(np.stack([s[1] for s in seen]), ep["action"])  # ...and executed actions
+    assert [bool(s["intervened"][0]) for s in seen] == flags.tolist()  # the learner gets the same flags...
+    np.testing.assert_allclose(np.concatenate([s["action"] for s in seen]), ep["action"])  # ...and executed actions
     warmup = EpisodeRecorder(tmp_path / "w")
-    run_episode(PointReachEnv(), agent, False, np.random.default_rng(0), warmup, "train", random_actions=True)
+    run_episode(PointReachEnv(), agent, np.random.default_rng(0), warmup, "train", random_actions=True)
     assert (load_episode(episode_files(tmp_path / "w")[0])["policy_version"] == -1).all()
 
 
@@ -195,11 +195,7 @@ def test_the_stored_action_is_what_the_env_says_the_arm_executed_else_the_policy
     np.testing.assert_array_equal(executed(policy, {})[0], policy)
     action, intervened = executed(policy, {"intervened": True, "executed_action": np.ones(2, np.float32)})
     assert intervened and action.tolist() == [1.0, 1.0]
-    batch = np.zeros((3, 2), np.float32)  # an env server with 3 instances, one of them taken over
-    actions, flags = executed_batch(batch, {"intervened": np.array([False, True, False]),
-                                            "executed_action": np.arange(6, dtype=np.float32).reshape(3, 2)}, 3)
-    assert flags.tolist() == [False, True, False] and actions[1].tolist() == [2.0, 3.0]
-    assert executed_batch(batch, {}, 3)[1].tolist() == [False] * 3
+    # (a batch of instances: tests/rl/test_episode_loop.py, through the episode loop's view of the env)
 
 
 def test_episodes_written_before_the_audit_fields_load_as_nobody_intervened_and_no_version(tmp_path):

@@ -12,7 +12,7 @@ import torch
 import torch.multiprocessing as mp
 
 from rlhw.config.train import SacConfig, TrainConfig
-from rlhw.rl.local import make_agent, run_episode, transition
+from rlhw.rl.local import make_agent, run_episode
 from rlhw.rl.replay import ReplayBuffer
 from rlhw.rl.sac import SAC, ObsLayout
 from tests.rl.point_env import PointReachEnv
@@ -136,16 +136,16 @@ def test_sac_learns_point_reach():
     agent = make_agent(SimpleNamespace(train=cfg), env.spec, "cpu")
     rb, rng, steps = ReplayBuffer(10_000), np.random.default_rng(0), [0]
 
-    def learn(o, a, r, te, no, intervened):
-        rb.add_batch(transition(o, a, r, te, no, intervened))
+    def learn(transitions):
+        rb.add_batch(transitions)
         steps[0] += 1
         if steps[0] > 300 and steps[0] % 2 == 0:
             agent.update(rb.sample(64))
 
-    before = np.mean([run_episode(env, agent, True, rng, None, "eval")[1] for _ in range(20)])
+    before = np.mean([run_episode(env, agent, rng, None, "eval")[1] for _ in range(20)])
     for ep in range(70):
-        run_episode(env, agent, False, rng, None, "train", random_actions=steps[0] < 300, on_step=learn)
-    after = np.mean([run_episode(env, agent, True, rng, None, "eval")[1] for _ in range(20)])
+        run_episode(env, agent, rng, None, "train", random_actions=steps[0] < 300, on_step=learn)
+    after = np.mean([run_episode(env, agent, rng, None, "eval")[1] for _ in range(20)])
     assert before <= 0.3
     assert after >= 0.8, f"success after training {after}"
 

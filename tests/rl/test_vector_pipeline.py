@@ -1,8 +1,8 @@
 """Several env instances per env worker (``env.num_envs`` > 1, simulators only) through the training pipeline.
 
 The episode rules are unit-tested on `Instances` (no Ray); the batched messages on the rollout worker's
-``_serve`` with a recording channel; and whole runs on a real Ray cluster with a MuJoCo env server child
-serving four reach instances.
+``_serve`` with a recording channel; and whole runs on a real Ray cluster with four MuJoCo reach
+instances stepped in the env worker's process (``train.env_transport: auto`` for a simulator).
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ import pytest
 import ray
 
 from rlhw.config import load_config, load_config_dict
-from rlhw.env.client import EnvServiceError
 from rlhw.errors import ConfigError
 from rlhw.rl.episodes import EpisodeRecorder, episode_files, iter_recorded_transitions, load_episode
 from rlhw.rl.pipeline.controller import Pipeline, train_pipeline
-from rlhw.rl.pipeline.env_worker import EnvWorker, episode_dir
+from rlhw.rl.pipeline.env_worker import episode_dir
 from rlhw.rl.pipeline.messages import EnvStep, decode_env_step, encode_env_step
-from rlhw.rl.pipeline.instances import EVAL, IDLE, TRAIN, Instances
+from rlhw.rl.instances import EVAL, IDLE, TRAIN, Instances
 from rlhw.rl.pipeline.rollout_worker import RolloutWorker
 from rlhw.rl.rundir import RunDir
 from rlhw.runtime.cluster import Cluster
@@ -97,49 +96,7 @@ def test_an_unknown_episode_kind_is_refused():
         Instances(1, 5).start(0, "paused")
 
 
-# ---------------------------------------------------------------------------------- refused env steps
-
-
-class _RefusingEnv:
-    """Refuses every step the way a server whose watchdog stopped the arm does."""
-
-    def __init__(self):
-        self.refuse = True
-
-    def step(self, action):
-        if self.refuse:
-            raise EnvServiceError("127.0.0.1:1", "the arm is stopped", "FAILED_PRECONDITION")
-        return "stepped"
-
-
-def _bare_env_worker() -> EnvWorker:
-    """An EnvWorker without Ray, channels or a server child: just what `_step` uses."""
-    w = EnvWorker.__new__(EnvWorker)
-    w.env, w.server, w.faults, w.consecutive_faults = _RefusingEnv(), None, [], 0
-    return w
-
-
-def test_a_refused_step_ends_the_running_episodes_and_the_fourth_refusal_in_a_row_fails_the_loop():
-    w = _bare_env_worker()
-    ended = []
-    for _ in range(3):
-        assert w._step(np.zeros((4, 7)), "episodes of all 4 instances truncated", lambda: ended.append(1)) is None
-    assert len(ended) == 3 and len(w.faults) == 3
-    assert "step refused, episodes of all 4 instances truncated" in w.faults[0] and "the arm is stopped" in w.faults[0]
-    with pytest.raises(EnvServiceError):
-        w._step(np.zeros((4, 7)), "episodes of all 4 instances truncated", lambda: ended.append(1))
-    assert len(ended) == 4  # the episodes were ended (and reported) before the loop gave up
-
-
-def test_a_step_that_goes_through_clears_the_count_of_refusals_in_a_row():
-    w = _bare_env_worker()
-    for _ in range(3):
-        assert w._step(np.zeros(7), "episode truncated") is None
-    w.env.refuse = False
-    assert w._step(np.zeros(7), "episode truncated") == "stepped"
-    assert w.consecutive_faults == 0
-    w.env.refuse = True
-    assert w._step(np.zeros(7), "episode truncated") is None  # a fresh count: no failure yet
+# (refused env steps: tests/rl/test_episode_loop.py, through the env worker's episode loop)
 
 
 # ------------------------------------------------------------------------------------- rollout messages

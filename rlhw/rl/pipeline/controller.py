@@ -27,7 +27,7 @@ import uuid
 from rlhw.errors import ConfigError, WorkerError
 from rlhw.rl.demos import load_demos
 from rlhw.rl.pipeline.actor_worker import ActorWorker
-from rlhw.rl.pipeline.env_worker import EnvWorker, has_real_arm
+from rlhw.rl.pipeline.env_worker import EnvWorker, env_transport, simulated
 from rlhw.rl.pipeline.loop_health import loop_metrics
 from rlhw.rl.pipeline.messages import (ACTION_CHANNEL, OBS_CHANNEL, REPLAY_CHANNEL, WEIGHTS_CHANNEL, EnvProgress,
                                        EpisodeResult, RolloutProgress, expect)
@@ -49,17 +49,11 @@ class PipelineFailure(Exception):
 
 def _check(config) -> None:
     n = config.env.num_envs
-    if n > 1:
-        from rlhw.robot.factory import SIMULATORS, plan_env
-
-        arm = plan_env(config, 0).arm_driver
-        if arm in SIMULATORS and config.env.sim is None and config.env.driver in ("auto", "franka") \
-                and has_real_arm(config):
-            arm = "franka"  # rank 0 is simulated, but another env worker drives a real arm
-        if arm not in SIMULATORS:
-            raise ConfigError("env.num_envs", f"is {n}, but the env workers drive a real {arm} arm, which hosts one "
-                                              "env instance (one controller per arm): set env.num_envs=1 and place "
-                                              "one env worker per arm, or set env.sim=mujoco to rehearse in simulation")
+    if n > 1 and not simulated(config, 0):  # rank 0 may be simulated while another env worker drives a real arm
+        raise ConfigError("env.num_envs", f"is {n}, but the env workers drive a real arm, which hosts one "
+                                          "env instance (one controller per arm): set env.num_envs=1 and place "
+                                          "one env worker per arm, or set env.sim=mujoco to rehearse in simulation")
+    env_transport(config, 0)  # refuses in_process with a real arm before any worker starts
     needed = ("env", "actor") if config.train.policy_at == "env" else ("env", "rollout", "actor")
     for comp in needed:
         if comp not in config.cluster.components():

@@ -1,15 +1,17 @@
 """Env worker: one per robot (placement component ``env``), next to the arm.
 
-It owns the env server child process and a `RemoteEnv` client to it, and runs the robot loop in a thread:
-send the observation to its rollout worker through the ``obs`` channel, wait for the action on the
-``actions`` channel (keyed by env rank), step, write the step to disk, repeat. The controller only sets
-how much to collect (``collect`` / ``run_async`` / ``evaluate``) and polls counters (``poll``), so the
-robot loop never waits for the controller or for training.
+It owns its env behind a transport (``train.env_transport``: in this process for simulators, no server child
+and no serialisation; a `rlhw serve-env` child and a `RemoteEnv` client to it for real arms, which keeps their
+isolation) and runs the robot loop in a thread: the episode loop of `rlhw.rl.episode_loop` (the local runner's
+too), whose policy sends the observation to its rollout worker through the ``obs`` channel and waits for the
+action on the ``actions`` channel (keyed by env rank); the loop steps, writes the step to disk, repeats.
+The controller only sets how much to collect (``collect`` / ``run_async`` / ``evaluate``) and polls counters
+(``poll``), so the robot loop never waits for the controller or for training.
 
-One env worker may serve several env instances (``env.num_envs`` > 1, simulators only): its env server
-steps them together and one message per env step carries all of them, so the channel and gRPC costs of a
+One env worker may serve several env instances (``env.num_envs`` > 1, simulators only): its env steps
+them together and one message per env step carries all of them, so the channel and gRPC costs of a
 step are paid once per batch instead of once per instance. Per-instance episode bookkeeping (which
-instances train, evaluate or idle) is in `rlhw.rl.pipeline.instances`.
+instances train, evaluate or idle) is in `rlhw.rl.instances`.
 
 The messages (one `EnvStep` per env step, batched whatever ``num_envs`` is, answered by ONE `Actions`) are
 defined in `rlhw.rl.pipeline.messages`. Each train transition carries what the arm executed (the env's
@@ -28,16 +30,17 @@ from pathlib import Path
 import numpy as np
 
 from rlhw.env.client import EnvServiceError
-from rlhw.rl.episodes import EpisodeRecorder, executed, executed_batch
+from rlhw.errors import ConfigError, RobotFault, SafetyViolation
+from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, Stepped
+from rlhw.rl.episodes import EpisodeRecorder
+from rlhw.rl.instances import EVAL, TRAIN, Instances
 from rlhw.rl.pipeline.acting import PolicyNextToArm
 from rlhw.rl.pipeline.env_server import EnvServerError, EnvServerProcess
-from rlhw.rl.pipeline.instances import EVAL, IDLE, TRAIN, Instances
 from rlhw.rl.pipeline.loop_health import LoopTimer
 from rlhw.rl.pipeline.lane import ChannelEnvEnd, DirectEnvEnd, EnvLaneEnd, LaneAddress
 from rlhw.rl.pipeline.messages import Actions, EnvProgress, EnvStep, EpisodeResult
-from rlhw.rl.replay import TransitionBatch, transition_batch
+from rlhw.rl.replay import TransitionBatch
 from rlhw.rl.sac import resolve_device
-from rlhw.rl.spaces import neutral_actions
 from rlhw.robot.spec import EnvSpec
 from rlhw.runtime.isolation import GcGuard, apply_loop_isolation
 from rlhw.runtime.worker import Worker
@@ -57,21 +60,6 @@ def episode_dir(run_dir: Path, env_rank: int, instance: int, num_envs: int) -> P
     return Path(run_dir) / "episodes" / name
 
 
-def final_observations(next_obs: dict, info: dict, ended: np.ndarray) -> dict:
-    """Each instance's observation after its action: ``next_obs``, except where an instance's episode ended and
-    the batched env autoreset it (its last observation is then in ``info["final_observation"]``)."""
-    if not ended.any():
-        return next_obs
-    final, mask = info.get("final_observation") or {}, info.get("_final_observation")
-    mask = ended if mask is None else np.asarray(mask, bool) & ended
-    if not final or not mask.any():
-        return next_obs
-    last = {k: np.array(v) for k, v in next_obs.items()}
-    for k in last:
-        last[k][mask] = np.asarray(final[k])[mask]
-    return last
-
-
 class EnvWorker(Worker):
     def __init__(self, config, run_dir: str, num_rollout: int, channel_prefix: str = "",
                  lane_addresses: list[LaneAddress | None] | None = None, lane_token: bytes | None = None,
@@ -79,6 +67,19 @@ class EnvWorker(Worker):
         import torch
 
         torch.set_num_threads(1)
+        self._setup(config, run_dir, num_rollout, channel_prefix)
+        if config.train.policy_at == "env":  # act next to the arm: the lane is a policy in this process
+            self.lane: EnvLaneEnd = PolicyNextToArm(self.spec(), config, self.rank, num_actor, channel_prefix,
+                                                    resolve_device(self.cfg.device))
+        else:
+            self.lane = open_env_lane(config, self.rank, self.rollout_rank, lane_addresses, lane_token,
+                                      channel_prefix)
+        self.thread = threading.Thread(target=self._loop, daemon=True, name=f"env-loop-{self.rank}")
+        self.thread.start()
+
+    def _setup(self, config, run_dir: str, num_rollout: int, channel_prefix: str) -> None:
+        """Everything but the rollout worker's lanes and the loop thread: the env behind its transport, the
+        episode loop and its hooks, the counters (a test drives `_run_episodes` on what this builds)."""
         self.config = config
         self.cfg = config.train
         self.num_envs = int(config.env.num_envs)
@@ -105,24 +106,35 @@ class EnvWorker(Worker):
         self.gc_guard = GcGuard()
         self.faults: list[str] = []
         self.consecutive_faults = 0
-        self.instances = Instances(self.num_envs, config.env.max_episode_steps)
+        self.refusal: Exception | None = None  # the last refused step's error
+        self.transport = env_transport(config, self.robot_rank)
         fsync = self.cfg.fsync_episodes
         if fsync == "auto":
             fsync = config.env.sim is None and has_real_arm(config)
         self.recorders = ([EpisodeRecorder(episode_dir(self.run_dir, self.rank, i, self.num_envs), fsync=bool(fsync))
                            for i in range(self.num_envs)] if self.cfg.record_episodes else None)
-        self._start_server()
-        if config.train.policy_at == "env":  # act next to the arm: the lane is a policy in this process
-            self.lane: EnvLaneEnd = PolicyNextToArm(self.spec(), config, self.rank, num_actor, channel_prefix,
-                                                    resolve_device(self.cfg.device))
-        else:
-            self.lane = open_env_lane(config, self.rank, self.rollout_rank, lane_addresses, lane_token,
-                                      channel_prefix)
+        self._start_env()
         self.rng = np.random.default_rng(self.cfg.seed + 1000 + self.rank)
-        self.thread = threading.Thread(target=self._loop, daemon=True, name=f"env-loop-{self.rank}")
-        self.thread.start()
+        self._pending: TransitionBatch | None = None  # train transitions that go with the next observation
+        self._first_obs = True
+        self.hooks = LoopHooks(act=self._act, choose=self._choose, report=self._report_locked, sink=self._sink,
+                               step=self._step, note=lambda text: self.faults.append(text),
+                               stepped=self.timer.stepped, stopping=lambda: self.stopping)
 
-    # ---- server child
+    # ---- the env behind its transport
+    def _start_env(self) -> None:
+        """The env and the episode loop over it: in this process (a simulator), or a server child's client."""
+        if self.transport == "in_process":
+            from rlhw.robot.factory import make_batched_env, make_env
+
+            self.env = (make_env if self.num_envs == 1 else make_batched_env)(self.config, self.robot_rank)
+            spec = self.env.spec
+        else:
+            self._start_server()
+            spec = self.env.env_spec
+        self.episode_loop = EpisodeLoop(BatchView(self.env, spec), self.config.env.max_episode_steps, self.recorders,
+                                        meta={"robot_rank": self.robot_rank, "env_rank": self.rank})
+
     def _start_server(self) -> None:
         from rlhw.env.client import RemoteEnv
 
@@ -137,9 +149,9 @@ class EnvWorker(Worker):
         if self.env.num_envs != self.num_envs:
             raise EnvServerError(f"env server at {address} serves {self.env.num_envs} env instance(s), but "
                                  f"env.num_envs is {self.num_envs}: the server must be started from the same config")
-        self._idle_action = neutral_actions(self.env.env_spec.action, self.num_envs)  # for idle instances of a batch
 
     def _restart_server(self, why: str) -> None:
+        """A dead server child replaced by a new one (only the server transport has a child to restart)."""
         self.restarts += 1
         self.faults.append(f"env server restarted ({why})")
         try:
@@ -147,11 +159,11 @@ class EnvWorker(Worker):
         except Exception:  # noqa: BLE001 - the old client may be broken already
             pass
         self.server.stop()
-        self._start_server()
+        self._start_env()
 
     def spec(self) -> EnvSpec:
         """What the learners build their networks from: the env's spec (shapes per instance)."""
-        return self.env.env_spec
+        return self.episode_loop.view.spec
 
     # ---- control from the controller (all return at once)
     def set_exploration(self, random_actions: bool) -> None:
@@ -183,7 +195,7 @@ class EnvWorker(Worker):
             return out
 
     def server_pid(self) -> int | None:
-        """Process id of the env server child (tests kill it to check the restart)."""
+        """Process id of the env server child (tests kill it to check the restart); None in process."""
         return self.server.proc.pid if self.server is not None and self.server.proc is not None else None
 
     def loop_health(self) -> dict:
@@ -215,36 +227,26 @@ class EnvWorker(Worker):
     def _idle(self) -> bool:
         return self.eval_pending == 0 and not self.unlimited and self.budget <= 0 and self.status != "episode"
 
-    def _next_kind(self) -> str | None:
-        """Wait for work; returns 'eval', 'train' or None (stop). Called only between episodes, so it also
-        runs the full garbage collection the loop owes."""
+    def _wait_for_work(self) -> bool:
+        """Wait until there is something to collect (False: stop). Called only between runs of the episode
+        loop, so it also runs the full garbage collection the loop owes."""
         self.gc_guard.idle()
         with self.lock:
             while not self.stopping:
-                if self.eval_pending > 0:
-                    return EVAL
-                if self.unlimited or self.budget > 0:
-                    return TRAIN
+                if self.eval_pending > 0 or self.unlimited or self.budget > 0:
+                    self.status = "episode"
+                    return True
                 self.status = "idle"
                 self.lock.wait(0.5)
-            return None
+            return False
 
     def _loop(self) -> None:
         try:
             self.loop_isolation = apply_loop_isolation(self.isolation)  # this thread: Linux applies it per thread
             self.gc_guard.start()
-            while True:
-                kind = self._next_kind()
-                if kind is None:
-                    return
-                with self.lock:
-                    self.status = "episode"
+            while self._wait_for_work():
                 try:
-                    if self.num_envs == 1:
-                        result = self._episode(kind)
-                    else:
-                        self._phase()
-                        continue
+                    self._run_episodes()
                 except EnvServerError:
                     raise
                 except Exception as e:  # noqa: BLE001 - a robot/server failure: restart the server or give up
@@ -252,8 +254,6 @@ class EnvWorker(Worker):
                         self._restart_server(f"{type(e).__name__}: {e}")
                         continue
                     raise
-                with self.lock:
-                    self._report(kind, result)
         except BaseException as e:  # noqa: BLE001 - reported through poll(); the controller decides
             with self.lock:
                 server_note = ""
@@ -264,6 +264,44 @@ class EnvWorker(Worker):
         finally:
             self.gc_guard.stop()
             self._close_recorders()
+
+    def _run_episodes(self) -> None:
+        """One run of the episode loop: one episode with one instance (a real arm waits for work before its
+        next reset), else until every instance is idle. Then the last transitions go out; a fourth refused
+        step in a row fails the loop once the episodes it cut short are reported."""
+        self._first_obs = True
+        self.episode_loop.run(self.hooks, seed=int(self.rng.integers(2**31)))
+        self._put_transitions(self._pending)
+        self._pending = None
+        if self.consecutive_faults > 3:
+            raise self.refusal
+
+    # ---- the episode loop's hooks (loop thread)
+    def _act(self, obs: dict, rows: list[int], evaluating: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The policy, on the rollout worker: the observations go out with the previous step's train transitions,
+        the actions and their versions come back."""
+        self._put(obs, rows, evaluating, self._pending)
+        self._pending = None
+        if self._first_obs:
+            self.timer.episode_started()
+            self._first_obs = False
+        elif self.num_envs > 1:  # whose episodes may never all end at once, giving `_wait_for_work` no chance
+            self.gc_guard.if_due()  # the idle part of the step: the policy is computing the action
+        answer = self._actions()
+        return answer.actions, answer.versions
+
+    def _choose(self, book: Instances) -> str:
+        with self.lock:
+            return book.choose(self.budget, self.unlimited, self.eval_pending)
+
+    def _sink(self, transitions: TransitionBatch) -> None:
+        """A step's train transitions: counted against the budget, sent with the next observation."""
+        self._count_train_steps(len(transitions["reward"]))
+        self._pending = transitions
+
+    def _report_locked(self, kind: str, result: EpisodeResult) -> None:
+        with self.lock:
+            self._report(kind, result)
 
     def _report(self, kind: str, result: EpisodeResult) -> None:
         """A finished episode, for the controller's next poll (caller holds the lock)."""
@@ -287,192 +325,30 @@ class EnvWorker(Worker):
         if transitions is not None:
             self._put(None, (), np.zeros(0, bool), transitions)
 
-    def _step(self, action, consequence: str, end_episodes=None):
-        """``env.step``, or None when the server refused or timed out (e.g. its watchdog stopped the arm
-        after a stall): the running episode(s) end there, truncated (``end_episodes``, or the caller
-        after None); what was recorded so far stays on disk. A dead server, or a fourth refusal in a
-        row, raises (``_loop`` restarts the server or gives up)."""
+    def _step(self, actions: np.ndarray) -> Stepped | None:
+        """The env's step, or None when it refused or timed out (e.g. the server's watchdog stopped the arm
+        after a stall): the episode loop then ends the running episode(s) there, truncated; what was
+        recorded so far stays on disk. A dead server raises (``_loop`` restarts it or gives up), and so does
+        `_run_episodes` after a fourth refusal in a row."""
         try:
-            result = self.env.step(action)
-        except EnvServiceError as e:
+            stepped = self.episode_loop.view.step(actions)
+        except (EnvServiceError, SafetyViolation, RobotFault) as e:  # in process: what the server would refuse
             if self.server is not None and not self.server.alive():
                 raise
+            consequence = (f"episodes of all {self.num_envs} instances truncated" if self.num_envs > 1
+                           else "episode truncated")
             self.faults.append(f"step refused, {consequence}: {e}")
             self.consecutive_faults += 1
-            if end_episodes is not None:
-                end_episodes()
-            if self.consecutive_faults > 3:
-                raise
+            self.refusal = e
             return None
         self.consecutive_faults = 0
-        return result
+        return stepped
 
     def _actions(self) -> Actions:
         """The rollout worker's answer: one row per instance that asked."""
         answer = self.lane.actions()
         self.timer.actions_received()
         return Actions(np.asarray(answer.actions, np.float32), np.asarray(answer.versions, np.int64))
-
-    # ---- one instance: one episode at a time, explicit reset (the real-robot path)
-    def _episode(self, kind: str) -> EpisodeResult:
-        evaluating = kind == EVAL
-        flags = np.array([evaluating])
-        recorder = self.recorders[0] if self.recorders else None
-        obs, _ = self.env.reset(seed=int(self.rng.integers(2**31)))
-        if recorder is not None:
-            recorder.begin(obs, kind=kind, meta={"robot_rank": self.robot_rank, "env_rank": self.rank})
-        self._put(_one(obs), (0,), flags, None)
-        self.timer.episode_started()
-        ret, success, length, interventions = 0.0, False, 0, 0
-        while True:
-            answer = self._actions()
-            action, version = answer.actions[0], int(answer.versions[0])
-            stepped = self._step(action, "episode truncated")
-            if stepped is None:
-                break
-            next_obs, reward, terminated, truncated, info = stepped
-            self.timer.stepped(info)
-            action, intervened = executed(action, info)
-            step_success = bool(np.any(info.get("success", False)))
-            if recorder is not None:
-                recorder.step(action, reward, terminated, truncated, next_obs, step_success, intervened=intervened,
-                              policy_version=-1 if intervened else version)
-            if info.get("fault"):
-                self.faults.append(f"{info['fault']}: {info.get('fault_message')}")
-            ret, length, interventions = ret + float(reward), length + 1, interventions + int(intervened)
-            success = success or step_success
-            done = bool(terminated or truncated)
-            transitions = None
-            if not evaluating:
-                transitions = transition_batch(_one(obs), _one(next_obs), action[None], [reward], [terminated],
-                                               [intervened])
-                self._count_train_steps(1)
-            if not done:
-                self._put(_one(next_obs), (0,), flags, transitions)
-            else:
-                self._put_transitions(transitions)
-            obs = next_obs
-            if done or self.stopping:
-                break
-        if recorder is not None:
-            recorder.end()
-        return ret, success, length, interventions
-
-    # ---- several instances (simulators): one phase steps them all until every one is idle
-    def _phase(self) -> None:
-        """Reset every instance, then step them together; each instance's episode kind is decided when it
-        starts (here or at its same-step autoreset). Returns when every instance is idle, on stop, or after
-        a refused step (which truncates the running episodes; the next phase resets all instances)."""
-        book = self.instances
-        obs = self._start_phase()
-        rows = book.rows()
-        if not rows:
-            return
-        self._put(_rows_of(obs, rows), rows, self._evaluating(rows), None)
-        self.timer.episode_started()
-        while True:
-            answer = self._actions()
-            actions = self._idle_action.copy()
-            actions[rows] = answer.actions
-            versions = np.full(self.num_envs, -1, np.int64)
-            versions[rows] = answer.versions
-            stepped = self._step(actions, f"episodes of all {self.num_envs} instances truncated", self._end_running)
-            if stepped is None:
-                return
-            next_obs, reward, terminated, truncated, info = stepped
-            self.timer.stepped(info)
-            actions, intervened = executed_batch(actions, info, self.num_envs)
-            ended = np.logical_or(terminated, truncated)
-            last = final_observations(next_obs, info, ended)
-            success = np.broadcast_to(np.asarray(info.get("success", False), bool), (self.num_envs,))
-            self._note_instance_faults(info)
-            book.step(reward, success, intervened)
-            transitions = self._phase_transitions(obs, last, actions, reward, terminated, intervened)
-            if self.recorders is not None:
-                for i in rows:
-                    self.recorders[i].step(actions[i], reward[i], terminated[i], truncated[i],
-                                           {k: v[i] for k, v in last.items()}, success[i], intervened=intervened[i],
-                                           policy_version=-1 if intervened[i] else versions[i])
-            if self.stopping:
-                self._end_running()
-                self._put_transitions(transitions)
-                return
-            self._restart_ended(ended, next_obs)
-            obs, rows = next_obs, book.rows()
-            if not rows:
-                self._put_transitions(transitions)
-                return
-            self._put(_rows_of(obs, rows), rows, self._evaluating(rows), transitions)
-            self.gc_guard.if_due()  # the idle part of the step: the policy is computing the action
-
-    def _start_phase(self) -> dict:
-        """Reset every instance (instance i gets seed + i) and choose each one's episode kind."""
-        book = self.instances
-        obs, _ = self.env.reset(seed=int(self.rng.integers(2**31)))
-        with self.lock:
-            book.clear()
-            for i in range(self.num_envs):
-                book.start(i, book.choose(self.budget, self.unlimited, self.eval_pending))
-        for i in book.rows():
-            self._begin(i, obs, book.kind[i])
-        return obs
-
-    def _evaluating(self, rows: list[int]) -> np.ndarray:
-        return np.array([self.instances.kind[i] == EVAL for i in rows])
-
-    def _begin(self, i: int, obs: dict, kind: str) -> None:
-        if self.recorders is not None and kind != IDLE:
-            self.recorders[i].begin({k: v[i] for k, v in obs.items()}, kind=kind,
-                                    meta={"robot_rank": self.robot_rank, "env_rank": self.rank, "instance": i})
-
-    def _phase_transitions(self, obs, last, actions, reward, terminated, intervened) -> TransitionBatch | None:
-        """The train instances' transitions of this step (counted against the budget), or None."""
-        train = self.instances.rows(TRAIN)
-        if not train:
-            return None
-        self._count_train_steps(len(train))
-        return transition_batch(_rows_of(obs, train), _rows_of(last, train), actions[train],
-                                np.asarray(reward)[train], np.asarray(terminated)[train], intervened[train])
-
-    def _note_instance_faults(self, info: dict) -> None:
-        messages = info.get("fault_message") or [""] * self.num_envs
-        for i, fault in enumerate(info.get("fault") or ()):
-            if fault:
-                self.faults.append(f"instance {i}: {fault}: {messages[i]}")
-
-    def _restart_ended(self, ended: np.ndarray, next_obs: dict) -> None:
-        """Report each instance's ended episode and start its next one (the batched env already reset it)."""
-        book = self.instances
-        for i in np.flatnonzero(ended).tolist():
-            kind, result = book.finish(i)
-            if kind != IDLE:
-                if self.recorders is not None:
-                    self.recorders[i].end()
-                with self.lock:
-                    self._report(kind, result)
-            with self.lock:
-                kind = book.choose(self.budget, self.unlimited, self.eval_pending)
-            book.start(i, kind)
-            self._begin(i, next_obs, kind)
-
-    def _end_running(self) -> None:
-        """End every running episode where it is (a refused step, or stop): report it, close its file."""
-        book = self.instances
-        for i in book.rows():
-            kind, result = book.finish(i)
-            if self.recorders is not None:
-                self.recorders[i].end()
-            with self.lock:
-                self._report(kind, result)
-
-
-def _one(obs: dict) -> dict:
-    """One instance's observation as a batch of 1."""
-    return {k: np.asarray(v)[None] for k, v in obs.items()}
-
-
-def _rows_of(obs: dict, rows: list[int]) -> dict:
-    return {k: v[rows] for k, v in obs.items()}
 
 
 def open_env_lane(config, rank: int, rollout_rank: int, addresses: list[LaneAddress | None] | None,
@@ -492,3 +368,28 @@ def has_real_arm(config) -> bool:
         return any(getattr(g.hardware, "type", None) == "Franka" for g in config.cluster.node_groups if g.hardware)
     except Exception:  # noqa: BLE001
         return False
+
+
+def simulated(config, robot_rank: int) -> bool:
+    """Every env instance of env worker ``robot_rank`` is simulated: its arm driver is a simulator, and no
+    node group declares a real arm that the ``auto``/``franka`` driver would drive (``env.sim`` forces one)."""
+    from rlhw.robot.factory import SIMULATORS, plan_env
+
+    if plan_env(config, robot_rank).arm_driver not in SIMULATORS:
+        return False
+    return config.env.sim is not None or config.env.driver not in ("auto", "franka") or not has_real_arm(config)
+
+
+def env_transport(config, robot_rank: int) -> str:
+    """``in_process`` or ``server``: where env worker ``robot_rank``'s env runs (``train.env_transport``; auto:
+    in this process when it is simulated). A real arm runs in a server child, so that a hung or crashed driver
+    cannot take the worker down and the worker can restart it."""
+    choice = config.train.env_transport
+    if choice == "in_process" and not simulated(config, robot_rank):
+        raise ConfigError("train.env_transport", "is in_process, but this run drives a real arm, which runs only "
+                                                 "behind its env server child (a hung driver must not stall the "
+                                                 "robot loop, and the worker restarts a dead server); set "
+                                                 "train.env_transport=auto or server, or env.sim=mujoco to rehearse")
+    if choice == "auto":
+        return "in_process" if simulated(config, robot_rank) else "server"
+    return choice

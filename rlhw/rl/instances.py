@@ -1,7 +1,8 @@
-"""Episode bookkeeping for the env instances of one env worker (``env.num_envs`` > 1, simulators only).
+"""Episode bookkeeping for the n env instances of the episode loop (`rlhw.rl.episode_loop`).
 
-An env worker that serves n instances steps them together (one gRPC step, one channel message per
-step), but each instance lives its own episodes. This class keeps, per instance, what kind of episode
+The loop steps its instances together (an env worker with ``env.num_envs`` > 1: one env step, one
+channel message per step; one instance for a real arm and the local runner), but each instance lives its
+own episodes. This class keeps, per instance, what kind of episode
 it is in and that episode's return, success and length, and decides the kind of each new episode.
 It holds no locks and does no I/O, so the rules can be tested without Ray or a simulator.
 

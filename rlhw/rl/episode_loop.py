@@ -1,0 +1,242 @@
+"""The one episode loop: n env instances stepped together, for the local runner and the pipeline's env worker.
+
+Both ask the same of an env: reset, ask a policy for the instances in an episode, step, record what the arm
+executed, hand the train transitions on, report finished episodes. One loop does it, so a rule about episodes
+(what is recorded, which policy version a step carries, what a refused step ends) holds everywhere.
+
+- ``n == 1`` (a real arm; the local runner): no autoreset. When the episode ends the loop returns, and the
+  caller waits for more work before the next `EpisodeLoop.run` resets, so nothing moves an arm unless asked.
+- ``n > 1`` (batched simulators): the env resets an ended instance in the same step; the loop reports that
+  episode, takes its last observation from the step's final observations, and starts the instance's next
+  episode, whose kind (train, eval or idle: `rlhw.rl.instances`) the caller chooses. It returns when every
+  instance is idle.
+
+`BatchView` gives the loop one shape of step whatever the env is (`RemoteEnv`, `RobotEnv`, `BatchedEnv`, a
+test env with the RobotEnv contract): the env server's own normalisation, without the wire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from rlhw.env.host import _faults, _final, _interventions, _timing  # the env server's normalisation
+from rlhw.rl.episodes import EpisodeRecorder, executed
+from rlhw.rl.instances import EVAL, IDLE, TRAIN, Instances
+from rlhw.rl.replay import TransitionBatch, transition_batch
+from rlhw.rl.spaces import neutral_actions
+from rlhw.robot.spec import EnvSpec
+
+EpisodeResult = tuple[float, bool, int, int]
+"""A finished episode: (return, success, length, steps an operator executed)."""
+
+Act = Callable[[dict, list, np.ndarray], tuple[np.ndarray, np.ndarray]]
+"""The policy: ``act(obs_rows, rows, evaluating)`` -> (actions (k, ...) float32, versions (k,) int64) for the k
+instances ``rows`` that are in an episode; ``evaluating[j]`` says row j's episode is an eval one."""
+
+
+@dataclass
+class Stepped:
+    """One env step of all n instances, per instance (leading dimension n)."""
+
+    obs: dict  # what the next action is chosen from: an autoreset instance's first observation
+    last: dict  # the observation each instance's action led to (its final one where its episode ended)
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    success: np.ndarray
+    executed: np.ndarray  # what the arm did: an operator's command where they took over, else the action
+    intervened: np.ndarray
+    faults: list  # per instance: "kind: message" of a fault that ended its episode, else None
+    info: dict = field(default_factory=dict)  # the env's info, timings merged (for the loop timer)
+
+    @property
+    def ended(self) -> np.ndarray:
+        return np.logical_or(self.terminated, self.truncated)
+
+
+def one_instance(obs: dict) -> dict:
+    """One instance's observation as a batch of 1."""
+    return {k: np.asarray(v)[None] for k, v in obs.items()}
+
+
+def _rows(obs: dict, rows) -> dict:
+    return {k: v[rows] for k, v in obs.items()}
+
+
+class BatchView:
+    """An env as n instances: observations, actions and flags with a leading dimension n, one step type.
+
+    ``spec`` is the env's (per-instance shapes, ``num_envs``): `RemoteEnv.env_spec`, else ``env.spec``. With
+    ``num_envs == 1`` the env is a single unbatched env (a RemoteEnv of one instance, a RobotEnv)."""
+
+    def __init__(self, env, spec: EnvSpec):
+        self.env, self.spec, self.num_envs = env, spec, int(spec.num_envs)
+
+    def reset(self, seed: int | None) -> dict:
+        obs, _ = self.env.reset(seed=seed)
+        return one_instance(obs) if self.num_envs == 1 else obs
+
+    def step(self, actions: np.ndarray) -> Stepped:
+        return self._step_one(actions) if self.num_envs == 1 else self._step_batch(actions)
+
+    def _step_one(self, actions: np.ndarray) -> Stepped:
+        obs, reward, terminated, truncated, info = self.env.step(actions[0])
+        done, intervened = executed(actions[0], info)
+        fault = info.get("fault")
+        obs = one_instance(obs)
+        return Stepped(obs, obs, np.array([reward], np.float64), np.array([bool(terminated)]),
+                       np.array([bool(truncated)]), np.array([bool(np.any(info.get("success", False)))]),
+                       np.asarray(done, np.float32)[None], np.array([intervened]),
+                       [f"{fault}: {info.get('fault_message')}" if fault else None], info)
+
+    def _step_batch(self, actions: np.ndarray) -> Stepped:
+        """A batched step; final observations come as a dict with a mask (the env server) or as a list with
+        None for the instances that did not end (`BatchedEnv`), per-instance timings as a list."""
+        n = self.num_envs
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
+        final, mask = _final(info.get("final_observation"), obs, n)
+        if final is not None and mask is None:
+            mask = info.get("_final_observation")
+        last = final_observations(obs, final, mask, np.logical_or(terminated, truncated))
+        done, flags = _interventions(info, actions, n)
+        kinds, messages = _faults(info, n)
+        if isinstance(info.get("timing"), (list, tuple)):
+            info = {**info, "timing": _timing(info["timing"])}
+        return Stepped(obs, last, np.asarray(reward, np.float64), terminated, truncated,
+                       np.broadcast_to(np.asarray(info.get("success", False), bool), (n,)),
+                       np.asarray(actions if done is None else done, np.float32),
+                       np.zeros(n, bool) if flags is None else np.asarray(flags, bool),
+                       [f"{k}: {m}" if k else None for k, m in zip(kinds, messages)], info)
+
+
+def final_observations(next_obs: dict, final: dict | None, mask, ended: np.ndarray) -> dict:
+    """Each instance's observation after its action: ``next_obs``, except where an instance's episode ended and
+    the batched env autoreset it (its last observation is then ``final``'s row, where ``mask`` is set)."""
+    if not ended.any() or not final:
+        return next_obs
+    mask = ended if mask is None else np.asarray(mask, bool) & ended
+    if not mask.any():
+        return next_obs
+    last = {k: np.array(v) for k, v in next_obs.items()}
+    for k in last:
+        last[k][mask] = np.asarray(final[k])[mask]
+    return last
+
+
+def _ignore(*_) -> None:
+    return None
+
+
+@dataclass
+class LoopHooks:
+    """What the loop's caller decides; the loop does everything else. Each hook is called in the loop's thread."""
+
+    act: Act
+    choose: Callable[[Instances], str]  # the kind of an episode starting now (the book says what is running)
+    report: Callable[[str, EpisodeResult], None]  # a train or eval episode ended (or was cut short)
+    sink: Callable[[TransitionBatch], None] | None = None  # each step's train transitions
+    step: Callable[[np.ndarray], Stepped | None] | None = None  # None: the view's; a None result: refused
+    note: Callable[[str], None] = _ignore  # a fault an instance reported
+    stepped: Callable[[dict], None] = _ignore  # after each env step, with its info (the loop timer)
+    stopping: Callable[[], bool] = lambda: False
+
+
+class EpisodeLoop:
+    """The loop over one env's n instances: their bookkeeping (`Instances`) and their recorders persist across
+    `run` calls; ``meta`` goes into every recorded episode (with ``instance`` where n > 1)."""
+
+    def __init__(self, view: BatchView, max_episode_steps: int, recorders: list[EpisodeRecorder] | None = None,
+                 meta: dict | None = None):
+        self.view, self.n = view, view.num_envs
+        self.book = Instances(self.n, max_episode_steps)
+        self.recorders, self.meta = recorders, dict(meta or {})
+        self.autoreset = self.n > 1
+        self._idle_action = neutral_actions(view.spec.action, self.n)  # for idle instances of a batch
+
+    def run(self, hooks: LoopHooks, seed: int | None) -> None:
+        """Reset every instance and step them until every one is idle, the caller stops, or a step is refused
+        (the running episodes end there, truncated; what was recorded stays on disk)."""
+        book, step = self.book, hooks.step or self.view.step
+        obs = self._start(hooks, seed)
+        rows = book.rows()
+        while rows:
+            actions, versions = self._act(hooks, obs, rows)
+            stepped = step(actions)
+            if stepped is None:
+                self._end_running(hooks)
+                return
+            hooks.stepped(stepped.info)
+            book.step(stepped.reward, stepped.success, stepped.intervened)
+            self._record(rows, stepped, versions)
+            self._note_faults(hooks, stepped)
+            if hooks.sink is not None and (train := book.rows(TRAIN)):
+                hooks.sink(transition_batch(_rows(obs, train), _rows(stepped.last, train), stepped.executed[train],
+                                            stepped.reward[train], stepped.terminated[train],
+                                            stepped.intervened[train]))
+            if hooks.stopping():
+                self._end_running(hooks)
+                return
+            self._finish_ended(hooks, stepped)
+            obs, rows = stepped.obs, book.rows()
+
+    def _start(self, hooks: LoopHooks, seed: int | None) -> dict:
+        """Reset every instance (a batch gives instance i seed + i) and choose each one's episode kind."""
+        obs = self.view.reset(seed)
+        self.book.clear()
+        for i in range(self.n):
+            self._begin(i, obs, hooks.choose(self.book))
+        return obs
+
+    def _begin(self, i: int, obs: dict, kind: str) -> None:
+        self.book.start(i, kind)
+        if self.recorders is not None and kind != IDLE:
+            meta = {**self.meta, "instance": i} if self.n > 1 else self.meta
+            self.recorders[i].begin({k: v[i] for k, v in obs.items()}, kind=kind, meta=meta)
+
+    def _act(self, hooks: LoopHooks, obs: dict, rows: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Every instance's action (idle ones get the neutral action) and the policy version behind it."""
+        evaluating = np.array([self.book.kind[i] == EVAL for i in rows])
+        answer, answer_versions = hooks.act(_rows(obs, rows), rows, evaluating)
+        actions = self._idle_action.copy()
+        actions[rows] = answer
+        versions = np.full(self.n, -1, np.int64)
+        versions[rows] = answer_versions
+        return actions, versions
+
+    def _record(self, rows: list[int], s: Stepped, versions: np.ndarray) -> None:
+        """The step of each instance in an episode: the executed action, and -1 as the version where an operator
+        acted instead of the policy."""
+        if self.recorders is None:
+            return
+        for i in rows:
+            self.recorders[i].step(s.executed[i], s.reward[i], s.terminated[i], s.truncated[i],
+                                   {k: v[i] for k, v in s.last.items()}, s.success[i], intervened=s.intervened[i],
+                                   policy_version=-1 if s.intervened[i] else versions[i])
+
+    def _note_faults(self, hooks: LoopHooks, s: Stepped) -> None:
+        for i, fault in enumerate(s.faults):
+            if fault:
+                hooks.note(f"instance {i}: {fault}" if self.n > 1 else fault)
+
+    def _finish_ended(self, hooks: LoopHooks, s: Stepped) -> None:
+        """Report each ended episode; with autoreset, start the instance's next one (the env already reset it)."""
+        for i in np.flatnonzero(s.ended).tolist():
+            self._finish(hooks, i)
+            if self.autoreset:
+                self._begin(i, s.obs, hooks.choose(self.book))
+
+    def _finish(self, hooks: LoopHooks, i: int) -> None:
+        kind, result = self.book.finish(i)
+        if kind != IDLE:
+            if self.recorders is not None:
+                self.recorders[i].end()
+            hooks.report(kind, result)
+
+    def _end_running(self, hooks: LoopHooks) -> None:
+        """End every running episode where it is (a refused step, or stop): report it, finish its file."""
+        for i in self.book.rows():
+            self._finish(hooks, i)
