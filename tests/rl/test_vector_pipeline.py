@@ -103,32 +103,38 @@ def test_an_unknown_episode_kind_is_refused():
 
 
 class _RecordingChannel:
+    """Records what is put, keyed: the replay channel, and the step lane's answers (``answer(env, actions)``)."""
+
     def __init__(self):
         self.puts: list[tuple] = []
 
     def put(self, item, key=None, timeout=None):
         self.puts.append((key, item))
 
+    def answer(self, env, actions):
+        self.puts.append((env, actions))
+
 
 def _bare_rollout_worker(weights_version: int) -> RolloutWorker:
-    """A RolloutWorker without Ray or channels: just what `_serve` and `_flush_replay` use."""
+    """A RolloutWorker without Ray, lanes or channels: just what `_serve` and its replay forwarder use."""
     import torch
 
     from rlhw.config.train import SacConfig
-    from rlhw.rl.sac import ObsLayout, build_actor
+    from rlhw.rl.pipeline.acting import ActingPolicy, ReplayForwarder
+    from rlhw.robot.spec import EnvSpec, TensorSpec
 
+    spec = EnvSpec(observations={"x": TensorSpec("x", "float32", (2,))},
+                   action=TensorSpec("action", "float32", (3,), low=-1.0, high=1.0), control_hz=10.0)
     w = RolloutWorker.__new__(RolloutWorker)
-    w.layout = ObsLayout.from_shapes({"x": (2,)}, {"x": "float32"})
-    w.low, w.high = -np.ones(3, np.float32), np.ones(3, np.float32)
-    w.policy = build_actor(w.layout, w.low, w.high, SacConfig(hidden_sizes=(8,))).eval()
-    w.device = torch.device("cpu")
-    w.rng = np.random.default_rng(0)
-    w.random_actions, w.weights_version = weights_version < 0, weights_version
-    w.act_ch, w.replay_ch = _RecordingChannel(), _RecordingChannel()
-    w.cfg = SimpleNamespace(step_timeout_s=5.0)
+    w.policy = ActingPolicy(spec, SacConfig(hidden_sizes=(8,)), torch.device("cpu"), seed=0)
+    w.policy.current = (w.policy.current[0], weights_version)
+    w.policy.random_actions = weights_version < 0
+    w.lane = w.act_ch = _RecordingChannel()
+    w.replay = ReplayForwarder.__new__(ReplayForwarder)
+    w.replay.channel = w.replay_ch = _RecordingChannel()
+    w.replay.num_actor_ranks, w.replay.timeout_s = 2, 5.0
+    w.replay.pending, w.replay.rows, w.replay.next_rank, w.replay.last_flush = [], 0, 0, 0.0
     w.served = w.batches = 0
-    w._pending, w._pending_rows, w._next_actor_rank, w.num_actor_ranks = [], 0, 0, 2
-    w._last_flush = 0.0
     return w
 
 
@@ -158,12 +164,12 @@ def test_the_rollout_worker_answers_each_env_worker_with_one_action_array_and_th
     import torch
 
     with torch.no_grad():
-        mean = w._policy({"x": np.full((1, 2), 2.0, np.float32)})[1][0]
+        mean = w.policy.forward({"x": np.full((1, 2), 2.0, np.float32)})[1][0]
     np.testing.assert_allclose(a2[0], mean, atol=1e-6)
     np.testing.assert_allclose(a2[1], mean, atol=1e-6)
     assert w.served == 5 and w.batches == 1
     # transitions of both messages went on as one replay batch
-    w._flush_replay(force=True)
+    w.replay.flush(force=True)
     assert len(w.replay_ch.puts) == 1
     batch = w.replay_ch.puts[0][1]
     assert batch["reward"].shape == (3,) and batch["obs/x"].shape == (3, 2)
