@@ -70,7 +70,7 @@ _NO_FAULT = (None,)  # shared and immutable: one instance, no fault
 _NO_MESSAGE = ("",)
 
 
-def _faults(info: dict, n: int) -> tuple[list[FaultKind | None], list[str]]:
+def instance_faults(info: dict, n: int) -> tuple[list[FaultKind | None], list[str]]:
     """Per instance: the fault kind (None = none) and its message. The env's ``info["fault"]`` is
     typed here, where it enters the wire: a kind that is no FaultKind is a bug of the env (ValueError)."""
     fault = info.get("fault")
@@ -94,7 +94,7 @@ def _stamps(value) -> dict:
     return {k: np.array([(d or {}).get(k, np.nan) for d in value], dtype=np.float64) for k in names}
 
 
-def _timing(value) -> dict[str, float]:
+def merged_timing(value) -> dict[str, float]:
     """The env's phase timings; for a batch, the slowest instance per phase."""
     if not value:
         return {}
@@ -107,7 +107,7 @@ def _timing(value) -> dict[str, float]:
     return out
 
 
-def _interventions(info: dict, action: np.ndarray, n: int):
+def executed_per_instance(info: dict, action: np.ndarray, n: int):
     """(executed action or None, intervened per instance or None) from the env's info.
 
     ``info["executed_action"]`` is the action the arm really executed (a human's command instead
@@ -127,7 +127,7 @@ def _interventions(info: dict, action: np.ndarray, n: int):
     return executed, flags
 
 
-def _final(value, obs: dict, n: int):
+def final_observation_rows(value, obs: dict, n: int):
     """Same-step autoreset: (name -> batched final observation, mask) or (None, None)."""
     if n == 1 or value is None:
         return None, None
@@ -201,9 +201,9 @@ class EnvHost:
         self.stopped = False
         self.resets += 1
         timing = {"env": time.perf_counter() - t0}
-        timing.update(_timing(info.get("timing")))
+        timing.update(merged_timing(info.get("timing")))
         n = self.num_envs
-        fault, fmsg = _faults(info, n)
+        fault, fmsg = instance_faults(info, n)
         return StepResult(obs, _stamps(info.get("timestamps")), None, None, None,
                           _per_instance(info.get("success", False), n, bool), fault, fmsg, timing)
 
@@ -233,23 +233,23 @@ class EnvHost:
                     for k, v in phases.items():
                         timing["env." + k] = float(v)
                 else:
-                    timing.update(_timing(phases))
+                    timing.update(merged_timing(phases))
             stamps = info.get("timestamps")
             return (obs, stamps if type(stamps) is dict else _stamps(stamps), float(reward), bool(terminated),
                     bool(truncated), bool(info.get("success", False)), timing)
         timing = {"env": dt}
-        timing.update(_timing(info.get("timing")))
-        fault, fmsg = _faults(info, n)
+        timing.update(merged_timing(info.get("timing")))
+        fault, fmsg = instance_faults(info, n)
         for kind, msg in zip(fault, fmsg):
             if kind:
                 self.faults.append(f"{time.time():.3f} {kind}: {msg}")
-        final_obs, final_mask = _final(info.get("final_observation"), obs, n)
+        final_obs, final_mask = final_observation_rows(info.get("final_observation"), obs, n)
         if final_obs is not None and final_mask is None:
             mask = info.get("_final_observation")
             if mask is None:
                 mask = np.logical_or(terminated, truncated)
             final_mask = np.asarray(mask, dtype=bool).reshape(-1).tolist()
-        executed, intervened = _interventions(info, action, n)
+        executed, intervened = executed_per_instance(info, action, n)
         return StepResult(
             obs, _stamps(info.get("timestamps")), _per_instance(reward, n, np.float32),
             _per_instance(terminated, n, bool), _per_instance(truncated, n, bool),

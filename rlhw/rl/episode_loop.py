@@ -22,7 +22,8 @@ from typing import Callable
 
 import numpy as np
 
-from rlhw.env.host import _faults, _final, _interventions, _timing  # the env server's normalisation
+# The env server's own normalisation of an env's info (one implementation for the wire and the loop).
+from rlhw.env.host import executed_per_instance, final_observation_rows, instance_faults, merged_timing
 from rlhw.rl.episodes import EpisodeRecorder, executed
 from rlhw.rl.instances import EVAL, IDLE, TRAIN, Instances
 from rlhw.rl.replay import TransitionBatch, transition_batch
@@ -98,14 +99,14 @@ class BatchView:
         n = self.num_envs
         obs, reward, terminated, truncated, info = self.env.step(actions)
         terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
-        final, mask = _final(info.get("final_observation"), obs, n)
+        final, mask = final_observation_rows(info.get("final_observation"), obs, n)
         if final is not None and mask is None:
             mask = info.get("_final_observation")
         last = final_observations(obs, final, mask, np.logical_or(terminated, truncated))
-        done, flags = _interventions(info, actions, n)
-        kinds, messages = _faults(info, n)
+        done, flags = executed_per_instance(info, actions, n)
+        kinds, messages = instance_faults(info, n)
         if isinstance(info.get("timing"), (list, tuple)):
-            info = {**info, "timing": _timing(info["timing"])}
+            info = {**info, "timing": merged_timing(info["timing"])}
         return Stepped(obs, last, np.asarray(reward, np.float64), terminated, truncated,
                        np.broadcast_to(np.asarray(info.get("success", False), bool), (n,)),
                        np.asarray(actions if done is None else done, np.float32),
