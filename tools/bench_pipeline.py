@@ -1,10 +1,11 @@
 """Pipeline throughput against an in-process loop, and real-robot loop health against franky-sim.
 
-    .venv/bin/python tools/bench_pipeline.py [--seconds 30] [--num-envs 1,8] [--lanes direct,channels]
+    .venv/bin/python tools/bench_pipeline.py [--seconds 30] [--num-envs 1,8] [--lanes direct,channels,next-to-arm]
         [--parts throughput,latency,phases,across-nodes,franky,franky-loaded] [--franky-steps 300] [--franky-hz 10,30]
 
-Every figure is measured for each step lane (``train.step_lane``: ``direct``, the TCP stream between env
-and rollout worker; ``channels``, the relay through two channel actors, today's baseline) in the same run.
+Every figure is measured for each obs->action path in the same run: the step lanes (``train.step_lane``:
+``direct``, the TCP stream between env and rollout worker; ``channels``, the relay through two channel
+actors, the older baseline) and ``next-to-arm`` (``train.policy_at=env``: the env worker runs the policy).
 
 Part 1 (sim only, one run, same machine, same env and policy): env steps/s of
   - an in-process loop: `make_env` (MuJoCo reach) + the SAC policy network in one Python loop;
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -35,6 +37,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+
+#: The obs->action paths compared, as config overrides.
+LANES = {"direct": ["train.step_lane=direct"], "channels": ["train.step_lane=channels"],
+         "next-to-arm": ["train.policy_at=env"]}
 
 
 def in_process(config, seconds: float) -> float:
@@ -60,18 +67,33 @@ def in_process(config, seconds: float) -> float:
         env.close()
 
 
-def pipeline_rate(config, seconds: float, address: str | None = None) -> tuple[float, list[dict]]:
-    """Env steps/s of a pipeline run with the policy acting and no training, and every env worker's loop
-    health; on the Ray cluster at ``address`` (else a local one)."""
+def pipeline_rate(config, seconds: float, address: str | None = None, learner_load: bool = False
+                  ) -> tuple[float, list[dict]]:
+    """Env steps/s of a pipeline run with the policy acting, and every env worker's loop health; on the Ray
+    cluster at ``address`` (else a local one). ``learner_load``: the actor group trains flat out meanwhile
+    (50 updates per call, back to back, on the transitions the run collects; weights go to the policy every
+    ``train.weights_every_updates``), else nothing trains."""
     from rlhw.rl.pipeline.controller import Pipeline
     from rlhw.rl.rundir import RunDir
     from rlhw.runtime.cluster import Cluster
 
     with tempfile.TemporaryDirectory() as tmp:
         pipe = Pipeline(config, RunDir(tmp), cluster=Cluster(config, address=address, probe_hardware=False))
+        stop, updates = threading.Event(), [0]
+
+        def train_flat_out() -> None:
+            while not stop.is_set():
+                done = pipe.actors.train(50).wait(600)[0]["updates"]
+                updates[0] += done
+                if not done:
+                    stop.wait(0.05)  # not enough data yet
+
+        learner = threading.Thread(target=train_flat_out, daemon=True)
         try:
             pipe.acting.set_exploration(False).wait(60)  # the policy network acts, as in the loop
             pipe.envs.run_async().wait(60)
+            if learner_load:
+                learner.start()
             deadline = time.monotonic() + 240  # warm-up: the first resets (a real arm moves home) and 20 steps
             while sum(p.train_steps for p in pipe.poll_envs()) < 20 and time.monotonic() < deadline:
                 time.sleep(0.5)
@@ -81,7 +103,13 @@ def pipeline_rate(config, seconds: float, address: str | None = None) -> tuple[f
             s1 = sum(p.train_steps for p in pipe.poll_envs())
             rate = (s1 - s0) / (time.perf_counter() - t0)
             health = pipe.envs.loop_health().wait(60)
+            if learner_load:
+                stop.set()
+                learner.join(120)
+                for h in health:
+                    h["learner_updates"] = updates[0]
         finally:
+            stop.set()
             pipe.close()
     return rate, health
 
@@ -91,7 +119,7 @@ def lane_rows(configs, lanes: list[str], num_envs: list[int], seconds: float, lo
     rows = []
     for k in num_envs:
         for lane in lanes:
-            for n, cfg in zip((1, 2), configs(k, [f"train.step_lane={lane}"])):
+            for n, cfg in zip((1, 2), configs(k, LANES[lane])):
                 rate, health = pipeline_rate(cfg, seconds)
                 p50 = max(h["latency_p50_ms"] for h in health)
                 p99 = max(h["latency_p99_ms"] for h in health)
@@ -110,7 +138,7 @@ def latency_rows(lanes: list[str], seconds: float) -> list[tuple]:
             cfg = load_config(ROOT / "configs/sim_reach.yaml", [
                 "env.sim=mock", f"env.images={str(images).lower()}", "env.sim_cameras=[wrist,front]",
                 "env.control_hz=30", "train.progress=false", "train.learning_starts=100000000",
-                "train.record_episodes=false", f"train.step_lane={lane}"])
+                "train.record_episodes=false", *LANES[lane]])
             _, health = pipeline_rate(cfg, seconds)
             h = health[0]
             what = "2x128x128x3 images + proprio" if images else "proprio only"
@@ -135,7 +163,7 @@ def across_nodes_rows(lanes: list[str], seconds: float) -> list[tuple]:
         for lane in lanes:
             cfg = load_config(ROOT / "configs/sim_reach.yaml", [
                 "cluster.num_nodes=2", "env.sim=mock", "env.control_hz=30", "train.progress=false",
-                "train.learning_starts=100000000", "train.record_episodes=false", f"train.step_lane={lane}"])
+                "train.learning_starts=100000000", "train.record_episodes=false", *LANES[lane]])
             data = cfg.model_dump(mode="json")
             data["cluster"]["component_placement"] = {"env": {"node_group": "node", "placement": "0"},
                                                       "rollout,actor": {"node_group": "node", "placement": "1"}}
@@ -214,7 +242,7 @@ def phase_rows(steps: int) -> list[tuple]:
 
 def franky_rows(lanes: list[str], rates: list[float], steps: int, loaded: bool) -> list[dict]:
     """configs/franky_sim.yaml through the pipeline for every lane and control rate; ``loaded``: the actor
-    trains flat out on the same cores (learning starts after 50 steps, 20 updates per env step)."""
+    trains flat out on the same cores meanwhile."""
     from drivers.franky_sim import FrankySim
     from rlhw.config import load_config
 
@@ -222,12 +250,10 @@ def franky_rows(lanes: list[str], rates: list[float], steps: int, loaded: bool) 
     with FrankySim(start_timeout_s=120) as sim:
         for hz in rates:
             for lane in lanes:
-                learn = ["train.learning_starts=50", "train.utd_ratio=20"] if loaded else \
-                    ["train.learning_starts=100000000"]
                 cfg = load_config(ROOT / "configs/franky_sim.yaml", [
                     f"cluster.node_groups[0].hardware.configs[0].robot_ip={sim.host}", f"env.control_hz={hz:g}",
-                    "train.progress=false", "train.record_episodes=false", f"train.step_lane={lane}", *learn])
-                rate, health = pipeline_rate(cfg, steps / hz)
+                    "train.progress=false", "train.record_episodes=false", *LANES[lane]])
+                rate, health = pipeline_rate(cfg, steps / hz, learner_load=loaded)
                 out.append({"lane": lane, "hz": hz, "rate": rate, **health[0]})
     return out
 
@@ -243,13 +269,14 @@ def print_latency(title: str, rows: list[tuple], width: int = 52, digits: int = 
 def print_franky(rows: list[dict], loaded: bool) -> None:
     print()
     print(f"franky-sim through the pipeline (real franka driver), {'learner training flat out' if loaded else 'quiet'}")
-    print(f"{'lane':<10}{'Hz':>5}{'steps':>7}{'hit %':>9}{'late':>6}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}"
-          f"{'period p99':>12}")
+    print(f"{'lane':<12}{'Hz':>5}{'steps':>7}{'hit %':>9}{'late':>6}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}"
+          f"{'period p99':>12}{'updates':>9}")
     for h in rows:
         hit = float("nan") if h["late_steps"] is None else 100 * (1 - h["late_steps"] / max(h["timed_steps"], 1))
         period = h["period_p99_ms"] if h["period_p99_ms"] is not None else float("nan")
-        print(f"{h['lane']:<10}{h['hz']:>5g}{h['steps']:>7}{hit:>9.2f}{h['late_steps'] or 0:>6}"
-              f"{h['latency_p50_ms']:>9.2f}{h['latency_p99_ms']:>9.2f}{h['latency_max_ms']:>9.1f}{period:>12.1f}")
+        print(f"{h['lane']:<12}{h['hz']:>5g}{h['steps']:>7}{hit:>9.2f}{h['late_steps'] or 0:>6}"
+              f"{h['latency_p50_ms']:>9.2f}{h['latency_p99_ms']:>9.2f}{h['latency_max_ms']:>9.1f}{period:>12.1f}"
+              f"{h.get('learner_updates', 0):>9}  {h.get('late_by_phase') or ''}")
 
 
 def main() -> int:
@@ -257,7 +284,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--num-envs", default="1,8",
                     help="comma-separated env.num_envs values to run the throughput rows with (default 1,8)")
-    ap.add_argument("--lanes", default="direct,channels", help="step lanes to compare (train.step_lane values)")
+    ap.add_argument("--lanes", default="direct,channels,next-to-arm",
+                    help="obs->action paths to compare: direct, channels (train.step_lane) or next-to-arm "
+                         "(train.policy_at=env: the env worker acts itself)")
     ap.add_argument("--parts", default="throughput,latency,franky",
                     help="which parts to run: throughput, latency, phases, across-nodes, franky, franky-loaded")
     ap.add_argument("--franky-steps", type=int, default=300)
@@ -272,7 +301,7 @@ def main() -> int:
         ap.error(f"--num-envs needs values >= 1, got {args.num_envs!r}")
     lanes = [x.strip() for x in args.lanes.split(",") if x.strip()]
     parts = {x.strip() for x in args.parts.split(",") if x.strip()}
-    if bad := [x for x in lanes if x not in ("direct", "channels")] + \
+    if bad := [x for x in lanes if x not in LANES] + \
             [x for x in parts if x not in ("throughput", "latency", "phases", "across-nodes", "franky", "franky-loaded")]:
         ap.error(f"unknown --lanes/--parts value(s): {bad}")
     torch.set_num_threads(1)
