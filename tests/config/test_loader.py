@@ -184,3 +184,15 @@ def test_the_local_runner_refuses_several_env_instances_naming_num_envs_and_both
     assert "env.num_envs is 4" in str(e.value)
     assert "env.num_envs=1" in str(e.value) and "train.runner=pipeline" in str(e.value)
     assert load_config(write(tmp_path, MINIMAL), ["train.runner=pipeline", "env.num_envs=4"]).env.num_envs == 4
+
+
+@pytest.mark.parametrize("key, bad, allowed", [
+    ("step_lane", "tcp", ["direct", "channels"]),
+    ("policy_at", "gpu", ["rollout", "env"]),
+    ("env_transport", "grpc", ["auto", "in_process", "server"]),
+])
+def test_the_robot_loop_keys_refuse_an_unknown_choice_naming_the_key_and_the_choices(tmp_path, key, bad, allowed):
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, MINIMAL), [f"train.{key}={bad}"])
+    assert e.value.path == f"train.{key}"
+    assert all(repr(choice) in e.value.message or choice in e.value.message for choice in allowed)
