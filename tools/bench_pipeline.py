@@ -169,8 +169,9 @@ def across_nodes_rows(lanes: list[str], seconds: float) -> list[tuple]:
                                                       "rollout,actor": {"node_group": "node", "placement": "1"}}
             _, health = pipeline_rate(load_config_dict(data), seconds, address=rc.address)
             h = health[0]
-            rows.append((f"{lane}: env on raylet 0, rollout on raylet 1", h["steps"], h["latency_p50_ms"],
-                         h["latency_p99_ms"]))
+            where = "env + policy on raylet 0, actor on raylet 1" if lane == "next-to-arm" else \
+                "env on raylet 0, rollout on raylet 1"
+            rows.append((f"{lane}: {where}", h["steps"], h["latency_p50_ms"], h["latency_p99_ms"]))
     finally:
         ray.shutdown()
         rc.shutdown()
