@@ -2,6 +2,7 @@
 
     .venv/bin/python tools/bench_pipeline.py [--seconds 30] [--num-envs 1,8] [--lanes direct,channels,next-to-arm]
         [--parts throughput,latency,phases,across-nodes,franky,franky-loaded] [--franky-steps 300] [--franky-hz 10,30]
+        [--franky-realtime 0,80]
 
 Every figure is measured for each obs->action path in the same run: the step lanes (``train.step_lane``:
 ``direct``, the TCP stream between env and rollout worker; ``channels``, the relay through two channel
@@ -241,8 +242,9 @@ def phase_rows(steps: int) -> list[tuple]:
     return rows
 
 
-def franky_rows(lanes: list[str], rates: list[float], steps: int, loaded: bool) -> list[dict]:
-    """configs/franky_sim.yaml through the pipeline for every lane and control rate; ``loaded``: the actor
+def franky_rows(lanes: list[str], rates: list[float], steps: int, loaded: bool, realtime: list[int]) -> list[dict]:
+    """configs/franky_sim.yaml through the pipeline for every lane, control rate and robot-loop priority
+    (``realtime``: SCHED_FIFO priorities for node 0's ``loop_priority``, 0 = no isolation); ``loaded``: the actor
     trains flat out on the same cores meanwhile."""
     from drivers.franky_sim import FrankySim
     from rlhw.config import load_config
@@ -250,12 +252,16 @@ def franky_rows(lanes: list[str], rates: list[float], steps: int, loaded: bool) 
     out = []
     with FrankySim(start_timeout_s=120) as sim:
         for hz in rates:
-            for lane in lanes:
-                cfg = load_config(ROOT / "configs/franky_sim.yaml", [
-                    f"cluster.node_groups[0].hardware.configs[0].robot_ip={sim.host}", f"env.control_hz={hz:g}",
-                    "train.progress=false", "train.record_episodes=false", *LANES[lane]])
-                rate, health = pipeline_rate(cfg, steps / hz, learner_load=loaded)
-                out.append({"lane": lane, "hz": hz, "rate": rate, **health[0]})
+            for priority in realtime:
+                isolation = [f"cluster.node_groups[0].env_configs=[{{node_ranks: 0, loop_priority: "
+                             f"{{realtime: {priority}}}}}]"] if priority else []
+                for lane in lanes:
+                    cfg = load_config(ROOT / "configs/franky_sim.yaml", [
+                        f"cluster.node_groups[0].hardware.configs[0].robot_ip={sim.host}", f"env.control_hz={hz:g}",
+                        "train.progress=false", "train.record_episodes=false", *LANES[lane], *isolation])
+                    rate, health = pipeline_rate(cfg, steps / hz, learner_load=loaded)
+                    name = f"{lane} FIFO {priority}" if priority else lane
+                    out.append({"lane": name, "hz": hz, "rate": rate, **health[0]})
     return out
 
 
@@ -270,12 +276,12 @@ def print_latency(title: str, rows: list[tuple], width: int = 52, digits: int = 
 def print_franky(rows: list[dict], loaded: bool) -> None:
     print()
     print(f"franky-sim through the pipeline (real franka driver), {'learner training flat out' if loaded else 'quiet'}")
-    print(f"{'lane':<12}{'Hz':>5}{'steps':>7}{'hit %':>9}{'late':>6}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}"
+    print(f"{'lane':<20}{'Hz':>5}{'steps':>7}{'hit %':>9}{'late':>6}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}"
           f"{'period p99':>12}{'updates':>9}")
     for h in rows:
         hit = float("nan") if h["late_steps"] is None else 100 * (1 - h["late_steps"] / max(h["timed_steps"], 1))
         period = h["period_p99_ms"] if h["period_p99_ms"] is not None else float("nan")
-        print(f"{h['lane']:<12}{h['hz']:>5g}{h['steps']:>7}{hit:>9.2f}{h['late_steps'] or 0:>6}"
+        print(f"{h['lane']:<20}{h['hz']:>5g}{h['steps']:>7}{hit:>9.2f}{h['late_steps'] or 0:>6}"
               f"{h['latency_p50_ms']:>9.2f}{h['latency_p99_ms']:>9.2f}{h['latency_max_ms']:>9.1f}{period:>12.1f}"
               f"{h.get('learner_updates', 0):>9}  {h.get('late_by_phase') or ''}")
 
@@ -292,10 +298,14 @@ def main() -> int:
                     help="which parts to run: throughput, latency, phases, across-nodes, franky, franky-loaded")
     ap.add_argument("--franky-steps", type=int, default=300)
     ap.add_argument("--franky-hz", default="10,30")
+    ap.add_argument("--franky-realtime", default="0",
+                    help="comma-separated SCHED_FIFO priorities of the robot loop (node 0's env_configs "
+                         "loop_priority) for the franky rows; 0 = no isolation (default 0)")
     args = ap.parse_args()
     try:
         num_envs = [int(x) for x in args.num_envs.split(",") if x.strip()]
         franky_hz = [float(x) for x in args.franky_hz.split(",") if x.strip()]
+        franky_rt = [int(x) for x in args.franky_realtime.split(",") if x.strip()]
     except ValueError:
         ap.error(f"--num-envs and --franky-hz take comma-separated numbers, got {args.num_envs!r}, {args.franky_hz!r}")
     if not num_envs or min(num_envs) < 1:
@@ -336,7 +346,7 @@ def main() -> int:
         print_latency("obs->action across nodes (30 Hz mock arm, proprio)", across_nodes_rows(lanes, args.seconds))
     for loaded in (False, True):
         if ("franky-loaded" if loaded else "franky") in parts:
-            print_franky(franky_rows(lanes, franky_hz, args.franky_steps, loaded), loaded)
+            print_franky(franky_rows(lanes, franky_hz, args.franky_steps, loaded, franky_rt), loaded)
     ray.shutdown()
     return 0
 

@@ -79,6 +79,8 @@ def test_two_actor_processes_on_another_node_train_with_identical_weights(ray_no
     health = status["loop_health"][0]
     assert health["steps"] >= 200 and health["latency_p99_ms"] > 0
     assert health["loop_isolation"] == {"affinity": [loop_cpu], "policy": "SCHED_OTHER", "nice": 3}
+    # The rollout worker on the same node serves the loop: its loop thread takes the same isolation.
+    assert status["rollout_isolation"] == [{"affinity": [loop_cpu], "policy": "SCHED_OTHER", "nice": 3}]
 
 
 def start_run_in_background(ray_nodes, config: dict, run_path, min_episodes: int):

@@ -233,6 +233,9 @@ class Controller:
             # Data-parallel ranks must hold identical weights; run.json records the evidence.
             session.status_extra["actor_weight_digests"] = pipe.actors.weights_digest().wait(CALL_TIMEOUT_S)
             session.status_extra["loop_health"] = pipe.envs.loop_health().wait(CALL_TIMEOUT_S)
+            if pipe.rollouts is not None:
+                session.status_extra["rollout_isolation"] = [
+                    r.loop_isolation for r in pipe.rollouts.poll().wait(CALL_TIMEOUT_S)]
             return session.finish()
         except (PipelineFailure, WorkerError) as e:
             return self._worker_failed(e)

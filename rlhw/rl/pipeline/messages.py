@@ -117,13 +117,15 @@ class EnvProgress:
 @dataclass(frozen=True, slots=True)
 class RolloutProgress:
     """A rollout worker's answer to ``poll()``: actions served, policy calls (batches), the weights version it
-    acts with (-1: none yet), and why its loop failed (None: it runs)."""
+    acts with (-1: none yet), why its loop failed (None: it runs), and the robot-loop isolation its loop thread
+    runs with (read back from the OS, as an env worker's ``loop_isolation``; None until the loop starts)."""
 
     rank: int
     served: int
     batches: int
     weights_version: int
     error: str | None = None
+    loop_isolation: dict | None = None
 
 
 def encode_env_step(msg: EnvStep) -> bytes:

@@ -13,6 +13,10 @@ pass gives both).
 New `PolicyWeights` arrive on the ``weights`` channel (key = its rank). The loop looks there between
 batches without blocking, so a slow learner never stalls a robot. The policy, the replay forwarding and the
 weights following are `rlhw.rl.pipeline.acting`'s, shared with an env worker that acts next to its arm.
+
+The loop thread is on the step-critical path of every robot it serves, so it takes its node's robot-loop
+isolation (``env_configs``: ``loop_cpus`` and ``loop_priority``) like the env worker's loop: on a
+one-workstation layout the learner then cannot hold back an action.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from rlhw.rl.pipeline.lane import ChannelRolloutEnd, DirectRolloutEnd, LaneAddre
 from rlhw.rl.pipeline.messages import Actions, EnvStep, RolloutProgress
 from rlhw.rl.sac import resolve_device
 from rlhw.robot.spec import EnvSpec
+from rlhw.runtime.isolation import apply_loop_isolation
 from rlhw.runtime.worker import Worker
 
 
@@ -44,6 +49,8 @@ class RolloutWorker(Worker):
         self.replay = ReplayForwarder(channel_prefix, num_actor_ranks, self.cfg.step_timeout_s)
         self.weights = WeightsFollower(channel_prefix, key=self.rank)
         self.device = resolve_device(self.cfg.device)
+        self.isolation = config.cluster.node_env(self.info.node_rank).isolation
+        self.loop_isolation: dict | None = None  # what took effect in the loop thread (its start sets it)
         self.policy: ActingPolicy | None = None  # built from the env spec in setup()
         self.served = 0
         self.batches = 0
@@ -66,7 +73,8 @@ class RolloutWorker(Worker):
 
     def poll(self) -> RolloutProgress:
         return RolloutProgress(rank=self.rank, served=self.served, batches=self.batches,
-                               weights_version=self.policy.version if self.policy else -1, error=self.error)
+                               weights_version=self.policy.version if self.policy else -1, error=self.error,
+                               loop_isolation=self.loop_isolation)
 
     def stop_loop(self) -> None:
         """Stop the loop thread and release what it holds (called through the group before it is killed)."""
@@ -79,6 +87,7 @@ class RolloutWorker(Worker):
     def _loop(self) -> None:
         last_weights_check = 0.0
         try:
+            self.loop_isolation = apply_loop_isolation(self.isolation)  # this thread: Linux applies it per thread
             while not self.stopping:
                 now = time.monotonic()
                 if now - last_weights_check > WEIGHTS_POLL_S:
