@@ -2,7 +2,7 @@
 
     .venv/bin/python tools/bench_pipeline.py [--seconds 30] [--num-envs 1,8] [--lanes direct,channels,next-to-arm]
         [--parts throughput,latency,phases,across-nodes,franky,franky-loaded] [--franky-steps 300] [--franky-hz 10,30]
-        [--franky-realtime 0,80]
+        [--realtime 0,80]
 
 Every figure is measured for each obs->action path in the same run: the step lanes (``train.step_lane``:
 ``direct``, the TCP stream between env and rollout worker; ``channels``, the relay through two channel
@@ -10,10 +10,11 @@ actors, the older baseline) and ``next-to-arm`` (``train.policy_at=env``: the en
 
 Part 1 (sim only, one run, same machine, same env and policy): env steps/s of
   - an in-process loop: `make_env` (MuJoCo reach) + the SAC policy network in one Python loop;
-  - the full pipeline (env worker -> `rlhw serve-env` child over gRPC -> channels -> rollout worker with
-    the same policy network -> channels) with 1 and with 2 env workers, each serving ``env.num_envs``
-    instances for every value of ``--num-envs`` (1 = one arm per env worker; more = simulated instances
-    stepped together, one message and one gRPC step per env-worker step), no training running.
+  - the full pipeline (env worker stepping the simulator in its own process, ``train.env_transport: auto``
+    -> step lane -> rollout worker with the same policy network -> step lane; or the env worker acting itself)
+    with 1 and with 2 env workers, each serving ``env.num_envs`` instances for every value of ``--num-envs``
+    (1 = one arm per env worker; more = simulated instances stepped together, one message per env-worker
+    step), no training running.
 Part 2 (latency): observation-to-action latency on one node (env worker: observation in hand -> action back
 from the rollout worker) with the mock arm at 30 Hz, proprio only and with two 128x128x3 camera images.
 Part 2a (phases): the direct lane's round trip alone (an echo process answering at once) and the policy's
@@ -22,6 +23,9 @@ Part 2b (across-nodes): the same with the env worker and its rollout worker on t
 Part 3 (franky, franky-loaded): configs/franky_sim.yaml (the real franka driver against franky-sim) through
 the pipeline at 10 and 30 Hz with the policy acting, quiet and with the actor training flat out on the same
 cores: deadline hit rate (steps that started inside their control period), obs->action p50/p99.
+``--realtime 0,80`` repeats the latency and franky rows with node 0's robot loop at SCHED_FIFO 80
+(``env_configs`` ``loop_priority``: the env worker's and rollout worker's loop threads and the env server
+child); 0 = no isolation.
 """
 
 from __future__ import annotations
@@ -129,21 +133,39 @@ def lane_rows(configs, lanes: list[str], num_envs: list[int], seconds: float, lo
     return rows
 
 
-def latency_rows(lanes: list[str], seconds: float) -> list[tuple]:
-    """obs->action on one node with the mock arm: proprio only, and with two 128x128x3 camera images."""
+def realtime_loop(priority: int, group: int | None) -> list[str]:
+    """Overrides that give node 0's robot loop SCHED_FIFO ``priority`` (env_configs ``loop_priority``) through
+    node group ``group``, or through a new group when the config has none (None); 0 = no isolation."""
+    if not priority:
+        return []
+    env_configs = f"[{{node_ranks: 0, loop_priority: {{realtime: {priority}}}}}]"
+    if group is None:
+        return [f"cluster.node_groups=[{{label: loop, node_ranks: 0, env_configs: {env_configs}}}]"]
+    return [f"cluster.node_groups[{group}].env_configs={env_configs}"]
+
+
+def lane_name(lane: str, priority: int) -> str:
+    return f"{lane} FIFO {priority}" if priority else lane
+
+
+def latency_rows(lanes: list[str], seconds: float, realtime: list[int]) -> list[tuple]:
+    """obs->action on one node with the mock arm: proprio only, and with two 128x128x3 camera images, for every
+    lane and robot-loop priority (``realtime``, as `realtime_loop`)."""
     from rlhw.config import load_config
 
     rows = []
     for images in (False, True):
-        for lane in lanes:
-            cfg = load_config(ROOT / "configs/sim_reach.yaml", [
-                "env.sim=mock", f"env.images={str(images).lower()}", "env.sim_cameras=[wrist,front]",
-                "env.control_hz=30", "train.progress=false", "train.learning_starts=100000000",
-                "train.record_episodes=false", *LANES[lane]])
-            _, health = pipeline_rate(cfg, seconds)
-            h = health[0]
-            what = "2x128x128x3 images + proprio" if images else "proprio only"
-            rows.append((f"{lane}: mock arm, {what}", h["steps"], h["latency_p50_ms"], h["latency_p99_ms"]))
+        for priority in realtime:
+            for lane in lanes:
+                cfg = load_config(ROOT / "configs/sim_reach.yaml", [
+                    "env.sim=mock", f"env.images={str(images).lower()}", "env.sim_cameras=[wrist,front]",
+                    "env.control_hz=30", "train.progress=false", "train.learning_starts=100000000",
+                    "train.record_episodes=false", *LANES[lane], *realtime_loop(priority, None)])
+                _, health = pipeline_rate(cfg, seconds)
+                h = health[0]
+                what = "2x128x128x3 images + proprio" if images else "proprio only"
+                rows.append((f"{lane_name(lane, priority)}: mock arm, {what}", h["steps"], h["latency_p50_ms"],
+                             h["latency_p99_ms"]))
     return rows
 
 
@@ -253,15 +275,13 @@ def franky_rows(lanes: list[str], rates: list[float], steps: int, loaded: bool, 
     with FrankySim(start_timeout_s=120) as sim:
         for hz in rates:
             for priority in realtime:
-                isolation = [f"cluster.node_groups[0].env_configs=[{{node_ranks: 0, loop_priority: "
-                             f"{{realtime: {priority}}}}}]"] if priority else []
                 for lane in lanes:
                     cfg = load_config(ROOT / "configs/franky_sim.yaml", [
                         f"cluster.node_groups[0].hardware.configs[0].robot_ip={sim.host}", f"env.control_hz={hz:g}",
-                        "train.progress=false", "train.record_episodes=false", *LANES[lane], *isolation])
+                        "train.progress=false", "train.record_episodes=false", *LANES[lane],
+                        *realtime_loop(priority, 0)])
                     rate, health = pipeline_rate(cfg, steps / hz, learner_load=loaded)
-                    name = f"{lane} FIFO {priority}" if priority else lane
-                    out.append({"lane": name, "hz": hz, "rate": rate, **health[0]})
+                    out.append({"lane": lane_name(lane, priority), "hz": hz, "rate": rate, **health[0]})
     return out
 
 
@@ -298,16 +318,17 @@ def main() -> int:
                     help="which parts to run: throughput, latency, phases, across-nodes, franky, franky-loaded")
     ap.add_argument("--franky-steps", type=int, default=300)
     ap.add_argument("--franky-hz", default="10,30")
-    ap.add_argument("--franky-realtime", default="0",
+    ap.add_argument("--realtime", default="0",
                     help="comma-separated SCHED_FIFO priorities of the robot loop (node 0's env_configs "
-                         "loop_priority) for the franky rows; 0 = no isolation (default 0)")
+                         "loop_priority) for the latency and franky rows; 0 = no isolation (default 0)")
     args = ap.parse_args()
     try:
         num_envs = [int(x) for x in args.num_envs.split(",") if x.strip()]
         franky_hz = [float(x) for x in args.franky_hz.split(",") if x.strip()]
-        franky_rt = [int(x) for x in args.franky_realtime.split(",") if x.strip()]
+        realtime = [int(x) for x in args.realtime.split(",") if x.strip()]
     except ValueError:
-        ap.error(f"--num-envs and --franky-hz take comma-separated numbers, got {args.num_envs!r}, {args.franky_hz!r}")
+        ap.error(f"--num-envs, --franky-hz and --realtime take comma-separated numbers, got {args.num_envs!r}, "
+                 f"{args.franky_hz!r}, {args.realtime!r}")
     if not num_envs or min(num_envs) < 1:
         ap.error(f"--num-envs needs values >= 1, got {args.num_envs!r}")
     lanes = [x.strip() for x in args.lanes.split(",") if x.strip()]
@@ -339,14 +360,15 @@ def main() -> int:
         for name, rate, ratio, lat in rows:
             print(f"{name:<44}{rate:>10.1f}{ratio:>10.2f}{lat:>22}")
     if "latency" in parts:
-        print_latency("obs->action on one node (30 Hz mock arm)", latency_rows(lanes, args.seconds))
+        print_latency("obs->action on one node (30 Hz mock arm)", latency_rows(lanes, args.seconds, realtime),
+                      width=62)
     if "phases" in parts:
         print_latency("obs->action phase by phase (one node)", phase_rows(2000), width=64, digits=3)
     if "across-nodes" in parts:
         print_latency("obs->action across nodes (30 Hz mock arm, proprio)", across_nodes_rows(lanes, args.seconds))
     for loaded in (False, True):
         if ("franky-loaded" if loaded else "franky") in parts:
-            print_franky(franky_rows(lanes, franky_hz, args.franky_steps, loaded, franky_rt), loaded)
+            print_franky(franky_rows(lanes, franky_hz, args.franky_steps, loaded, realtime), loaded)
     ray.shutdown()
     return 0
 
