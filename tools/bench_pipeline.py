@@ -2,7 +2,7 @@
 
     .venv/bin/python tools/bench_pipeline.py [--seconds 30] [--num-envs 1,8] [--lanes direct,channels,next-to-arm]
         [--parts throughput,latency,phases,across-nodes,franky,franky-loaded] [--franky-steps 300] [--franky-hz 10,30]
-        [--realtime 0,80]
+        [--realtime 0,80] [--sim-realtime 90]
 
 Every figure is measured for each obs->action path in the same run: the step lanes (``train.step_lane``:
 ``direct``, the TCP stream between env and rollout worker; ``channels``, the relay through two channel
@@ -31,6 +31,7 @@ child); 0 = no isolation.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import threading
@@ -264,15 +265,26 @@ def phase_rows(steps: int) -> list[tuple]:
     return rows
 
 
-def franky_rows(lanes: list[str], rates: list[float], steps: int, loaded: bool, realtime: list[int]) -> list[dict]:
+def robot_realtime(pid: int, priority: int) -> None:
+    """Every thread of process ``pid`` (franky-sim: the stand-in for the robot's own controller, which on a
+    real cell is a computer of its own) to SCHED_FIFO ``priority``, so the learner cannot slow the robot."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(priority))
+
+
+def franky_rows(lanes: list[str], rates: list[float], steps: int, loaded: bool, realtime: list[int],
+                sim_realtime: int = 0) -> list[dict]:
     """configs/franky_sim.yaml through the pipeline for every lane, control rate and robot-loop priority
     (``realtime``: SCHED_FIFO priorities for node 0's ``loop_priority``, 0 = no isolation); ``loaded``: the actor
-    trains flat out on the same cores meanwhile."""
+    trains flat out on the same cores meanwhile; ``sim_realtime``: franky-sim's threads at that SCHED_FIFO
+    priority (0: left as started)."""
     from drivers.franky_sim import FrankySim
     from rlhw.config import load_config
 
     out = []
     with FrankySim(start_timeout_s=120) as sim:
+        if sim_realtime:
+            robot_realtime(sim.pid, sim_realtime)
         for hz in rates:
             for priority in realtime:
                 for lane in lanes:
@@ -321,6 +333,9 @@ def main() -> int:
     ap.add_argument("--realtime", default="0",
                     help="comma-separated SCHED_FIFO priorities of the robot loop (node 0's env_configs "
                          "loop_priority) for the latency and franky rows; 0 = no isolation (default 0)")
+    ap.add_argument("--sim-realtime", type=int, default=0,
+                    help="franky-sim's threads at this SCHED_FIFO priority, as a robot's own controller would be "
+                         "on a computer of its own (default 0: as started)")
     args = ap.parse_args()
     try:
         num_envs = [int(x) for x in args.num_envs.split(",") if x.strip()]
@@ -368,7 +383,8 @@ def main() -> int:
         print_latency("obs->action across nodes (30 Hz mock arm, proprio)", across_nodes_rows(lanes, args.seconds))
     for loaded in (False, True):
         if ("franky-loaded" if loaded else "franky") in parts:
-            print_franky(franky_rows(lanes, franky_hz, args.franky_steps, loaded, realtime), loaded)
+            print_franky(franky_rows(lanes, franky_hz, args.franky_steps, loaded, realtime, args.sim_realtime),
+                         loaded)
     ray.shutdown()
     return 0
 
