@@ -6,8 +6,9 @@ A `Pipeline` launches the three worker groups and their channels; a `Controller`
                                         rollout workers --replay--> actor workers --weights--> rollout workers
 
 The controller never touches observations or transitions: those move on the step lanes
-(rlhw.rl.pipeline.lane, ``train.step_lane``) and through channels (payloads by object-store reference). It only decides how much to collect, how many updates to run, when to evaluate,
-log and checkpoint, and when to stop. ``train.mode``:
+(rlhw.rl.pipeline.lane, ``train.step_lane``) and through channels (payloads by object-store reference). It
+only decides how much to collect, how many updates to run, when to evaluate, log and checkpoint, and when to
+stop. ``train.mode``:
 
 - ``sync``: collect ``steps_per_iteration`` env steps (whole episodes: a robot is never paused mid-episode),
   then run the updates they pay for (``utd_ratio``), repeat;

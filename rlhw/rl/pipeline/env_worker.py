@@ -3,14 +3,15 @@
 It owns its env behind a transport (``train.env_transport``: in this process for simulators, no server child
 and no serialisation; a `rlhw serve-env` child and a `RemoteEnv` client to it for real arms, which keeps their
 isolation) and runs the robot loop in a thread: the episode loop of `rlhw.rl.episode_loop` (the local runner's
-too), whose policy sends the observation to its rollout worker through the ``obs`` channel and waits for the
-action on the ``actions`` channel (keyed by env rank); the loop steps, writes the step to disk, repeats.
+too), whose policy sends the observation to its rollout worker over the step lane (`rlhw.rl.pipeline.lane`)
+and waits for the action on the same lane, or, with ``train.policy_at: env``, asks the policy next to the arm
+in this process (`rlhw.rl.pipeline.acting`); the loop steps, writes the step to disk, repeats.
 The controller only sets how much to collect (``collect`` / ``run_async`` / ``evaluate``) and polls counters
 (``poll``), so the robot loop never waits for the controller or for training.
 
 One env worker may serve several env instances (``env.num_envs`` > 1, simulators only): its env steps
-them together and one message per env step carries all of them, so the channel and gRPC costs of a
-step are paid once per batch instead of once per instance. Per-instance episode bookkeeping (which
+them together and one message per env step carries all of them, so the fixed costs of a step (the lane's
+round trip, the policy call) are paid once per batch instead of once per instance. Per-instance episode bookkeeping (which
 instances train, evaluate or idle) is in `rlhw.rl.instances`.
 
 The messages (one `EnvStep` per env step, batched whatever ``num_envs`` is, answered by ONE `Actions`) are
@@ -278,8 +279,8 @@ class EnvWorker(Worker):
 
     # ---- the episode loop's hooks (loop thread)
     def _act(self, obs: dict, rows: list[int], evaluating: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The policy, on the rollout worker: the observations go out with the previous step's train transitions,
-        the actions and their versions come back."""
+        """The policy, on the rollout worker or next to the arm: the observations go out with the previous step's
+        train transitions, the actions and their versions come back."""
         self._put(obs, rows, evaluating, self._pending)
         self._pending = None
         if self._first_obs:
@@ -345,7 +346,7 @@ class EnvWorker(Worker):
         return stepped
 
     def _actions(self) -> Actions:
-        """The rollout worker's answer: one row per instance that asked."""
+        """The policy's answer: one row per instance that asked."""
         answer = self.lane.actions()
         self.timer.actions_received()
         return Actions(np.asarray(answer.actions, np.float32), np.asarray(answer.versions, np.int64))
