@@ -13,9 +13,9 @@ import numpy as np
 import torch
 
 from rlhw.rl.demos import load_demos
-from rlhw.rl.episode_loop import Act, BatchView, EpisodeLoop, EpisodeResult, LoopHooks, one_instance
+from rlhw.rl.episode_loop import Act, BatchView, EpisodeLoop, EpisodeResult, LoopHooks
 from rlhw.rl.episodes import EpisodeRecorder, iter_recorded_transitions
-from rlhw.rl.replay import MixedReplay, TransitionBatch, transition_batch
+from rlhw.rl.replay import MixedReplay, TransitionBatch
 from rlhw.rl.rundir import RunDir
 from rlhw.rl.sac import SAC, resolve_device
 from rlhw.rl.session import Counters, StopReason, TrainingSession, interrupted
@@ -31,12 +31,6 @@ def seed_everything(seed: int) -> np.random.Generator:
 def make_agent(config, spec, device) -> SAC:
     space = AgentSpace.from_spec(spec)
     return SAC(space.layout, space.low, space.high, config.train.sac, device=device)
-
-
-def transition(obs: dict, action, reward, terminated, next_obs: dict, intervened: bool = False) -> TransitionBatch:
-    """One transition as a batch of 1, in the replay buffer's field names."""
-    return transition_batch(one_instance(obs), one_instance(next_obs), np.asarray(action, np.float32)[None], [reward],
-                            [float(terminated)], [float(intervened)])
 
 
 def agent_policy(agent: SAC, rng: np.random.Generator, random_actions: bool = False) -> Act:

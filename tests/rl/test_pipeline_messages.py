@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from rlhw.rl.local import transition
 from rlhw.rl.pipeline.loop_health import LoopTimer, loop_metrics
 from rlhw.rl.pipeline.messages import (Actions, EnvProgress, EnvStep, MessageTypeError, PolicyWeights,
                                        decode_env_step, encode_env_step)
@@ -113,14 +111,6 @@ def test_the_agent_space_reads_vectors_and_images_in_a_fixed_order_with_every_sh
     assert space.observation_shapes == {"pos": (3,), "cam": (8, 8, 3)} and space.action_shape == (2,)
     zeros = zero_observations(_SPEC, 2)
     assert zeros["cam"].dtype == np.uint8 and zeros["cam"].shape == (2, 8, 8, 3) and zeros["pos"].shape == (2, 3)
-
-
-def test_the_local_runners_transition_is_a_batch_of_one_of_the_pipelines():
-    one = transition({"x": np.ones(2, np.float32)}, np.zeros(3), -1.0, True, {"x": np.zeros(2, np.float32)}, True)
-    assert set(one) == {"obs/x", "next_obs/x", "action", "reward", "terminated", "intervened"}
-    assert one["obs/x"].shape == (1, 2) and one["action"].shape == (1, 3)
-    assert one["reward"].tolist() == [-1.0] and one["terminated"].tolist() == [1.0]
-    assert one["intervened"].tolist() == [1.0]
 
 
 # ---------------------------------------------------------------------------------------- loop health
