@@ -5,8 +5,9 @@ its rank: rollout workers spread transitions over the ranks; and a demo buffer h
 on every rank, plus the intervention transitions that reach this rank) and samples its own batches; gradients are averaged over ranks with
 torch.distributed all-reduce (gloo on CPU, NCCL on GPU) inside `SAC.update`, after rank 0's initial
 weights were broadcast, so the ranks' weights stay identical. Each rank seeds with ``seed + rank``.
-Rank 0 publishes policy weights to the processes that act (rollout workers, or env workers next to their arms), versioned by the number of updates behind them (the
-``policy_version`` recorded with every step), returns the metrics the controller logs and writes checkpoints.
+Rank 0 publishes policy weights to the processes that act (rollout workers, or env workers next to their
+arms), versioned by the number of updates behind them (the ``policy_version`` recorded with every step),
+returns the metrics the controller logs and writes checkpoints.
 """
 
 from __future__ import annotations
