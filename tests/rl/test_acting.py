@@ -16,7 +16,7 @@ import torch
 
 from rlhw.config.train import SacConfig, TrainConfig
 from rlhw.rl.pipeline import acting
-from rlhw.rl.pipeline.acting import ActingPolicy, PolicyNextToArm
+from rlhw.rl.pipeline.acting import ActingPolicy, FeederError, PolicyNextToArm
 from rlhw.rl.pipeline.lane import LaneError
 from rlhw.rl.pipeline.messages import EnvStep, PolicyWeights
 from rlhw.rl.replay import transition_batch
@@ -122,3 +122,17 @@ def test_transitions_reach_the_actor_ranks_from_the_feeder_thread_not_the_robot_
     lane.send(_step(transitions=True))
     lane.close()  # what is still pending goes out on close, to the next actor rank
     assert replay.qsize(key=1) == 1
+
+
+def test_a_failed_feeder_fails_the_robot_loop_at_its_next_step_with_the_cause(next_to_arm, monkeypatch):
+    lane, _, replay = next_to_arm
+
+    def dead_actor(*_args, **_kwargs):
+        raise TimeoutError("the replay channel did not take the batch within 5 s")
+
+    monkeypatch.setattr(replay, "put", dead_actor)
+    lane.send(_step(transitions=True))
+    lane.actions()
+    assert wait_until(lambda: lane.feeder.error is not None, timeout_s=5.0)
+    with pytest.raises(FeederError, match="no longer reach the actors: TimeoutError: the replay channel"):
+        lane.send(_step())

@@ -8,6 +8,7 @@ instances stepped in the env worker's process (``train.env_transport: auto`` for
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -115,12 +116,18 @@ class _RecordingChannel:
         self.puts.append((env, actions))
 
 
+class _NoWeights:
+    def refresh(self, policy) -> None:
+        pass
+
+
 def _bare_rollout_worker(weights_version: int) -> RolloutWorker:
-    """A RolloutWorker without Ray, lanes or channels: just what `_serve` and its replay forwarder use."""
+    """A RolloutWorker without Ray, lanes or channels: just what `_serve` and its feeder use. The feeder forwards
+    only when closed (its period is an hour), so a test sees the batch that closing sends."""
     import torch
 
     from rlhw.config.train import SacConfig
-    from rlhw.rl.pipeline.acting import ActingPolicy, ReplayForwarder
+    from rlhw.rl.pipeline.acting import ActingPolicy, Feeder, ReplayForwarder
     from rlhw.robot.spec import EnvSpec, TensorSpec
 
     spec = EnvSpec(observations={"x": TensorSpec("x", "float32", (2,))},
@@ -130,10 +137,11 @@ def _bare_rollout_worker(weights_version: int) -> RolloutWorker:
     w.policy.current = (w.policy.current[0], weights_version)
     w.policy.random_actions = weights_version < 0
     w.lane = w.act_ch = _RecordingChannel()
-    w.replay = ReplayForwarder.__new__(ReplayForwarder)
-    w.replay.channel = w.replay_ch = _RecordingChannel()
-    w.replay.num_actor_ranks, w.replay.timeout_s = 2, 5.0
-    w.replay.pending, w.replay.rows, w.replay.next_rank, w.replay.last_flush = [], 0, 0, 0.0
+    replay = ReplayForwarder.__new__(ReplayForwarder)
+    replay.channel = w.replay_ch = _RecordingChannel()
+    replay.num_actor_ranks, replay.timeout_s = 2, 5.0
+    replay.pending, replay.rows, replay.next_rank, replay.last_flush = [], 0, 0, time.monotonic() + 3600
+    w.feeder = Feeder(w.policy, replay, _NoWeights(), name="rollout-feeder-test")
     w.served = w.batches = 0
     return w
 
@@ -168,8 +176,9 @@ def test_the_rollout_worker_answers_each_env_worker_with_one_action_array_and_th
     np.testing.assert_allclose(a2[0], mean, atol=1e-6)
     np.testing.assert_allclose(a2[1], mean, atol=1e-6)
     assert w.served == 5 and w.batches == 1
-    # transitions of both messages went on as one replay batch
-    w.replay.flush(force=True)
+    # transitions of both messages went on as one replay batch, from the feeder thread
+    assert w.replay_ch.puts == []
+    w.feeder.close()
     assert len(w.replay_ch.puts) == 1
     batch = w.replay_ch.puts[0][1]
     assert batch["reward"].shape == (3,) and batch["obs/x"].shape == (3, 2)
@@ -183,6 +192,7 @@ def test_before_any_weights_the_rollout_worker_explores_uniformly_within_the_act
     actions, versions = answer.actions, answer.versions
     assert actions.shape == (64, 3) and np.all(np.abs(actions) <= 1) and actions.std() > 0.3
     assert np.all(versions == -1)  # no policy chose them
+    w.feeder.close()
 
 
 # ------------------------------------------------------------------------------------ episodes on disk

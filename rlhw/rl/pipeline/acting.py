@@ -8,10 +8,10 @@
   action. It suits a robot node with a GPU, or small policies; the rollout group is then not launched.
 
 Both use the same pieces: `ActingPolicy` (the network, exploration, and the version of the weights behind
-each action), `ReplayForwarder` (transitions to the actor ranks in batches) and `WeightsFollower` (new weights
-from the ``weights`` channel). Next to the arm, `PolicyNextToArm` is the env worker's step lane: it answers in
-its own thread, and a feeder thread forwards transitions and loads new weights (into a copy of the network,
-swapped in whole), so neither ever waits inside the robot's step.
+each action), and a `Feeder` thread that forwards transitions to the actor ranks in batches
+(`ReplayForwarder`) and loads new weights from the ``weights`` channel (`WeightsFollower`, into a copy of the
+network, swapped in whole), so the thread that acts never waits on a channel. Next to the arm,
+`PolicyNextToArm` is the env worker's step lane: it answers in the robot loop's own thread.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import time
 import numpy as np
 import torch
 
+from rlhw.errors import RlhwError
 from rlhw.rl.pipeline.lane import LaneError
 from rlhw.rl.pipeline.messages import REPLAY_CHANNEL, WEIGHTS_CHANNEL, Actions, EnvStep, PolicyWeights, expect
 from rlhw.rl.replay import TransitionBatch
@@ -119,11 +120,6 @@ class ReplayForwarder:
         self.pending.append(batch)
         self.rows += len(batch["reward"])
 
-    def flush(self, force: bool = False) -> None:
-        batch = self.take(force)
-        if batch is not None:
-            self.put(batch)
-
     def take(self, force: bool = False) -> TransitionBatch | None:
         """The pending transitions as one batch once enough waited (or ``force``); None otherwise."""
         if not self.pending:
@@ -139,46 +135,31 @@ class ReplayForwarder:
         self.next_rank = (self.next_rank + 1) % self.num_actor_ranks
 
 
-def concat_transitions(batches: list[TransitionBatch]) -> TransitionBatch:
-    """Stacked transition batches from env messages -> one replay batch (field names of rlhw.rl.replay)."""
-    if len(batches) == 1:
-        return batches[0]
-    return {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+class FeederError(RlhwError):
+    """The feeder thread failed: transitions cannot reach the actor ranks, or weights cannot arrive."""
 
 
-class PolicyNextToArm:
-    """The env worker's step lane when it acts itself (``train.policy_at: env``): `send` answers at once in
-    the calling thread; a feeder thread forwards the transitions and follows the weights."""
+class Feeder:
+    """Transitions out to the actor ranks and new weights in, in a thread of its own (``name``), so the thread
+    that acts (a robot loop, a rollout worker's loop) never waits on a channel: on a busy node a channel call
+    is a Ray call that can stall for tens of ms. Its failure is raised by `check` in the acting thread."""
 
-    def __init__(self, spec: EnvSpec, config, env_rank: int, num_actor_ranks: int, channel_prefix: str, device):
-        cfg = config.train
-        self.policy = ActingPolicy(spec, cfg.sac, device, seed=cfg.seed + 2000 + env_rank)
-        self.weights = WeightsFollower(channel_prefix, key=env_rank)
-        self.replay = ReplayForwarder(channel_prefix, num_actor_ranks, cfg.step_timeout_s)
-        self.answer: Actions | None = None
+    def __init__(self, policy: ActingPolicy, replay: ReplayForwarder, weights: WeightsFollower, name: str):
+        self.policy, self.replay, self.weights = policy, replay, weights
         self.error: BaseException | None = None
-        self._lock = threading.Lock()  # guards replay.pending between the robot loop and the feeder
+        self._lock = threading.Lock()  # guards replay.pending between the acting thread and the feeder
         self._stop = threading.Event()
-        self._feeder = threading.Thread(target=self._feed, daemon=True, name=f"policy-feeder-{env_rank}")
-        self._feeder.start()
+        self._thread = threading.Thread(target=self._feed, daemon=True, name=name)
+        self._thread.start()
 
-    def set_exploration(self, random_actions: bool) -> None:
-        self.policy.random_actions = bool(random_actions)
+    def add(self, transitions: TransitionBatch) -> None:
+        with self._lock:
+            self.replay.add(transitions)
 
-    def send(self, msg: EnvStep) -> None:
+    def check(self) -> None:
         if self.error is not None:
-            raise LaneError(f"the policy next to the arm lost its feeder: {type(self.error).__name__}: {self.error}")
-        if msg.transitions is not None:
-            with self._lock:
-                self.replay.add(msg.transitions)
-        if msg.wanted:
-            self.answer = self.policy.act(msg.obs, np.asarray(msg.evaluating, bool))
-
-    def actions(self) -> Actions:
-        answer, self.answer = self.answer, None
-        if answer is None:
-            raise LaneError("actions() without an observation sent first: the env worker's loop is out of step")
-        return answer
+            raise FeederError(f"the feeder thread failed, so transitions no longer reach the actors: "
+                              f"{type(self.error).__name__}: {self.error}")
 
     def _feed(self) -> None:
         last_weights = 0.0
@@ -189,15 +170,54 @@ class PolicyNextToArm:
                     self.weights.refresh(self.policy)
                     last_weights = time.monotonic()
             self._flush(force=True)
-        except BaseException as e:  # noqa: BLE001 - handed to the robot loop at its next send
+        except BaseException as e:  # noqa: BLE001 - raised in the acting thread by check()
             self.error = e
 
     def _flush(self, force: bool) -> None:
         with self._lock:
             batch = self.replay.take(force)
         if batch is not None:
-            self.replay.put(batch)  # outside the lock: the robot loop never waits on the channel
+            self.replay.put(batch)  # outside the lock: the acting thread never waits on the channel
 
     def close(self) -> None:
+        """Stop; what is still pending goes out first."""
         self._stop.set()
-        self._feeder.join(timeout=self.replay.timeout_s + 5)
+        self._thread.join(timeout=self.replay.timeout_s + 5)
+
+
+def concat_transitions(batches: list[TransitionBatch]) -> TransitionBatch:
+    """Stacked transition batches from env messages -> one replay batch (field names of rlhw.rl.replay)."""
+    if len(batches) == 1:
+        return batches[0]
+    return {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+
+
+class PolicyNextToArm:
+    """The env worker's step lane when it acts itself (``train.policy_at: env``): `send` answers at once in
+    the calling thread; a `Feeder` forwards the transitions and follows the weights."""
+
+    def __init__(self, spec: EnvSpec, config, env_rank: int, num_actor_ranks: int, channel_prefix: str, device):
+        cfg = config.train
+        self.policy = ActingPolicy(spec, cfg.sac, device, seed=cfg.seed + 2000 + env_rank)
+        self.feeder = Feeder(self.policy, ReplayForwarder(channel_prefix, num_actor_ranks, cfg.step_timeout_s),
+                             WeightsFollower(channel_prefix, key=env_rank), name=f"policy-feeder-{env_rank}")
+        self.answer: Actions | None = None
+
+    def set_exploration(self, random_actions: bool) -> None:
+        self.policy.random_actions = bool(random_actions)
+
+    def send(self, msg: EnvStep) -> None:
+        self.feeder.check()
+        if msg.transitions is not None:
+            self.feeder.add(msg.transitions)
+        if msg.wanted:
+            self.answer = self.policy.act(msg.obs, np.asarray(msg.evaluating, bool))
+
+    def actions(self) -> Actions:
+        answer, self.answer = self.answer, None
+        if answer is None:
+            raise LaneError("actions() without an observation sent first: the env worker's loop is out of step")
+        return answer
+
+    def close(self) -> None:
+        self.feeder.close()

@@ -5,14 +5,15 @@ each of its env workers, or the ``obs`` channel; the messages are defined in rlh
 carries the observations of all the env instances of one env worker that want an action), runs the policy
 once for all of them (on its GPU when it has one), answers ONE `Actions` per env worker (with the version of
 the weights that chose each action, -1 for a uniform random one, recorded with the step for audits) and
-forwards the transitions that came with the messages (already stacked) to the ``replay`` channel, spread
-over the actor ranks. Exploration is SAC's own stochastic policy, after uniform random actions until the
+hands the transitions that came with the messages (already stacked) to its feeder thread, which forwards
+them to the ``replay`` channel, spread over the actor ranks. Exploration is SAC's own stochastic policy, after uniform random actions until the
 controller says the warm-up is over; eval observations get the deterministic (mean) action (one forward
 pass gives both).
 
-New `PolicyWeights` arrive on the ``weights`` channel (key = its rank). The loop looks there between
-batches without blocking, so a slow learner never stalls a robot. The policy, the replay forwarding and the
-weights following are `rlhw.rl.pipeline.acting`'s, shared with an env worker that acts next to its arm.
+New `PolicyWeights` arrive on the ``weights`` channel (key = its rank); the feeder thread loads them into a
+copy of the network that is swapped in whole, so neither a slow learner nor a channel call ever stalls the
+loop that answers the robots. The policy and the feeder are `rlhw.rl.pipeline.acting`'s, shared with an env
+worker that acts next to its arm.
 
 The loop thread is on the step-critical path of every robot it serves, so it takes its node's robot-loop
 isolation (``env_configs``: ``loop_cpus`` and ``loop_priority``) like the env worker's loop: on a
@@ -22,12 +23,11 @@ one-workstation layout the learner then cannot hold back an action.
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import torch
 
-from rlhw.rl.pipeline.acting import WEIGHTS_POLL_S, ActingPolicy, ReplayForwarder, WeightsFollower
+from rlhw.rl.pipeline.acting import ActingPolicy, Feeder, ReplayForwarder, WeightsFollower
 from rlhw.rl.pipeline.lane import ChannelRolloutEnd, DirectRolloutEnd, LaneAddress, RolloutLaneEnd
 from rlhw.rl.pipeline.messages import Actions, EnvStep, RolloutProgress
 from rlhw.rl.sac import resolve_device
@@ -52,6 +52,7 @@ class RolloutWorker(Worker):
         self.isolation = config.cluster.node_env(self.info.node_rank).isolation
         self.loop_isolation: dict | None = None  # what took effect in the loop thread (its start sets it)
         self.policy: ActingPolicy | None = None  # built from the env spec in setup()
+        self.feeder: Feeder | None = None  # replay out, weights in (setup() starts it)
         self.served = 0
         self.batches = 0
         self.error: str | None = None
@@ -61,6 +62,7 @@ class RolloutWorker(Worker):
     def setup(self, spec: EnvSpec) -> None:
         """Build the policy network from the env spec and start the loop."""
         self.policy = ActingPolicy(spec, self.cfg.sac, self.device, seed=self.cfg.seed + 2000 + self.rank)
+        self.feeder = Feeder(self.policy, self.replay, self.weights, name=f"rollout-feeder-{self.rank}")
         self.thread = threading.Thread(target=self._loop, daemon=True, name=f"rollout-{self.rank}")
         self.thread.start()
 
@@ -81,24 +83,19 @@ class RolloutWorker(Worker):
         self.stopping = True
         if self.thread is not None:
             self.thread.join(timeout=10)
+        if self.feeder is not None:
+            self.feeder.close()
         self.lane.close()
 
     # ---- loop
     def _loop(self) -> None:
-        last_weights_check = 0.0
         try:
             self.loop_isolation = apply_loop_isolation(self.isolation)  # this thread: Linux applies it per thread
             while not self.stopping:
-                now = time.monotonic()
-                if now - last_weights_check > WEIGHTS_POLL_S:
-                    self.weights.refresh(self.policy)
-                    last_weights_check = now
+                self.feeder.check()
                 msgs = self.lane.receive(timeout=0.2)
-                if not msgs:
-                    self.replay.flush(force=True)
-                    continue
-                self._serve(msgs)
-                self.replay.flush()
+                if msgs:
+                    self._serve(msgs)
         except BaseException as e:  # noqa: BLE001 - reported through poll()
             self.error = f"{type(e).__name__}: {e}"
 
@@ -107,7 +104,7 @@ class RolloutWorker(Worker):
         want = []
         for m in msgs:
             if m.transitions is not None:
-                self.replay.add(m.transitions)
+                self.feeder.add(m.transitions)
             if m.wanted:
                 want.append(m)
         if not want:
