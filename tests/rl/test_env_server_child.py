@@ -122,3 +122,15 @@ def test_the_real_env_server_takes_its_nodes_robot_loop_isolation_and_reports_wh
         assert int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[16]) == 4  # its nice value
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("node", ["1", "-1"])
+def test_serve_env_refuses_an_isolate_node_the_cluster_does_not_have_naming_the_flag_and_the_range(node):
+    # a subprocess: isolation is applied to the calling thread, and pytest's own must stay as it is
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    config = os.path.join(root, "configs/sim_reach.yaml")
+    out = subprocess.run([sys.executable, "-m", "rlhw.cli.main", "serve-env", config, "--port", "0",
+                          "--isolate-node", node], capture_output=True, text=True, timeout=120, cwd=root)
+    assert out.returncode != 0
+    assert "--isolate-node" in out.stderr and "must be a node rank of the cluster (0..0)" in out.stderr
+    assert f"got {node}" in out.stderr

@@ -11,8 +11,8 @@ The controller only sets how much to collect (``collect`` / ``run_async`` / ``ev
 
 One env worker may serve several env instances (``env.num_envs`` > 1, simulators only): its env steps
 them together and one message per env step carries all of them, so the fixed costs of a step (the lane's
-round trip, the policy call) are paid once per batch instead of once per instance. Per-instance episode bookkeeping (which
-instances train, evaluate or idle) is in `rlhw.rl.instances`.
+round trip, the policy call) are paid once per batch instead of once per instance. Per-instance episode
+bookkeeping (which instances train, evaluate or idle) is in `rlhw.rl.instances`.
 
 The messages (one `EnvStep` per env step, batched whatever ``num_envs`` is, answered by ONE `Actions`) are
 defined in `rlhw.rl.pipeline.messages`. Each train transition carries what the arm executed (the env's

@@ -6,9 +6,9 @@ carries the observations of all the env instances of one env worker that want an
 once for all of them (on its GPU when it has one), answers ONE `Actions` per env worker (with the version of
 the weights that chose each action, -1 for a uniform random one, recorded with the step for audits) and
 hands the transitions that came with the messages (already stacked) to its feeder thread, which forwards
-them to the ``replay`` channel, spread over the actor ranks. Exploration is SAC's own stochastic policy, after uniform random actions until the
-controller says the warm-up is over; eval observations get the deterministic (mean) action (one forward
-pass gives both).
+them to the ``replay`` channel, spread over the actor ranks. Exploration is SAC's own stochastic policy,
+after uniform random actions until the controller says the warm-up is over; eval observations get the
+deterministic (mean) action (one forward pass gives both).
 
 New `PolicyWeights` arrive on the ``weights`` channel (key = its rank); the feeder thread loads them into a
 copy of the network that is swapped in whole, so neither a slow learner nor a channel call ever stalls the
