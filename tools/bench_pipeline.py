@@ -17,8 +17,9 @@ Part 1 (sim only, one run, same machine, same env and policy): env steps/s of
     step), no training running.
 Part 2 (latency): observation-to-action latency on one node (env worker: observation in hand -> action back
 from the rollout worker) with the mock arm at 30 Hz, proprio only and with two 128x128x3 camera images.
-Part 2a (phases): the direct lane's round trip alone (an echo process answering at once) and the policy's
-forward pass alone, proprio only and with the two images.
+Part 2a (phases): the direct lane's round trip alone (an echo process answering at once), the same through a
+Ray Compiled Graph (the other way to a direct lane) and the policy's forward pass alone, proprio only and with
+the two images.
 Part 2b (across-nodes): the same with the env worker and its rollout worker on two raylets.
 Part 3 (franky, franky-loaded): configs/franky_sim.yaml (the real franka driver against franky-sim) through
 the pipeline at 10 and 30 Hz with the policy acting, quiet and with the actor training flat out on the same
@@ -265,6 +266,55 @@ def phase_rows(steps: int) -> list[tuple]:
     return rows
 
 
+def compiled_graph_rows(steps: int) -> list[tuple]:
+    """The other way to a direct lane, for comparison: the same `EnvStep` through a Ray Compiled Graph to an
+    actor that answers at once (as `_echo_rollout` does) and back, proprio only and with the two images."""
+    import ray
+    from ray.dag import InputNode
+
+    from rlhw.config import load_config
+    from rlhw.rl.pipeline.messages import Actions, EnvStep
+    from rlhw.robot import make_env
+
+    class Echo:
+        def answer(self, msg: EnvStep) -> Actions:
+            return Actions(np.zeros((msg.wanted, 7), np.float32), np.zeros(msg.wanted, np.int64))
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    rows = []
+    try:
+        for images in (False, True):
+            cfg = load_config(ROOT / "configs/sim_reach.yaml", ["env.sim=mock", f"env.images={str(images).lower()}",
+                                                               "env.sim_cameras=[wrist,front]"])
+            env = make_env(cfg, 0)
+            obs = {k: np.asarray(v)[None] for k, v in env.reset(seed=0)[0].items()}
+            env.close()
+            msg = EnvStep(env=0, obs=obs, rows=(0,), evaluating=np.zeros(1, bool))
+            echo = ray.remote(Echo).remote()
+            with InputNode() as inp:
+                dag = echo.answer.bind(inp)
+            graph = dag.experimental_compile()
+            trips = []
+            try:
+                for i in range(steps):
+                    t0 = time.perf_counter()
+                    ray.get(graph.execute(msg))
+                    if i >= 50:
+                        trips.append(time.perf_counter() - t0)
+            finally:
+                graph.teardown()
+                ray.kill(echo)
+            what = "2x128x128x3 images + proprio" if images else "proprio only"
+            rows.append((f"Ray Compiled Graph round trip alone, {what}", len(trips),
+                         float(np.percentile(trips, 50) * 1e3), float(np.percentile(trips, 99) * 1e3)))
+    finally:
+        if started:
+            ray.shutdown()
+    return rows
+
+
 def robot_realtime(pid: int, priority: int) -> None:
     """Every thread of process ``pid`` (franky-sim: the stand-in for the robot's own controller, which on a
     real cell is a computer of its own) to SCHED_FIFO ``priority``, so the learner cannot slow the robot."""
@@ -378,7 +428,8 @@ def main() -> int:
         print_latency("obs->action on one node (30 Hz mock arm)", latency_rows(lanes, args.seconds, realtime),
                       width=62)
     if "phases" in parts:
-        print_latency("obs->action phase by phase (one node)", phase_rows(2000), width=64, digits=3)
+        print_latency("obs->action phase by phase (one node)", phase_rows(2000) + compiled_graph_rows(2000),
+                      width=64, digits=3)
     if "across-nodes" in parts:
         print_latency("obs->action across nodes (30 Hz mock arm, proprio)", across_nodes_rows(lanes, args.seconds))
     for loaded in (False, True):
