@@ -24,7 +24,7 @@ import numpy as np
 
 # The env server's own normalisation of an env's info (one implementation for the wire and the loop).
 from rlhw.env.host import executed_per_instance, final_observation_rows, instance_faults, merged_timing
-from rlhw.rl.episodes import EpisodeRecorder, executed
+from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.instances import EVAL, IDLE, TRAIN, Instances
 from rlhw.rl.replay import TransitionBatch, transition_batch
 from rlhw.rl.spaces import neutral_actions
@@ -63,6 +63,15 @@ def one_instance(obs: dict) -> dict:
     return {k: np.asarray(v)[None] for k, v in obs.items()}
 
 
+def executed_rows(actions: np.ndarray, info: dict, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """What the arm really did this step, per instance, and whether an operator did it: the env's
+    ``executed_action`` and ``intervened`` where it reports them (an env server with a teleop device), else the
+    policy's ``actions`` (n, ...) and False. The env server's own reading of them, one implementation."""
+    done, flags = executed_per_instance(info, actions, n)
+    return (np.asarray(actions if done is None else done, np.float32),
+            np.zeros(n, bool) if flags is None else np.asarray(flags, bool))
+
+
 def _rows(obs: dict, rows) -> dict:
     return {k: v[rows] for k, v in obs.items()}
 
@@ -85,13 +94,12 @@ class BatchView:
 
     def _step_one(self, actions: np.ndarray) -> Stepped:
         obs, reward, terminated, truncated, info = self.env.step(actions[0])
-        done, intervened = executed(actions[0], info)
+        done, intervened = executed_rows(actions, info, 1)
         fault = info.get("fault")
         obs = one_instance(obs)
         return Stepped(obs, obs, np.array([reward], np.float64), np.array([bool(terminated)]),
                        np.array([bool(truncated)]), np.array([bool(np.any(info.get("success", False)))]),
-                       np.asarray(done, np.float32)[None], np.array([intervened]),
-                       [f"{fault}: {info.get('fault_message')}" if fault else None], info)
+                       done, intervened, [f"{fault}: {info.get('fault_message')}" if fault else None], info)
 
     def _step_batch(self, actions: np.ndarray) -> Stepped:
         """A batched step; final observations come as a dict with a mask (the env server) or as a list with
@@ -103,15 +111,13 @@ class BatchView:
         if final is not None and mask is None:
             mask = info.get("_final_observation")
         last = final_observations(obs, final, mask, np.logical_or(terminated, truncated))
-        done, flags = executed_per_instance(info, actions, n)
+        done, intervened = executed_rows(actions, info, n)
         kinds, messages = instance_faults(info, n)
         if isinstance(info.get("timing"), (list, tuple)):
             info = {**info, "timing": merged_timing(info["timing"])}
         return Stepped(obs, last, np.asarray(reward, np.float64), terminated, truncated,
                        np.broadcast_to(np.asarray(info.get("success", False), bool), (n,)),
-                       np.asarray(actions if done is None else done, np.float32),
-                       np.zeros(n, bool) if flags is None else np.asarray(flags, bool),
-                       [f"{k}: {m}" if k else None for k, m in zip(kinds, messages)], info)
+                       done, intervened, [f"{k}: {m}" if k else None for k, m in zip(kinds, messages)], info)
 
 
 def final_observations(next_obs: dict, final: dict | None, mask, ended: np.ndarray) -> dict:

@@ -200,11 +200,3 @@ def iter_recorded_transitions(root: str | os.PathLike, kind: str = "train") -> I
         ep = load_episode(path)
         if ep and len(ep["action"]):
             yield episode_transitions(ep)
-
-
-def executed(action: np.ndarray, info: dict) -> tuple[np.ndarray, bool]:
-    """What the arm really did this step and whether an operator did it: the env's ``executed_action`` and
-    ``intervened`` when it reports them (an env server with a teleop device), else the policy's action."""
-    done = info.get("executed_action")
-    done = action if done is None else np.asarray(done, np.float32).reshape(np.shape(action))
-    return done, bool(np.any(info.get("intervened", False)))
