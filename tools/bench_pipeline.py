@@ -215,19 +215,33 @@ def _echo_rollout(port_q, token: bytes) -> None:
             end.answer(m.env, Actions(np.zeros((m.wanted, 7), np.float32), np.zeros(m.wanted, np.int64)))
 
 
+def p50_p99_ms(seconds: list[float]) -> tuple[float, float]:
+    return float(np.percentile(seconds, 50) * 1e3), float(np.percentile(seconds, 99) * 1e3)
+
+
+def mock_observation(images: bool):
+    """The config, env spec and one observation (a batch of 1) of the mock arm, proprio only or with the two
+    128x128x3 camera images: what the phase rows send."""
+    from rlhw.config import load_config
+    from rlhw.robot import make_env
+
+    cfg = load_config(ROOT / "configs/sim_reach.yaml", ["env.sim=mock", f"env.images={str(images).lower()}",
+                                                       "env.sim_cameras=[wrist,front]"])
+    env = make_env(cfg, 0)
+    try:
+        return cfg, env.spec, {k: np.asarray(v)[None] for k, v in env.reset(seed=0)[0].items()}
+    finally:
+        env.close()
+
+
 def phase_rows(steps: int) -> list[tuple]:
     """obs->action phase by phase on one node: the direct lane's round trip alone (an echo process, no
     policy), and the policy's forward pass alone (the rollout worker's network, one thread, CPU)."""
     import multiprocessing as mp
 
-    from rlhw.config import load_config
     from rlhw.rl.pipeline.acting import ActingPolicy
     from rlhw.rl.pipeline.lane import DirectEnvEnd, LaneAddress
     from rlhw.rl.pipeline.messages import EnvStep, PolicyWeights
-    from rlhw.robot import make_env
-
-    def pct(xs):
-        return float(np.percentile(xs, 50) * 1e3), float(np.percentile(xs, 99) * 1e3)
 
     ctx = mp.get_context("spawn")
     port_q, token = ctx.Queue(), b"b" * 32
@@ -237,14 +251,10 @@ def phase_rows(steps: int) -> list[tuple]:
     try:
         lane = DirectEnvEnd(LaneAddress("127.0.0.1", port_q.get(timeout=60)), token, 0, 0, 30.0)
         for images in (False, True):
-            cfg = load_config(ROOT / "configs/sim_reach.yaml", ["env.sim=mock", f"env.images={str(images).lower()}",
-                                                               "env.sim_cameras=[wrist,front]"])
-            env = make_env(cfg, 0)
-            obs = {k: np.asarray(v)[None] for k, v in env.reset(seed=0)[0].items()}
-            policy = ActingPolicy(env.spec, cfg.train.sac, torch.device("cpu"), seed=0)
+            cfg, spec, obs = mock_observation(images)
+            policy = ActingPolicy(spec, cfg.train.sac, torch.device("cpu"), seed=0)
             policy.load(PolicyWeights(0, {k: v.numpy() for k, v in policy.current[0].state_dict().items()}))
             policy.random_actions = False  # with weights (version 0), so the network acts
-            env.close()
             msg = EnvStep(env=0, obs=obs, rows=(0,), evaluating=np.zeros(1, bool))
             trips, forwards = [], []
             for i in range(steps):
@@ -258,8 +268,8 @@ def phase_rows(steps: int) -> list[tuple]:
                     trips.append(t1 - t0)
                     forwards.append(t2 - t1)
             what = "2x128x128x3 images + proprio" if images else "proprio only"
-            rows.append((f"direct lane round trip alone, {what}", len(trips), *pct(trips)))
-            rows.append((f"policy forward alone (CPU, 1 thread), {what}", len(forwards), *pct(forwards)))
+            rows.append((f"direct lane round trip alone, {what}", len(trips), *p50_p99_ms(trips)))
+            rows.append((f"policy forward alone (CPU, 1 thread), {what}", len(forwards), *p50_p99_ms(forwards)))
         lane.close()
     finally:
         echo.kill()
@@ -272,9 +282,7 @@ def compiled_graph_rows(steps: int) -> list[tuple]:
     import ray
     from ray.dag import InputNode
 
-    from rlhw.config import load_config
     from rlhw.rl.pipeline.messages import Actions, EnvStep
-    from rlhw.robot import make_env
 
     class Echo:
         def answer(self, msg: EnvStep) -> Actions:
@@ -286,12 +294,7 @@ def compiled_graph_rows(steps: int) -> list[tuple]:
     rows = []
     try:
         for images in (False, True):
-            cfg = load_config(ROOT / "configs/sim_reach.yaml", ["env.sim=mock", f"env.images={str(images).lower()}",
-                                                               "env.sim_cameras=[wrist,front]"])
-            env = make_env(cfg, 0)
-            obs = {k: np.asarray(v)[None] for k, v in env.reset(seed=0)[0].items()}
-            env.close()
-            msg = EnvStep(env=0, obs=obs, rows=(0,), evaluating=np.zeros(1, bool))
+            msg = EnvStep(env=0, obs=mock_observation(images)[2], rows=(0,), evaluating=np.zeros(1, bool))
             echo = ray.remote(Echo).remote()
             with InputNode() as inp:
                 dag = echo.answer.bind(inp)
@@ -307,8 +310,7 @@ def compiled_graph_rows(steps: int) -> list[tuple]:
                 graph.teardown()
                 ray.kill(echo)
             what = "2x128x128x3 images + proprio" if images else "proprio only"
-            rows.append((f"Ray Compiled Graph round trip alone, {what}", len(trips),
-                         float(np.percentile(trips, 50) * 1e3), float(np.percentile(trips, 99) * 1e3)))
+            rows.append((f"Ray Compiled Graph round trip alone, {what}", len(trips), *p50_p99_ms(trips)))
     finally:
         if started:
             ray.shutdown()
