@@ -191,7 +191,8 @@ def make_env(config, robot_rank: int = 0, *, index: int = 0, connect: bool = Tru
             if plan.camera_driver == "realsense":
                 cameras[name] = _call(cam_cls, serial=name, timeout_s=env_cfg.driver_timeout_s, **realsense_settings(config, name))
             else:
-                extra = {"faults": env_cfg.mock_faults, "seed": seed + 17 * i} if plan.camera_driver == "mock" else {}
+                extra = ({"faults": env_cfg.mock_faults, "seed": seed + 17 * i} if plan.camera_driver == "mock"
+                         else {"meshes": env_cfg.sim_camera_meshes})
                 cameras[name] = _call(cam_cls, serial=name, name=name, arm=arm, width=w, height=h, index=i, **extra)
     robot_env = RobotEnv(task, arm, cameras, env_cfg, seed=seed, robot=plan.robot)
     if connect:

@@ -196,3 +196,12 @@ def test_the_robot_loop_keys_refuse_an_unknown_choice_naming_the_key_and_the_cho
         load_config(write(tmp_path, MINIMAL), [f"train.{key}={bad}"])
     assert e.value.path == f"train.{key}"
     assert all(repr(choice) in e.value.message for choice in allowed) and repr(bad) in e.value.message
+
+
+def test_sim_camera_meshes_default_to_the_detailed_arm_and_refuse_an_unknown_choice(tmp_path):
+    assert load_config(write(tmp_path, MINIMAL)).env.sim_camera_meshes == "visual"
+    assert load_config(write(tmp_path, MINIMAL), ["env.sim_camera_meshes=collision"]).env.sim_camera_meshes == "collision"
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, MINIMAL), ["env.sim_camera_meshes=fine"])
+    assert e.value.path == "env.sim_camera_meshes"
+    assert "'visual'" in e.value.message and "'collision'" in e.value.message and "'fine'" in e.value.message

@@ -165,3 +165,40 @@ def test_camera_renders_even_when_mujoco_was_imported_before_the_driver_chose_a_
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=150)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "(16, 16, 3) True" in out.stdout and "switched after mujoco was imported first" in out.stdout
+
+
+def test_collision_meshes_draw_the_same_scene_with_the_arm_coarser():
+    """The fast choice for image training on a CPU is checked against the default: same frame format, the
+    table and the cube pixel for pixel, the arm where the detailed arm is, only its shading different."""
+    arm = MujocoArm(name="meshes", cube=True)
+    arm.connect()
+    arm.set_object_pose("cube", [0.45, 0.05, 0.025])
+    cams = [MujocoCamera("front", arm, width=64, height=64, meshes=m) for m in ("visual", "collision")]
+    try:
+        for c in cams:
+            c.open()
+        assert cams[0]._renderer is cams[1]._renderer  # one GL context: the choice is per render
+        arm.advance(0.1)
+        visual, collision = (c.latest().color for c in cams)
+        assert visual.shape == collision.shape == (64, 64, 3) and collision.dtype == np.uint8
+        differs = np.abs(visual.astype(int) - collision.astype(int)).max(axis=2) > 8
+        assert 0.005 < differs.mean() < 0.25  # the arm is drawn differently, the rest is the same
+        alone = MujocoCamera("front", arm, width=64, height=64, meshes="collision")
+        alone.open()
+        arm.set_object_pose("cube", [0.40, -0.05, 0.025])  # the cube shows in both renderings alike
+        arm.advance(0.1)
+        moved_v, moved_c = cams[0].latest().color.astype(int), alone.latest().color.astype(int)
+        alone.close()
+        cube_v = np.abs(moved_v - visual.astype(int)).max(axis=2) > 8
+        cube_c = np.abs(moved_c - collision.astype(int)).max(axis=2) > 8
+        assert cube_v.sum() > 10 and (cube_v & cube_c).sum() >= 0.8 * cube_v.sum()
+    finally:
+        for c in cams:
+            c.close()
+        arm.close()
+
+
+def test_an_unknown_mesh_choice_is_refused_naming_the_choices():
+    arm = MujocoArm()
+    with pytest.raises(ValueError, match=r"meshes: 'fine' is not one of \['visual', 'collision'\]"):
+        MujocoCamera("front", arm, meshes="fine")
