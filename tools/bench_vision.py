@@ -6,6 +6,7 @@ else the machine runs; torch on ONE thread, the setting of an env server or acto
 - ``env step, proprio only``: make_env push_cube on MuJoCo, no cameras: the baseline;
 - ``env step + 1 camera``: the same with one front camera at 64 and 128 px (rendering dominates);
 - ``render``: one MujocoCamera frame after the scene changed, 64 and 128 px;
+- both again with ``env.sim_camera_meshes=collision`` (the arm drawn as its collision shapes);
 - ``env step + classifier``: images on (64 px) and ``env.reward.classifier`` set (a cnn classifier at
   64 px input), with the classifier's own latency (``info["timing"]["classifier"]``);
 - ``encoder forward``: each kind (cnn, resnet10, resnet18), batch 1 and 256, 64 and 128 px, no grad;
@@ -68,8 +69,12 @@ def env_steps(overrides: list[str], n: int) -> dict[str, float]:
         env.close()
 
 
-def render(size: int, n: int) -> tuple[float, float]:
-    env = make_env(load_config("configs/sim_reach.yaml", PUSH + ["env.images=true", f"env.image_size=[{size},{size}]", "env.sim_cameras=[front]"]))
+def camera(size: int, meshes: str = "visual") -> list[str]:
+    return ["env.images=true", f"env.image_size=[{size},{size}]", "env.sim_cameras=[front]", f"env.sim_camera_meshes={meshes}"]
+
+
+def render(size: int, n: int, meshes: str = "visual") -> tuple[float, float]:
+    env = make_env(load_config("configs/sim_reach.yaml", PUSH + camera(size, meshes)))
     cam, arm = env.cameras["front"], env.arm
     xs = iter(np.linspace(0.42, 0.52, n + 1))
     try:
@@ -97,13 +102,14 @@ def main(argv=None) -> int:
     base = env_steps([], steps * 5)
     rows["env step, proprio only (baseline)"] = base
     for size in (64, 128):
-        rows[f"env step + 1 camera {size}px"] = env_steps(["env.images=true", f"env.image_size=[{size},{size}]", "env.sim_cameras=[front]"], steps)
-        cpu, wall = render(size, frames)
-        rows[f"render one frame {size}px"] = {"cpu_ms": cpu, "wall_ms": wall}
+        for meshes, label in (("visual", ""), ("collision", ", arm as collision shapes")):
+            rows[f"env step + 1 camera {size}px{label}"] = env_steps(camera(size, meshes), steps)
+            cpu, wall = render(size, frames, meshes)
+            rows[f"render one frame {size}px{label}"] = {"cpu_ms": cpu, "wall_ms": wall}
     with tempfile.TemporaryDirectory() as tmp:
         model = save_classifier(SuccessClassifier(ClassifierSpec(("front",), (64, 64))), os.path.join(tmp, "c.pt"))
         rows["env step + 1 camera 64px + classifier"] = env_steps(
-            ["env.images=true", "env.image_size=[64,64]", "env.sim_cameras=[front]", f"env.reward.classifier={model}",
+            [*camera(64), f"env.reward.classifier={model}",
              "env.reward.terminate_on_success=false"], steps)
     for kind in ("cnn", "resnet10", "resnet18"):
         for size, batch in ((64, 1), (128, 1), (64, 256), (128, 256)):
@@ -117,9 +123,9 @@ def main(argv=None) -> int:
         cpu, wall = per_call(lambda: random_shift(x, 4, gen), small)
         rows[f"random shift, batch 256, {size}px"] = {"cpu_ms": cpu, "wall_ms": wall}
 
-    print(f"{'what':48} {'CPU ms':>9} {'wall ms':>9} {'x baseline':>11}")
+    print(f"{'what':68} {'CPU ms':>9} {'wall ms':>9} {'x baseline':>11}")
     for name, r in rows.items():
-        print(f"{name:48} {r['cpu_ms']:9.2f} {r['wall_ms']:9.2f} {r['cpu_ms'] / base['cpu_ms']:11.1f}")
+        print(f"{name:68} {r['cpu_ms']:9.2f} {r['wall_ms']:9.2f} {r['cpu_ms'] / base['cpu_ms']:11.1f}")
     cls = rows["env step + 1 camera 64px + classifier"]
     print(f"classifier latency per step at the env (info timing, median): {cls['classifier_ms']:.2f} ms")
     if a.json:
