@@ -2,6 +2,9 @@
 franky-sim on loopback. Loop health at 10 Hz, the executed action against the operator's command, nothing lost.
 
     PYTHONPATH=$PWD .venv/bin/python tools/bench_hil_franky.py [--steps 500] [--demos 5] [--seed 0] [--no-baseline]
+    # the robot loop of docs/training.md: the policy next to the arm, the loop at SCHED_FIFO 80
+    PYTHONPATH=$PWD .venv/bin/python tools/bench_hil_franky.py --set train.policy_at=env \
+        --set 'cluster.node_groups[0].env_configs=[{node_ranks: 0, loop_priority: {realtime: 80}}]'
 
 What runs (all real components, each as a user runs it):
 
@@ -120,7 +123,8 @@ def train_run(name: str, host: str, demos: Path, args, operator: bool) -> Path:
         try:
             cli(["train", str(CONFIG), "--run-dir", str(run_dir), *common_overrides(host, args), *teleop,
                  f"train.seed={args.seed}", f"train.max_env_steps={args.steps}", f"train.learning_starts={args.learning_starts}",
-                 f"train.demos=[{demos}]", "train.eval_every_steps=1000000", "train.eval_episodes=1", "train.progress=false"], env)
+                 f"train.demos=[{demos}]", "train.eval_every_steps=1000000", "train.eval_episodes=1", "train.progress=false",
+                 *args.set], env)
             return run_dir
         except subprocess.CalledProcessError as e:
             print(f"{name} run failed ({e.returncode}); see {run_dir}/run.json", flush=True)
@@ -267,6 +271,8 @@ def main() -> int:
     p.add_argument("--intervene-prob", type=float, default=1.0)
     p.add_argument("--intervene-decay", type=float, default=0.98)
     p.add_argument("--no-baseline", action="store_true", help="skip the run without the operator")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra config override of both train runs (e.g. train.policy_at=env)")
     p.add_argument("--out", default=str(ROOT / "runs" / f"bench-hil-franky-{time.strftime('%Y%m%d-%H%M%S')}"))
     args = p.parse_args()
     from drivers.franky_sim import FrankySim
