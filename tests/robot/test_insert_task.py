@@ -74,6 +74,7 @@ def test_a_garbled_goal_file_is_a_config_error_with_the_fix(tmp_path, content):
     ({"approach_height_m": 0.6}, {}, "env.safety.workspace_low"),
     ({"success_m": 0}, {}, "env.task_options.success_m"),
     ({"dense_reward": "yes"}, {}, "env.task_options.dense_reward"),
+    ({"terminate_on_success": "no"}, {}, "env.task_options.terminate_on_success"),
     ({"hole_size": 1}, {}, "env.task_options.hole_size"),
 ])
 def test_options_that_cannot_work_are_refused_with_the_field_named(tmp_path, options, env, path):
@@ -97,6 +98,14 @@ def test_success_needs_both_the_position_and_the_orientation_within_tolerance(tm
     tilted = (np.cos(0.1), 0.0, 0.0, -np.sin(0.1))  # 0.2 rad away from the goal's [1, 0, 0, 0]
     assert not task.success(state_at(GOAL[:3], tilted))
     assert task.reward(state_at(GOAL[:3])) == 1.0 and task.reward(state_at(GOAL[:3] + 0.05)) == 0.0
+
+
+def test_success_ends_the_episode_unless_terminate_on_success_is_false(tmp_path):
+    at_goal, above = state_at(GOAL[:3]), state_at(GOAL[:3] + [0.0, 0.0, 0.03])
+    task = insert_task(tmp_path)
+    assert task.terminated(at_goal) and not task.terminated(above)
+    running_on = insert_task(tmp_path, {"terminate_on_success": False})
+    assert running_on.success(at_goal) and not running_on.terminated(at_goal)
 
 
 def test_dense_shaping_is_off_by_default_and_adds_minus_distance_when_on(tmp_path):

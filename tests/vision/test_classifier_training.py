@@ -1,6 +1,6 @@
-"""Training the success classifier: on MuJoCo push_cube frames where the truth is known (the task's own
-success), through `rlhw train-reward`, held out by episode; then the trained file judges the env's steps.
-Bad input gives one line and exit 2."""
+"""Training the success classifier: on MuJoCo push_cube and insert frames where the truth is known (the
+task's own success), through `rlhw train-reward`, held out by episode; then the trained file judges the
+env's steps. Bad input gives one line and exit 2."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from rlhw.cli.main import main
 from rlhw.cli.train_reward import read_episodes
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.vision.labels import EpisodeFrames, LabelRules, frame_labels, split_by_episode
-from tools.reward_frames import PushCubeStager, record_episodes
+from tools.reward_frames import InsertStager, PushCubeStager, record_episodes
+from tools.reward_frames import main as record_main
 
 CROP = ["0.5", "0.2", "0.9", "0.8"]  # the table area in front of the robot, in the front camera
 
@@ -67,6 +68,77 @@ def test_train_reward_reaches_95_percent_held_out_accuracy_on_push_cube_frames(p
         assert agree >= 3  # 4 judged steps, the classifier's held-out error rate allows one miss at most
     finally:
         env.close()
+
+
+@pytest.fixture(scope="module")
+def insert_episodes(tmp_path_factory):
+    """40 MuJoCo insert episodes (5 frames each, 64 px wrist camera, the arm drawn as its collision
+    shapes), half of them ending in success, recorded through the tool's command line."""
+    out = tmp_path_factory.mktemp("insert_frames")
+    assert record_main(["--task", "insert", "--out", str(out), "--episodes", "40", "--steps", "4", "--hold", "1",
+                        "--size", "64", "--cameras", "wrist", "--seed", "7", "--set", "env.sim_camera_meshes=collision"]) == 0
+    return out
+
+
+def _judge_insert_steps(model) -> tuple[int, int, int]:
+    """(steps where the trained file agrees with the task's own success, steps judged, steps the task
+    judged a success) on two fresh insert episodes, one staged to succeed and one not, run by an env
+    that loads the file."""
+    from rlhw.config import load_config
+    from rlhw.robot import make_env
+
+    cfg = load_config(InsertStager.config, ["env.images=true", "env.image_size=[64,64]", "env.sim_cameras=[wrist]",
+                                            "env.sim_camera_meshes=collision", *InsertStager.overrides,
+                                            f"env.reward.classifier={model}", "env.reward.terminate_on_success=false"])
+    env = make_env(cfg)
+    agree = judged = truths = 0
+    try:
+        for i, succeed in enumerate((True, False)):
+            env.reset(seed=999 + i)
+            stager = InsertStager(env, np.random.default_rng(i), succeed, 4, 1)
+            for t in range(4):
+                *_, info = env.step(stager.before_step(t))
+                truth = env.task.success(env.measured_state)
+                agree, judged, truths = agree + (info["success"] == truth), judged + 1, truths + truth
+                assert 0 <= info["reward_classifier"]["p"] <= 1 and info["timing"]["classifier"] > 0
+    finally:
+        env.close()
+    return agree, judged, truths
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_train_reward_reaches_95_percent_held_out_accuracy_on_insert_frames(insert_episodes, tmp_path, capsys):
+    episodes = read_episodes([str(insert_episodes)])
+    rules = LabelRules(positive_last_k=2, ambiguous_gap=0)
+    assert len(episodes) == 40
+    assert {ep.meta["staged_end"] for ep in episodes} == {"success", "above", "beside", "on_top"}
+    for ep in episodes:  # the task's own success, where the stager meant it, held for the last 2 frames
+        assert ep.success.any() == ep.meta["staged_success"], ep.name
+        truth = np.r_[False, ep.success]
+        assert np.array_equal(frame_labels(ep, rules) == 1, truth), ep.name
+    model = tmp_path / "insert.pt"
+    code = main(["train-reward", str(insert_episodes), "--out", str(model), "--epochs", "60", "--seed", "0",
+                 "--positive-last-k", "2", "--ambiguous-gap", "0"])
+    printed = capsys.readouterr().out
+    assert code == 0 and "accuracy" in printed and "confusion" in printed
+    report = json.loads(model.with_suffix(".metrics.json").read_text())
+    held = report["held_out"]
+    assert held["accuracy"] >= 0.95, report
+    assert held["frames"] >= 40 and report["frames"]["held_out"]["positive"] >= 10
+    assert set(report["episodes"]["train"]).isdisjoint(report["episodes"]["held_out"])  # split by episode
+    c = held["confusion"]
+    assert c["true_positive"] + c["false_negative"] == report["frames"]["held_out"]["positive"]
+    assert c["true_negative"] + c["false_positive"] == report["frames"]["held_out"]["negative"]
+
+    agree, judged, truths = _judge_insert_steps(model)  # the same file judges the env's own steps
+    assert judged == 8 and truths == 2  # the last two steps of the successful episode
+    assert agree >= 7  # the held-out error rate allows one miss at most
+
+
+def test_the_insert_stager_needs_three_moving_steps_and_says_so():
+    with pytest.raises(ValueError, match="steps: insert needs steps - hold >= 3"):
+        InsertStager(None, np.random.default_rng(0), True, steps=3, hold=1)
 
 
 def _write(directory, images: bool, successes):

@@ -19,7 +19,9 @@ and the task never moves the fingers (opening them would drop it).
   layer slows it inside the contact zone (a ball of ``contact_zone_m`` around the goal) and stops
   the arm with fault ``contact`` when the measured wrench passes its bound;
 - success: the hand within ``success_m`` of the goal position and ``success_rad`` of its
-  orientation; it ends the episode (terminated). A learned classifier on camera frames
+  orientation; it ends the episode (terminated) unless ``terminate_on_success`` is false (then the
+  episode runs on: to let a classifier alone end it, or to record frames that hold the success,
+  tools/reward_frames.py). A learned classifier on camera frames
   (``env.reward.classifier``) or the operator's success key (``env.teleop``) overrides it in the env,
   as for every task;
 - reward: sparse, 1 on success and 0 otherwise; with ``dense_reward: true`` minus the distance to
@@ -48,7 +50,7 @@ from rlhw.robot.tasks.base import Command, Task
 #: The task's options that name pose files (`rlhw record-pose CONFIG NAME` writes them).
 POSE_OPTIONS = ("goal_pose",)
 OPTIONS = {"goal_pose", "insertion_depth_m", "start_low", "start_high", "approach_height_m", "contact_zone_m",
-           "success_m", "success_rad", "dense_reward", "reward_scale_m", "path_speed_mps"}
+           "success_m", "success_rad", "dense_reward", "reward_scale_m", "path_speed_mps", "terminate_on_success"}
 #: Start heights must leave the peg's tip this far above the hole (m).
 START_MARGIN_M = 0.005
 #: The reset paths move along the base frame's z: the hole's axis (the hand's approach axis at the
@@ -79,6 +81,7 @@ class Insert(Task):
         self.dense = self.option("dense_reward", False, bool)
         self.reward_scale = self.option("reward_scale_m", 0.05)
         self.path_speed_mps = self.option("path_speed_mps", 0.1)
+        self.terminate_on_success = self.option("terminate_on_success", True, bool)
         self.scale = config.action.scale_m
         self.ws_low = np.array(config.safety.workspace_low, dtype=float)
         self.ws_high = np.array(config.safety.workspace_high, dtype=float)
@@ -209,7 +212,7 @@ class Insert(Task):
         return bonus - self.distance(state) / self.reward_scale if self.dense else bonus
 
     def terminated(self, state: ArmState) -> bool:
-        return self.success(state)
+        return self.terminate_on_success and self.success(state)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "goal_pose": self.goal.tolist(), "goal_file": self.goal_file,
