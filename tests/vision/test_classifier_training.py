@@ -19,6 +19,23 @@ from tools.reward_frames import main as record_main
 CROP = ["0.5", "0.2", "0.9", "0.8"]  # the table area in front of the robot, in the front camera
 
 
+def _train_and_check_held_out(episodes_dir, model, capsys, *extra: str) -> None:
+    """`rlhw train-reward` with 60 epochs, then its report: >= 95 % held-out accuracy on >= 40 frames held
+    out by episode, and a confusion matrix that adds up to the held-out frames."""
+    code = main(["train-reward", str(episodes_dir), "--out", str(model), "--epochs", "60", "--seed", "0",
+                 "--positive-last-k", "2", "--ambiguous-gap", "0", *extra])
+    printed = capsys.readouterr().out
+    assert code == 0 and "accuracy" in printed and "confusion" in printed
+    report = json.loads(model.with_suffix(".metrics.json").read_text())
+    held = report["held_out"]
+    assert held["accuracy"] >= 0.95, report
+    assert held["frames"] >= 40 and report["frames"]["held_out"]["positive"] >= 10
+    assert set(report["episodes"]["train"]).isdisjoint(report["episodes"]["held_out"])  # split by episode
+    c = held["confusion"]
+    assert c["true_positive"] + c["false_negative"] == report["frames"]["held_out"]["positive"]
+    assert c["true_negative"] + c["false_positive"] == report["frames"]["held_out"]["negative"]
+
+
 @pytest.fixture(scope="module")
 def push_cube_episodes(tmp_path_factory):
     """72 MuJoCo episodes (3 frames each, 128 px front camera), half of them ending in success."""
@@ -36,17 +53,7 @@ def test_train_reward_reaches_95_percent_held_out_accuracy_on_push_cube_frames(p
         truth = np.r_[False, ep.success]
         assert np.array_equal(frame_labels(ep, rules) == 1, truth), ep.name
     model = tmp_path / "push_cube.pt"
-    code = main(["train-reward", str(push_cube_episodes), "--out", str(model), "--epochs", "60", "--seed", "0",
-                 "--positive-last-k", "2", "--ambiguous-gap", "0", "--crop", *CROP])
-    printed = capsys.readouterr().out
-    assert code == 0 and "accuracy" in printed and "confusion" in printed
-    report = json.loads(model.with_suffix(".metrics.json").read_text())
-    held = report["held_out"]
-    assert held["accuracy"] >= 0.95, report
-    assert held["frames"] >= 40 and report["frames"]["held_out"]["positive"] >= 10
-    assert set(report["episodes"]["train"]).isdisjoint(report["episodes"]["held_out"])  # split by episode
-    c = held["confusion"]
-    assert c["true_positive"] + c["false_negative"] == report["frames"]["held_out"]["positive"]
+    _train_and_check_held_out(push_cube_episodes, model, capsys, "--crop", *CROP)
 
     # The same file judges the env's steps, on the frames the env reads: success follows the truth.
     from rlhw.config import load_config
@@ -118,18 +125,7 @@ def test_train_reward_reaches_95_percent_held_out_accuracy_on_insert_frames(inse
         truth = np.r_[False, ep.success]
         assert np.array_equal(frame_labels(ep, rules) == 1, truth), ep.name
     model = tmp_path / "insert.pt"
-    code = main(["train-reward", str(insert_episodes), "--out", str(model), "--epochs", "60", "--seed", "0",
-                 "--positive-last-k", "2", "--ambiguous-gap", "0"])
-    printed = capsys.readouterr().out
-    assert code == 0 and "accuracy" in printed and "confusion" in printed
-    report = json.loads(model.with_suffix(".metrics.json").read_text())
-    held = report["held_out"]
-    assert held["accuracy"] >= 0.95, report
-    assert held["frames"] >= 40 and report["frames"]["held_out"]["positive"] >= 10
-    assert set(report["episodes"]["train"]).isdisjoint(report["episodes"]["held_out"])  # split by episode
-    c = held["confusion"]
-    assert c["true_positive"] + c["false_negative"] == report["frames"]["held_out"]["positive"]
-    assert c["true_negative"] + c["false_positive"] == report["frames"]["held_out"]["negative"]
+    _train_and_check_held_out(insert_episodes, model, capsys)
 
     agree, judged, truths = _judge_insert_steps(model)  # the same file judges the env's own steps
     assert judged == 8 and truths == 2  # the last two steps of the successful episode
