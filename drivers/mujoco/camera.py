@@ -11,8 +11,8 @@ scene camera at its position in the config's list (``index``), in that order.
 
 Rendering needs an offscreen OpenGL backend: `drivers.mujoco` picks EGL or OSMesa at import (see
 drivers/mujoco/_gl.py). On a CPU-only machine the arm's detailed visual meshes (about 240,000
-triangles) make a frame cost 60-75 ms whatever its size; ``meshes="collision"`` draws the arm's
-collision shapes instead (about 3,000 triangles, 6-8 ms). The table, the cube, the peg and the hole
+triangles) make a frame cost 30-80 ms whatever its size; ``meshes="collision"`` draws the arm's
+collision shapes instead (about 3,200 triangles, 5-10 ms). The table, the cube, the peg and the hole
 look the same either way; the arm is drawn coarser and darker.
 """
 

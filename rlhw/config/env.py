@@ -220,8 +220,8 @@ class EnvConfig(StrictModel):
         ("front",), description="camera names in sim when the hardware lists no camera serials"
     )
     sim_camera_meshes: Literal["visual", "collision"] = Field(
-        "visual", description="what MuJoCo cameras draw of the arm: its detailed visual meshes (60-75 ms a frame in "
-        "software GL) or its collision shapes (6-8 ms; the fast choice for image training on a CPU)"
+        "visual", description="what MuJoCo cameras draw of the arm: its detailed visual meshes (30-80 ms a frame in "
+        "software GL) or its collision shapes (5-10 ms; the fast choice for image training on a CPU)"
     )
     seed: int = Field(0, ge=0, description="base seed; env instance i of robot r uses seed + 1000*r + i")
     connect_timeout_s: float = Field(15.0, allow_inf_nan=False, gt=0, le=300, description="bound on opening the arm link and starting each camera (driver process start and warm-up included)")
