@@ -168,8 +168,8 @@ def test_camera_renders_even_when_mujoco_was_imported_before_the_driver_chose_a_
 
 
 def test_collision_meshes_draw_the_same_scene_with_the_arm_coarser():
-    """The fast choice for image training on a CPU is checked against the default: same frame format, the
-    table and the cube pixel for pixel, the arm where the detailed arm is, only its shading different."""
+    """The fast choice for image training on a CPU is checked against the default: the same frame format,
+    one GL context, few pixels different (the arm's), and a moved cube seen in the same pixels by both."""
     arm = MujocoArm(name="meshes", cube=True)
     arm.connect()
     arm.set_object_pose("cube", [0.45, 0.05, 0.025])
