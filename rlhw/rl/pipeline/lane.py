@@ -8,8 +8,9 @@ chosen with ``train.step_lane``:
   round trip alone costs p50 0.5-1.6 ms, and obs->action with the policy 2.6-3.1 ms, against 17-29 ms through
   the two relay channel actors of ``channels`` (each message is a Ray actor call in, and one out). The same
   message through a Ray Compiled Graph took p50 1.0-1.2 ms and p99 2.5-3.2 ms in the runs where the stream
-  took 0.5-1.1 and 0.7-1.8. It works across nodes: the rollout worker listens on its node's IP. A dead peer is seen at once (the kernel closes
-  its socket), and ``train.step_timeout_s`` bounds a peer that stops answering (a lost node sends nothing).
+  took 0.5-1.1 and 0.7-1.8. It works across nodes: the rollout worker listens on its node's IP. A dead peer
+  is seen at once (the kernel closes its socket), and ``train.step_timeout_s`` bounds a peer that stops
+  answering (a lost node sends nothing).
 - ``channels``: the older relay through the ``obs`` and ``actions`` channels, kept as the baseline.
 
 Replay batches and weights stay on their channels (bulk data, no deadline).
