@@ -100,13 +100,13 @@ def test_a_device_that_dies_mid_intervention_stops_the_arm_and_truncates_the_epi
     op.send(AWAY)
     env.step(np.zeros(3, np.float32))
     stops = env.arm.calls.get("stop", 0)
-    commands = len(env.arm.motions)
+    commands = env.arm.motion_count
     op.hid.unplug()
     op.mouse._thread.join(2.0)
     _, _, terminated, truncated, info = env.step(np.zeros(3, np.float32))
     assert truncated and not terminated
     assert info["fault"] == "teleop" and "gone" in info["fault_message"]
-    assert env.arm.calls["stop"] > stops and len(env.arm.motions) == commands  # stopped; nothing sent
+    assert env.arm.calls["stop"] > stops and env.arm.motion_count == commands  # stopped; nothing sent
     assert info["intervened"] is False and info["executed_action"].tolist() == [0.0, 0.0, 0.0]
     with pytest.raises(SafetyViolation):
         env.step(np.zeros(3, np.float32))
