@@ -146,7 +146,8 @@ class EnvWorker(Worker):
         token = self.config.server.resolve_token() if hasattr(self.config.server, "resolve_token") else None
         self.env = RemoteEnv(address, token=token, timeout_s=self.cfg.step_timeout_s,
                              reset_timeout_s=max(self.cfg.step_timeout_s, self.config.server.reset_deadline_s),
-                             reconnect_s=5.0, session_id=f"rlhw-train-env{self.rank}")
+                             reconnect_s=5.0, session_id=f"rlhw-train-env{self.rank}",
+                             measurements_in_info=True)  # the loop health reads info["timing"] per step
         if self.env.num_envs != self.num_envs:
             raise EnvServerError(f"env server at {address} serves {self.env.num_envs} env instance(s), but "
                                  f"env.num_envs is {self.num_envs}: the server must be started from the same config")
