@@ -219,7 +219,7 @@ def check_demos(demos: Path, run_dir: Path) -> dict:
     files = episode_files(demos, "demo")
     first = load_episode(files[0])
     observations = {k[4:]: first[k].shape[1:] for k in first if k.startswith("obs/")}
-    batches = load_demos([str(demos)], observations, first["action"].shape[1:])
+    batches = load_demos([str(demos)], observations, first["action"].shape[1:], None)  # counts only; train checked
     lengths = [len(load_episode(f)["action"]) for f in files]
     return {"demo_files": len(files), "demo_episodes_loaded": len(batches), "demo_steps_loaded": demo_steps(batches),
             "demo_lengths": lengths, "demo_successes": int(sum(bool(load_episode(f)["success"][-1]) for f in files))}

@@ -59,8 +59,11 @@ def _read_records(path: Path) -> list[tuple[dict, dict[str, np.ndarray]]]:
 class EpisodeRecorder:
     """Writes one env's episodes. Not thread-safe: one recorder per env loop."""
 
-    def __init__(self, directory: str | os.PathLike, fsync: bool = False):
+    def __init__(self, directory: str | os.PathLike, fsync: bool = False, meta: Mapping[str, Any] | None = None):
+        """``meta``: what every episode of this recorder records (e.g. ``env_config``, the env's provenance:
+        rlhw.rl.demos.env_provenance), under each episode's own ``begin(meta=...)``."""
         self.dir = Path(directory)
+        self.base_meta = dict(meta or {})
         self.dir.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
         existing = [int(m.group(2)) for p in self.dir.iterdir() if (m := _NAME.match(p.name))]
@@ -79,7 +82,7 @@ class EpisodeRecorder:
     def begin(self, obs: Mapping[str, np.ndarray], kind: str = "train", meta: dict | None = None) -> None:
         if self._f is not None:
             self.end()
-        self._kind, self._meta = kind, dict(meta or {})
+        self._kind, self._meta = kind, {**self.base_meta, **(meta or {})}
         self._path = self.dir / f"{kind}-{self.next_index:06d}.steps"
         self.next_index += 1
         self._f = open(self._path, "wb")
@@ -142,6 +145,11 @@ def _episode_arrays(obs: list[dict], steps: list[dict], meta: dict) -> dict[str,
     out["policy_version"] = np.array([s.get("policy_version", -1) for s in steps], dtype=np.int64)
     out["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     return out
+
+
+def episode_meta(ep: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """The JSON ``meta`` of a loaded episode ({} when it has none)."""
+    return json.loads(bytes(ep["meta"]).decode()) if "meta" in ep else {}
 
 
 def load_episode(path: str | os.PathLike) -> dict[str, np.ndarray]:

@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from rlhw.rl.demos import load_demos
+from rlhw.rl.demos import PROVENANCE_KEY, env_provenance, load_demos
 from rlhw.rl.episode_loop import Act, BatchView, EpisodeLoop, EpisodeResult, LoopHooks
 from rlhw.rl.episodes import EpisodeRecorder, iter_recorded_transitions
 from rlhw.rl.replay import MixedReplay, TransitionBatch
@@ -93,10 +93,12 @@ class LocalRun:
         space = AgentSpace.from_spec(env.spec)
         self.agent = make_agent(config, env.spec, resolve_device(cfg.device))
         self.replay = MixedReplay(cfg.buffer_size, cfg.demo_ratio, seed=cfg.seed)
-        for batch in load_demos(cfg.demos, space.observation_shapes, space.action_shape):
+        provenance = env_provenance(config.env)
+        for batch in load_demos(cfg.demos, space.observation_shapes, space.action_shape, provenance):
             self.replay.add_demos(batch)
         counters = _resume(run_dir, self.agent, self.replay) if resume else Counters()
-        self.recorder = EpisodeRecorder(Path(run_dir.episodes) / "env0", fsync=False) if cfg.record_episodes else None
+        self.recorder = (EpisodeRecorder(Path(run_dir.episodes) / "env0", fsync=False, meta={PROVENANCE_KEY: provenance})
+                         if cfg.record_episodes else None)
         self.session = TrainingSession(config, run_dir, counters)
         self.isolation = config.cluster.node_env(0).isolation
         self.gc_guard = GcGuard()

@@ -153,10 +153,12 @@ def _record_mujoco_demos(config, directory, episodes: int) -> int:
     """Demo episodes on the same MuJoCo task, in this process (random actions stand in for an operator's)."""
     import numpy as np
 
+    from rlhw.rl.demos import PROVENANCE_KEY, env_provenance
     from rlhw.rl.episodes import EpisodeRecorder
     from rlhw.robot import make_env
 
-    env, rec, rng, steps = make_env(config, 0), EpisodeRecorder(directory), np.random.default_rng(0), 0
+    rec = EpisodeRecorder(directory, meta={PROVENANCE_KEY: env_provenance(config.env)})
+    env, rng, steps = make_env(config, 0), np.random.default_rng(0), 0
     try:
         for _ in range(episodes):
             obs, _ = env.reset(seed=int(rng.integers(1000)))

@@ -56,7 +56,8 @@ class ActorWorker(Worker):
         then make every rank start from rank 0's weights. Returns the resumed counters."""
         space = AgentSpace.from_spec(spec)
         self.agent = SAC(space.layout, space.low, space.high, self.cfg.sac, device=self.device)
-        for batch in load_demos(self.cfg.demos, space.observation_shapes, space.action_shape):
+        # provenance None: the controller checked it against the env config before any rank started
+        for batch in load_demos(self.cfg.demos, space.observation_shapes, space.action_shape, None):
             self.replay.add_demos(batch)
         counters = {"env_steps": 0, "updates": 0, "episodes": 0, "best_success": float("nan")}
         if resume:

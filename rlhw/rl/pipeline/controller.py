@@ -26,7 +26,7 @@ import time
 import uuid
 
 from rlhw.errors import ConfigError, WorkerError
-from rlhw.rl.demos import load_demos
+from rlhw.rl.demos import env_provenance, load_demos
 from rlhw.rl.pipeline.actor_worker import ActorWorker
 from rlhw.rl.pipeline.env_worker import EnvWorker, env_transport, simulated
 from rlhw.rl.pipeline.loop_health import loop_metrics
@@ -108,7 +108,8 @@ class Pipeline:
             self.groups.append(self.envs)
             self.spec = self.envs.execute_on(0).spec().wait(CALL_TIMEOUT_S)[0]
             # Bad demos fail here, with the field named, rather than inside every actor rank.
-            load_demos(config.train.demos, observation_shapes(self.spec), tuple(self.spec.action.shape))
+            load_demos(config.train.demos, observation_shapes(self.spec), tuple(self.spec.action.shape),
+                       env_provenance(config.env))
             if self.n_actor > 1:
                 self.actors.init_collective("auto")
             self.resumed = self.actors.setup(self.spec, resume).wait(CALL_TIMEOUT_S)[0]

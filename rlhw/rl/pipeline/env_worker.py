@@ -32,6 +32,7 @@ import numpy as np
 
 from rlhw.env.client import EnvServiceError
 from rlhw.errors import ConfigError, RobotFault, SafetyViolation
+from rlhw.rl.demos import PROVENANCE_KEY, env_provenance
 from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, Stepped
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.instances import EVAL, TRAIN, Instances
@@ -112,8 +113,10 @@ class EnvWorker(Worker):
         fsync = self.cfg.fsync_episodes
         if fsync == "auto":
             fsync = config.env.sim is None and has_real_arm(config)
-        self.recorders = ([EpisodeRecorder(episode_dir(self.run_dir, self.rank, i, self.num_envs), fsync=bool(fsync))
-                           for i in range(self.num_envs)] if self.cfg.record_episodes else None)
+        meta = {PROVENANCE_KEY: env_provenance(config.env)}  # a run's episodes may be a later run's demos
+        self.recorders = ([EpisodeRecorder(episode_dir(self.run_dir, self.rank, i, self.num_envs), fsync=bool(fsync),
+                                           meta=meta) for i in range(self.num_envs)]
+                          if self.cfg.record_episodes else None)
         self._start_env()
         self.rng = np.random.default_rng(self.cfg.seed + 1000 + self.rank)
         self._pending: TransitionBatch | None = None  # train transitions that go with the next observation
