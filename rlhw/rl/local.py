@@ -21,6 +21,7 @@ from rlhw.rl.sac import SAC, resolve_device
 from rlhw.rl.session import Counters, StopReason, TrainingSession, interrupted
 from rlhw.rl.spaces import AgentSpace
 from rlhw.runtime.isolation import GcGuard, apply_learner_threads, apply_loop_isolation
+from rlhw.runtime.stop_signals import interrupt_cause
 
 
 def seed_everything(seed: int) -> np.random.Generator:
@@ -121,14 +122,14 @@ class LocalRun:
                 session.check_budget()
             self._save()
             return session.finish()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (rlhw.runtime.stop_signals)
             self._close_recorder()
             try:
                 self._save()
                 saved = True
             except Exception:  # noqa: BLE001 - report it in run.json rather than hide the interrupt
                 saved = False
-            return session.finish(interrupted(session.c.env_steps, saved))
+            return session.finish(interrupted(session.c.env_steps, saved, interrupt_cause(e)))
         except BaseException as e:
             self._close_recorder()
             self._save()

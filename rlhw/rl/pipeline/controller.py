@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import secrets
+import signal
 import time
 import uuid
 
@@ -36,6 +37,7 @@ from rlhw.rl.pipeline.rollout_worker import RolloutWorker
 from rlhw.rl.rundir import RunDir
 from rlhw.rl.session import Counters, StopReason, TrainingSession, interrupted
 from rlhw.rl.spaces import observation_shapes
+from rlhw.runtime.stop_signals import cause_text, interrupt_cause
 
 POLL_S = 0.05
 CALL_TIMEOUT_S = 120.0
@@ -180,6 +182,11 @@ def train_pipeline(config, run_dir: RunDir, resume: bool = False, cluster=None) 
     Ctrl-C); returns why it stopped. ``cluster``: an existing `Cluster` (tests, benchmarks), else its own."""
     try:
         pipe = Pipeline(config, run_dir, cluster=cluster, resume=resume)
+    except KeyboardInterrupt as e:
+        cause = interrupt_cause(e)
+        run_dir.write_status("interrupted", reason=f"{cause_text(cause)} while the pipeline started; nothing "
+                                                   "trained", signal=cause.name)
+        raise
     except BaseException as e:
         run_dir.write_status("failed", reason=f"the pipeline did not start: {str(e).splitlines()[0]}")
         raise
@@ -241,8 +248,8 @@ class Controller:
             return session.finish()
         except (PipelineFailure, WorkerError) as e:
             return self._worker_failed(e)
-        except KeyboardInterrupt:
-            return self._interrupted()
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (rlhw.runtime.stop_signals)
+            return self._interrupted(interrupt_cause(e))
         except BaseException as e:
             _try(self.checkpoint)
             session.finish(StopReason("failed", f"{type(e).__name__}: {e}"))
@@ -339,14 +346,15 @@ class Controller:
                                                         f"{'checkpoint saved' if saved else 'checkpoint NOT saved'}, "
                                                         f"episodes on disk in {self.run_dir.episodes}"))
 
-    def _interrupted(self) -> StopReason:
-        _note("interrupted: stopping the robots and saving a checkpoint (Ctrl-C again to abandon)")
+    def _interrupted(self, cause: signal.Signals) -> StopReason:
+        _note(f"interrupted ({cause_text(cause)}): stopping the robots and saving a checkpoint "
+              f"({cause_text(cause)} again to abandon)")
         session, pipe = self.session, self.pipe
-        stop = interrupted(session.c.env_steps, saved=False)
-        try:  # a second Ctrl-C leaves this block; run.json still says what happened
+        stop = interrupted(session.c.env_steps, False, cause)
+        try:  # a second Ctrl-C / SIGTERM leaves this block; run.json still says what happened
             _try(lambda: pipe.envs.stop_loop().wait(CALL_TIMEOUT_S))
             _try(lambda: self.absorb(pipe.poll_envs()))
-            stop = interrupted(session.c.env_steps, _try(self.checkpoint))
+            stop = interrupted(session.c.env_steps, _try(self.checkpoint), cause)
         finally:
             session.finish(stop)
         return stop
