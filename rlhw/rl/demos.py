@@ -43,11 +43,11 @@ class UncheckedDemoWarning(UserWarning):
 def env_provenance(env) -> dict[str, Any]:
     """What of an env config (``config.env``) decides what a recorded transition means, as flat dotted keys:
     the task and its options, the action (scale, gripper), the reward, the control rate. JSON values, so a
-    recorded copy compares equal to a fresh one."""
+    recorded copy compares equal to a fresh one. ``env.reach`` (the reach task's target box, success radius and
+    reward scale) is in whatever the task: a key that only one task reads is still compared, erring on refusing."""
     tree = {"task": env.task, "task_options": env.task_options, "action": env.action.model_dump(mode="json"),
-            "reward": env.reward.model_dump(mode="json"), "control_hz": env.control_hz}
-    if env.task == "reach":  # the reach task's options (target box, success radius, reward scale)
-        tree["reach"] = env.reach.model_dump(mode="json")
+            "reward": env.reward.model_dump(mode="json"), "control_hz": env.control_hz,
+            "reach": env.reach.model_dump(mode="json")}
     return _flatten(json.loads(json.dumps(tree)), "env.")
 
 
