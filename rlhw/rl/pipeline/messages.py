@@ -10,6 +10,11 @@ Why dataclasses: these cross process boundaries (pickled through Ray channels), 
 side would otherwise surface as a ``KeyError`` deep in the other process. A receiver checks the type of
 what it got with `expect`, which names the channel and both types.
 
+`EnvStep` and `Actions` also cross the robot network on the direct step lane, so they have a wire codec of
+their own (`pack` / `unpack`): a typed header (kind, then each array's group, name, dtype and shape) and the
+arrays' raw bytes. Decoding builds numpy arrays of a fixed list of dtypes and nothing else, so no byte string
+can make the receiver run code (a pickle can), and every size is checked against the header before use.
+
 Shapes: ``k`` is the number of env instances of one env worker that want an action at this step (0 to
 ``env.num_envs``); ``n`` the number of transitions a message carries; ``...`` an observation's or the
 action's per-instance shape from the env's `rlhw.robot.spec.EnvSpec`.
@@ -17,7 +22,8 @@ action's per-instance shape from the env's `rlhw.robot.spec.EnvSpec`.
 
 from __future__ import annotations
 
-import pickle
+import math
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,17 +134,181 @@ class RolloutProgress:
     loop_isolation: dict | None = None
 
 
+# ---- the wire codec of EnvStep and Actions: a typed header and raw array bytes, nothing that can run code
+
+WIRE_DTYPES = tuple(np.dtype(name).newbyteorder("<") for name in (
+    "bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64", "float16", "float32", "float64"))
+"""The dtypes an array may have on the wire (its code there: index + 1), little-endian whatever the host."""
+MAX_ARRAYS = 256  # arrays in one message (a reach EnvStep with transitions has about 20)
+MAX_NDIM = 8
+_DTYPE_CODE = {dt: i + 1 for i, dt in enumerate(WIRE_DTYPES)}
+_KINDS = (EnvStep, Actions)  # a message's kind on the wire: index + 1
+_ALIGN = 16  # the header and every array start at a multiple of this in the payload (aligned numpy views)
+_HEAD = struct.Struct("<BBHq")  # kind, flags (1: obs present, 2: transitions present), arrays, env rank (EnvStep)
+_ARRAY = struct.Struct("<BBBB")  # group, dtype code, ndim, name length; then the UTF-8 name and ndim uint32 dims
+_FIELDS, _OBS, _TRANSITIONS = 0, 1, 2  # an array's group: a message field, an observation, a transition field
+#: The message fields every kind must carry: name -> (dtype, ndim; None: any ndim >= 1).
+_FIELD_SPECS = {EnvStep: {"rows": (np.dtype("<i8"), 1), "evaluating": (np.dtype("bool"), 1)},
+                Actions: {"actions": (np.dtype("<f4"), None), "versions": (np.dtype("<i8"), 1)}}
+
+
+class FrameError(ValueError):
+    """Bytes that are not a well-formed `EnvStep` or `Actions` of the wire codec (the lane drops their sender)."""
+
+
+def _wire_arrays(msg) -> tuple[int, int, int, list[tuple[int, str, np.ndarray]]]:
+    """A message's kind, flags, env rank and (group, name, array) list, each array contiguous in its wire dtype."""
+    if isinstance(msg, EnvStep):
+        kind, env, groups = 1, msg.env, ((_OBS, msg.obs), (_TRANSITIONS, msg.transitions))
+        fields = {"rows": msg.rows, "evaluating": msg.evaluating}
+    elif isinstance(msg, Actions):
+        kind, env, groups = 2, 0, ()
+        fields = {"actions": msg.actions, "versions": msg.versions}
+    else:
+        raise MessageTypeError(f"the step lane carries EnvStep and Actions messages, but was given a "
+                               f"{type(msg).__module__}.{type(msg).__qualname__}")
+    specs = _FIELD_SPECS[type(msg)]
+    out = [(_FIELDS, name, np.asarray(value, specs[name][0], order="C")) for name, value in fields.items()]
+    flags = 0
+    for bit, (group, arrays) in enumerate(groups):
+        if arrays is not None:
+            flags |= 1 << bit
+            out += [(group, name, _wire_array(type(msg).__name__, name, value)) for name, value in arrays.items()]
+    return kind, flags, env, out
+
+
+def _wire_array(message: str, name, value) -> np.ndarray:
+    """``value`` as a contiguous little-endian array of a wire dtype; a clear error naming the field if it has none."""
+    where = f"{message} array {name!r}"
+    if not isinstance(name, str) or not 0 < len(name.encode()) < 256:
+        raise MessageTypeError(f"{where}: the step lane names arrays with strings of 1-255 UTF-8 bytes")
+    a = np.asarray(value)
+    dtype = _DTYPE_CODE.get(a.dtype.newbyteorder("<"))
+    if dtype is None or a.ndim > MAX_NDIM:
+        raise MessageTypeError(f"{where} has dtype {a.dtype} and {a.ndim} dimensions; the step lane carries arrays "
+                               f"of {', '.join(map(str, WIRE_DTYPES))} with at most {MAX_NDIM} dimensions: convert it "
+                               "where the env builds its observation (e.g. np.asarray(x, np.float32))")
+    return np.asarray(a, WIRE_DTYPES[dtype - 1], order="C")
+
+
+def _padded(n: int) -> int:
+    return n + (-n % _ALIGN)
+
+
+def pack(msg, front: int = 0, back: int = 0) -> tuple[bytearray, int, int]:
+    """``msg`` (an `EnvStep` or `Actions`) encoded into one new buffer, after ``front`` bytes and before ``back``
+    bytes left for the carrier's own prefix and suffix (the lane's lengths and MAC): the buffer, the header's
+    length and the payload's length. `MessageTypeError` names a field the codec cannot carry."""
+    kind, flags, env, arrays = _wire_arrays(msg)
+    if len(arrays) > MAX_ARRAYS:
+        raise MessageTypeError(f"{type(msg).__name__} has {len(arrays)} arrays; the step lane carries {MAX_ARRAYS}")
+    head = [_HEAD.pack(kind, flags, len(arrays), env)]
+    for group, name, a in arrays:
+        raw = name.encode()
+        head += [_ARRAY.pack(group, _DTYPE_CODE[a.dtype], a.ndim, len(raw)), raw, struct.pack(f"<{a.ndim}I", *a.shape)]
+    header = b"".join(head)
+    header_len, payload_len = _padded(len(header)), sum(_padded(a.nbytes) for _, _, a in arrays)
+    buf = bytearray(front + header_len + payload_len + back)
+    buf[front:front + len(header)] = header
+    at = front + header_len
+    for _, _, a in arrays:
+        if a.nbytes:
+            np.frombuffer(buf, np.uint8, a.nbytes, at)[:] = a.reshape(-1).view(np.uint8)
+        at += _padded(a.nbytes)
+    return buf, header_len, payload_len
+
+
+def unpack(buf: bytearray, start: int, header_len: int, payload_len: int, expected: type):
+    """The ``expected`` message (`EnvStep` or `Actions`) in ``buf``: its header at ``start``, its payload right
+    after. The arrays are views of ``buf`` (no copy). `FrameError` says what is malformed."""
+    header = memoryview(buf)[start:start + header_len]
+    try:
+        kind, flags, count, env = _HEAD.unpack_from(header)
+    except struct.error:
+        raise FrameError(f"a header of {header_len} bytes is shorter than its fixed part") from None
+    if not 0 < kind <= len(_KINDS) or _KINDS[kind - 1] is not expected:
+        got = _KINDS[kind - 1].__name__ if 0 < kind <= len(_KINDS) else f"an unknown kind ({kind})"
+        raise FrameError(f"{got} where {expected.__name__} was expected (are both ends running the same rlhw "
+                         "version?)")
+    if flags > 3 or (expected is Actions and flags) or count > MAX_ARRAYS:
+        raise FrameError(f"flags {flags} and {count} arrays: not a valid {expected.__name__} header")
+    groups = _read_arrays(buf, header, start + header_len, payload_len, flags, count)
+    return _message(expected, env, flags, groups)
+
+
+def _read_arrays(buf: bytearray, header: memoryview, base: int, payload_len: int, flags: int, count: int
+                 ) -> tuple[dict[str, np.ndarray], ...]:
+    """The arrays the header describes, as views of the payload at ``base``, by group."""
+    groups: tuple[dict[str, np.ndarray], ...] = ({}, {}, {})
+    pos, at = _HEAD.size, 0
+    for i in range(count):
+        try:
+            group, code, ndim, name_len = _ARRAY.unpack_from(header, pos)
+            name = bytes(header[pos + _ARRAY.size:pos + _ARRAY.size + name_len]).decode()
+            pos += _ARRAY.size + name_len
+            if len(name.encode()) != name_len or ndim > MAX_NDIM:
+                raise FrameError(f"array {i} runs past the header or has {ndim} dimensions")
+            shape = struct.unpack_from(f"<{ndim}I", header, pos)
+        except (struct.error, UnicodeDecodeError) as e:
+            raise FrameError(f"array {i}'s description is malformed ({e})") from None
+        pos += 4 * ndim
+        if group > _TRANSITIONS or (group and not flags & group) or not 0 < code <= len(WIRE_DTYPES) \
+                or name in groups[group]:
+            raise FrameError(f"array {name!r}: group {group}, dtype code {code} (flags {flags}): not a valid, "
+                             "unique array of the lane's dtypes")
+        dtype, n = WIRE_DTYPES[code - 1], math.prod(shape)
+        if at + n * dtype.itemsize > payload_len:
+            raise FrameError(f"array {name!r} {shape} {dtype} ends past the payload's {payload_len} bytes")
+        groups[group][name] = np.frombuffer(buf, dtype, n, base + at).reshape(shape) if n else np.zeros(shape, dtype)
+        at += _padded(n * dtype.itemsize)
+    if at != payload_len or len(header) - pos >= _ALIGN or any(header[pos:]):
+        raise FrameError(f"the header's arrays take {at} of the payload's {payload_len} bytes and leave "
+                         f"{len(header) - pos} header bytes: not a frame of this codec")
+    return groups
+
+
+def _message(expected: type, env: int, flags: int, groups: tuple[dict[str, np.ndarray], ...]):
+    fields = groups[_FIELDS]
+    specs = _FIELD_SPECS[expected]
+    if set(fields) != set(specs) or any(fields[n].dtype != dt or (fields[n].ndim != nd if nd else fields[n].ndim < 1)
+                                        for n, (dt, nd) in specs.items()):
+        raise FrameError(f"{expected.__name__} fields {sorted(fields)} with dtypes "
+                         f"{[str(a.dtype) for a in fields.values()]}: it needs {sorted(specs)}")
+    if expected is Actions:
+        if len(fields["actions"]) != len(fields["versions"]):
+            raise FrameError(f"{len(fields['actions'])} actions with {len(fields['versions'])} versions")
+        return Actions(fields["actions"], fields["versions"])
+    if len(fields["rows"]) != len(fields["evaluating"]):
+        raise FrameError(f"{len(fields['rows'])} rows with {len(fields['evaluating'])} evaluating flags")
+    return EnvStep(env=env, obs=groups[_OBS] if flags & 1 else None, rows=tuple(fields["rows"].tolist()),
+                   evaluating=fields["evaluating"], transitions=groups[_TRANSITIONS] if flags & 2 else None)
+
+
+_CHANNEL_PREFIX = struct.Struct("<QQ")  # header and payload lengths of an obs-channel message
+
+
 def encode_env_step(msg: EnvStep) -> bytes:
-    """An env message as one bytes object (pickle protocol 5). Why: Ray serializes a message of ~20 small
-    numpy arrays field by field, and the channel actor decodes and re-encodes it on the way through;
-    for an 8-instance reach message one bytes object measured ~1.2 ms less per put and ~0.7 ms less
-    per get on the 2-core VM. Large messages (camera images) still go through the object store: the
-    channel wraps big bytes like any other large payload."""
-    return pickle.dumps(expect(msg, EnvStep, OBS_CHANNEL), protocol=5)
+    """An env message as one bytes object for the obs channel (the wire codec, behind its two lengths). Why:
+    Ray serializes a message of ~20 small numpy arrays field by field, and the channel actor decodes and
+    re-encodes it on the way through; for an 8-instance reach message one bytes object measured ~1.2 ms
+    less per put and ~0.7 ms less per get on the 2-core VM. Large messages (camera images) still go through
+    the object store: the channel wraps big bytes like any other large payload."""
+    buf, header_len, payload_len = pack(expect(msg, EnvStep, OBS_CHANNEL), front=_CHANNEL_PREFIX.size)
+    _CHANNEL_PREFIX.pack_into(buf, 0, header_len, payload_len)
+    return bytes(buf)
 
 
 def decode_env_step(data: bytes) -> EnvStep:
     """The `EnvStep` in ``data``; `MessageTypeError` when the obs channel brought anything else."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         return expect(data, EnvStep, OBS_CHANNEL)  # not even encoded: still a clear error
-    return expect(pickle.loads(data), EnvStep, OBS_CHANNEL)
+    buf = bytearray(data)  # writable arrays, as the lane's
+    try:
+        header_len, payload_len = _CHANNEL_PREFIX.unpack_from(buf)
+        if _CHANNEL_PREFIX.size + header_len + payload_len != len(buf):
+            raise FrameError(f"lengths {header_len} + {payload_len} do not add up to the {len(buf)} bytes received")
+        return unpack(buf, _CHANNEL_PREFIX.size, header_len, payload_len, EnvStep)
+    except (FrameError, struct.error) as e:
+        raise MessageTypeError(f"{OBS_CHANNEL} carries EnvStep messages in the step codec, but received bytes that "
+                               f"do not decode ({e}); are both ends of the pipeline running the same rlhw version?"
+                               ) from None
