@@ -14,6 +14,9 @@ import pathlib
 import pickle
 import socket
 import struct
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -25,6 +28,7 @@ from rlhw.rl.pipeline.messages import Actions, EnvStep, pack
 from tests.waiting import wait_until
 
 TOKEN = b"t" * 32
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _step(env: int, value: float = 0.0) -> EnvStep:
@@ -348,6 +352,44 @@ def test_past_its_bound_the_oldest_unfinished_handshake_is_refused_and_its_env_w
             s.close()
         relay.close()
         end.close()
+
+
+_ROLLOUT_WITH_FEW_DESCRIPTORS = textwrap.dedent("""
+    import os, resource, sys
+    import numpy as np
+    from rlhw.rl.pipeline.lane import DirectRolloutEnd
+    from rlhw.rl.pipeline.messages import Actions
+    end = DirectRolloutEnd("127.0.0.1", b"t" * 32, timeout_s=5.0, handshake_timeout_s=30.0)
+    free = 24  # descriptors left for connections: far fewer than the flood, and than max_pending
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + free, resource.getrlimit(
+        resource.RLIMIT_NOFILE)[1]))
+    print(end.address.port, flush=True)
+    while True:
+        for m in end.receive(timeout=0.2):
+            end.answer(m.env, Actions(np.full((1, 7), 0.5, np.float32), np.full(1, 13, np.int64)))
+""")
+
+
+def test_a_flood_past_the_rollout_workers_file_descriptors_still_lets_an_env_worker_join():
+    proc = subprocess.Popen([sys.executable, "-c", _ROLLOUT_WITH_FEW_DESCRIPTORS], stdout=subprocess.PIPE, text=True,
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    flood = []
+    try:
+        address = LaneAddress("127.0.0.1", int(proc.stdout.readline()))
+        flood = [_connect(address) for _ in range(100)]
+        _recv_exact(flood[0], CHALLENGE.size)  # the oldest was accepted, then pushed out for a newer one
+        assert "connections pending and no file descriptors left" in _refusal(flood[0])
+        env = DirectEnvEnd(address, TOKEN, env_rank=0, rollout_rank=0, timeout_s=5.0)
+        try:
+            env.send(_step(0))
+            assert env.actions().versions.tolist() == [13]
+        finally:
+            env.close()
+    finally:
+        for s in flood:
+            s.close()
+        proc.kill()
+        proc.wait()
 
 
 def test_a_connection_that_sends_no_hello_is_closed_after_the_handshake_bound_saying_so():

@@ -26,6 +26,7 @@ pending") so the newest, which a legitimate env worker finishes within a round t
 from __future__ import annotations
 
 import collections
+import errno
 import hashlib
 import hmac
 import os
@@ -56,6 +57,7 @@ PREFIX = struct.Struct("!QQ")  # a frame's header and payload lengths
 TAG = 16
 MAX_HEADER = 1 << 16
 MAX_PAYLOAD = 1 << 31
+_OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class LaneError(RlhwError):
@@ -240,6 +242,7 @@ class Doorman:
         self.refused = 0
         self.refusals: collections.deque[str] = collections.deque(maxlen=64)
         self.selector = selectors.DefaultSelector()
+        self._paused_until: float | None = None  # accepting stopped for a moment: out of file descriptors
         self._wake_r, self._wake_w = socket.socketpair()
         listener.setblocking(False)
         self.selector.register(listener, selectors.EVENT_READ, "accept")
@@ -249,7 +252,9 @@ class Doorman:
 
     def _run(self) -> None:
         while True:
-            wait = min((p.deadline for p in self.pending.values()), default=time.monotonic() + 1.0) - time.monotonic()
+            now = time.monotonic()
+            oldest = next(iter(self.pending.values()), None)
+            wait = min(oldest.deadline if oldest else now + 1.0, self._paused_until or now + 1.0) - now
             events = self.selector.select(max(wait, 0.0))
             if any(key.data == "stop" for key, _ in events):
                 return
@@ -258,7 +263,11 @@ class Doorman:
                     self._read(key.data)
             if any(key.data == "accept" for key, _ in events):
                 self._accept()
-            self._expire(time.monotonic())
+            now = time.monotonic()
+            self._expire(now)
+            if self._paused_until and self._paused_until <= now:
+                self._paused_until = None
+                self.selector.register(self.listener, selectors.EVENT_READ, "accept")
 
     def _accept(self) -> None:
         for _ in range(64):  # a batch per round, so hellos that arrived meanwhile are read next
@@ -266,9 +275,13 @@ class Doorman:
                 sock, where = self.listener.accept()
             except BlockingIOError:
                 return
-            except OSError as e:  # out of file descriptors: free the oldest unfinished handshake's
-                if not self.pending:
-                    self.refusals.append(f"accept failed ({e}) with no handshake pending")
+            except OSError as e:
+                if e.errno not in _OUT_OF_RESOURCES:
+                    continue  # that connection was aborted before it was accepted
+                if not self.pending:  # the descriptors are used elsewhere: try again in 0.1 s, do not spin
+                    self.refusals.append(f"accept failed ({e.strerror or e}) with no handshake pending")
+                    self.selector.unregister(self.listener)
+                    self._paused_until = time.monotonic() + 0.1
                     return
                 self._evict_oldest(f"and no file descriptors left ({e.strerror or e})")
                 continue
@@ -310,9 +323,14 @@ class Doorman:
             return self._refuse(p, f"env worker {rank}'s proof does not match the run's lane token (a captured "
                                    "hello, another run's worker, or not an rlhw env worker)")
         self._release(p)
-        p.sock.setblocking(True)
         to_rollout, to_env = t.keys(self.token)
-        self.joined(rank, SealedStream(p.sock, f"env worker {rank} at {p.where}", to_env, to_rollout))
+        try:
+            p.sock.setblocking(True)
+            stream = SealedStream(p.sock, f"env worker {rank} at {p.where}", to_env, to_rollout)
+        except OSError as e:  # it reset the connection meanwhile
+            p.sock.close()
+            return self._count(f"env worker {rank} at {p.where} closed before its verdict ({e.strerror or e})")
+        self.joined(rank, stream)
         try:  # after `joined`: once the env worker reads its verdict, its stream is the rollout end's already
             p.sock.send(VERDICT.pack(ACCEPT, 32) + t.rollout_proof(self.token))  # 35 bytes: an empty buffer takes them
         except OSError:
@@ -328,9 +346,9 @@ class Doorman:
             self._refuse(oldest, f"handshake not read: {len(self.pending)} connections pending {why}".rstrip())
 
     def _expire(self, now: float) -> None:
-        for p in [p for p in self.pending.values() if p.deadline <= now]:
-            self._refuse(p, f"handshake not read: no complete hello within {self.timeout_s:g} s "
-                            f"({len(self.pending)} connections pending)")
+        while (oldest := next(iter(self.pending.values()), None)) is not None and oldest.deadline <= now:
+            self._refuse(oldest, f"handshake not read: no complete hello within {self.timeout_s:g} s "
+                                 f"({len(self.pending)} connections pending)")
 
     def _refuse(self, p: _Pending, why: str) -> None:
         """Tell the peer why (best effort, it may be gone) and close its connection."""
