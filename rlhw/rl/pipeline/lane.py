@@ -3,21 +3,29 @@
 This is the step-critical path of a robot (observation in hand -> action back), so it has its own lane,
 chosen with ``train.step_lane``:
 
-- ``direct`` (default): one TCP stream per env worker, straight to its rollout worker. A frame is an 8-byte
-  length and a pickled message. Measured on the 2-core VM (tools/bench_pipeline.py, docs/training.md): the
-  round trip alone costs p50 0.5-1.6 ms, and obs->action with the policy 2.6-3.1 ms, against 17-29 ms through
-  the two relay channel actors of ``channels`` (each message is a Ray actor call in, and one out). The same
-  message through a Ray Compiled Graph took p50 1.0-1.2 ms and p99 2.5-3.2 ms in the runs where the stream
-  took 0.5-1.1 and 0.7-1.8. It works across nodes: the rollout worker listens on its node's IP. A dead peer
-  is seen at once (the kernel closes its socket), and ``train.step_timeout_s`` bounds a peer that stops
-  answering (a lost node sends nothing).
+- ``direct`` (default): one TCP stream per env worker, straight to its rollout worker. A frame is the
+  message in a typed codec (`rlhw.rl.pipeline.messages.pack`: a header naming each array's dtype and shape,
+  then the raw arrays; no pickle) and an AES-GCM tag (`rlhw.rl.pipeline.lane_wire`). Measured on the 2-core
+  VM (tools/bench_pipeline.py, docs/training.md): the round trip alone costs p50 0.5-1.6 ms, and obs->action
+  with the policy 2.6-3.1 ms, against 17-29 ms through the two relay channel actors of ``channels`` (each
+  message is a Ray actor call in, and one out). The same message through a Ray Compiled Graph took p50
+  1.0-1.2 ms and p99 2.5-3.2 ms in the runs where the stream took 0.5-1.1 and 0.7-1.8. It works across nodes:
+  the rollout worker listens on its node's IP. A dead peer is seen at once (the kernel closes its socket), and
+  ``train.step_timeout_s`` bounds a peer that stops answering (a lost node sends nothing).
 - ``channels``: the older relay through the ``obs`` and ``actions`` channels, kept as the baseline.
 
 Replay batches and weights stay on their channels (bulk data, no deadline).
 
-Who may talk on a direct lane: a connection must prove it holds the run's lane token (an HMAC over a fresh
-nonce, never the token itself) before any message is unpickled, and the rollout worker proves it back, so
-nobody can feed observations into the replay of a run or send actions to an arm.
+Who may talk on a direct lane (the threat model is in docs/training.md): both ends prove they hold the run's
+lane token, each over a nonce the other has just drawn (the token never crosses), so a captured handshake is
+worthless on another connection; every frame after it carries a tag under keys drawn from that handshake and
+its sequence number, so without the token nobody on the robot network can join, inject, change, replay or
+reorder a frame, feed observations into a run's replay or send actions to an arm. Nothing received is
+unpickled or otherwise executed: a frame that fails its tag or does not decode drops its connection with a
+`LaneError` naming the peer. Silent or garbage connections cannot keep env workers out whatever their
+number (the doorman reads hellos first and refuses the oldest unfinished handshake when too many wait). Not
+provided: confidentiality (frames cross in clear) and availability against someone who can drop or delay
+packets, or break the TCP connection.
 """
 
 from __future__ import annotations
