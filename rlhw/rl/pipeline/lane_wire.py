@@ -134,6 +134,7 @@ def env_handshake(sock: socket.socket, token: bytes, rank: int, peer: str) -> tu
     kind, size = VERDICT.unpack(_handshake_recv(sock, VERDICT.size, peer, "no verdict on its hello"))
     if kind == REFUSE and size <= MAX_REASON:
         why = _handshake_recv(sock, size, peer, "a refusal cut short").decode(errors="replace")
+        why = "".join(c if c.isprintable() else "?" for c in why)  # unauthenticated text: no terminal escapes
         raise LaneError(f"{peer} refused the step lane handshake: {why}")
     proof = _handshake_recv(sock, 32, peer, "no proof") if (kind, size) == (ACCEPT, 32) else b""
     if not hmac.compare_digest(proof, t.rollout_proof(token)):
