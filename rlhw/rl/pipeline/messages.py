@@ -22,6 +22,7 @@ action's per-instance shape from the env's `rlhw.robot.spec.EnvSpec`.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from dataclasses import dataclass, field
@@ -179,16 +180,19 @@ def _wire_arrays(msg) -> tuple[int, int, int, list[tuple[int, str, np.ndarray]]]
 
 def _wire_array(message: str, name, value) -> np.ndarray:
     """``value`` as a contiguous little-endian array of a wire dtype; a clear error naming the field if it has none."""
+    a = np.asarray(value)
+    if a.dtype in _DTYPE_CODE and a.flags.c_contiguous and a.ndim <= MAX_NDIM and isinstance(name, str) \
+            and 0 < len(name) < 64:  # at most 4 UTF-8 bytes a character: the name fits its length byte
+        return a  # the common case, checked in one go
     where = f"{message} array {name!r}"
     if not isinstance(name, str) or not 0 < len(name.encode()) < 256:
         raise MessageTypeError(f"{where}: the step lane names arrays with strings of 1-255 UTF-8 bytes")
-    a = np.asarray(value)
-    dtype = _DTYPE_CODE.get(a.dtype.newbyteorder("<"))
-    if dtype is None or a.ndim > MAX_NDIM:
+    code = _DTYPE_CODE.get(a.dtype.newbyteorder("<"))
+    if code is None or a.ndim > MAX_NDIM:
         raise MessageTypeError(f"{where} has dtype {a.dtype} and {a.ndim} dimensions; the step lane carries arrays "
                                f"of {', '.join(map(str, WIRE_DTYPES))} with at most {MAX_NDIM} dimensions: convert it "
                                "where the env builds its observation (e.g. np.asarray(x, np.float32))")
-    return np.asarray(a, WIRE_DTYPES[dtype - 1], order="C")
+    return np.asarray(a, WIRE_DTYPES[code - 1], order="C")
 
 
 def _padded(n: int) -> int:
@@ -202,20 +206,29 @@ def pack(msg, front: int = 0, back: int = 0) -> tuple[bytearray, int, int]:
     kind, flags, env, arrays = _wire_arrays(msg)
     if len(arrays) > MAX_ARRAYS:
         raise MessageTypeError(f"{type(msg).__name__} has {len(arrays)} arrays; the step lane carries {MAX_ARRAYS}")
-    head = [_HEAD.pack(kind, flags, len(arrays), env)]
-    for group, name, a in arrays:
-        raw = name.encode()
-        head += [_ARRAY.pack(group, _DTYPE_CODE[a.dtype], a.ndim, len(raw)), raw, struct.pack(f"<{a.ndim}I", *a.shape)]
-    header = b"".join(head)
-    header_len, payload_len = _padded(len(header)), sum(_padded(a.nbytes) for _, _, a in arrays)
+    described, offsets, payload_len = _describe(tuple((g, n, _DTYPE_CODE[a.dtype], a.shape) for g, n, a in arrays))
+    header_len = _padded(_HEAD.size + len(described))
     buf = bytearray(front + header_len + payload_len + back)
-    buf[front:front + len(header)] = header
-    at = front + header_len
-    for _, _, a in arrays:
+    _HEAD.pack_into(buf, front, kind, flags, len(arrays), env)
+    buf[front + _HEAD.size:front + _HEAD.size + len(described)] = described
+    base = front + header_len
+    for (_, _, a), at in zip(arrays, offsets):
         if a.nbytes:
-            np.frombuffer(buf, np.uint8, a.nbytes, at)[:] = a.reshape(-1).view(np.uint8)
-        at += _padded(a.nbytes)
+            buf[base + at:base + at + a.nbytes] = memoryview(a).cast("B")
     return buf, header_len, payload_len
+
+
+@functools.lru_cache(maxsize=64)
+def _describe(arrays: tuple[tuple[int, str, int, tuple[int, ...]], ...]) -> tuple[bytes, tuple[int, ...], int]:
+    """The header's description of (group, name, dtype code, shape) arrays, their offsets in the payload and its
+    length. Cached: an env worker's messages have the same layout step after step."""
+    parts, offsets, at = [], [], 0
+    for group, name, code, shape in arrays:
+        raw = name.encode()
+        parts += [_ARRAY.pack(group, code, len(shape), len(raw)), raw, struct.pack(f"<{len(shape)}I", *shape)]
+        offsets.append(at)
+        at += _padded(math.prod(shape) * WIRE_DTYPES[code - 1].itemsize)
+    return b"".join(parts), tuple(offsets), at
 
 
 def unpack(buf: bytearray, start: int, header_len: int, payload_len: int, expected: type):
@@ -230,58 +243,66 @@ def unpack(buf: bytearray, start: int, header_len: int, payload_len: int, expect
         got = _KINDS[kind - 1].__name__ if 0 < kind <= len(_KINDS) else f"an unknown kind ({kind})"
         raise FrameError(f"{got} where {expected.__name__} was expected (are both ends running the same rlhw "
                          "version?)")
+    groups: tuple[dict[str, np.ndarray], ...] = ({}, {}, {})
+    base = start + header_len
+    for group, name, dtype, n, at, shape in _layout(expected, flags, count, payload_len, bytes(header[_HEAD.size:])):
+        groups[group][name] = np.frombuffer(buf, dtype, n, base + at).reshape(shape) if n else np.zeros(shape, dtype)
+    fields = groups[_FIELDS]
+    if expected is Actions:
+        return Actions(fields["actions"], fields["versions"])
+    return EnvStep(env=env, obs=groups[_OBS] if flags & 1 else None, rows=tuple(fields["rows"].tolist()),
+                   evaluating=fields["evaluating"], transitions=groups[_TRANSITIONS] if flags & 2 else None)
+
+
+Layout = tuple[tuple[int, str, np.dtype, int, int, tuple[int, ...]], ...]
+"""Where each array of a message is: (group, name, dtype, elements, offset in the payload, shape)."""
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(expected: type, flags: int, count: int, payload_len: int, described: bytes) -> Layout:
+    """The arrays a header describes, every rule of the codec checked (`FrameError` otherwise). Cached: a lane
+    carries the same layout step after step, and a header that fails is not cached."""
     if flags > 3 or (expected is Actions and flags) or count > MAX_ARRAYS:
         raise FrameError(f"flags {flags} and {count} arrays: not a valid {expected.__name__} header")
-    groups = _read_arrays(buf, header, start + header_len, payload_len, flags, count)
-    return _message(expected, env, flags, groups)
-
-
-def _read_arrays(buf: bytearray, header: memoryview, base: int, payload_len: int, flags: int, count: int
-                 ) -> tuple[dict[str, np.ndarray], ...]:
-    """The arrays the header describes, as views of the payload at ``base``, by group."""
-    groups: tuple[dict[str, np.ndarray], ...] = ({}, {}, {})
-    pos, at = _HEAD.size, 0
+    layout, names, pos, at = [], ({}, {}, {}), 0, 0
     for i in range(count):
         try:
-            group, code, ndim, name_len = _ARRAY.unpack_from(header, pos)
-            name = bytes(header[pos + _ARRAY.size:pos + _ARRAY.size + name_len]).decode()
+            group, code, ndim, name_len = _ARRAY.unpack_from(described, pos)
+            name = described[pos + _ARRAY.size:pos + _ARRAY.size + name_len].decode()
             pos += _ARRAY.size + name_len
             if len(name.encode()) != name_len or ndim > MAX_NDIM:
                 raise FrameError(f"array {i} runs past the header or has {ndim} dimensions")
-            shape = struct.unpack_from(f"<{ndim}I", header, pos)
+            shape = struct.unpack_from(f"<{ndim}I", described, pos)
         except (struct.error, UnicodeDecodeError) as e:
             raise FrameError(f"array {i}'s description is malformed ({e})") from None
         pos += 4 * ndim
         if group > _TRANSITIONS or (group and not flags & group) or not 0 < code <= len(WIRE_DTYPES) \
-                or name in groups[group]:
+                or name in names[group]:
             raise FrameError(f"array {name!r}: group {group}, dtype code {code} (flags {flags}): not a valid, "
                              "unique array of the lane's dtypes")
         dtype, n = WIRE_DTYPES[code - 1], math.prod(shape)
         if at + n * dtype.itemsize > payload_len:
             raise FrameError(f"array {name!r} {shape} {dtype} ends past the payload's {payload_len} bytes")
-        groups[group][name] = np.frombuffer(buf, dtype, n, base + at).reshape(shape) if n else np.zeros(shape, dtype)
+        names[group][name] = (dtype, shape)
+        layout.append((group, name, dtype, n, at, shape))
         at += _padded(n * dtype.itemsize)
-    if at != payload_len or len(header) - pos >= _ALIGN or any(header[pos:]):
+    if at != payload_len or _padded(_HEAD.size + pos) != _HEAD.size + len(described) or any(described[pos:]):
         raise FrameError(f"the header's arrays take {at} of the payload's {payload_len} bytes and leave "
-                         f"{len(header) - pos} header bytes: not a frame of this codec")
-    return groups
+                         f"{len(described) - pos} header bytes: not a frame of this codec")
+    _check_fields(expected, names[_FIELDS])
+    return tuple(layout)
 
 
-def _message(expected: type, env: int, flags: int, groups: tuple[dict[str, np.ndarray], ...]):
-    fields = groups[_FIELDS]
+def _check_fields(expected: type, fields: dict[str, tuple[np.dtype, tuple[int, ...]]]) -> None:
+    """The message's own fields: exactly its names, each of its dtype and rank, of matching lengths."""
     specs = _FIELD_SPECS[expected]
-    if set(fields) != set(specs) or any(fields[n].dtype != dt or (fields[n].ndim != nd if nd else fields[n].ndim < 1)
+    if set(fields) != set(specs) or any(fields[n][0] != dt or (len(fields[n][1]) != nd if nd else not fields[n][1])
                                         for n, (dt, nd) in specs.items()):
-        raise FrameError(f"{expected.__name__} fields {sorted(fields)} with dtypes "
-                         f"{[str(a.dtype) for a in fields.values()]}: it needs {sorted(specs)}")
-    if expected is Actions:
-        if len(fields["actions"]) != len(fields["versions"]):
-            raise FrameError(f"{len(fields['actions'])} actions with {len(fields['versions'])} versions")
-        return Actions(fields["actions"], fields["versions"])
-    if len(fields["rows"]) != len(fields["evaluating"]):
-        raise FrameError(f"{len(fields['rows'])} rows with {len(fields['evaluating'])} evaluating flags")
-    return EnvStep(env=env, obs=groups[_OBS] if flags & 1 else None, rows=tuple(fields["rows"].tolist()),
-                   evaluating=fields["evaluating"], transitions=groups[_TRANSITIONS] if flags & 2 else None)
+        raise FrameError(f"{expected.__name__} fields {sorted(fields)} with dtypes and shapes {list(fields.values())}: "
+                         f"it needs {sorted(specs)}")
+    first, second = (fields[n][1][0] for n in specs)
+    if first != second:
+        raise FrameError(f"{expected.__name__}: {first} {list(specs)[0]} with {second} {list(specs)[1]}")
 
 
 _CHANNEL_PREFIX = struct.Struct("<QQ")  # header and payload lengths of an obs-channel message
