@@ -8,7 +8,8 @@
   length and a pickle protocol 5, no tag, on the same kind of TCP stream: TCP_NODELAY, a selector loop on the
   echo side, the same Actions back).
 - In process, per step (one `EnvStep` out, one `Actions` back): pickle dumps + loads of both, the codec's pack
-  + unpack of both, and the tags' seal + check of both frames.
+  + unpack of both, and the tags' seal + check of both frames; also for the message a pipeline step sends,
+  observations and transitions of 8 instances (about 20 arrays).
 """
 
 from __future__ import annotations
@@ -183,6 +184,17 @@ def wire_cost_rows(msg, what: str, steps: int) -> list[tuple]:
     return rows
 
 
+def with_transitions(obs: dict, k: int = 8):
+    """What an env worker of ``k`` instances sends at each step of the pipeline: their observations and the
+    previous step's transitions (``transition_batch``: obs, next_obs, action, reward, terminated, intervened)."""
+    from rlhw.rl.pipeline.messages import EnvStep
+    from rlhw.rl.replay import transition_batch
+
+    obs = {name: np.repeat(v, k, 0) for name, v in obs.items()}
+    tr = transition_batch(obs, obs, np.zeros((k, 7)), np.zeros(k), np.zeros(k), np.zeros(k))
+    return EnvStep(env=0, obs=obs, rows=tuple(range(k)), evaluating=np.zeros(k, bool), transitions=tr)
+
+
 def p50_p99_ms(seconds: list[float]) -> tuple[float, float]:
     return float(np.percentile(seconds, 50) * 1e3), float(np.percentile(seconds, 99) * 1e3)
 
@@ -207,6 +219,8 @@ def main() -> int:
             rows += [(f"{LANE_NAMES[n]}, {what}", len(t), *p50_p99_ms(t)) for n, t in sorted(trips.items(),
                                                                                              reverse=True)]
             rows += wire_cost_rows(msg, what, args.steps)
+            if not images:
+                rows += wire_cost_rows(with_transitions(msg.obs), "proprio + transitions, 8 instances", args.steps)
     print_latency("the step lane's wire: codec + GMAC against pickle (one node)", rows, width=90, digits=3)
     return 0
 

@@ -230,7 +230,7 @@ def phase_rows(steps: int) -> list[tuple]:
     in process (pickle, codec, tags)."""
     from rlhw.rl.pipeline.acting import ActingPolicy
     from rlhw.rl.pipeline.messages import EnvStep, PolicyWeights
-    from tools.bench_lane import LANE_NAMES, Lanes, round_trips, wire_cost_rows
+    from tools.bench_lane import LANE_NAMES, Lanes, round_trips, wire_cost_rows, with_transitions
 
     rows = []
     with Lanes() as ends:
@@ -256,6 +256,8 @@ def phase_rows(steps: int) -> list[tuple]:
                                                                                              reverse=True)]
             rows.append((f"policy forward alone (CPU, 1 thread), {what}", len(forwards), *p50_p99_ms(forwards)))
             rows += wire_cost_rows(msg, what, steps)
+            if not images:
+                rows += wire_cost_rows(with_transitions(obs), "proprio + transitions, 8 instances", steps)
     return rows
 
 
