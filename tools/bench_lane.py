@@ -1,6 +1,7 @@
 """The direct step lane's wire against the one it replaced, in the same run: typed codec + GMAC vs pickle.
 
-    .venv/bin/python tools/bench_lane.py [--steps 2000]   # alone; tools/bench_pipeline.py --parts phases runs it too
+    .venv/bin/python tools/bench_lane.py [--steps 2000] [--other-lane CHECKOUT]
+    # tools/bench_pipeline.py --parts phases runs it too, without --other-lane
 
 - Round trip alone (an echo process answers every observation at once), the two lanes interleaved step by
   step, alternating which goes first: ``sealed`` is the lane as it is (`DirectEnvEnd` to `DirectRolloutEnd`:
@@ -46,6 +47,23 @@ def echo_sealed(port_q, token: bytes) -> None:
     while True:
         for m in end.receive(timeout=1.0):
             end.answer(m.env, _answer(m))
+
+
+def echo_checkout(port_q, token: bytes, root: str) -> None:
+    """`echo_sealed` with the rlhw of another checkout (``root``: e.g. the commit before the typed codec)."""
+    sys.path.insert(0, root)
+    echo_sealed(port_q, token)
+
+
+def checkout_env_end(root: str, port: int, token: bytes):
+    """The `DirectEnvEnd` of the checkout at ``root``, loaded from its lane.py beside this one's messages (the
+    message classes are unchanged, so its pickles decode on either side)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rlhw_checkout_lane", Path(root) / "rlhw/rl/pipeline/lane.py")
+    lane = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lane)
+    return lane.DirectEnvEnd(lane.LaneAddress("127.0.0.1", port), token, 0, 0, 30.0)
 
 
 class PickleStream:
@@ -106,7 +124,11 @@ class PickleEnvEnd:
 
 
 class Lanes:
-    """Both lanes to their echo processes, open for as long as the ``with`` block runs."""
+    """Both lanes (and the lane of the checkout at ``other``, if given) to their echo processes, open for as
+    long as the ``with`` block runs."""
+
+    def __init__(self, other: str | None = None):
+        self.other = other
 
     def __enter__(self) -> dict:
         import multiprocessing as mp
@@ -114,13 +136,17 @@ class Lanes:
         from rlhw.rl.pipeline.lane import DirectEnvEnd, LaneAddress
 
         ctx = mp.get_context("spawn")
-        sealed_q, pickle_q, token = ctx.Queue(), ctx.Queue(), b"b" * 32
+        sealed_q, pickle_q, other_q, token = ctx.Queue(), ctx.Queue(), ctx.Queue(), b"b" * 32
         self.echoes = [ctx.Process(target=echo_sealed, args=(sealed_q, token), daemon=True),
                        ctx.Process(target=echo_pickle, args=(pickle_q,), daemon=True)]
+        if self.other:
+            self.echoes.append(ctx.Process(target=echo_checkout, args=(other_q, token, self.other), daemon=True))
         for p in self.echoes:
             p.start()
         self.ends = {"sealed": DirectEnvEnd(LaneAddress("127.0.0.1", sealed_q.get(timeout=60)), token, 0, 0, 30.0),
                      "pickle": PickleEnvEnd(pickle_q.get(timeout=60))}
+        if self.other:
+            self.ends["checkout"] = checkout_env_end(self.other, other_q.get(timeout=60), token)
         return self.ends
 
     def __exit__(self, *exc) -> None:
@@ -133,7 +159,7 @@ class Lanes:
 def round_trips(ends: dict, msg, i: int) -> dict[str, float]:
     """One round trip of ``msg`` on each lane, in an order that alternates with ``i``: seconds by lane."""
     out = {}
-    for name in (sorted(ends) if i % 2 else sorted(ends, reverse=True)):
+    for name in (sorted(ends) if i % 2 else sorted(ends, reverse=True)):  # each lane first, and last, as often
         t0 = time.perf_counter()
         ends[name].send(msg)
         ends[name].actions()
@@ -142,7 +168,8 @@ def round_trips(ends: dict, msg, i: int) -> dict[str, float]:
 
 
 LANE_NAMES = {"sealed": "direct lane round trip alone (codec + GMAC)",
-              "pickle": "old framing round trip alone (pickle, baseline)"}
+              "pickle": "old framing round trip alone (pickle, baseline)",
+              "checkout": "--other-lane checkout's lane round trip alone"}
 
 
 def wire_cost_rows(msg, what: str, steps: int) -> list[tuple]:
@@ -202,12 +229,15 @@ def p50_p99_ms(seconds: list[float]) -> tuple[float, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--other-lane", metavar="CHECKOUT",
+                    help="also the direct lane of the rlhw checkout at this path (e.g. a worktree of the commit "
+                         "before the typed codec), interleaved with the others")
     args = ap.parse_args()
     from tools.bench_pipeline import mock_observation, print_latency
     from rlhw.rl.pipeline.messages import EnvStep
 
     rows = []
-    with Lanes() as ends:
+    with Lanes(args.other_lane) as ends:
         for images in (False, True):
             msg = EnvStep(env=0, obs=mock_observation(images)[2], rows=(0,), evaluating=np.zeros(1, bool))
             trips: dict[str, list[float]] = {name: [] for name in ends}
