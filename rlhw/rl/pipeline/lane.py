@@ -5,9 +5,10 @@ chosen with ``train.step_lane``:
 
 - ``direct`` (default): one TCP stream per env worker, straight to its rollout worker. A frame is the
   message in a typed codec (`rlhw.rl.pipeline.messages.pack`: a header naming each array's dtype and shape,
-  then the raw arrays; no pickle) and an AES-GCM tag (`rlhw.rl.pipeline.lane_wire`). Measured on the 2-core
-  VM (tools/bench_pipeline.py, docs/training.md): the round trip alone costs p50 0.5-1.6 ms, and obs->action
-  with the policy 2.6-3.1 ms, against 17-29 ms through the two relay channel actors of ``channels`` (each
+  then the raw arrays; no pickle) and an AES-GCM tag (`rlhw.rl.pipeline.lane_wire`): round trip alone p50
+  0.18-0.30 ms in runs where the pickle lane it replaced took 0.21-0.35 (tools/bench_lane.py). Measured
+  before that on the 2-core VM (tools/bench_pipeline.py, docs/training.md): the round trip alone p50
+  0.5-1.6 ms (busier runs), and obs->action with the policy 2.6-3.1 ms, against 17-29 ms through the two relay channel actors of ``channels`` (each
   message is a Ray actor call in, and one out). The same message through a Ray Compiled Graph took p50
   1.0-1.2 ms and p99 2.5-3.2 ms in the runs where the stream took 0.5-1.1 and 0.7-1.8. It works across nodes:
   the rollout worker listens on its node's IP. A dead peer is seen at once (the kernel closes its socket), and
