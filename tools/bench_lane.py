@@ -106,7 +106,10 @@ def echo_pickle(port_q) -> None:
     selector.register(stream.sock, selectors.EVENT_READ)
     while True:
         for _ in selector.select(1.0):
-            stream.write(_answer(stream.read()))
+            try:
+                stream.write(_answer(stream.read()))
+            except EOFError:  # the bench is done
+                return
 
 
 class PickleEnvEnd:
