@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Union
 
-from pydantic import BeforeValidator, Field, PlainSerializer
+from pydantic import BeforeValidator, Discriminator, Field, PlainSerializer, Tag
 
 from rlhw.config.base import StrictModel
 
@@ -75,3 +75,13 @@ class LeRobotDemoConfig(StrictModel):
     done: Literal["episode_end"] | Feature = Field(
         FeatureRef("next.done"), union_mode="left_to_right", description="per-frame end-of-episode flag, or episode_end: the last frame of "
                                              "each episode ends it (for a dataset without one)")
+
+
+def _entry_kind(value) -> str:
+    return "dataset" if isinstance(value, (dict, LeRobotDemoConfig)) else "path"
+
+
+#: A `train.demos` entry: a directory (rlhw episodes, or an rlhw export), or a dataset with its feature map.
+#: Told apart by their form, so that an error in a map is reported inside the map.
+DemoEntry = Annotated[Union[Annotated[str, Tag("path")], Annotated[LeRobotDemoConfig, Tag("dataset")]],
+                      Discriminator(_entry_kind)]

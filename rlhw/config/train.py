@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from rlhw.config.base import StrictModel
-from rlhw.config.datasets import LeRobotDemoConfig
+from rlhw.config.datasets import DemoEntry
 from rlhw.config.vision import ImageEncoderConfig
 
 
@@ -85,7 +85,7 @@ class TrainConfig(StrictModel):
     steps_per_iteration: int = Field(50, ge=1, description="sync mode: env steps collected per round, all robots")
     buffer_size: int = Field(300_000, ge=1)
     sac: SacConfig = SacConfig()
-    demos: list[str | LeRobotDemoConfig] = Field(
+    demos: list[DemoEntry] = Field(
         default_factory=list, description="directories of recorded episodes (demo-*, train-*; searched recursively) "
                                           "or LeRobotDatasets (an `rlhw export-dataset` export as a path; another "
                                           "one as {path, observations, action}: rlhw.config.datasets) loaded into "

@@ -30,8 +30,8 @@ class ExportOptions:
     repo_id: str = "rlhw/episodes"
     fps: int | None = None          # default: the recording config's env.control_hz
     task: str | None = None         # default: the recording config's env.task
-    codec: str = "libsvtav1"
-    crf: int = 30
+    codec: str = "h264"             # rlhw.rl.lerobot.video says why not LeRobot's default AV1
+    crf: int | None = None          # default: the codec's (h264 23, AV1 30)
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,10 @@ def export_episodes(paths: Sequence[Path], out: Path, options: ExportOptions = E
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError("--out", f"{out} already exists and is not empty; give a new directory")
     if options.codec not in CODECS:
-        raise ConfigError("--vcodec", f"{options.codec!r} is not one of libsvtav1, h264")
+        raise ConfigError("--vcodec", f"{options.codec!r} is not one of {', '.join(CODECS)}")
+    top = {"h264": 51, "libsvtav1": 63}[options.codec]
+    if options.crf is not None and not 0 <= options.crf <= top:
+        raise ConfigError("--crf", f"{options.crf} is outside {options.codec}'s range 0-{top} (lower: better, larger)")
     writer = _DatasetWriter(out, options)
     skipped = []
     try:
@@ -283,7 +286,7 @@ class _DatasetWriter:
                 "data_files_size_in_mb": F.DATA_FILE_MB, "video_files_size_in_mb": F.VIDEO_FILE_MB, "fps": self.fps,
                 "splits": {"train": f"0:{self.episodes}"}, "data_path": F.DATA_PATH,
                 "video_path": F.VIDEO_PATH if self.layout.cameras else None, "features": features,
-                "rlhw": self.layout.to_json()}
+                "rlhw": {**self.layout.to_json(), "repo_id": self.options.repo_id}}
 
     def close(self) -> None:
         if self.streams is not None:
