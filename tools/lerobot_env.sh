@@ -27,7 +27,8 @@ if ! ldconfig -p | grep -q 'libavcodec.so'; then
 fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 # --isolated: this machine's pip configuration prefers its local CPU torch, which is what breaks torchvision.
-"$VENV/bin/pip" install -q --isolated --disable-pip-version-check --cert /etc/ssl/certs/ca-certificates.crt \
-  torch==2.13.0 torchvision==0.28.0 torchcodec "lerobot-dataset==0.4.4"
+CERT=(); [ -f /etc/ssl/certs/ca-certificates.crt ] && CERT=(--cert /etc/ssl/certs/ca-certificates.crt)
+"$VENV/bin/pip" install -q --isolated --disable-pip-version-check "${CERT[@]}" \
+  torch==2.13.0 torchvision==0.28.0 torchcodec==0.17.0 "lerobot-dataset==0.4.4"
 "$VENV/bin/python" -c "import ledataset.datasets.lerobot_dataset as m, torchcodec.decoders; print('ledataset', m.CODEBASE_VERSION)"
 touch "$STAMP"
