@@ -106,7 +106,8 @@ def _check(info: dict, root: Path, ref: FeatureRef, want: tuple[int, ...], key: 
 
 
 class _Videos:
-    """Decoded video files, each decoded once, frames looked up by timestamp."""
+    """Decoded video files, each decoded once (the current file of each camera is kept), frames looked up by
+    timestamp."""
 
     def __init__(self, root: Path, info: dict):
         self.root, self.info, self.cache = root, info, {}
@@ -114,11 +115,11 @@ class _Videos:
     def frames(self, key: str, row: Mapping, timestamps: np.ndarray) -> np.ndarray:
         chunk, file = int(row[f"videos/{key}/chunk_index"]), int(row[f"videos/{key}/file_index"])
         path = self.root / self.info["video_path"].format(video_key=key, chunk_index=chunk, file_index=file)
-        if path not in self.cache:
+        if self.cache.get(key, (None,))[0] != path:  # one file per camera at a time: episodes come in file order
             if not path.is_file():
                 raise ConfigError(key, f"the video {path} is missing from the dataset")
-            self.cache = {path: read_frames(path)}  # one file at a time: episodes come in file order
-        stamps, frames = self.cache[path]
+            self.cache[key] = (path, *read_frames(path))
+        _, stamps, frames = self.cache[key]
         want = float(row[f"videos/{key}/from_timestamp"]) + timestamps
         at = np.clip(np.searchsorted(stamps, want - 0.5 / self.info["fps"]), 0, max(len(stamps) - 1, 0))
         if len(stamps) == 0 or np.any(np.abs(stamps[at] - want) > 0.5 / self.info["fps"]):

@@ -41,7 +41,7 @@ def feature_stats(values: np.ndarray, image: bool = False) -> dict[str, list]:
     else:
         x = x.reshape(len(x), -1)
     out = {"min": x.min(0), "max": x.max(0), "mean": x.mean(0), "std": x.std(0)}
-    out.update({f"q{round(q * 100):02d}": np.quantile(x, q, axis=0) for q in QUANTILES})
+    out.update({f"q{round(q * 100):02d}": v for q, v in zip(QUANTILES, np.quantile(x, QUANTILES, axis=0))})
     shaped = {k: (v.reshape(-1, 1, 1) if image else v).tolist() for k, v in out.items()}
     shaped["count"] = [int(len(values))]
     return shaped
