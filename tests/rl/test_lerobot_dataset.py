@@ -296,3 +296,41 @@ def test_av1_export_leaves_every_thread_at_the_scheduling_it_had(tmp_path):
     back = load_demos([str(tmp_path / "av1")], SHAPES, ACTION)
     ours = load_demos([str(tmp_path / "eps")], SHAPES, ACTION)
     assert _psnr(ours[0]["obs/image_front"], back[0]["obs/image_front"]) > 30
+
+
+@pytest.mark.timeout(120)
+def test_record_demos_on_mujoco_then_export_keeps_the_recording_config_and_train_demos_reads_it_back(tmp_path, capsys):
+    sim_reach = str(REPO / "configs" / "sim_reach.yaml")
+    fast = ["env.max_episode_steps=20", "env.teleop.hesitation=0.0", "env.control_hz=20"]
+    assert main(["record-demos", sim_reach, "--episodes", "2", "--teleop", "scripted", "--out", str(tmp_path / "demos"),
+                 "--no-live", *fast]) == 0
+    assert main(["export-dataset", str(tmp_path / "demos"), "--out", str(tmp_path / "lr"), "--repo-id", "lab/reach"]) == 0
+    assert "at 20 fps (cameras: none)" in capsys.readouterr().out
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(next((tmp_path / "lr" / "meta" / "episodes").rglob("*.parquet"))).to_pylist()
+    recorded = json.loads(rows[0]["rlhw/meta"])["env_config"]
+    assert recorded["control_hz"] == 20 and recorded["task"] == "reach" and recorded["max_episode_steps"] == 20
+    first = load_episode(episode_files(tmp_path / "demos", "demo")[0])
+    shapes = {k[4:]: v.shape[1:] for k, v in first.items() if k.startswith("obs/")}
+    ours = load_demos([str(tmp_path / "demos")], shapes, first["action"].shape[1:])
+    back = load_demos([str(tmp_path / "lr")], shapes, first["action"].shape[1:])
+    for a, b in zip(ours, back, strict=True):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+@pytest.mark.timeout(120)
+def test_a_local_rlpd_run_fills_its_demo_buffer_from_an_export(tmp_path):
+    from rlhw.rl.local import train_local
+    from rlhw.rl.rundir import RunDir
+    from tests.rl.point_env import PointReachEnv
+    from tests.rl.test_rlpd import _config, _record_demos
+
+    steps = _record_demos(tmp_path / "demos", 2)  # the point env's episodes carry no control rate: --fps
+    assert main(["export-dataset", str(tmp_path / "demos"), "--out", str(tmp_path / "lr"), "--fps", "10"]) == 0
+    rd = RunDir(tmp_path / "run")
+    train_local(_config(demos=[str(tmp_path / "lr")], max_env_steps=100), rd,
+                env_factory=lambda c, r: PointReachEnv(seed=c.train.seed))
+    sizes = [r["train/demo_buffer_size"] for r in rd.metrics() if r.get("train/demo_buffer_size") is not None]
+    assert sizes and all(s == steps for s in sizes)  # every demo step, and no intervention in this run
