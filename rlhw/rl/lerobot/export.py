@@ -182,7 +182,9 @@ def export_episodes(paths: Sequence[Path], out: Path, options: ExportOptions = E
 
 
 class _DatasetWriter:
-    """Accumulates the frame and episode tables in memory, streams video to disk; `finish` writes the rest."""
+    """Accumulates the frame and episode tables in memory, streams video to disk; `finish` writes the rest.
+    The frame table is one parquet file (LeRobot rolls at 100 MB, about a million proprio frames; its loader
+    reads any size)."""
 
     def __init__(self, out: Path, options: ExportOptions):
         self.out, self.options = out, options
@@ -215,11 +217,11 @@ class _DatasetWriter:
         task = self.options.task or str((env_config or {}).get("task") or meta.get("task") or "rlhw episode")
         if task not in self.tasks:
             self.tasks.append(task)
-        self._add_frames(ep, task)
-        self._add_row(path, ep, meta, env_config, task)
+        frames = self._add_frames(ep, task)
+        self._add_row(path, ep, frames, meta, env_config, task)
         self.episodes += 1
 
-    def _add_frames(self, ep: dict, task: str) -> None:
+    def _add_frames(self, ep: dict, task: str) -> dict[str, np.ndarray]:
         T = len(ep["action"])
         frames = _frames(ep, self.layout)
         frames.update({"timestamp": (np.arange(T) / self.fps).astype(np.float32), "frame_index": np.arange(T),
@@ -227,10 +229,13 @@ class _DatasetWriter:
                        "task_index": np.full(T, self.tasks.index(task))})
         for k, v in frames.items():
             self.columns.setdefault(k, []).append(v)
-        self._frames_of_episode = frames
+        return frames
 
-    def _add_row(self, path: Path, ep: dict, meta: dict, env_config: dict | None, task: str) -> None:
-        T, frames = len(ep["action"]), self._frames_of_episode
+    def _add_row(self, path: Path, ep: dict, frames: dict[str, np.ndarray], meta: dict, env_config: dict | None,
+                 task: str) -> None:
+        """The episode's row of meta/episodes: where its frames and video are, its statistics, its last
+        observation and its recording metadata."""
+        T = len(ep["action"])
         images = {cam: ep[f"obs/image_{cam}"] for cam, _ in self.layout.cameras}
         row = {"episode_index": self.episodes, "tasks": [task], "length": T, "data/chunk_index": 0,
                "data/file_index": 0, "dataset_from_index": self.frames, "dataset_to_index": self.frames + T}
@@ -278,9 +283,7 @@ class _DatasetWriter:
         write_json(self.out / F.INFO_PATH, self._info(features))
 
     def _info(self, features: dict) -> dict:
-        robot = None
-        for row in self.rows[:1]:
-            robot = json.loads(row[F.META]).get("robot")
+        robot = json.loads(self.rows[0][F.META]).get("robot")
         return {"codebase_version": F.CODEBASE_VERSION, "robot_type": robot, "total_episodes": self.episodes,
                 "total_frames": self.frames, "total_tasks": len(self.tasks), "chunks_size": F.CHUNKS_SIZE,
                 "data_files_size_in_mb": F.DATA_FILE_MB, "video_files_size_in_mb": F.VIDEO_FILE_MB, "fps": self.fps,

@@ -194,7 +194,10 @@ def _final(row: Mapping, ref: FeatureRef, info: dict) -> np.ndarray:
 
 def _episode(frames, row, info, fmap: FeatureMap, videos: _Videos, shapes) -> dict[str, np.ndarray] | None:
     T = len(frames)
-    flag = lambda name: column_to_numpy(frames.column(name)).reshape(T).astype(bool)  # noqa: E731
+
+    def flag(name: str) -> np.ndarray:
+        return column_to_numpy(frames.column(name)).reshape(T).astype(bool)
+
     done = np.zeros(T, bool) if fmap.done == EPISODE_END else \
         _values(frames, fmap.done, info, row, videos).reshape(T).astype(bool)
     if fmap.done == EPISODE_END and T:
