@@ -166,11 +166,17 @@ def test_lerobots_own_loader_reads_the_export_offline(exported, tmp_path):
 
 
 def _foreign(dataset: Path, to: Path) -> Path:
-    """The export as if recorded elsewhere: LeRobot's files only, without rlhw's layout or last observations."""
+    """The export as if recorded elsewhere: LeRobot's files only, without rlhw's section of info.json or its
+    columns of meta/episodes (recording metadata, last observations)."""
+    import pyarrow.parquet as pq
+
     shutil.copytree(dataset, to)
     info = json.loads((to / "meta/info.json").read_text())
     del info["rlhw"]
     (to / "meta/info.json").write_text(json.dumps(info))
+    for path in (to / "meta/episodes").rglob("*.parquet"):
+        table = pq.read_table(path)
+        pq.write_table(table.drop_columns([c for c in table.column_names if c.startswith("rlhw/")]), path)
     return to
 
 
@@ -334,3 +340,34 @@ def test_a_local_rlpd_run_fills_its_demo_buffer_from_an_export(tmp_path):
                 env_factory=lambda c, r: PointReachEnv(seed=c.train.seed))
     sizes = [r["train/demo_buffer_size"] for r in rd.metrics() if r.get("train/demo_buffer_size") is not None]
     assert sizes and all(s == steps for s in sizes)  # every demo step, and no intervention in this run
+
+
+MERGE_SCRIPT = r"""
+import sys
+from ledataset.datasets.dataset_tools import merge_datasets
+from ledataset.datasets.lerobot_dataset import LeRobotDataset
+ds = LeRobotDataset("lab/reach", root=sys.argv[1])
+merge_datasets([ds, ds], "lab/twice", output_dir=sys.argv[2])
+"""
+
+
+@pytest.mark.timeout(240)
+def test_an_export_merged_by_lerobots_own_tools_still_reads_back_as_it_is(exported, tmp_path):
+    """LeRobot's merge rebuilds info.json (rlhw's section is gone) but keeps the features' names and the
+    episodes' columns: what `train.demos` reads an export back from."""
+    if not LEROBOT_READY:
+        pytest.skip(f"LeRobot's tools live in a second environment: run `bash tools/lerobot_env.sh` ({LEROBOT_PYTHON})")
+    demos, dataset = exported
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run([str(LEROBOT_PYTHON), "-c", MERGE_SCRIPT, str(dataset), str(tmp_path / "twice")],
+                          capture_output=True, text=True, timeout=200, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rlhw" not in json.loads((tmp_path / "twice" / "meta" / "info.json").read_text())
+    ours, back = load_demos([str(demos)], SHAPES, ACTION), load_demos([str(tmp_path / "twice")], SHAPES, ACTION)
+    assert len(back) == 2 * len(ours)
+    for a, b in zip(ours + ours, back):
+        for key in a:
+            if "image_" not in key:
+                np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+        np.testing.assert_array_equal(a["next_obs/image_wrist"][-1], b["next_obs/image_wrist"][-1])

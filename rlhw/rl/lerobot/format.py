@@ -24,6 +24,9 @@ observation that action t was chosen from, action t (what the arm executed) and 
   ``next.truncated`` (it ended by the time limit, not the task); ``success``; ``intervened``;
   ``policy_version`` (-1: no policy chose the action).
 
+The names of ``observation.state`` say where each observation sits (`RlhwLayout.from_state_names`); they
+survive LeRobot's own dataset tools (merge, split), which rebuild info.json without rlhw's section.
+
 An episode of T steps has T + 1 observations; the last one (after the final action) has no frame of its
 own, so it is kept with the episode's row in meta/episodes: ``rlhw/final/observation.state`` and
 ``rlhw/final/observation.images.<camera>`` (PNG bytes, lossless). ``rlhw/meta`` holds the episode's
@@ -33,15 +36,17 @@ recording metadata as JSON, with the env config it was recorded with (``env_conf
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from rlhw.errors import ConfigError
 from rlhw.robot.env import IMAGE_PREFIX
 
+_NAME = re.compile(r"^(.+?)(?:\[(\d+)\])?$")
 CODEBASE_VERSION = "v3.0"
 INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
@@ -120,23 +125,30 @@ class RlhwLayout:
             names += [key] if shape == () else [f"{key}[{i}]" for i in range(n)]
         return names
 
-    def state_slices(self) -> dict[str, tuple[int, int, tuple[int, ...]]]:
-        """observation key -> (start, stop, shape) in ``observation.state``."""
-        out, at = {}, 0
-        for key, shape in self.state:
-            n = int(np.prod(shape))
-            out[key] = (at, at + n, shape)
-            at += n
-        return out
+    @classmethod
+    def from_state_names(cls, names: Sequence[str]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """(key, shape) of each observation in ``observation.state``, from the names `state_names` wrote:
+        ``key`` for a scalar, ``key[0] ... key[n-1]`` for a vector. LeRobot's own tools (merge, split...)
+        keep a feature's names but rebuild info.json, so this is what an export is read back from."""
+        out: list[tuple[str, int]] = []
+        for name in names:
+            m = _NAME.match(str(name))
+            if not m:
+                raise ValueError(f"{name!r} is not a name rlhw writes (KEY or KEY[i])")
+            key, index = m.group(1), m.group(2)
+            if index is None:
+                out.append((key, -1))
+            elif out and out[-1][0] == key and int(index) == out[-1][1]:
+                out[-1] = (key, out[-1][1] + 1)
+            elif int(index) == 0:
+                out.append((key, 1))
+            else:
+                raise ValueError(f"{name!r} does not follow {key}[{int(index) - 1}]")
+        return tuple((key, () if n < 0 else (n,)) for key, n in out)
 
     def to_json(self) -> dict:
         return {"format": 1, "state": [[k, list(s)] for k, s in self.state],
                 "cameras": [[c, list(s)] for c, s in self.cameras], "action_shape": list(self.action_shape)}
-
-    @classmethod
-    def from_json(cls, data: Mapping) -> "RlhwLayout":
-        return cls(tuple((k, tuple(s)) for k, s in data["state"]), tuple((c, tuple(s)) for c, s in data["cameras"]),
-                   tuple(data["action_shape"]))
 
 
 def read_info(root: Path, where: str) -> dict:

@@ -44,21 +44,34 @@ class FeatureMap:
     has_final: bool                 # the export keeps each episode's last observation
 
 
-def _default_map(info: dict, root: Path, where: str) -> dict[str, FeatureRef]:
-    if "rlhw" not in info:
+def _default_map(info: dict, root: Path, where: str, is_export: bool) -> dict[str, FeatureRef]:
+    """An export's own map: observation.state split by its names, each observation.images.<camera> to
+    image_<camera>."""
+    if not is_export:
         raise ConfigError(where, f"{root} is a LeRobotDataset that `rlhw export-dataset` did not write: give it as "
                                  f"{{path: {root}, observations: {{ENV_KEY: FEATURE, ...}}, action: FEATURE}} "
                                  f"(its features: {', '.join(sorted(info['features']))})")
-    layout = F.RlhwLayout.from_json(info["rlhw"])
-    refs = {key: FeatureRef(F.STATE, start, stop) for key, (start, stop, _) in layout.state_slices().items()}
-    refs.update({IMAGE_PREFIX + cam: FeatureRef(F.video_key(cam)) for cam, _ in layout.cameras})
+    refs, at = {}, 0
+    if F.STATE in info["features"]:
+        try:
+            state = F.RlhwLayout.from_state_names(info["features"][F.STATE]["names"] or [])
+        except ValueError as e:
+            raise ConfigError(where, f"{root}: the names of {F.STATE} do not say where each observation is ({e}); "
+                                     "give the map as {path, observations, action}") from None
+        for key, shape in state:
+            n = int(np.prod(shape))
+            refs[key], at = FeatureRef(F.STATE, at, at + n), at + n
+    refs.update({IMAGE_PREFIX + name[len(F.IMAGES):]: FeatureRef(name) for name, ft in info["features"].items()
+                 if name.startswith(F.IMAGES) and ft["dtype"] in ("video", "image")})
     return refs
 
 
 def resolve_map(info: dict, root: Path, entry: LeRobotDemoConfig, where: str,
-                observations: Mapping[str, tuple[int, ...]], action_shape: tuple[int, ...]) -> FeatureMap:
-    """The feature map of ``entry`` checked against the dataset's features and the env's shapes."""
-    refs = dict(entry.observations) or _default_map(info, root, where)
+                observations: Mapping[str, tuple[int, ...]], action_shape: tuple[int, ...],
+                is_export: bool = False) -> FeatureMap:
+    """The feature map of ``entry`` checked against the dataset's features and the env's shapes;
+    ``is_export``: `rlhw export-dataset` wrote the dataset (its episodes carry ``rlhw/meta``)."""
+    refs = dict(entry.observations) or _default_map(info, root, where, is_export)
     missing, extra = sorted(set(observations) - set(refs)), sorted(set(refs) - set(observations))
     if missing:
         raise ConfigError(f"{where}.observations", f"the env's observation {missing[0]!r} has no feature; map it: "
@@ -79,7 +92,7 @@ def resolve_map(info: dict, root: Path, entry: LeRobotDemoConfig, where: str,
     extras = {field: name for field, name in (("truncated", F.TRUNCATED), ("success", F.SUCCESS),
                                               ("intervened", F.INTERVENED), ("policy_version", F.POLICY_VERSION))
               if name in info["features"]}
-    return FeatureMap(refs, action, entry.reward, entry.done, extras, "rlhw" in info)
+    return FeatureMap(refs, action, entry.reward, entry.done, extras, is_export)
 
 
 def _names(info: dict) -> str:
@@ -151,10 +164,11 @@ def read_lerobot_episodes(root: Path, entry: LeRobotDemoConfig, where: str, obse
                           action_shape: tuple[int, ...]) -> list[dict[str, np.ndarray]]:
     """Every episode of the dataset at ``root`` (but rlhw eval episodes) in rlhw's episode arrays."""
     info = F.read_info(root, where)
-    fmap = resolve_map(info, root, entry, where, observations, action_shape)
+    episodes = _table(root, F.EPISODES_DIR + "/*/*.parquet")
+    fmap = resolve_map(info, root, entry, where, observations, action_shape, F.META in episodes.column_names)
+    episodes = episodes.to_pylist()
     data = _table(root, "data/*/*.parquet")
     data = data.take(np.argsort(column_to_numpy(data.column("index")), kind="stable"))
-    episodes = _table(root, F.EPISODES_DIR + "/*/*.parquet").to_pylist()
     starts = column_to_numpy(data.column("index"))
     videos = _Videos(root, info)
     out = []
