@@ -371,3 +371,14 @@ def test_an_export_merged_by_lerobots_own_tools_still_reads_back_as_it_is(export
             if "image_" not in key:
                 np.testing.assert_array_equal(a[key], b[key], err_msg=key)
         np.testing.assert_array_equal(a["next_obs/image_wrist"][-1], b["next_obs/image_wrist"][-1])
+
+
+def test_episodes_of_two_layouts_are_refused_and_leave_no_half_written_dataset(tmp_path, capsys):
+    _record(tmp_path / "eps", lengths=(3,))
+    rec = EpisodeRecorder(tmp_path / "eps")  # a third camera: another task config
+    rec.begin({**_obs(np.random.default_rng(1), 0), "image_top": _frame(0, 2.0)}, kind="demo", meta={"control_hz": 10})
+    rec.step(np.zeros(3), 0.0, True, False, {**_obs(np.random.default_rng(2), 1), "image_top": _frame(1, 2.0)})
+    rec.end()
+    assert main(["export-dataset", str(tmp_path / "eps"), "--out", str(tmp_path / "lr")]) == 2
+    assert "has other observations or action than" in capsys.readouterr().err
+    assert not (tmp_path / "lr").exists()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -175,8 +176,12 @@ def export_episodes(paths: Sequence[Path], out: Path, options: ExportOptions = E
         if writer.episodes == 0:
             raise ConfigError("EPISODES", "no episode with a recorded step to export")
         writer.finish()
-    finally:
+    except BaseException:
         writer.close()
+        if out.is_dir():  # it was new or empty: leave no half-written dataset that a retry would refuse
+            shutil.rmtree(out)
+        raise
+    writer.close()
     return ExportSummary(out, writer.episodes, writer.frames, writer.fps, tuple(c for c, _ in writer.layout.cameras),
                          tuple(skipped))
 
