@@ -289,6 +289,7 @@ class _DatasetWriter:
 
     def _info(self, features: dict) -> dict:
         robot = json.loads(self.rows[0][F.META]).get("robot")
+        robot = str(robot).split("@")[0] if robot else None  # "franka@10.0.0.2": the kind, not the address
         return {"codebase_version": F.CODEBASE_VERSION, "robot_type": robot, "total_episodes": self.episodes,
                 "total_frames": self.frames, "total_tasks": len(self.tasks), "chunks_size": F.CHUNKS_SIZE,
                 "data_files_size_in_mb": F.DATA_FILE_MB, "video_files_size_in_mb": F.VIDEO_FILE_MB, "fps": self.fps,
