@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "record-demos": ("rlhw.cli.record_demos", "record operator demonstrations (SpaceMouse, keyboard or scripted expert) as demo episodes"),
     "view": ("rlhw.cli.view", "show recorded episodes in the Rerun viewer (writes an .rrd file, or serves the viewer)"),
     "train-reward": ("rlhw.cli.train_reward", "train the success (reward) classifier on recorded episodes' camera frames"),
+    "export-dataset": ("rlhw.cli.export_dataset", "write recorded episodes as a LeRobotDataset v3.0 (LeRobot's tools and the Hub read it)"),
 }
 
 

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from rlhw.config.base import StrictModel
+from rlhw.config.datasets import DemoEntry
 from rlhw.config.vision import ImageEncoderConfig
 
 
@@ -84,9 +85,11 @@ class TrainConfig(StrictModel):
     steps_per_iteration: int = Field(50, ge=1, description="sync mode: env steps collected per round, all robots")
     buffer_size: int = Field(300_000, ge=1)
     sac: SacConfig = SacConfig()
-    demos: list[str] = Field(
+    demos: list[DemoEntry] = Field(
         default_factory=list, description="directories of recorded episodes (demo-*, train-*; searched recursively) "
-                                          "loaded into a demo buffer of their own; relative to the working directory")
+                                          "or LeRobotDatasets (an `rlhw export-dataset` export as a path; another "
+                                          "one as {path, observations, action}: rlhw.config.datasets) loaded into "
+                                          "a demo buffer of their own; relative to the working directory")
     demo_ratio: float = Field(0.5, ge=0.0, le=1.0, description="each batch draws round(demo_ratio * batch_size) "
                               "samples from the demo buffer (demos + interventions), the rest from online replay")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda when the process sees a GPU")

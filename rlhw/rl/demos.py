@@ -2,7 +2,9 @@
 
 A demo directory holds episodes in the format of rlhw.rl.episodes: ``demo-*`` files written by
 ``rlhw record-demos``, and ``train-*`` files (a previous run's episodes, e.g. ``<run_dir>/episodes``), searched
-recursively. Eval episodes are not loaded: they were run to measure the policy, not to teach it. Failed
+recursively; or a LeRobotDataset (v3.0) directory: an `rlhw export-dataset` export as a plain path, another one
+as a `LeRobotDemoConfig` entry that maps its features to the env's keys (rlhw.rl.lerobot.reader). Eval
+episodes are not loaded: they were run to measure the policy, not to teach it. Failed
 demonstrations are loaded too: their rewards are honest, and the critic learns from them as from any
 off-policy data.
 
@@ -28,8 +30,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from rlhw.config.datasets import LeRobotDemoConfig
 from rlhw.errors import ConfigError
 from rlhw.rl.episodes import episode_files, episode_meta, episode_transitions, load_episode
+from rlhw.rl.lerobot.format import is_lerobot_dataset
 
 DEMO_KINDS = ("demo", "train")
 #: The episode meta key holding `env_provenance`.
@@ -61,8 +65,8 @@ def _flatten(tree: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     return out
 
 
-def load_demos(dirs: Sequence[str], observations: Mapping[str, tuple[int, ...]],
-               action_shape: tuple[int, ...], provenance: Mapping[str, Any] | None) -> list[dict[str, np.ndarray]]:
+def load_demos(dirs: Sequence[str | LeRobotDemoConfig], observations: Mapping[str, tuple[int, ...]],
+               action_shape: tuple[int, ...], provenance: Mapping[str, Any] | None = None) -> list[dict[str, np.ndarray]]:
     """Every demo and train episode under each of ``dirs`` as transition batches, checked against the env's
     per-instance observation shapes and action shape, and against ``provenance`` (`env_provenance` of the
     run's env config; None: a caller behind the edge where it was already checked). Raises ConfigError
@@ -70,14 +74,22 @@ def load_demos(dirs: Sequence[str], observations: Mapping[str, tuple[int, ...]],
     batches = []
     for i, d in enumerate(dirs):
         where = f"train.demos[{i}]"
-        path = Path(d)
+        entry = d if isinstance(d, LeRobotDemoConfig) else None
+        path = Path(entry.path if entry else d)
         if not path.is_dir():
-            raise ConfigError(where, f"{d} is not a directory (relative paths start at {Path.cwd()}); record demos "
+            raise ConfigError(where, f"{path} is not a directory (relative paths start at {Path.cwd()}); record demos "
                                      "with `rlhw record-demos CONFIG --out DIR` or fix the path")
-        files = episode_files(path, DEMO_KINDS)
-        episodes = [(f, ep) for f in files if (ep := load_episode(f)) and len(ep["action"])]
+        if entry or is_lerobot_dataset(path):
+            from rlhw.rl.lerobot.reader import read_lerobot_episodes
+
+            loaded = read_lerobot_episodes(path, entry or LeRobotDemoConfig(path=str(path)), where, observations,
+                                           action_shape)
+            episodes = [(Path(path.name), ep) for ep in loaded if len(ep["action"])]
+        else:
+            files = episode_files(path, DEMO_KINDS)
+            episodes = [(f, ep) for f in files if (ep := load_episode(f)) and len(ep["action"])]
         if not episodes:
-            raise ConfigError(where, f"{d} holds no demo-*/train-* episode with a step (searched recursively)")
+            raise ConfigError(where, f"{path} holds no demo-*/train-* episode with a step (searched recursively)")
         unrecorded = []
         for f, ep in episodes:
             _check_episode(where, f, ep, observations, action_shape)
@@ -85,7 +97,7 @@ def load_demos(dirs: Sequence[str], observations: Mapping[str, tuple[int, ...]],
                 unrecorded.append(f.name)
             batches.append(episode_transitions(ep))
         if unrecorded:
-            warnings.warn(f"{where}: {len(unrecorded)} of {len(episodes)} episode(s) in {d} (e.g. {unrecorded[0]}) "
+            warnings.warn(f"{where}: {len(unrecorded)} of {len(episodes)} episode(s) in {path} (e.g. {unrecorded[0]}) "
                           f"record no env config (recorded before demos did), so {', '.join(sorted(provenance))} "
                           "are NOT checked against this run: only their shapes are. Record them again with "
                           "`rlhw record-demos` to have them checked", UncheckedDemoWarning, stacklevel=2)
