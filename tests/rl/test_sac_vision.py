@@ -272,3 +272,8 @@ def test_the_actor_step_adds_no_gradient_to_the_critics():
     sac.update(_batch(cameras=("image_front",)))
     assert all(torch.equal(a, b) for a, b in zip(seen["critic"], seen["actor"]))
     assert all(p.grad is not None for p in sac.actor.trunk.parameters())
+
+
+def test_an_unknown_target_features_value_is_refused_naming_the_field():
+    with pytest.raises(ValueError, match="target_features"):
+        SacConfig(target_features="both")
