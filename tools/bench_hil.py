@@ -16,7 +16,8 @@ eval success for (a) SAC from scratch, (b) RLPD with scripted demos, (c) (b) plu
 Eval episodes run on an env of their own WITHOUT the operator (``env.teleop.device=none``) and with seeds
 never used for training: eval episode k of the run (k = 0, 1, ... over all evals) resets with seed
 EVAL_SEED_BASE + k; training episodes draw their seeds below 2**31 and demos use env.seed + episode.
-``--set KEY=VALUE`` (repeatable) passes config overrides a user would tune (train.demo_ratio, ...).
+``--set KEY=VALUE`` (repeatable) passes config overrides a user would tune (train.demo_ratio, ...). Each run
+reports how many train and eval episodes a safety fault ended, by kind (the episodes' recorded ``fault``).
 """
 
 from __future__ import annotations
@@ -67,6 +68,20 @@ def operator_overrides(args) -> list[str]:
             f"env.teleop.takeover_steps={args.takeover_steps}", f"env.teleop.patience={args.patience}"]
 
 
+def fault_counts(run_dir: Path) -> dict:
+    """Per episode kind (train, eval): episodes, and how many a fault ended, by kind (the recorded ``fault``)."""
+    from collections import Counter
+
+    from rlhw.rl.episodes import episode_files, load_episode
+
+    out = {}
+    for kind in ("train", "eval"):
+        files = episode_files(Path(run_dir) / "episodes", kind)
+        ended = Counter(str(k) for f in files for k in load_episode(f)["fault"] if k)
+        out[kind] = {"episodes": len(files), **dict(sorted(ended.items()))}
+    return out
+
+
 def run_variant(name: str, overrides: list[str], config_path: Path, args) -> dict:
     from rlhw.config import load_config
     from rlhw.rl.local import train_local
@@ -92,14 +107,14 @@ def run_variant(name: str, overrides: list[str], config_path: Path, args) -> dic
             "eval_episodes_total": len(evals) * args.eval_episodes, "evals": evals,
             "intervention_rate": [(r["env_steps"], round(r["train/intervention_rate"], 3)) for r in rows
                                   if r.get("train/intervention_rate") is not None],
-            "run_dir": str(rd.path)}
+            "faults": fault_counts(rd.path), "run_dir": str(rd.path)}
 
 
 def main() -> int:
     import torch
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--task", choices=["push_cube", "insert"], default="push_cube")
+    ap.add_argument("--task", choices=["push_cube", "insert", "reach"], default="push_cube")
     ap.add_argument("--variants", default="a", help="comma-separated subset of a,b,c, run in that order")
     ap.add_argument("--demos", help="demo directory for (b) and (c); default: record --demo-episodes first")
     ap.add_argument("--demo-episodes", type=int, default=10)
@@ -134,6 +149,7 @@ def main() -> int:
         print(f"  {r['variant']:28s} steps to target: {r['steps_to_target']}  wall to target: "
               f"{r['wall_to_target_s']} s  ({r['status']}: {r['reason']}; {r['wall_s']} s)", flush=True)
         print(f"    evals (env steps, success): {r['evals']}", flush=True)
+        print(f"    episodes a fault ended (by kind): {r['faults']}", flush=True)
         if r["intervention_rate"]:
             print(f"    intervention rate (env steps, share of steps): {r['intervention_rate']}", flush=True)
     print(json.dumps(results), file=sys.stderr)
