@@ -171,3 +171,31 @@ def test_a_bad_fault_signal_is_refused_naming_the_key(fault_signal, path, words)
 def test_standing_still_has_no_value_without_discount_and_the_config_says_so():
     with pytest.raises(ConfigError, match="stand_still.*gamma=1"):
         load_config_dict({"cluster": SIM_CLUSTER, "env": {"sim": "mock"}, "train": {"sac": {"gamma": 1.0}}})
+
+
+def test_the_env_worker_hands_the_learner_a_fault_step_as_configured(tmp_path):
+    """The pipeline's path: an env worker (in process, no Ray) stores the fault step as the local runner does."""
+    from tests.rl.test_episode_loop import _worker
+
+    w = _worker(tmp_path, "train.fault_signal.store=terminal", "train.fault_signal.penalty=2.5",
+                "env.safety.max_contact_force_n=40")
+    try:
+        real_step, reported = w.env.step, []
+
+        def step(action):
+            if len(reported) == 2:
+                w.env.arm.set_external_wrench([0, 0, 45.0, 0, 0, 0])
+            reported.append(real_step(action))
+            return reported[-1]
+
+        w.env.step = step
+        w.collect(5)
+        w._run_episodes()
+        sent = [p[3] for p in w._put.__self__.puts if p[3] is not None]
+        reward = np.concatenate([b["reward"] for b in sent])
+        terminated = np.concatenate([b["terminated"] for b in sent])
+        assert reported[-1][4]["fault"] == FaultKind.CONTACT and len(reward) == 3
+        assert terminated.tolist() == [0.0, 0.0, 1.0]
+        assert reward[-1] == pytest.approx(reported[-1][1] - 2.5)
+    finally:
+        w.env.close()
