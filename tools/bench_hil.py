@@ -5,6 +5,7 @@ eval success for (a) SAC from scratch, (b) RLPD with scripted demos, (c) (b) plu
     PYTHONPATH=$PWD .venv/bin/python tools/bench_hil.py --task insert --variants b --target 0.9
 
 - (a) plain SAC's critics (N=2, M=2, no LayerNorm, actor on min), no demos.
+- (n) the config as it is: its critics (RLPD's by default), no demos (what ``rlhw train CONFIG`` learns with).
 - (b) RLPD's critics (the defaults) and ``train.demos: [DIR]``. DIR is ``--demos``, else the tool records it
   first with the real command: ``rlhw record-demos configs/sim_TASK.yaml --teleop scripted --episodes N``.
 - (c) (b), and the scripted expert as the operator through the env's own takeover path
@@ -115,7 +116,7 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", choices=["push_cube", "insert", "reach"], default="push_cube")
-    ap.add_argument("--variants", default="a", help="comma-separated subset of a,b,c, run in that order")
+    ap.add_argument("--variants", default="a", help="comma-separated subset of a,b,c,n, run in that order")
     ap.add_argument("--demos", help="demo directory for (b) and (c); default: record --demo-episodes first")
     ap.add_argument("--demo-episodes", type=int, default=10)
     ap.add_argument("--demo-noise", type=float, default=0.1, help="scripted expert's action noise while recording")
@@ -134,11 +135,11 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(1)
     variants = args.variants.split(",")
-    if set(variants) - {"a", "b", "c"}:
-        ap.error(f"--variants: use a subset of a,b,c, got {args.variants!r}")
+    if set(variants) - {"a", "b", "c", "n"}:
+        ap.error(f"--variants: use a subset of a,b,c,n, got {args.variants!r}")
     config_path = ROOT / f"configs/sim_{args.task}.yaml"
     demos = args.demos or (record_demos(config_path, args) if {"b", "c"} & set(variants) else None)
-    plans = {"a": ("a-sac", SAC_CRITICS), "b": ("b-rlpd-demos", [f"train.demos=[{demos}]"]),
+    plans = {"a": ("a-sac", SAC_CRITICS), "n": ("n-config", []), "b": ("b-rlpd-demos", [f"train.demos=[{demos}]"]),
              "c": ("c-rlpd-demos-interventions", [f"train.demos=[{demos}]", *operator_overrides(args)])}
     print(f"sim {args.task}, local runner, seed {args.seed}, target eval success {args.target}, budget "
           f"{args.max_env_steps} env steps, eval seeds {EVAL_SEED_BASE} + k, overrides {args.set}", flush=True)
