@@ -33,6 +33,7 @@ import numpy as np
 from rlhw.config.datasets import LeRobotDemoConfig
 from rlhw.errors import ConfigError
 from rlhw.rl.episodes import episode_files, episode_meta, episode_transitions, load_episode
+from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
 from rlhw.rl.lerobot.format import is_lerobot_dataset
 
 DEMO_KINDS = ("demo", "train")
@@ -66,11 +67,12 @@ def _flatten(tree: Mapping[str, Any], prefix: str) -> dict[str, Any]:
 
 
 def load_demos(dirs: Sequence[str | LeRobotDemoConfig], observations: Mapping[str, tuple[int, ...]],
-               action_shape: tuple[int, ...], provenance: Mapping[str, Any] | None = None) -> list[dict[str, np.ndarray]]:
+               action_shape: tuple[int, ...], provenance: Mapping[str, Any] | None = None,
+               fault_signal: FaultSignal = AS_REPORTED) -> list[dict[str, np.ndarray]]:
     """Every demo and train episode under each of ``dirs`` as transition batches, checked against the env's
     per-instance observation shapes and action shape, and against ``provenance`` (`env_provenance` of the
-    run's env config; None: a caller behind the edge where it was already checked). Raises ConfigError
-    naming ``train.demos[i]`` and, for a provenance mismatch, the key."""
+    run's env config; None: a caller behind the edge where it was already checked), fault steps stored as
+    ``fault_signal`` says. Raises ConfigError naming ``train.demos[i]`` and, for a provenance mismatch, the key."""
     batches = []
     for i, d in enumerate(dirs):
         where = f"train.demos[{i}]"
@@ -95,7 +97,7 @@ def load_demos(dirs: Sequence[str | LeRobotDemoConfig], observations: Mapping[st
             _check_episode(where, f, ep, observations, action_shape)
             if provenance is not None and not _check_provenance(where, f, episode_meta(ep), provenance):
                 unrecorded.append(f.name)
-            batches.append(episode_transitions(ep))
+            batches.append(episode_transitions(ep, fault_signal))
         if unrecorded:
             warnings.warn(f"{where}: {len(unrecorded)} of {len(episodes)} episode(s) in {path} (e.g. {unrecorded[0]}) "
                           f"record no env config (recorded before demos did), so {', '.join(sorted(provenance))} "
