@@ -115,7 +115,9 @@ class TrainConfig(StrictModel):
     ``runner``: ``pipeline`` runs env, rollout and actor worker groups on Ray as the placement says (one code
     path for sim and real robots); ``local`` runs env, policy and learner in this process (the baseline the
     pipeline benchmark compares against, and a debugging aid).
-    ``mode``: ``async`` keeps every robot stepping while the actors train (the robot never waits for an update);
+    ``mode``: ``async`` keeps every robot stepping while the actors train, as long as the learner keeps up with
+    ``utd_ratio`` (within ``utd_slack`` updates; beyond it a simulator waits before its next step, a real arm
+    before its next episode);
     ``sync`` alternates: collect ``steps_per_iteration`` env steps, then do the matching number of updates.
     """
 
@@ -127,6 +129,10 @@ class TrainConfig(StrictModel):
     learning_starts: int = Field(1_000, ge=0, description="uniform random actions before the first update")
     utd_ratio: float = Field(0.5, gt=0.0, description="gradient updates per collected env step (all robots)")
     steps_per_iteration: int = Field(50, ge=1, description="sync mode: env steps collected per round, all robots")
+    utd_slack: int = Field(100, ge=1, description="async mode: the robots may run this many updates' worth of env "
+                           "steps ahead of the learner, then wait (a simulator before its next step, a real arm "
+                           "before its next episode) so that utd_ratio holds; the achieved ratio is logged as "
+                           "train/utd")
     buffer_size: int = Field(300_000, ge=1)
     sac: SacConfig = SacConfig()
     demos: list[DemoEntry] = Field(

@@ -18,6 +18,7 @@ from rlhw.errors import ConfigError, RobotFault, SafetyViolation
 from rlhw.robot.takeover import Takeover
 from rlhw.robot.teleop import TeleopDevice, TeleopEvent, TeleopReading
 from tests.robot.conftest import make_config
+from tests.robot.fake_clock import FakeClock
 
 REPORTS = load_reports(Path(__file__).parents[1] / "drivers" / "data" / "spacemouse_compact.hex")
 AWAY, LIFT, LET_GO, RIGHT_DOWN, RIGHT_UP = REPORTS[1], REPORTS[2], REPORTS[5], REPORTS[9], REPORTS[10]
@@ -42,6 +43,7 @@ class Operator:
 @pytest.fixture
 def env(mock_env):
     e = mock_env(max_episode_steps=20)
+    e.clock = FakeClock()  # a person's device paces the simulated arm (tests/robot/test_pacing.py): on test time
     e.reset(seed=0)
     return e
 

@@ -42,6 +42,7 @@ from rlhw.rl.pipeline.env_server import EnvServerError, EnvServerProcess
 from rlhw.rl.pipeline.loop_health import LoopTimer
 from rlhw.rl.pipeline.lane import ChannelEnvEnd, DirectEnvEnd, EnvLaneEnd, LaneAddress
 from rlhw.rl.pipeline.messages import Actions, EnvProgress, EnvStep, EpisodeResult
+from rlhw.rl.pipeline.utd_gate import UtdGate
 from rlhw.rl.replay import TransitionBatch
 from rlhw.rl.sac import resolve_device
 from rlhw.robot.spec import EnvSpec
@@ -94,6 +95,7 @@ class EnvWorker(Worker):
         self.env = None
         self.restarts = 0
         self.lock = threading.Condition()
+        self.gate = UtdGate(self.lock)  # async mode: the learner's pace (rlhw.rl.pipeline.utd_gate)
         self.budget = 0  # train steps still to collect (sync mode); ignored when unlimited
         self.unlimited = False
         self.eval_pending = 0
@@ -168,6 +170,13 @@ class EnvWorker(Worker):
         self.server.stop()
         self._start_env()
 
+    @property
+    def wait_inside(self) -> bool:
+        """Where the UTD gate may hold the loop: before any train step of a simulator in this process; only
+        between episodes for a real arm (behind its server) and for a simulation a person drives or that keeps
+        real time (`RobotEnv.paced`)."""
+        return self.transport == "in_process" and not getattr(self.env, "paced", False)
+
     def spec(self) -> EnvSpec:
         """What the learners build their networks from: the env's spec (shapes per instance)."""
         return self.episode_loop.view.spec
@@ -187,6 +196,10 @@ class EnvWorker(Worker):
             self.unlimited = True
             self.lock.notify_all()
 
+    def allow(self, steps: int) -> None:
+        """Async mode: the train steps this worker may have collected (the controller's grant; see `UtdGate`)."""
+        self.gate.allow(steps)
+
     def evaluate(self, episodes: int) -> None:
         with self.lock:
             self.eval_pending += int(episodes)
@@ -197,7 +210,8 @@ class EnvWorker(Worker):
         with self.lock:
             out = EnvProgress(rank=self.rank, train_steps=self.train_steps, idle=self._idle(), status=self.status,
                               restarts=self.restarts, eval_pending=self.eval_pending, episodes=self.episodes,
-                              eval_results=self.eval_results, faults=self.faults, error=self.error)
+                              eval_results=self.eval_results, faults=self.faults, error=self.error,
+                              utd_wait_s=self.gate.waited_s)
             self.episodes, self.eval_results, self.faults = [], [], []
             return out
 
@@ -236,9 +250,13 @@ class EnvWorker(Worker):
 
     def _wait_for_work(self) -> bool:
         """Wait until there is something to collect (False: stop). Called only between runs of the episode
-        loop, so it also runs the full garbage collection the loop owes."""
+        loop, so it also runs the full garbage collection the loop owes, and the UTD gate holds a real arm here
+        (between episodes, never inside one) until the learner has caught up; eval episodes are not held."""
         self.gc_guard.idle()
         with self.lock:
+            if self.unlimited and self.gate.blocks(self.train_steps):
+                self.status = "waiting"
+                self.gate.wait(self.train_steps, lambda: self.stopping or self.eval_pending > 0)
             while not self.stopping:
                 if self.eval_pending > 0 or self.unlimited or self.budget > 0:
                     self.status = "episode"
@@ -337,6 +355,9 @@ class EnvWorker(Worker):
         after a stall): the episode loop then ends the running episode(s) there, truncated; what was
         recorded so far stays on disk. A dead server raises (``_loop`` restarts it or gives up), and so does
         `_run_episodes` after a fourth refusal in a row."""
+        if self.wait_inside and self.episode_loop.book.rows(TRAIN):
+            with self.lock:  # a simulator waits for the learner before its next train step
+                self.gate.wait(self.train_steps, lambda: self.stopping)
         try:
             stepped = self.episode_loop.view.step(actions)
         except (EnvServiceError, SafetyViolation, RobotFault) as e:  # in process: what the server would refuse

@@ -105,8 +105,10 @@ class EnvProgress:
     ``train_steps``: train steps collected since the worker started (every instance's); ``episodes`` and
     ``eval_results``: finished train and eval episodes since the last poll (each handed over once);
     ``idle``: no work asked for and no episode running; ``error``: why the robot loop failed (None: it runs);
-    ``status``: idle, episode or failed; ``restarts``: env server children restarted; ``faults``: robot faults
-    and refused steps since the last poll, as text for the log; ``eval_pending``: eval episodes still wanted.
+    ``status``: idle, waiting (for the learner, between episodes), episode or failed; ``restarts``: env server
+    children restarted; ``faults``: robot faults and refused steps since the last poll, as text for the log;
+    ``eval_pending``: eval episodes still wanted; ``utd_wait_s``: seconds the loop has waited for the learner
+    (async mode's UTD gate, rlhw.rl.pipeline.utd_gate) since the worker started.
     """
 
     rank: int
@@ -119,6 +121,7 @@ class EnvProgress:
     eval_results: list[EpisodeResult] = field(default_factory=list)
     faults: list[str] = field(default_factory=list)
     error: str | None = None
+    utd_wait_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
