@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from rlhw.rl.demos import PROVENANCE_KEY, env_provenance, load_demos
+from rlhw.rl.demos import PROVENANCE_KEY, env_provenance, load_demos, recorded_env
 from rlhw.rl.episode_loop import Act, BatchView, EpisodeLoop, EpisodeResult, LoopHooks
 from rlhw.rl.episodes import EpisodeRecorder, iter_recorded_transitions
 from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
@@ -102,7 +102,8 @@ class LocalRun:
                                 fault_signal=self.fault_signal):
             self.replay.add_demos(batch)
         counters = _resume(run_dir, self.agent, self.replay, self.fault_signal) if resume else Counters()
-        self.recorder = (EpisodeRecorder(Path(run_dir.episodes) / "env0", fsync=False, meta={PROVENANCE_KEY: provenance})
+        self.recorder = (EpisodeRecorder(Path(run_dir.episodes) / "env0", fsync=False,
+                                         meta={PROVENANCE_KEY: recorded_env(config.env)})
                          if cfg.record_episodes else None)
         self.session = TrainingSession(config, run_dir, counters)
         self.isolation = config.cluster.node_env(0).isolation
