@@ -62,9 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     except RlhwError as e:
         print(f"rlhw {command}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"rlhw {command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C; SIGTERM too where a command asks (rlhw.runtime.stop_signals)
+        from rlhw.runtime.stop_signals import cause_text, interrupt_cause
+
+        cause = interrupt_cause(e)
+        print(f"rlhw {command}: interrupted ({cause_text(cause)})", file=sys.stderr)
+        return 128 + int(cause)
 
 
 if __name__ == "__main__":
