@@ -86,7 +86,7 @@ def load_demos(dirs: Sequence[str | LeRobotDemoConfig], observations: Mapping[st
 
             loaded = read_lerobot_episodes(path, entry or LeRobotDemoConfig(path=str(path)), where, observations,
                                            action_shape)
-            episodes = [(Path(path.name), ep) for ep in loaded if len(ep["action"])]
+            episodes = [(_dataset_episode_name(path, ep), ep) for ep in loaded if len(ep["action"])]
         else:
             files = episode_files(path, DEMO_KINDS)
             episodes = [(f, ep) for f in files if (ep := load_episode(f)) and len(ep["action"])]
@@ -104,6 +104,12 @@ def load_demos(dirs: Sequence[str | LeRobotDemoConfig], observations: Mapping[st
                           "are NOT checked against this run: only their shapes are. Record them again with "
                           "`rlhw record-demos` to have them checked", UncheckedDemoWarning, stacklevel=2)
     return batches
+
+
+def _dataset_episode_name(root: Path, ep: Mapping[str, np.ndarray]) -> Path:
+    """What errors call an episode of a LeRobotDataset: the rlhw episode file it was exported from, else its index."""
+    meta = episode_meta(ep)
+    return Path(meta.get("source") or f"{root.name}/episode-{meta.get('lerobot_episode', 0):06d}")
 
 
 def _check_provenance(where: str, file: Path, meta: Mapping[str, Any], expected: Mapping[str, Any]) -> bool:
