@@ -407,3 +407,37 @@ def test_an_export_keeps_the_demos_provenance_so_a_run_with_another_env_refuses_
         with pytest.raises(ConfigError, match=r"train.demos\[0\]: demo-000000.npz was recorded with "
                                               r"env.control_hz=10.0, this run has env.control_hz=20.0"):
             load_demos([str(source)], SHAPES, ACTION, other)
+
+
+def test_a_camera_stored_as_image_frames_in_the_parquet_maps_like_a_video(exported, tmp_path):
+    """LeRobot also stores cameras as `image` features (PNG bytes in the data table) instead of video."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    demos, dataset = exported
+    foreign = _foreign(dataset, tmp_path / "foreign")
+    frames = np.concatenate([load_episode(p)["obs/image_front"][:-1] for p in episode_files(demos, "demo")])
+
+    def png(image: np.ndarray) -> bytes:
+        buf = io.BytesIO()
+        Image.fromarray(image).save(buf, format="PNG")
+        return buf.getvalue()
+
+    path = foreign / "data/chunk-000/file-000.parquet"
+    table = pq.read_table(path)
+    column = pa.array([{"bytes": png(f), "path": None} for f in frames],
+                      pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+    pq.write_table(table.append_column("observation.images.still", column), path)
+    info = json.loads((foreign / "meta/info.json").read_text())
+    info["features"]["observation.images.still"] = {"dtype": "image", "shape": [H, W, 3], "names": None}
+    (foreign / "meta/info.json").write_text(json.dumps(info))
+    back = load_demos([LeRobotDemoConfig(path=str(foreign), observations={**FOREIGN_MAP,
+                                                                          "image_front": "observation.images.still"})],
+                      SHAPES, ACTION)
+    n = [len(b["reward"]) for b in back]
+    starts = np.cumsum([0, 6, 9])
+    for b, start, count in zip(back, starts, n):
+        np.testing.assert_array_equal(b["obs/image_front"], frames[start:start + count])  # PNG: lossless
