@@ -99,10 +99,13 @@ def load_demos(dirs: Sequence[str | LeRobotDemoConfig], observations: Mapping[st
                 unrecorded.append(f.name)
             batches.append(episode_transitions(ep, fault_signal))
         if unrecorded:
+            why, fix = ("recorded elsewhere", "check that the dataset was recorded with this task, action scale "
+                        "and control rate") if entry else ("recorded before demos did", "record them again with "
+                                                           "`rlhw record-demos` to have them checked")
             warnings.warn(f"{where}: {len(unrecorded)} of {len(episodes)} episode(s) in {path} (e.g. {unrecorded[0]}) "
-                          f"record no env config (recorded before demos did), so {', '.join(sorted(provenance))} "
-                          "are NOT checked against this run: only their shapes are. Record them again with "
-                          "`rlhw record-demos` to have them checked", UncheckedDemoWarning, stacklevel=2)
+                          f"record no env config ({why}), so {', '.join(sorted(provenance))} are NOT checked "
+                          f"against this run: only their shapes are. {fix[0].upper() + fix[1:]}",
+                          UncheckedDemoWarning, stacklevel=2)
     return batches
 
 

@@ -441,3 +441,12 @@ def test_a_camera_stored_as_image_frames_in_the_parquet_maps_like_a_video(export
     starts = np.cumsum([0, 6, 9])
     for b, start, count in zip(back, starts, n):
         np.testing.assert_array_equal(b["obs/image_front"], frames[start:start + count])  # PNG: lossless
+
+
+def test_a_dataset_recorded_elsewhere_loads_with_a_warning_that_its_provenance_is_unchecked(exported, tmp_path):
+    from rlhw.rl.demos import UncheckedDemoWarning
+
+    foreign = _foreign(exported[1], tmp_path / "foreign")
+    with pytest.warns(UncheckedDemoWarning, match=r"train.demos\[0\]: 3 of 3 episode\(s\) .*recorded elsewhere.*"
+                                                  r"env.control_hz, env.task are NOT checked.*Check that the dataset"):
+        load_demos([LeRobotDemoConfig(path=str(foreign), observations=FOREIGN_MAP)], SHAPES, ACTION, PROVENANCE)
