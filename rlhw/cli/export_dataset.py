@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS), help="episode kinds to take from "
                                                                                         "directories (default: all)")
     parser.add_argument("--vcodec", choices=("h264", "libsvtav1"), default="h264",
-                        help="video codec (default: h264; libsvtav1 is LeRobot's AV1, smaller, see docs/datasets.md)")
+                        help="video codec (default: h264; libsvtav1 is LeRobot's default AV1: docs/datasets.md says why not here)")
     parser.add_argument("--crf", type=int, default=None, help="video quality, lower is better and larger "
                                                               "(default: 23 for h264, 30 for AV1)")
 

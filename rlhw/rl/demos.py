@@ -95,7 +95,7 @@ def load_demos(dirs: Sequence[str | LeRobotDemoConfig], observations: Mapping[st
 
             loaded = read_lerobot_episodes(path, entry or LeRobotDemoConfig(path=str(path)), where, observations,
                                            action_shape)
-            episodes = [(Path(path.name), ep) for ep in loaded if len(ep["action"])]
+            episodes = [(_dataset_episode_name(path, ep), ep) for ep in loaded if len(ep["action"])]
         else:
             files = episode_files(path, DEMO_KINDS)
             episodes = [(f, ep) for f in files if (ep := load_episode(f)) and len(ep["action"])]
@@ -108,11 +108,20 @@ def load_demos(dirs: Sequence[str | LeRobotDemoConfig], observations: Mapping[st
                 unrecorded.append(f.name)
             batches.append(episode_transitions(ep, fault_signal))
         if unrecorded:
+            why, fix = ("recorded elsewhere", "check that the dataset was recorded with this task, action scale "
+                        "and control rate") if entry else ("recorded before demos did", "record them again with "
+                                                           "`rlhw record-demos` to have them checked")
             warnings.warn(f"{where}: {len(unrecorded)} of {len(episodes)} episode(s) in {path} (e.g. {unrecorded[0]}) "
-                          f"record no env config (recorded before demos did), so {', '.join(sorted(provenance))} "
-                          "are NOT checked against this run: only their shapes are. Record them again with "
-                          "`rlhw record-demos` to have them checked", UncheckedDemoWarning, stacklevel=2)
+                          f"record no env config ({why}), so {', '.join(sorted(provenance))} are NOT checked "
+                          f"against this run: only their shapes are. {fix[0].upper() + fix[1:]}",
+                          UncheckedDemoWarning, stacklevel=2)
     return batches
+
+
+def _dataset_episode_name(root: Path, ep: Mapping[str, np.ndarray]) -> Path:
+    """What errors call an episode of a LeRobotDataset: the rlhw episode file it was exported from, else its index."""
+    meta = episode_meta(ep)
+    return Path(meta.get("source") or f"{root.name}/episode-{meta.get('lerobot_episode', 0):06d}")
 
 
 def _check_provenance(where: str, file: Path, meta: Mapping[str, Any], expected: Mapping[str, Any]) -> bool:

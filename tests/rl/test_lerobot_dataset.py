@@ -16,7 +16,9 @@ import pytest
 from rlhw.cli.main import main
 from rlhw.config import load_config_dict
 from rlhw.config.datasets import FeatureRef, LeRobotDemoConfig
-from rlhw.errors import ConfigError
+from rlhw.config.train import FaultStore
+from rlhw.errors import ConfigError, FaultKind
+from rlhw.rl.fault_signal import FaultSignal
 from rlhw.rl.demos import load_demos
 from rlhw.rl.episodes import EpisodeRecorder, episode_files, load_episode
 from rlhw.rl.lerobot.export import ExportOptions, export_episodes
@@ -31,7 +33,10 @@ LEROBOT_READY = LEROBOT_PYTHON.exists() if "RLHW_LEROBOT_PYTHON" in os.environ e
     (REPO / ".venv-lerobot" / ".lerobot-installed").exists()
 CLUSTER = {"num_nodes": 1, "component_placement": {"env,rollout,actor": {"node_group": "node", "placement": "0"}},
            "node_groups": []}
-ENV_CONFIG = {"task": "reach", "control_hz": 10.0, "sim": "mujoco"}
+#: What `train.demos` checks a demo against (rlhw.rl.demos.env_provenance): flat env.* keys.
+PROVENANCE = {"env.task": "reach", "env.control_hz": 10.0}
+#: The fault signal that makes a fault step terminal and costly: transitions differ where ``fault`` is kept.
+STAND_STILL = FaultSignal(FaultStore.STAND_STILL, 5.0, frozenset({FaultKind.REFLEX}), 0.9)
 
 
 def _frame(t: int, phase: float) -> np.ndarray:
@@ -50,16 +55,17 @@ def _obs(rng, t: int) -> dict[str, np.ndarray]:
 
 
 def _record(directory: Path, lengths=(6, 9, 4), kind: str = "demo", seed: int = 0) -> list[Path]:
-    """Episodes with every flag exercised: the first ends by the task, the others by the time limit; the
-    operator drives every other step; a policy version on the others."""
-    rng, rec = np.random.default_rng(seed), EpisodeRecorder(directory)
+    """Episodes with every flag exercised: the first ends by the task, the second by the time limit, the third
+    by a safety fault (a reflex); the operator drives every other step; a policy version on the others."""
+    rng, rec = np.random.default_rng(seed), EpisodeRecorder(directory, meta={"env_config": PROVENANCE})
     for e, T in enumerate(lengths):
-        rec.begin(_obs(rng, 0), kind=kind, meta={"seed": e, "task": "reach", "robot": "mujoco", "control_hz": 10.0,
-                                                  "env_config": ENV_CONFIG})
+        rec.begin(_obs(rng, 0), kind=kind, meta={"seed": e, "task": "reach", "robot": "mujoco@127.0.0.1",
+                                                  "control_hz": 10.0})
         for t in range(T):
             last = t == T - 1
             rec.step(rng.uniform(-1, 1, 3), float(rng.normal()), last and e == 0, last and e != 0, _obs(rng, t + 1),
-                     success=last and e == 0, intervened=t % 2 == 0, policy_version=-1 if t % 2 == 0 else 10 + t)
+                     success=last and e == 0, intervened=t % 2 == 0, policy_version=-1 if t % 2 == 0 else 10 + t,
+                     fault=FaultKind.REFLEX if last and e == 2 else None)
         rec.end()
     return episode_files(directory, kind)
 
@@ -80,9 +86,10 @@ def _psnr(a: np.ndarray, b: np.ndarray) -> float:
 
 def test_round_trip_episodes_to_lerobot_to_rlpd_demos_keeps_every_value_and_images_within_codec_loss(exported):
     demos, dataset = exported
-    ours = load_demos([str(demos)], SHAPES, ACTION)
-    back = load_demos([str(dataset)], SHAPES, ACTION)
+    ours = load_demos([str(demos)], SHAPES, ACTION, PROVENANCE, STAND_STILL)
+    back = load_demos([str(dataset)], SHAPES, ACTION, PROVENANCE, STAND_STILL)  # provenance checked, fault kept
     assert [len(b["reward"]) for b in back] == [len(b["reward"]) for b in ours] == [6, 9, 4]
+    assert back[2]["terminated"][-1] == 1.0 and back[2]["reward"][-1] != ours[1]["reward"][-1]  # the reflex's cost
     for a, b in zip(ours, back):
         assert set(a) == set(b)
         for key in a:
@@ -98,23 +105,24 @@ def test_round_trip_episodes_to_lerobot_to_rlpd_demos_keeps_every_value_and_imag
 def test_the_export_keeps_fps_task_every_flag_and_the_recording_config(exported):
     demos, dataset = exported
     info = json.loads((dataset / "meta/info.json").read_text())
-    assert info["codebase_version"] == "v3.0" and info["fps"] == 10 and info["robot_type"] == "mujoco"
+    assert info["codebase_version"] == "v3.0" and info["fps"] == 10 and info["robot_type"] == "mujoco"  # no address
     assert info["features"]["observation.state"]["names"] == ["goal[0]", "goal[1]", "grip[0]", "pos[0]", "pos[1]"]
     assert {k for k in info["features"] if not k.startswith("observation.")} >= {
-        "action", "next.reward", "next.done", "next.truncated", "intervened", "policy_version", "success"}
+        "action", "next.reward", "next.done", "next.truncated", "intervened", "policy_version", "success", "fault"}
     assert info["features"]["observation.images.front"]["dtype"] == "video"
     import pyarrow.parquet as pq
 
     rows = pq.read_table(next((dataset / "meta/episodes").rglob("*.parquet"))).to_pylist()
     assert [r["tasks"] for r in rows] == [["reach"]] * 3
     metas = [json.loads(r["rlhw/meta"]) for r in rows]
-    assert all(m["env_config"] == ENV_CONFIG for m in metas)
+    assert all(m["env_config"] == PROVENANCE and m["seed"] == i for i, m in enumerate(metas))
     assert [Path(m["source"]).name for m in metas] == [p.name for p in episode_files(demos, "demo")]
     frames = pq.read_table(dataset / "data/chunk-000/file-000.parquet")
     first = load_episode(episode_files(demos, "demo")[0])
     np.testing.assert_array_equal(frames.column("intervened").to_numpy()[:6], first["intervened"])
     np.testing.assert_array_equal(frames.column("policy_version").to_numpy()[:6], first["policy_version"])
     assert frames.column("next.done").to_pylist()[:6] == [False] * 5 + [True]
+    assert frames.column("fault").to_pylist()[-5:] == [""] * 4 + ["reflex"]
     np.testing.assert_allclose(frames.column("timestamp").to_numpy()[:6], np.arange(6) / 10, atol=1e-6)
 
 
@@ -126,6 +134,7 @@ ds = LeRobotDataset(sys.argv[1], root=sys.argv[2])
 items = [ds[i] for i in range(len(ds))]
 out = {"len": len(ds), "fps": ds.fps, "episodes": ds.num_episodes, "features": sorted(ds.features),
        "task": items[0]["task"], "video_keys": ds.meta.video_keys}
+out["fault"] = [it["fault"] for it in items]
 for key in ("observation.state", "action", "next.reward", "next.done", "intervened", "policy_version", "success",
             "episode_index", "frame_index"):
     out[key] = np.stack([np.asarray(it[key]) for it in items]).tolist()
@@ -158,6 +167,7 @@ def test_lerobots_own_loader_reads_the_export_offline(exported, tmp_path):
                                   np.concatenate([e["reward"] for e in episodes]))
     for key, field in (("intervened", "intervened"), ("success", "success"), ("policy_version", "policy_version")):
         np.testing.assert_array_equal(np.asarray(got[key]).ravel(), np.concatenate([e[field] for e in episodes]))
+    assert got["fault"] == [""] * 18 + ["reflex"]
     assert np.asarray(got["next.done"]).ravel().tolist() == sum(([False] * (len(e["action"]) - 1) + [True]
                                                                  for e in episodes), [])
     for cam in ("front", "wrist"):
@@ -315,12 +325,18 @@ def test_record_demos_on_mujoco_then_export_keeps_the_recording_config_and_train
     import pyarrow.parquet as pq
 
     rows = pq.read_table(next((tmp_path / "lr" / "meta" / "episodes").rglob("*.parquet"))).to_pylist()
-    recorded = json.loads(rows[0]["rlhw/meta"])["env_config"]
+    meta = json.loads(rows[0]["rlhw/meta"])
+    assert meta["env_config"]["env.control_hz"] == 20 and meta["env_config"]["env.task"] == "reach"  # provenance
+    recorded = meta["recording_env"]  # the whole env section: the config file and overrides, loaded again
     assert recorded["control_hz"] == 20 and recorded["task"] == "reach" and recorded["max_episode_steps"] == 20
     first = load_episode(episode_files(tmp_path / "demos", "demo")[0])
     shapes = {k[4:]: v.shape[1:] for k, v in first.items() if k.startswith("obs/")}
-    ours = load_demos([str(tmp_path / "demos")], shapes, first["action"].shape[1:])
-    back = load_demos([str(tmp_path / "lr")], shapes, first["action"].shape[1:])
+    from rlhw.config import load_config
+    from rlhw.rl.demos import env_provenance
+
+    provenance = env_provenance(load_config(sim_reach, fast).env)
+    ours = load_demos([str(tmp_path / "demos")], shapes, first["action"].shape[1:], provenance)
+    back = load_demos([str(tmp_path / "lr")], shapes, first["action"].shape[1:], provenance)
     for a, b in zip(ours, back, strict=True):
         for key in a:
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
@@ -382,3 +398,55 @@ def test_episodes_of_two_layouts_are_refused_and_leave_no_half_written_dataset(t
     assert main(["export-dataset", str(tmp_path / "eps"), "--out", str(tmp_path / "lr")]) == 2
     assert "has other observations or action than" in capsys.readouterr().err
     assert not (tmp_path / "lr").exists()
+
+
+def test_an_export_keeps_the_demos_provenance_so_a_run_with_another_env_refuses_it(exported):
+    demos, dataset = exported
+    other = {**PROVENANCE, "env.control_hz": 20.0}
+    for source in (demos, dataset):
+        with pytest.raises(ConfigError, match=r"train.demos\[0\]: demo-000000.npz was recorded with "
+                                              r"env.control_hz=10.0, this run has env.control_hz=20.0"):
+            load_demos([str(source)], SHAPES, ACTION, other)
+
+
+def test_a_camera_stored_as_image_frames_in_the_parquet_maps_like_a_video(exported, tmp_path):
+    """LeRobot also stores cameras as `image` features (PNG bytes in the data table) instead of video."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    demos, dataset = exported
+    foreign = _foreign(dataset, tmp_path / "foreign")
+    frames = np.concatenate([load_episode(p)["obs/image_front"][:-1] for p in episode_files(demos, "demo")])
+
+    def png(image: np.ndarray) -> bytes:
+        buf = io.BytesIO()
+        Image.fromarray(image).save(buf, format="PNG")
+        return buf.getvalue()
+
+    path = foreign / "data/chunk-000/file-000.parquet"
+    table = pq.read_table(path)
+    column = pa.array([{"bytes": png(f), "path": None} for f in frames],
+                      pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+    pq.write_table(table.append_column("observation.images.still", column), path)
+    info = json.loads((foreign / "meta/info.json").read_text())
+    info["features"]["observation.images.still"] = {"dtype": "image", "shape": [H, W, 3], "names": None}
+    (foreign / "meta/info.json").write_text(json.dumps(info))
+    back = load_demos([LeRobotDemoConfig(path=str(foreign), observations={**FOREIGN_MAP,
+                                                                          "image_front": "observation.images.still"})],
+                      SHAPES, ACTION)
+    n = [len(b["reward"]) for b in back]
+    starts = np.cumsum([0, 6, 9])
+    for b, start, count in zip(back, starts, n):
+        np.testing.assert_array_equal(b["obs/image_front"], frames[start:start + count])  # PNG: lossless
+
+
+def test_a_dataset_recorded_elsewhere_loads_with_a_warning_that_its_provenance_is_unchecked(exported, tmp_path):
+    from rlhw.rl.demos import UncheckedDemoWarning
+
+    foreign = _foreign(exported[1], tmp_path / "foreign")
+    with pytest.warns(UncheckedDemoWarning, match=r"train.demos\[0\]: 3 of 3 episode\(s\) .*recorded elsewhere.*"
+                                                  r"env.control_hz, env.task are NOT checked.*Check that the dataset"):
+        load_demos([LeRobotDemoConfig(path=str(foreign), observations=FOREIGN_MAP)], SHAPES, ACTION, PROVENANCE)

@@ -3,10 +3,11 @@
 Episodes are read one at a time and their camera frames go straight into one MP4 stream per camera, so an
 export of a long run needs the memory of one episode plus the (small) per-frame columns.
 
-Which config an episode was recorded with, in this order: the ``env_config`` its metadata carries (``rlhw
-record-demos`` writes it); the ``config.yaml`` of the run directory it lies in (``<run>/episodes/env<r>/``);
-the config file and overrides its metadata names, loaded again. The env section is kept with the episode
-(``rlhw/meta``); fps is its ``control_hz`` and the task text its ``task``, unless given.
+The episode's own metadata goes with it unchanged (``rlhw/meta``), with its provenance (``env_config``: what
+`train.demos` checks a demo against, rlhw.rl.demos) and, under ``recording_env``, the whole env config
+section it was recorded with: the ``config.yaml`` of the run directory it lies in (``<run>/episodes/env<r>/``),
+else the config file and overrides its metadata names, loaded again. fps is the recorded ``control_hz`` and
+the task text the recorded ``task``, unless given.
 """
 
 from __future__ import annotations
@@ -46,9 +47,7 @@ class ExportSummary:
 
 
 def recording_env_config(path: Path, meta: dict) -> dict | None:
-    """The env config section ``path`` was recorded with (see the module docstring), or None."""
-    if isinstance(meta.get("env_config"), dict):
-        return meta["env_config"]
+    """The whole env config section ``path`` was recorded with (see the module docstring), or None."""
     for parent in list(path.parents)[:3]:
         snapshot = parent / "config.yaml"
         if snapshot.is_file() and (parent / "episodes").is_dir():
@@ -64,6 +63,16 @@ def recording_env_config(path: Path, meta: dict) -> dict | None:
             return load_config(meta["config"], list(meta.get("overrides", []))).env.model_dump(mode="json")
         except (ConfigError, OSError):
             return None
+    return None
+
+
+def _recorded(meta: dict, env_config: dict | None, key: str):
+    """``env.<key>`` as the episode recorded it: its own meta, its provenance (rlhw.rl.demos.env_provenance,
+    flat ``env.*`` keys under ``env_config``), else the recording config found for it."""
+    provenance = meta.get("env_config") if isinstance(meta.get("env_config"), dict) else {}
+    for value in (meta.get(key), provenance.get(f"env.{key}"), (env_config or {}).get(key)):
+        if value is not None:
+            return value
     return None
 
 
@@ -130,7 +139,7 @@ def _frames(ep: dict, layout: F.RlhwLayout) -> dict[str, np.ndarray]:
     return {F.STATE: state.astype(np.float32), F.ACTION: ep["action"].astype(np.float32).reshape(T, -1),
             F.REWARD: ep["reward"].astype(np.float32), F.DONE: terminated | truncated, F.TRUNCATED: truncated,
             F.SUCCESS: ep["success"].astype(bool), F.INTERVENED: ep["intervened"].astype(bool),
-            F.POLICY_VERSION: ep["policy_version"].astype(np.int64)}
+            F.POLICY_VERSION: ep["policy_version"].astype(np.int64), F.FAULT: np.asarray(ep["fault"], str)}
 
 
 def _check_layout(layout: F.RlhwLayout, first: F.RlhwLayout, path: Path, first_path: Path) -> None:
@@ -147,7 +156,7 @@ def _features(layout: F.RlhwLayout, info: dict[str, dict]) -> dict:
     adim = int(np.prod(layout.action_shape))
     feats[F.ACTION] = {"dtype": "float32", "shape": [adim], "names": [f"action[{i}]" for i in range(adim)]}
     for key, dtype in ((F.REWARD, "float32"), (F.DONE, "bool"), (F.TRUNCATED, "bool"), (F.SUCCESS, "bool"),
-                       (F.INTERVENED, "bool"), (F.POLICY_VERSION, "int64")):
+                       (F.INTERVENED, "bool"), (F.POLICY_VERSION, "int64"), (F.FAULT, "string")):
         feats[key] = {"dtype": dtype, "shape": [1], "names": None}
     return {**feats, **F.DEFAULT_FEATURES}
 
@@ -207,7 +216,7 @@ class _DatasetWriter:
         meta = json.loads(bytes(ep["meta"]).decode()) if "meta" in ep else {}
         env_config = recording_env_config(path, meta)
         layout = F.RlhwLayout.of_episode(ep, str(path))
-        rate = self.options.fps or (env_config or {}).get("control_hz") or meta.get("control_hz")
+        rate = self.options.fps or _recorded(meta, env_config, "control_hz")
         if rate is None:
             raise ConfigError("--fps", f"{path}: no recording config tells its control rate; pass --fps N")
         fps = _fps(rate, str(path))
@@ -219,7 +228,7 @@ class _DatasetWriter:
         if fps != self.fps:
             raise ConfigError("--fps", f"{path} was recorded at {fps} Hz, {self.first_path} at {self.fps} Hz; export "
                                        "them separately (a LeRobotDataset has one fps)")
-        task = self.options.task or str((env_config or {}).get("task") or meta.get("task") or "rlhw episode")
+        task = self.options.task or str(_recorded(meta, env_config, "task") or "rlhw episode")
         if task not in self.tasks:
             self.tasks.append(task)
         frames = self._add_frames(ep, task)
@@ -246,7 +255,7 @@ class _DatasetWriter:
                "data/file_index": 0, "dataset_from_index": self.frames, "dataset_to_index": self.frames + T}
         row.update(self.streams.write_episode({cam: v[:T] for cam, v in images.items()}))
         row.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
-        stats = {k: feature_stats(v) for k, v in frames.items()}
+        stats = {k: feature_stats(v) for k, v in frames.items() if k != F.FAULT}  # no statistics of text
         for cam, v in images.items():
             sample = image_sample(v[:T])
             self.samples.setdefault(cam, []).append(sample)
@@ -257,7 +266,7 @@ class _DatasetWriter:
             if self.layout.state else np.zeros(0)
         row[F.FINAL + F.STATE] = final_state.astype(np.float32).tolist()
         row.update({F.FINAL + F.video_key(cam): _png(v[T]) for cam, v in images.items()})
-        record = {**meta, "source": str(path), "env_config": env_config}
+        record = {**meta, "source": str(path), "recording_env": env_config}
         row[F.META] = json.dumps(record, default=str)
         self.rows.append(row)
         self.frames += T
@@ -280,7 +289,7 @@ class _DatasetWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(episodes, path, compression="snappy")
         write_tasks(self.out / F.TASKS_PATH, self.tasks)
-        stats = {k: feature_stats(v) for k, v in data.items()}
+        stats = {k: feature_stats(v) for k, v in data.items() if k != F.FAULT}
         for cam, samples in self.samples.items():
             stats[F.video_key(cam)] = feature_stats(np.concatenate(samples), image=True)
             stats[F.video_key(cam)]["count"] = [self.frames]

@@ -21,8 +21,9 @@ observation that action t was chosen from, action t (what the arm executed) and 
   (sorted by name), float32; ``names`` lists one ``key[i]`` per component;
 - ``observation.images.<camera>``: the ``image_<camera>`` observation, as video;
 - ``action``; ``next.reward``; ``next.done`` (the episode ended after this step: terminated or truncated);
-  ``next.truncated`` (it ended by the time limit, not the task); ``success``; ``intervened``;
-  ``policy_version`` (-1: no policy chose the action).
+  ``next.truncated`` (it ended by the time limit, or a safety fault, not the task); ``success``;
+  ``intervened``; ``policy_version`` (-1: no policy chose the action); ``fault`` (the `FaultKind` value of
+  a safety fault that ended the episode at this step, else "": a string feature).
 
 The names of ``observation.state`` say where each observation sits (`RlhwLayout.from_state_names`); they
 survive LeRobot's own dataset tools (merge, split), which rebuild info.json without rlhw's section.
@@ -30,7 +31,8 @@ survive LeRobot's own dataset tools (merge, split), which rebuild info.json with
 An episode of T steps has T + 1 observations; the last one (after the final action) has no frame of its
 own, so it is kept with the episode's row in meta/episodes: ``rlhw/final/observation.state`` and
 ``rlhw/final/observation.images.<camera>`` (PNG bytes, lossless). ``rlhw/meta`` holds the episode's
-recording metadata as JSON, with the env config it was recorded with (``env_config``).
+recording metadata as JSON: as the episode holds it (with ``env_config``, the provenance `train.demos`
+checks), plus ``source`` (the episode file) and ``recording_env`` (the whole env config it was recorded with).
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ TRUNCATED = "next.truncated"
 SUCCESS = "success"
 INTERVENED = "intervened"
 POLICY_VERSION = "policy_version"
+FAULT = "fault"
 FINAL = "rlhw/final/"
 META = "rlhw/meta"
 #: Columns every v3.0 data file has besides the features a recorder declares.

@@ -24,6 +24,7 @@ import numpy as np
 
 from rlhw.config.datasets import FeatureRef, LeRobotDemoConfig
 from rlhw.errors import ConfigError
+from rlhw.rl.episodes import FAULT_CHARS
 from rlhw.rl.lerobot import format as F
 from rlhw.rl.lerobot.tables import column_to_numpy
 from rlhw.rl.lerobot.video import read_frames
@@ -90,7 +91,8 @@ def resolve_map(info: dict, root: Path, entry: LeRobotDemoConfig, where: str,
                                                f"done: {EPISODE_END} (the last frame of each episode ends it)")
         _check(info, root, entry.done, (1,), f"{where}.done", scalar=True)
     extras = {field: name for field, name in (("truncated", F.TRUNCATED), ("success", F.SUCCESS),
-                                              ("intervened", F.INTERVENED), ("policy_version", F.POLICY_VERSION))
+                                              ("intervened", F.INTERVENED), ("policy_version", F.POLICY_VERSION),
+                                              ("fault", F.FAULT))
               if name in info["features"]}
     return FeatureMap(refs, action, entry.reward, entry.done, extras, is_export)
 
@@ -237,5 +239,7 @@ def _episode(frames, row, info, fmap: FeatureMap, videos: _Videos, shapes) -> di
     ep["intervened"] = flag(fmap.extras["intervened"]) if "intervened" in fmap.extras else np.zeros(T, bool)
     ep["policy_version"] = column_to_numpy(frames.column(fmap.extras["policy_version"])).reshape(T).astype(np.int64) \
         if "policy_version" in fmap.extras else np.full(T, -1, np.int64)
+    ep["fault"] = np.asarray(frames.column(fmap.extras["fault"]).to_pylist() if "fault" in fmap.extras else [""] * T,
+                             f"<U{FAULT_CHARS}")
     ep["time"] = column_to_numpy(frames.column("timestamp")).astype(np.float64)
     return ep
