@@ -5,9 +5,10 @@ Why: glibc serves an allocation of 128 KiB or more with a fresh ``mmap`` and ret
 (and trims the heap's top above a 128 KiB threshold), so every such tensor's pages fault in again the next
 time it is allocated. An image update allocates many of them (a 64 px batch of 128 is 1.5 MB as uint8
 and 6 MB as float; the first conv's output is 7.9 MB), and the faults are kernel time: measured with
-tools/bench_sac_vision.py on the 2-core VM (one thread, cnn, batch 128), 90-100 ms of CPU per update
-with glibc's defaults against 56-64 ms with freed memory kept (docs/vision.md has the figures). A
-learner's working set is the same at every update, so the memory kept is memory it will use again.
+tools/bench_sac_vision.py on the 2-core VM (one thread, cnn, batch 128), a median 57 ms of CPU per
+update with glibc's defaults against 42 ms with freed memory kept (docs/training.md, "The image update
+made 2.2x faster"). A learner's working set is the same at every update, so the memory kept is memory
+it will use again.
 
 How: ``mallopt`` (glibc only; elsewhere nothing changes): allocations up to 32 MiB (glibc's ceiling for
 this setting on 64-bit) come from the heap, and the heap is never trimmed. Larger blocks (a replay
