@@ -32,13 +32,11 @@ import numpy as np
 
 from rlhw.config.datasets import LeRobotDemoConfig
 from rlhw.errors import ConfigError
-from rlhw.rl.episodes import episode_files, episode_meta, episode_transitions, load_episode
+from rlhw.rl.episodes import PROVENANCE_KEY, episode_files, episode_meta, episode_transitions, load_episode
 from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
 from rlhw.rl.lerobot.format import is_lerobot_dataset
 
 DEMO_KINDS = ("demo", "train")
-#: The episode meta key holding `env_provenance`.
-PROVENANCE_KEY = "env_config"
 
 
 class UncheckedDemoWarning(UserWarning):

@@ -32,6 +32,10 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from rlhw.errors import FaultKind
+
+#: The episode meta key holding the whole env config section the episode was recorded with
+#: (rlhw.rl.demos.recorded_env): `train.demos` checks it, `rlhw export-dataset` carries it on.
+PROVENANCE_KEY = "env_config"
 from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
 
 _NAME = re.compile(r"^(train|eval|demo)-(\d{6})\.(steps|npz)$")

@@ -19,8 +19,8 @@ from rlhw.config.datasets import FeatureRef, LeRobotDemoConfig
 from rlhw.config.train import FaultStore
 from rlhw.errors import ConfigError, FaultKind
 from rlhw.rl.fault_signal import FaultSignal
-from rlhw.rl.demos import load_demos
-from rlhw.rl.episodes import EpisodeRecorder, episode_files, load_episode
+from rlhw.rl.demos import load_demos, provenance_of
+from rlhw.rl.episodes import PROVENANCE_KEY, EpisodeRecorder, episode_files, load_episode
 from rlhw.rl.lerobot.export import ExportOptions, export_episodes
 
 H, W = 24, 32
@@ -33,8 +33,10 @@ LEROBOT_READY = LEROBOT_PYTHON.exists() if "RLHW_LEROBOT_PYTHON" in os.environ e
     (REPO / ".venv-lerobot" / ".lerobot-installed").exists()
 CLUSTER = {"num_nodes": 1, "component_placement": {"env,rollout,actor": {"node_group": "node", "placement": "0"}},
            "node_groups": []}
-#: What `train.demos` checks a demo against (rlhw.rl.demos.env_provenance): flat env.* keys.
-PROVENANCE = {"env.task": "reach", "env.control_hz": 10.0}
+#: The env config section an episode records (rlhw.rl.demos.recorded_env), cut to what the test needs.
+RECORDED_ENV = {"task": "reach", "control_hz": 10.0}
+#: What `train.demos` checks a demo against: flat env.* keys (rlhw.rl.demos.provenance_of).
+PROVENANCE = provenance_of(RECORDED_ENV)
 #: The fault signal that makes a fault step terminal and costly: transitions differ where ``fault`` is kept.
 STAND_STILL = FaultSignal(FaultStore.STAND_STILL, 5.0, frozenset({FaultKind.REFLEX}), 0.9)
 
@@ -57,7 +59,7 @@ def _obs(rng, t: int) -> dict[str, np.ndarray]:
 def _record(directory: Path, lengths=(6, 9, 4), kind: str = "demo", seed: int = 0) -> list[Path]:
     """Episodes with every flag exercised: the first ends by the task, the second by the time limit, the third
     by a safety fault (a reflex); the operator drives every other step; a policy version on the others."""
-    rng, rec = np.random.default_rng(seed), EpisodeRecorder(directory, meta={"env_config": PROVENANCE})
+    rng, rec = np.random.default_rng(seed), EpisodeRecorder(directory, meta={PROVENANCE_KEY: RECORDED_ENV})
     for e, T in enumerate(lengths):
         rec.begin(_obs(rng, 0), kind=kind, meta={"seed": e, "task": "reach", "robot": "mujoco@127.0.0.1",
                                                   "control_hz": 10.0})
@@ -115,7 +117,7 @@ def test_the_export_keeps_fps_task_every_flag_and_the_recording_config(exported)
     rows = pq.read_table(next((dataset / "meta/episodes").rglob("*.parquet"))).to_pylist()
     assert [r["tasks"] for r in rows] == [["reach"]] * 3
     metas = [json.loads(r["rlhw/meta"]) for r in rows]
-    assert all(m["env_config"] == PROVENANCE and m["seed"] == i for i, m in enumerate(metas))
+    assert all(m[PROVENANCE_KEY] == RECORDED_ENV and m["seed"] == i for i, m in enumerate(metas))
     assert [Path(m["source"]).name for m in metas] == [p.name for p in episode_files(demos, "demo")]
     frames = pq.read_table(dataset / "data/chunk-000/file-000.parquet")
     first = load_episode(episode_files(demos, "demo")[0])
@@ -326,8 +328,7 @@ def test_record_demos_on_mujoco_then_export_keeps_the_recording_config_and_train
 
     rows = pq.read_table(next((tmp_path / "lr" / "meta" / "episodes").rglob("*.parquet"))).to_pylist()
     meta = json.loads(rows[0]["rlhw/meta"])
-    assert meta["env_config"]["env.control_hz"] == 20 and meta["env_config"]["env.task"] == "reach"  # provenance
-    recorded = meta["recording_env"]  # the whole env section: the config file and overrides, loaded again
+    recorded = meta[PROVENANCE_KEY]  # the whole env section the demos were recorded with
     assert recorded["control_hz"] == 20 and recorded["task"] == "reach" and recorded["max_episode_steps"] == 20
     first = load_episode(episode_files(tmp_path / "demos", "demo")[0])
     shapes = {k[4:]: v.shape[1:] for k, v in first.items() if k.startswith("obs/")}
@@ -448,5 +449,5 @@ def test_a_dataset_recorded_elsewhere_loads_with_a_warning_that_its_provenance_i
 
     foreign = _foreign(exported[1], tmp_path / "foreign")
     with pytest.warns(UncheckedDemoWarning, match=r"train.demos\[0\]: 3 of 3 episode\(s\) .*recorded elsewhere.*"
-                                                  r"env.control_hz, env.task are NOT checked.*Check that the dataset"):
+                                                  r"env.control_hz, .*env.task_options are NOT checked.*Check that the dataset"):
         load_demos([LeRobotDemoConfig(path=str(foreign), observations=FOREIGN_MAP)], SHAPES, ACTION, PROVENANCE)

@@ -3,9 +3,9 @@
 Episodes are read one at a time and their camera frames go straight into one MP4 stream per camera, so an
 export of a long run needs the memory of one episode plus the (small) per-frame columns.
 
-The episode's own metadata goes with it unchanged (``rlhw/meta``), with its provenance (``env_config``: what
-`train.demos` checks a demo against, rlhw.rl.demos) and, under ``recording_env``, the whole env config
-section it was recorded with: the ``config.yaml`` of the run directory it lies in (``<run>/episodes/env<r>/``),
+The episode's own metadata goes with it (``rlhw/meta``), with ``env_config``, the whole env config section it
+was recorded with (rlhw.rl.demos.PROVENANCE_KEY: what `train.demos` checks a demo against). An episode recorded
+before episodes carried it gets the ``config.yaml`` of the run directory it lies in (``<run>/episodes/env<r>/``),
 else the config file and overrides its metadata names, loaded again. fps is the recorded ``control_hz`` and
 the task text the recorded ``task``, unless given.
 """
@@ -22,6 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from rlhw.errors import ConfigError
+from rlhw.rl.episodes import PROVENANCE_KEY
 from rlhw.rl.lerobot import format as F
 from rlhw.rl.lerobot.tables import feature_stats, image_sample, vector_column, write_json, write_tasks
 from rlhw.rl.lerobot.video import CODECS, VideoWriter, stream_info
@@ -48,6 +49,8 @@ class ExportSummary:
 
 def recording_env_config(path: Path, meta: dict) -> dict | None:
     """The whole env config section ``path`` was recorded with (see the module docstring), or None."""
+    if isinstance(meta.get(PROVENANCE_KEY), dict):
+        return meta[PROVENANCE_KEY]
     for parent in list(path.parents)[:3]:
         snapshot = parent / "config.yaml"
         if snapshot.is_file() and (parent / "episodes").is_dir():
@@ -67,10 +70,8 @@ def recording_env_config(path: Path, meta: dict) -> dict | None:
 
 
 def _recorded(meta: dict, env_config: dict | None, key: str):
-    """``env.<key>`` as the episode recorded it: its own meta, its provenance (rlhw.rl.demos.env_provenance,
-    flat ``env.*`` keys under ``env_config``), else the recording config found for it."""
-    provenance = meta.get("env_config") if isinstance(meta.get("env_config"), dict) else {}
-    for value in (meta.get(key), provenance.get(f"env.{key}"), (env_config or {}).get(key)):
+    """``env.<key>`` as the episode recorded it: its own meta, else the env config it was recorded with."""
+    for value in (meta.get(key), (env_config or {}).get(key)):
         if value is not None:
             return value
     return None
@@ -266,7 +267,7 @@ class _DatasetWriter:
             if self.layout.state else np.zeros(0)
         row[F.FINAL + F.STATE] = final_state.astype(np.float32).tolist()
         row.update({F.FINAL + F.video_key(cam): _png(v[T]) for cam, v in images.items()})
-        record = {**meta, "source": str(path), "recording_env": env_config}
+        record = {**meta, "source": str(path), PROVENANCE_KEY: env_config}
         row[F.META] = json.dumps(record, default=str)
         self.rows.append(row)
         self.frames += T

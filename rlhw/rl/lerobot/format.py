@@ -31,8 +31,8 @@ survive LeRobot's own dataset tools (merge, split), which rebuild info.json with
 An episode of T steps has T + 1 observations; the last one (after the final action) has no frame of its
 own, so it is kept with the episode's row in meta/episodes: ``rlhw/final/observation.state`` and
 ``rlhw/final/observation.images.<camera>`` (PNG bytes, lossless). ``rlhw/meta`` holds the episode's
-recording metadata as JSON: as the episode holds it (with ``env_config``, the provenance `train.demos`
-checks), plus ``source`` (the episode file) and ``recording_env`` (the whole env config it was recorded with).
+recording metadata as JSON: as the episode holds it (with ``env_config``, the whole env config section it
+was recorded with, which `train.demos` checks), plus ``source`` (the episode file).
 """
 
 from __future__ import annotations
