@@ -26,6 +26,7 @@ import time
 import uuid
 
 from rlhw.errors import ConfigError, WorkerError
+from rlhw.rl.checkpoint import checked_init_from
 from rlhw.rl.demos import load_demos
 from rlhw.rl.pipeline.actor_worker import ActorWorker
 from rlhw.rl.pipeline.env_worker import EnvWorker, env_transport, simulated
@@ -109,6 +110,8 @@ class Pipeline:
             self.spec = self.envs.execute_on(0).spec().wait(CALL_TIMEOUT_S)[0]
             # Bad demos fail here, with the field named, rather than inside every actor rank.
             load_demos(config.train.demos, observation_shapes(self.spec), tuple(self.spec.action.shape))
+            if config.train.init_from and not resume:  # and a warm start that does not fit this env
+                checked_init_from(config, self.spec)
             if self.n_actor > 1:
                 self.actors.init_collective("auto")
             self.resumed = self.actors.setup(self.spec, resume).wait(CALL_TIMEOUT_S)[0]

@@ -36,7 +36,7 @@ from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, Stepped
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.instances import EVAL, TRAIN, Instances
 from rlhw.rl.pipeline.acting import PolicyNextToArm
-from rlhw.rl.pipeline.env_server import EnvServerError, EnvServerProcess
+from rlhw.rl.pipeline.env_server import EnvServerError, EnvServerProcess, open_remote_env
 from rlhw.rl.pipeline.loop_health import LoopTimer
 from rlhw.rl.pipeline.lane import ChannelEnvEnd, DirectEnvEnd, EnvLaneEnd, LaneAddress
 from rlhw.rl.pipeline.messages import Actions, EnvProgress, EnvStep, EpisodeResult
@@ -137,19 +137,8 @@ class EnvWorker(Worker):
                                         meta={"robot_rank": self.robot_rank, "env_rank": self.rank})
 
     def _start_server(self) -> None:
-        from rlhw.env.client import RemoteEnv
-
         log = self.run_dir / "logs" / f"env{self.rank}-server.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        self.server = EnvServerProcess(self.config, self.robot_rank, log, self.cfg.env_start_timeout_s)
-        address = self.server.start()
-        token = self.config.server.resolve_token() if hasattr(self.config.server, "resolve_token") else None
-        self.env = RemoteEnv(address, token=token, timeout_s=self.cfg.step_timeout_s,
-                             reset_timeout_s=max(self.cfg.step_timeout_s, self.config.server.reset_deadline_s),
-                             reconnect_s=5.0, session_id=f"rlhw-train-env{self.rank}")
-        if self.env.num_envs != self.num_envs:
-            raise EnvServerError(f"env server at {address} serves {self.env.num_envs} env instance(s), but "
-                                 f"env.num_envs is {self.num_envs}: the server must be started from the same config")
+        self.server, self.env = open_remote_env(self.config, self.robot_rank, log, f"rlhw-train-env{self.rank}")
 
     def _restart_server(self, why: str) -> None:
         """A dead server child replaced by a new one (only the server transport has a child to restart)."""
