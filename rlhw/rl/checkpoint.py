@@ -128,7 +128,7 @@ class PolicyCheckpoint:
 
     def policy_state(self) -> dict:
         """The actor's weights (with the encoder it reads): what an `ActingPolicy` loads."""
-        return self.state["sac"]["actor"]
+        return {k: v.detach().cpu().numpy() for k, v in self.state["sac"]["actor"].items()}
 
 
 def checked_init_from(config, spec: EnvSpec) -> PolicyCheckpoint:
