@@ -6,16 +6,14 @@ lease, episode loop and operator takeover, and the same opt-in to move an arm as
 (a config that places a Franka drives it; ``--sim`` or ``env.sim=mujoco`` replaces it by the simulator). An
 episode an operator took over counts as a failure. Prints one row per episode, then the success rate with its
 95 % Wilson interval; ``--json`` writes the same as JSON with the loop's health. Ctrl-C or SIGTERM stops the
-arm and keeps what was recorded (exit status 130).
+arm and keeps what was recorded (exit status 130 after Ctrl-C, 143 after SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -57,20 +55,6 @@ def resolve(args: argparse.Namespace):
     return config, PolicyCheckpoint.load(args.checkpoint, "--checkpoint")
 
 
-@contextmanager
-def sigterm_as_interrupt():
-    """SIGTERM (systemd, a job scheduler, `kill`) ends the evaluation as Ctrl-C does: the arm is stopped and
-    the recorded episodes kept. The previous handler comes back afterwards."""
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def print_episode(episode) -> None:
     if episode.index == 0:
         print(f"{'episode':>7}  {'seed':>10}  {'success':>7}  {'steps':>5}  {'return':>8}  fault / operator",
@@ -84,13 +68,14 @@ def print_episode(episode) -> None:
 def run(args: argparse.Namespace) -> int:
     from rlhw.rl.evaluate import evaluate
     from rlhw.rl.rundir import RunDir, _strict_json
+    from rlhw.runtime.stop_signals import sigterm_interrupts
 
     config, checkpoint = resolve(args)
     stem = Path(args.config).stem
     run_dir = RunDir(args.run_dir or Path("runs") / f"eval-{stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     print(f"rlhw eval: {checkpoint.path} on {args.config}, {args.episodes} episodes; run directory {run_dir.path}",
           file=sys.stderr)
-    with sigterm_as_interrupt():
+    with sigterm_interrupts():  # SIGTERM (systemd, a scheduler) ends it as Ctrl-C does
         report = evaluate(config, checkpoint, args.episodes, run_dir, args.robot, on_episode=print_episode)
     result = report.to_json(checkpoint=str(checkpoint.path), config=str(args.config), run_dir=str(run_dir.path))
     lo, hi = report.ci95
@@ -105,5 +90,5 @@ def run(args: argparse.Namespace) -> int:
         Path(args.json).write_text(text + "\n")
     if report.status == "interrupted":
         print(f"rlhw eval: {report.reason}; episodes in {run_dir.episodes}", file=sys.stderr)
-        return 130
+        return 128 + int(report.signal)  # 130 after Ctrl-C, 143 after SIGTERM, as a shell reports them
     return 0

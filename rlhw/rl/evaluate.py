@@ -15,7 +15,7 @@ Seeds: episode k resets with seed ``EVAL_SEED_BASE + k`` (2**32 + k). Training e
 [0, 2**31) and the HIL benchmark's eval uses 2**31 + k, so no eval episode here repeats a training target.
 The same k gives the same target on every driver, so two drivers are compared episode by episode.
 
-Ctrl-C (and SIGTERM, which `rlhw eval` turns into the same interrupt) ends the running episode where it is:
+Ctrl-C (and SIGTERM, which `rlhw eval` turns into the same interrupt: rlhw.runtime.stop_signals) ends the running episode where it is:
 the arm is stopped (the env is closed, the server child stopped), the episode's steps stay on disk, and the
 report says how many episodes finished.
 """
@@ -36,6 +36,7 @@ from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.instances import EVAL
 from rlhw.rl.pipeline.loop_health import LoopTimer
 from rlhw.robot.spec import EnvSpec
+from rlhw.runtime.stop_signals import cause_text, interrupt_cause
 
 EVAL_SEED_BASE = 2**32
 MAX_REFUSALS_IN_A_ROW = 3  # as the env worker: a fourth refused step in a row ends the evaluation
@@ -80,6 +81,7 @@ class EvalReport:
     loop_health: dict = field(default_factory=dict)
     status: str = "finished"
     reason: str = ""
+    signal: int | None = None  # what interrupted it: SIGINT (Ctrl-C) or SIGTERM
 
     @property
     def successes(self) -> int:
@@ -95,7 +97,7 @@ class EvalReport:
 
     def to_json(self, **extra) -> dict:
         rate = self.success_rate
-        return {"status": self.status, "reason": self.reason, "success_rate": None if math.isnan(rate) else rate,
+        return {"status": self.status, "reason": self.reason, "signal": self.signal, "success_rate": None if math.isnan(rate) else rate,
                 "ci95": list(self.ci95), "successes": self.successes, "num_episodes": len(self.episodes),
                 "seed_base": EVAL_SEED_BASE, **extra, "episodes": [e.to_json() for e in self.episodes],
                 "loop_health": self.loop_health}
@@ -145,8 +147,8 @@ class Evaluation:
     """Episodes of one policy on one open env, through the episode loop; `run` fills an `EvalReport`."""
 
     def __init__(self, env: OpenEnv, policy, recorder: EpisodeRecorder | None, max_episode_steps: int,
-                 meta: dict, on_episode: Callable[[EvalEpisode], None] | None = None):
-        self.env, self.policy, self.on_episode = env, policy, on_episode
+                 meta: dict, on_episode: Callable[[EvalEpisode], None] | None = None, gc_guard=None):
+        self.env, self.policy, self.on_episode, self.gc_guard = env, policy, on_episode, gc_guard
         self.loop = EpisodeLoop(BatchView(env.env, env.spec), max_episode_steps,
                                 [recorder] if recorder is not None else None, meta=meta)
         self.timer = LoopTimer()
@@ -160,11 +162,14 @@ class Evaluation:
         with the report saying so (the caller closes the env, which stops the arm)."""
         try:
             for k in range(first_index, first_index + episodes):
+                if self.gc_guard is not None:
+                    self.gc_guard.idle()  # the full collection the loop owes, between episodes, never in a step
                 self._episode(k)
-        except KeyboardInterrupt:
-            self.report.status = "interrupted"
-            self.report.reason = (f"interrupted after {len(self.report.episodes)} of {episodes} episodes; the arm "
-                                  "was stopped and the running episode's steps kept on disk")
+        except KeyboardInterrupt as e:
+            cause = interrupt_cause(e)
+            self.report.status, self.report.signal = "interrupted", int(cause)
+            self.report.reason = (f"{cause_text(cause)} after {len(self.report.episodes)} of {episodes} episodes; the "
+                                  "arm was stopped and the running episode's steps kept on disk")
         except BaseException as e:
             self.report.status, self.report.reason = "failed", f"{type(e).__name__}: {e}"
             raise
@@ -237,7 +242,7 @@ def evaluate(config, checkpoint: PolicyCheckpoint, episodes: int, run_dir, robot
             fsync = (config.env.sim is None and has_real_arm(config)) if fsync == "auto" else bool(fsync)
             recorder = EpisodeRecorder(run_dir.episodes / f"env{robot_rank}", fsync=fsync)
         meta = {"robot_rank": robot_rank, "checkpoint": str(checkpoint.path), "policy_version": checkpoint.updates}
-        evaluation = Evaluation(env, policy, recorder, config.env.max_episode_steps, meta, on_episode)
+        evaluation = Evaluation(env, policy, recorder, config.env.max_episode_steps, meta, on_episode, guard)
         isolation = apply_loop_isolation(config.cluster.node_env(0).isolation)
         guard.start()
         report = evaluation.run(episodes)
