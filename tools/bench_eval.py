@@ -11,6 +11,9 @@ episodes, obs->action latency p50/p99; and training's obs->action latency from t
 MuJoCo, through the pipeline's step lane) against eval's in MuJoCo (the policy in the loop's own process).
 
     runslot .venv/bin/python tools/bench_eval.py --seeds 0 1 --episodes 30 --json runs/bench_eval.json
+    # the same, with franky-sim's controller as configs/franky_sim.yaml had it before (slow tracking):
+    runslot .venv/bin/python tools/bench_eval.py --seeds 0 1 --run-dirs RUN0 RUN1 --episodes 30 \
+        --franky-set cluster.node_groups.0.hardware.configs.0.controller.relative_dynamics_factor=0.1
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ def overlap(a: list[float], b: list[float]) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
-def bench_seed(seed: int, run_dir: Path, episodes: int, out_root: Path) -> dict:
+def bench_seed(seed: int, run_dir: Path, episodes: int, out_root: Path, franky_set: list[str]) -> dict:
     from drivers.franky_sim import FrankySim
 
     row: dict = {"seed": seed, "run_dir": str(run_dir)}
@@ -71,7 +74,8 @@ def bench_seed(seed: int, run_dir: Path, episodes: int, out_root: Path) -> dict:
     row["mujoco"] = summary(evaluate(mujoco, ckpt, episodes, RunDir(out_root / f"s{seed}-mujoco")))
     with FrankySim() as sim:
         franky = load_config(ROOT / "configs/franky_sim.yaml",
-                             [f"cluster.node_groups.0.hardware.configs.0.robot_ip={sim.host}", "env.reset.timeout_s=40"])
+                             [f"cluster.node_groups.0.hardware.configs.0.robot_ip={sim.host}", "env.reset.timeout_s=40",
+                              *franky_set])
         row["franky_sim"] = summary(evaluate(franky, ckpt, episodes, RunDir(out_root / f"s{seed}-franky")))
     row["intervals_overlap"] = overlap(row["mujoco"]["ci95"], row["franky_sim"]["ci95"])
     return row
@@ -84,12 +88,15 @@ def main() -> int:
     ap.add_argument("--episodes", type=int, default=30)
     ap.add_argument("--out", default="runs/bench_eval", help="where training runs and eval episodes go")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--franky-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an override of configs/franky_sim.yaml (e.g. the controller's relative_dynamics_factor, "
+                         "to measure the config as it was)")
     args = ap.parse_args()
     out = Path(args.out)
     rows = []
     for i, seed in enumerate(args.seeds):
         run_dir = Path(args.run_dirs[i]) if i < len(args.run_dirs) else out / f"train-s{seed}"
-        row = bench_seed(seed, run_dir, args.episodes, out)
+        row = bench_seed(seed, run_dir, args.episodes, out / ("-".join(args.franky_set) or "."), args.franky_set)
         rows.append(row)
         for driver in ("mujoco", "franky_sim"):
             r = row[driver]
