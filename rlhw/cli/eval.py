@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", default=None, metavar="FILE",
                         help="also write the result as JSON: success_rate, ci95, episodes, loop_health")
     parser.add_argument("--run-dir", default=None,
-                        help="where the episodes, config snapshot and eval.json go (default: runs/eval-<config>-<time>)")
+                        help="where the episodes, config snapshot and eval.json go "
+                             "(default: runs/eval-<config>-<time>)")
     parser.add_argument("--robot", type=int, default=0, metavar="R", help="the robot rank to run on (default 0)")
     parser.add_argument("--sim", action="store_true",
                         help="replace robots and cameras by the MuJoCo drivers (env.sim=mujoco), as rlhw train --sim")
@@ -45,7 +46,8 @@ def resolve(args: argparse.Namespace):
     if args.robot < 0:
         raise ConfigError("--robot", f"must be a robot rank >= 0, got {args.robot}")
     if args.json is not None and Path(args.json).is_dir():
-        raise ConfigError("--json", f"{args.json} is a directory; give a file name, e.g. {Path(args.json) / 'eval.json'}")
+        example = Path(args.json) / "eval.json"
+        raise ConfigError("--json", f"{args.json} is a directory; give a file name, e.g. {example}")
     overrides = list(args.overrides) + (["env.sim=mujoco"] if args.sim else [])
     config = load_config(args.config, overrides)
     if config.env.num_envs != 1:  # evaluation steps one instance: one seed, one target, one row per episode

@@ -15,9 +15,9 @@ Seeds: episode k resets with seed ``EVAL_SEED_BASE + k`` (2**32 + k). Training e
 [0, 2**31) and the HIL benchmark's eval uses 2**31 + k, so no eval episode here repeats a training target.
 The same k gives the same target on every driver, so two drivers are compared episode by episode.
 
-Ctrl-C (and SIGTERM, which `rlhw eval` turns into the same interrupt: rlhw.runtime.stop_signals) ends the running episode where it is:
-the arm is stopped (the env is closed, the server child stopped), the episode's steps stay on disk, and the
-report says how many episodes finished.
+Ctrl-C (and SIGTERM, which `rlhw eval` turns into the same interrupt: rlhw.runtime.stop_signals) ends the
+running episode where it is: the arm is stopped (the env is closed, the server child stopped), the episode's
+steps stay on disk, and the report says how many episodes finished.
 """
 
 from __future__ import annotations
@@ -97,8 +97,9 @@ class EvalReport:
 
     def to_json(self, **extra) -> dict:
         rate = self.success_rate
-        return {"status": self.status, "reason": self.reason, "signal": self.signal, "success_rate": None if math.isnan(rate) else rate,
-                "ci95": list(self.ci95), "successes": self.successes, "num_episodes": len(self.episodes),
+        return {"status": self.status, "reason": self.reason, "signal": self.signal,
+                "success_rate": None if math.isnan(rate) else rate, "ci95": list(self.ci95),
+                "successes": self.successes, "num_episodes": len(self.episodes),
                 "seed_base": EVAL_SEED_BASE, **extra, "episodes": [e.to_json() for e in self.episodes],
                 "loop_health": self.loop_health}
 

@@ -146,7 +146,8 @@ def test_a_checkpoint_without_its_spec_is_refused_with_the_way_to_resave_it(chec
 ])
 def test_bad_flags_are_one_line_errors_naming_the_flag(checkpoint, tmp_path, capsys, monkeypatch, args, field):
     monkeypatch.chdir(ROOT)
-    code, err = eval_in_process(capsys, "configs/sim_reach.yaml", *[a.format(ckpt=checkpoint, tmp=tmp_path) for a in args])
+    args = [a.format(ckpt=checkpoint, tmp=tmp_path) for a in args]
+    code, err = eval_in_process(capsys, "configs/sim_reach.yaml", *args)
     assert code == 2 and field in err and len(err.strip().splitlines()) == 1, err
 
 
