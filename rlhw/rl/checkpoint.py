@@ -118,6 +118,15 @@ class PolicyCheckpoint:
                                      "configured like the one it was trained on (task, env.images, "
                                      "env.action.gripper, cameras)")
 
+    def rate_note(self, spec: EnvSpec) -> str | None:
+        """A warning when the env steps at another rate than the policy was trained at (allowed: the spec
+        matches, but each action then moves the hand for a different time)."""
+        trained, now = self.spec.get("control_hz"), float(spec.control_hz)
+        if trained and abs(trained - now) > 1e-6:
+            return (f"the policy was trained at {trained:g} Hz and this env steps at {now:g} Hz (env.control_hz): "
+                    "each action lasts a different time, expect it to behave differently")
+        return None
+
     def sac(self, fallback):
         """The ``train.sac`` the policy was built with (its widths and encoder), else ``fallback``."""
         if self.sac_config is None:

@@ -22,6 +22,7 @@ steps stay on disk, and the report says how many episodes finished.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,6 +38,8 @@ from rlhw.rl.instances import EVAL
 from rlhw.rl.pipeline.loop_health import LoopTimer
 from rlhw.robot.spec import EnvSpec
 from rlhw.runtime.stop_signals import cause_text, interrupt_cause
+
+log = logging.getLogger(__name__)
 
 EVAL_SEED_BASE = 2**32
 MAX_REFUSALS_IN_A_ROW = 3  # as the env worker: a fourth refused step in a row ends the evaluation
@@ -237,6 +240,8 @@ def evaluate(config, checkpoint: PolicyCheckpoint, episodes: int, run_dir, robot
     guard = GcGuard()
     try:
         checkpoint.check_spec(env.spec, "--checkpoint")
+        if (note := checkpoint.rate_note(env.spec)) is not None:
+            log.warning("%s", note)
         policy = deterministic_policy(checkpoint, env.spec, config.train.sac, resolve_device(config.train.device))
         if config.train.record_episodes:
             fsync = config.train.fsync_episodes

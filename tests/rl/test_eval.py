@@ -209,3 +209,17 @@ def test_an_operator_takeover_counts_as_a_failure(checkpoint, tmp_path):
     assert report.success_rate == 0.0
     ep = load_episode(episode_files(tmp_path / "run" / "episodes", "eval")[0])
     assert np.all(ep["intervened"]) and np.all(ep["policy_version"] == -1)
+
+
+def test_another_control_rate_is_allowed_with_a_warning(checkpoint):
+    """The spec matches, so the checkpoint runs; but each action lasts another time, which the user is told."""
+    from rlhw.rl.checkpoint import PolicyCheckpoint
+    from rlhw.robot import make_env
+
+    ckpt = PolicyCheckpoint.load(checkpoint, "--checkpoint")
+    env = make_env(load_config(ROOT / "configs/sim_reach.yaml", ["env.sim=mock", "env.control_hz=30"]))
+    try:
+        ckpt.check_spec(env.spec, "--checkpoint")
+        assert "trained at 10 Hz and this env steps at 30 Hz" in ckpt.rate_note(env.spec)
+    finally:
+        env.close()
