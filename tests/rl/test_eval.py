@@ -223,3 +223,11 @@ def test_another_control_rate_is_allowed_with_a_warning(checkpoint):
         assert "trained at 10 Hz and this env steps at 30 Hz" in ckpt.rate_note(env.spec)
     finally:
         env.close()
+
+
+def test_rlhw_help_lists_eval(capsys):
+    from rlhw.cli.main import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0 and "eval" in capsys.readouterr().out
