@@ -30,6 +30,7 @@ from typing import Callable
 
 import numpy as np
 
+from rlhw.env.client import EnvServiceError
 from rlhw.errors import RobotFault, SafetyViolation
 from rlhw.rl.checkpoint import PolicyCheckpoint
 from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, Stepped
@@ -207,8 +208,6 @@ class Evaluation:
     def _step(self, actions: np.ndarray) -> Stepped | None:
         """The env's step, or None where it refused it (the loop then ends the episode there, truncated), as the
         env worker does; a dead server raises."""
-        from rlhw.env.client import EnvServiceError
-
         try:
             stepped = self.loop.view.step(actions)
         except (EnvServiceError, SafetyViolation, RobotFault) as e:

@@ -157,8 +157,9 @@ def test_eval_without_a_checkpoint_flag_prints_the_usage(capsys):
 
 
 @pytest.mark.timeout(180)
-def test_sigterm_during_eval_stops_the_arm_and_keeps_the_episodes(checkpoint, tmp_path):
-    """Through the env server child (the real-arm transport): SIGTERM ends the eval like Ctrl-C; the server
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_or_ctrl_c_during_eval_stops_the_arm_and_keeps_the_episodes(checkpoint, tmp_path, signum):
+    """Through the env server child (the real-arm transport): SIGTERM ends the eval as Ctrl-C does; the server
     stops the arm before it exits, the finished episodes and the running one's steps stay on disk."""
     import psutil
 
@@ -176,14 +177,14 @@ def test_sigterm_during_eval_stops_the_arm_and_keeps_the_episodes(checkpoint, tm
                 break
         children = psutil.Process(proc.pid).children(recursive=True)
         assert children, "the env server child should be running"
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         rest, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 143, err[-3000:]  # 128 + SIGTERM, as a shell reports it
+    assert proc.returncode == 128 + signum, err[-3000:]  # 143 after SIGTERM, 130 after Ctrl-C, as a shell says
     result = json.loads((tmp_path / "eval.json").read_text())
-    assert result["status"] == "interrupted" and result["signal"] == signal.SIGTERM and len(result["episodes"]) >= 2
+    assert result["status"] == "interrupted" and result["signal"] == signum and len(result["episodes"]) >= 2
     finished = [f for f in episode_files(run / "episodes", "eval") if f.suffix == ".npz"]
     assert len(finished) == len(result["episodes"])
     log = (run / "logs" / "env0-server.log").read_text()
