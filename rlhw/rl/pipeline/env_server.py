@@ -174,7 +174,8 @@ def open_remote_env(config, robot_rank: int, log_path: Path, session_id: str):
         token = config.server.resolve_token() if hasattr(config.server, "resolve_token") else None
         env = RemoteEnv(address, token=token, timeout_s=cfg.step_timeout_s,
                         reset_timeout_s=max(cfg.step_timeout_s, config.server.reset_deadline_s),
-                        reconnect_s=5.0, session_id=session_id)
+                        reconnect_s=5.0, session_id=session_id,
+                        measurements_in_info=True)  # the loop health reads info["timing"] per step
         if env.num_envs != config.env.num_envs:
             env.close()
             raise EnvServerError(f"env server at {address} serves {env.num_envs} env instance(s), but env.num_envs "
