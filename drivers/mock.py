@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -127,6 +128,10 @@ class _FaultSchedule:
         return [f.kind for f in self.faults if f.on == method and f.fires()]
 
 
+#: Motion commands a `MockArm` keeps (``motions``): about 1 MiB of them, more than any test episode sends.
+KEEP_MOTIONS = 4096
+
+
 @register_arm("mock")
 class MockArm(Arm):
     """A fault-injecting stand-in for a Franka arm, in simulated time. See the module docstring."""
@@ -142,6 +147,7 @@ class MockArm(Arm):
         home_q: Iterable[float] = tuple(HOME_Q),
         state_noise_m: float = 0.0,
         realtime: bool = False,
+        keep_motions: int = KEEP_MOTIONS,
         **_ignored: Any,
     ):
         self.name = name
@@ -166,10 +172,18 @@ class MockArm(Arm):
         self.target: np.ndarray | None = None  # absolute position target, None = hold
         self.errors: tuple[str, ...] = ()
         self.external_wrench = np.zeros(6)
-        #: Every motion command received, in order: ("command_pose", xyz), ("command_gripper", w),
-        #: ("move_joints", q, speed_factor). Tests read it to prove that nothing moved unless asked.
-        self.motions: list[tuple[str, Any]] = []
+        #: The most recent ``keep_motions`` motion commands, in order: ("command_pose", xyz),
+        #: ("command_gripper", w), ("move_joints", q, speed_factor). Tests read it to see what was sent.
+        #: Bounded because a long sim-only run sends one per step: keeping all of them grew a server's
+        #: RSS from 81 to 164 MiB over 400,000 steps. ``motion_count`` counts every one ever received,
+        #: so "nothing moved unless asked" is proved by a count that did not change, not by the length.
+        self.motions: deque[tuple[str, Any]] = deque(maxlen=int(keep_motions))
+        self.motion_count = 0
         self.calls: dict[str, int] = {}
+
+    def _motion(self, *command: Any) -> None:
+        self.motions.append(command)
+        self.motion_count += 1
 
     # -- kinematic stand-in ------------------------------------------------------------------
     def fk(self, q: np.ndarray) -> np.ndarray:
@@ -263,19 +277,19 @@ class MockArm(Arm):
         self._require_ready("command_pose")
         pose = np.asarray(pose, dtype=float)
         self.target = pose[:3].copy()
-        self.motions.append(("command_pose", self.target.copy()))
+        self._motion("command_pose", self.target.copy())
 
     def command_gripper(self, width: float) -> None:
         self._enter("command_gripper")
         self._require_ready("command_gripper")
         self.width_target = float(np.clip(width, 0.0, self.max_gripper_width))
-        self.motions.append(("command_gripper", self.width_target))
+        self._motion("command_gripper", self.width_target)
 
     def move_joints(self, q: np.ndarray, speed_factor: float = 0.2, timeout_s: float = 15.0) -> None:
         self._enter("move_joints")
         self._require_ready("move_joints")
         q = np.asarray(q, dtype=float)
-        self.motions.append(("move_joints", q.copy(), float(speed_factor)))
+        self._motion("move_joints", q.copy(), float(speed_factor))
         # Reduced dynamics: the slowest joint at speed_factor * 2.62 rad/s sets the duration.
         duration = float(np.max(np.abs(q - self.q))) / (2.62 * speed_factor)
         if duration > timeout_s:

@@ -1,10 +1,11 @@
 """Human in the loop on the real driver path: 5 scripted demos, then 500 env steps with interventions, against
 franky-sim on loopback. Loop health at 10 Hz, the executed action against the operator's command, nothing lost.
 
+    # configs/franky_sim.yaml's layout: the policy next to the arm, the loop at SCHED_FIFO 80
     PYTHONPATH=$PWD .venv/bin/python tools/bench_hil_franky.py [--steps 500] [--demos 5] [--seed 0] [--no-baseline]
-    # the robot loop of docs/training.md: the policy next to the arm, the loop at SCHED_FIFO 80
-    PYTHONPATH=$PWD .venv/bin/python tools/bench_hil_franky.py --set train.policy_at=env \
-        --set 'cluster.node_groups[0].env_configs=[{node_ranks: 0, loop_priority: {realtime: 80}}]'
+    # the layout before it was the default (docs/training.md, "Real-arm default layout"): rollout worker, no priority
+    PYTHONPATH=$PWD .venv/bin/python tools/bench_hil_franky.py --set train.policy_at=rollout \
+        --set 'cluster.node_groups[0].env_configs=[]'
 
 What runs (all real components, each as a user runs it):
 
@@ -219,7 +220,7 @@ def check_demos(demos: Path, run_dir: Path) -> dict:
     files = episode_files(demos, "demo")
     first = load_episode(files[0])
     observations = {k[4:]: first[k].shape[1:] for k in first if k.startswith("obs/")}
-    batches = load_demos([str(demos)], observations, first["action"].shape[1:])
+    batches = load_demos([str(demos)], observations, first["action"].shape[1:], None)  # counts only; train checked
     lengths = [len(load_episode(f)["action"]) for f in files]
     return {"demo_files": len(files), "demo_episodes_loaded": len(batches), "demo_steps_loaded": demo_steps(batches),
             "demo_lengths": lengths, "demo_successes": int(sum(bool(load_episode(f)["success"][-1]) for f in files))}
@@ -272,7 +273,8 @@ def main() -> int:
     p.add_argument("--intervene-decay", type=float, default=0.98)
     p.add_argument("--no-baseline", action="store_true", help="skip the run without the operator")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra config override of both train runs (e.g. train.policy_at=env)")
+                   help="extra config override of both train runs, and env.* ones of the demos too "
+                        "(e.g. train.policy_at=rollout)")
     p.add_argument("--out", default=str(ROOT / "runs" / f"bench-hil-franky-{time.strftime('%Y%m%d-%H%M%S')}"))
     args = p.parse_args()
     from drivers.franky_sim import FrankySim
@@ -285,7 +287,9 @@ def main() -> int:
     with FrankySim(start_timeout_s=90) as sim:
         demos = out / "demos"
         cli(["record-demos", str(CONFIG), "--teleop", "scripted", "--episodes", str(args.demos), "--out", str(demos),
-             "--no-live", *common_overrides(sim.host, args)])
+             "--no-live", *common_overrides(sim.host, args),
+             # the env.* overrides apply to the demos too: train.demos refuses demos of another env config
+             *[kv for kv in args.set if kv.startswith("env.")]])
         summary["demo_wall_s"] = round(time.monotonic() - t0, 1)
         if not args.no_baseline:
             summary["baseline"] = check_run(train_run("baseline", sim.host, demos, args, operator=False), None)

@@ -17,9 +17,10 @@ Part 1 (sim only, one run, same machine, same env and policy): env steps/s of
     step), no training running.
 Part 2 (latency): observation-to-action latency on one node (env worker: observation in hand -> action back
 from the rollout worker) with the mock arm at 30 Hz, proprio only and with two 128x128x3 camera images.
-Part 2a (phases): the direct lane's round trip alone (an echo process answering at once), the same through a
-Ray Compiled Graph (the other way to a direct lane) and the policy's forward pass alone, proprio only and with
-the two images.
+Part 2a (phases): the direct lane's round trip alone (an echo process answering at once), interleaved step by
+step with the pickle framing it replaced (the baseline: tools/bench_lane.py), the same through a Ray Compiled
+Graph (the other way to a direct lane), the policy's forward pass alone, and the wire's costs per step in
+process (pickle vs codec, and the frame tags), proprio only and with the two images.
 Part 2b (across-nodes): the same with the env worker and its rollout worker on two raylets.
 Part 3 (franky, franky-loaded): configs/franky_sim.yaml (the real franka driver against franky-sim) through
 the pipeline at 10 and 30 Hz with the policy acting, quiet and with the actor training flat out on the same
@@ -203,18 +204,6 @@ def across_nodes_rows(lanes: list[str], seconds: float) -> list[tuple]:
     return rows
 
 
-def _echo_rollout(port_q, token: bytes) -> None:
-    """A rollout end that answers every observation at once with zero actions (no policy): the lane alone."""
-    from rlhw.rl.pipeline.lane import DirectRolloutEnd
-    from rlhw.rl.pipeline.messages import Actions
-
-    end = DirectRolloutEnd("127.0.0.1", token, timeout_s=30.0)
-    port_q.put(end.address.port)
-    while True:
-        for m in end.receive(timeout=1.0):
-            end.answer(m.env, Actions(np.zeros((m.wanted, 7), np.float32), np.zeros(m.wanted, np.int64)))
-
-
 def p50_p99_ms(seconds: list[float]) -> tuple[float, float]:
     return float(np.percentile(seconds, 50) * 1e3), float(np.percentile(seconds, 99) * 1e3)
 
@@ -235,50 +224,46 @@ def mock_observation(images: bool):
 
 
 def phase_rows(steps: int) -> list[tuple]:
-    """obs->action phase by phase on one node: the direct lane's round trip alone (an echo process, no
-    policy), and the policy's forward pass alone (the rollout worker's network, one thread, CPU)."""
-    import multiprocessing as mp
-
+    """obs->action phase by phase on one node: the direct lane's round trip alone (an echo process, no policy)
+    interleaved step by step with the pickle framing it replaced (the baseline, `tools/bench_lane.py`), the
+    policy's forward pass alone (the rollout worker's network, one thread, CPU), and the wire's costs per step
+    in process (pickle, codec, tags)."""
     from rlhw.rl.pipeline.acting import ActingPolicy
-    from rlhw.rl.pipeline.lane import DirectEnvEnd, LaneAddress
     from rlhw.rl.pipeline.messages import EnvStep, PolicyWeights
+    from tools.bench_lane import LANE_NAMES, Lanes, round_trips, wire_cost_rows, with_transitions
 
-    ctx = mp.get_context("spawn")
-    port_q, token = ctx.Queue(), b"b" * 32
-    echo = ctx.Process(target=_echo_rollout, args=(port_q, token), daemon=True)
-    echo.start()
     rows = []
-    try:
-        lane = DirectEnvEnd(LaneAddress("127.0.0.1", port_q.get(timeout=60)), token, 0, 0, 30.0)
+    with Lanes() as ends:
         for images in (False, True):
             cfg, spec, obs = mock_observation(images)
             policy = ActingPolicy(spec, cfg.train.sac, torch.device("cpu"), seed=0)
             policy.load(PolicyWeights(0, {k: v.numpy() for k, v in policy.current[0].state_dict().items()}))
             policy.random_actions = False  # with weights (version 0), so the network acts
             msg = EnvStep(env=0, obs=obs, rows=(0,), evaluating=np.zeros(1, bool))
-            trips, forwards = [], []
+            trips: dict[str, list[float]] = {name: [] for name in ends}
+            forwards = []
             for i in range(steps):
-                t0 = time.perf_counter()
-                lane.send(msg)
-                lane.actions()
+                trip = round_trips(ends, msg, i)
                 t1 = time.perf_counter()
                 assert policy.act(obs, np.zeros(1, bool)).versions[0] == 0
                 t2 = time.perf_counter()
                 if i >= 50:
-                    trips.append(t1 - t0)
+                    for name, t in trip.items():
+                        trips[name].append(t)
                     forwards.append(t2 - t1)
             what = "2x128x128x3 images + proprio" if images else "proprio only"
-            rows.append((f"direct lane round trip alone, {what}", len(trips), *p50_p99_ms(trips)))
+            rows += [(f"{LANE_NAMES[n]}, {what}", len(t), *p50_p99_ms(t)) for n, t in sorted(trips.items(),
+                                                                                             reverse=True)]
             rows.append((f"policy forward alone (CPU, 1 thread), {what}", len(forwards), *p50_p99_ms(forwards)))
-        lane.close()
-    finally:
-        echo.kill()
+            rows += wire_cost_rows(msg, what, steps)
+            if not images:
+                rows += wire_cost_rows(with_transitions(obs), "proprio + transitions, 8 instances", steps)
     return rows
 
 
 def compiled_graph_rows(steps: int) -> list[tuple]:
     """The other way to a direct lane, for comparison: the same `EnvStep` through a Ray Compiled Graph to an
-    actor that answers at once (as `_echo_rollout` does) and back, proprio only and with the two images."""
+    actor that answers at once (as `tools.bench_lane.echo_sealed` does) and back, proprio only and with the two images."""
     import ray
     from ray.dag import InputNode
 
@@ -431,7 +416,7 @@ def main() -> int:
                       width=62)
     if "phases" in parts:
         print_latency("obs->action phase by phase (one node)", phase_rows(2000) + compiled_graph_rows(2000),
-                      width=64, digits=3)
+                      width=90, digits=3)
     if "across-nodes" in parts:
         print_latency("obs->action across nodes (30 Hz mock arm, proprio)", across_nodes_rows(lanes, args.seconds))
     for loaded in (False, True):

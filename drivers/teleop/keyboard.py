@@ -34,7 +34,7 @@ from typing import Callable
 import numpy as np
 
 from drivers.teleop.base import ReaderThreadDevice
-from rlhw.robot.teleop import TeleopEvent, TeleopReading
+from rlhw.robot.teleop import Operator, TeleopEvent, TeleopReading
 
 #: key -> (axis, direction) of the hand's linear motion
 MOTION_KEYS = {"w": (0, 1.0), "s": (0, -1.0), "a": (1, 1.0), "d": (1, -1.0), "r": (2, 1.0), "f": (2, -1.0)}
@@ -46,6 +46,7 @@ class TerminalKeyboard(ReaderThreadDevice):
     """Reads keys from ``fd`` (default: standard input)."""
 
     name = "keyboard"
+    operator = Operator.HUMAN  # a person's hand: a simulated env paces itself at env.control_hz
 
     def __init__(self, fd: int | None = None, *, hold_s: float = 0.15, gain: float = 1.0, poll_s: float = 0.02,
                  clock: Callable[[], float] = time.monotonic):

@@ -32,7 +32,7 @@ from typing import Callable
 import numpy as np
 
 from rlhw.errors import ConfigError
-from rlhw.robot.teleop import TeleopDevice, TeleopEvent, TeleopReading
+from rlhw.robot.teleop import Operator, TeleopDevice, TeleopEvent, TeleopReading
 
 ExpertFn = Callable[[object], np.ndarray]
 _EXPERTS: dict[str, ExpertFn] = {}
@@ -104,6 +104,7 @@ class ScriptedExpert(TeleopDevice):
     """A simulated operator for ``env``; see the module docstring for the modes."""
 
     name = "scripted"
+    operator = Operator.PROGRAM  # it reads the simulator, not a clock: a simulated env need not pace for it
 
     def __init__(self, env, *, mode: str = "demo", noise: float = 0.1, hesitation: float = 0.05,
                  pause_steps: int = 3, patience: int = 5, intervene_prob: float = 1.0,

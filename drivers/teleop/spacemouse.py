@@ -28,7 +28,7 @@ import numpy as np
 
 from drivers.teleop.base import ReaderThreadDevice
 from rlhw.errors import FaultKind, RobotFault
-from rlhw.robot.teleop import TeleopEvent, TeleopReading
+from rlhw.robot.teleop import Operator, TeleopEvent, TeleopReading
 
 GRIPPER_BUTTONS = ("LEFT", "BTN_1")
 TAKEOVER_BUTTONS = ("RIGHT", "BTN_2")
@@ -57,6 +57,7 @@ class SpaceMouse(ReaderThreadDevice):
     """A SpaceMouse; ``hid_device`` replaces the USB enumeration with a given HID handle (recorded reports)."""
 
     name = "spacemouse"
+    operator = Operator.HUMAN  # a person's hand: a simulated env paces itself at env.control_hz
 
     def __init__(self, model: str | None = None, *, deadband: float = 0.1, gain: float = 1.0,
                  poll_s: float = 0.001, hid_device: Any = None):

@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "record-demos": ("rlhw.cli.record_demos", "record operator demonstrations (SpaceMouse, keyboard or scripted expert) as demo episodes"),
     "view": ("rlhw.cli.view", "show recorded episodes in the Rerun viewer (writes an .rrd file, or serves the viewer)"),
     "train-reward": ("rlhw.cli.train_reward", "train the success (reward) classifier on recorded episodes' camera frames"),
+    "export-dataset": ("rlhw.cli.export_dataset", "write recorded episodes as a LeRobotDataset v3.0 (LeRobot's tools and the Hub read it)"),
 }
 
 
@@ -62,9 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     except RlhwError as e:
         print(f"rlhw {command}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"rlhw {command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C; SIGTERM too where a command asks (rlhw.runtime.stop_signals)
+        from rlhw.runtime.stop_signals import cause_text, interrupt_cause
+
+        cause = interrupt_cause(e)
+        print(f"rlhw {command}: interrupted ({cause_text(cause)})", file=sys.stderr)
+        return 128 + int(cause)
 
 
 if __name__ == "__main__":

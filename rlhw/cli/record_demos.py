@@ -20,7 +20,6 @@ Exit status: 0 done (replay: reproduced), 1 replay did not reproduce, 2 usage or
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -68,15 +67,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def record(config, args, overrides: list[str]) -> int:
+    from rlhw.rl.demos import PROVENANCE_KEY, env_provenance
     from rlhw.rl.episodes import EpisodeRecorder
     from rlhw.robot import make_env
 
     out = Path(args.out)
     env = make_env(config)
-    recorder = EpisodeRecorder(out, fsync=True)  # human demonstrations are precious: fsync each finished one
+    # Human demonstrations are precious: fsync each finished one. Each records the env config it was recorded
+    # with, which `train.demos` checks against the run's (rlhw.rl.demos).
+    recorder = EpisodeRecorder(out, fsync=True, meta={PROVENANCE_KEY: env_provenance(config.env)})
     view = LiveView(args.episodes, enabled=not args.no_live)
     successes = 0
     zero = np.zeros(env.spec.action.shape, dtype=np.float32)
+    env_config = config.env.model_dump(mode="json")  # kept with every demo: `rlhw export-dataset` carries it on
     try:
         with view:
             for episode in range(args.episodes):
@@ -84,12 +87,13 @@ def record(config, args, overrides: list[str]) -> int:
                 obs, info = env.reset(seed=seed)
                 recorder.begin(obs, kind="demo", meta={
                     "seed": seed, "task": config.env.task, "robot": env.spec.robot, "teleop": config.env.teleop.device,
-                    "config": str(args.config), "overrides": overrides, "control_hz": config.env.control_hz})
+                    "config": str(args.config), "overrides": overrides, "control_hz": config.env.control_hz,
+                    "env_config": env_config})
                 done = False
                 while not done:
                     obs, reward, terminated, truncated, info = env.step(zero)  # the operator's action is executed
                     recorder.step(info["executed_action"], reward, terminated, truncated, obs, info["success"],
-                                  intervened=info["intervened"])
+                                  intervened=info["intervened"], fault=info.get("fault"))
                     done = terminated or truncated
                     view.update(episode, info, successes)
                 path = recorder.end()
@@ -104,7 +108,7 @@ def record(config, args, overrides: list[str]) -> int:
 
 def replay(config, path: Path, tolerance: float) -> int:
     """Re-execute ``path``'s actions from its seed in sim; 0 when the final state is within ``tolerance``."""
-    from rlhw.rl.episodes import load_episode
+    from rlhw.rl.episodes import episode_meta, load_episode
     from rlhw.robot import make_env
 
     if not path.is_file():
@@ -112,7 +116,7 @@ def replay(config, path: Path, tolerance: float) -> int:
     episode = load_episode(path)
     if not episode or "meta" not in episode:
         raise ConfigError("--replay", f"{path} holds no recorded step")
-    meta = json.loads(episode["meta"].tobytes().decode())
+    meta = episode_meta(episode)
     if "seed" not in meta:
         raise ConfigError("--replay", f"{path} has no seed in its meta; only episodes written by record-demos replay")
     env = make_env(config)

@@ -66,4 +66,4 @@ def run(args: argparse.Namespace) -> int:
     print(f"rlhw train: run directory {run_dir.path}", file=sys.stderr)
     stop = train(config, run_dir, resume=args.resume)
     print(f"rlhw train: {stop.status}: {stop.reason}; run directory {run_dir.path}", file=sys.stderr)
-    return {"finished": 0, "stopped": 0, "interrupted": 130}.get(stop.status, 1)
+    return stop.exit_code  # 130 after Ctrl-C, 143 after SIGTERM (128 + the signal, as a shell reports it)

@@ -6,12 +6,15 @@ a real-robot config mostly changes `max_env_steps`, `mode` and the eval cadence.
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from rlhw.config.base import StrictModel
+from rlhw.config.datasets import DemoEntry
 from rlhw.config.vision import ImageEncoderConfig
+from rlhw.errors import FaultKind
 
 
 class SacConfig(StrictModel):
@@ -38,6 +41,11 @@ class SacConfig(StrictModel):
     critic_layer_norm: bool = Field(True, description="LayerNorm after each hidden layer of the critics")
     actor_q: Literal["mean", "min"] = Field("mean", description="the actor maximises the mean (RLPD) or the "
                                                                 "minimum (SAC) of the N critics")
+    target_features: Literal["online", "target"] = Field(
+        "online", description="what the target critics read next_obs through (images only): 'online' = the online "
+                              "encoder's features, computed once without gradient and shared with the next action "
+                              "(DrQ-v2: one encoder pass fewer per update); 'target' = their own Polyak-averaged "
+                              "copy of the encoder (DrQ, SERL)")
 
     @model_validator(mode="before")
     @classmethod
@@ -64,13 +72,52 @@ class SacConfig(StrictModel):
         return self
 
 
+class FaultStore(str, Enum):
+    """How the learner stores the step that a safety fault ended (rlhw/rl/fault_signal.py)."""
+
+    TRUNCATE = "truncate"  # as the env reports it: not terminal, bootstrapped from the last good observation
+    TERMINAL = "terminal"  # terminal, with the step's reward (minus the penalty)
+    STAND_STILL = "stand_still"  # terminal, worth standing still where the arm stopped: reward / (1 - gamma)
+
+
+# Faults the policy's own motion causes; a camera stall or a lost link is not the action's doing.
+POLICY_FAULTS = (FaultKind.CONTACT, FaultKind.LIMIT, FaultKind.REFLEX)
+
+
+class FaultSignalConfig(StrictModel):
+    """What a safety fault teaches the critic (docs/training.md, "Faults that teach").
+
+    A fault stops the arm and ends the episode; the env reports the step as truncated, with the last good
+    observation. Stored like that, the critic bootstraps from where the arm stopped and pressing on an obstacle
+    looks like a pause. ``stand_still`` stores it as an end state worth what staying there forever would earn,
+    ``reward / (1 - gamma)``: no scale to tune, and worse than any continuation that makes progress."""
+
+    store: FaultStore = Field(FaultStore.STAND_STILL, description="truncate (the env's report, nothing learned), "
+                              "terminal (end state worth the step's reward) or stand_still (end state worth "
+                              "reward / (1 - gamma))")
+    penalty: float = Field(0.0, ge=0.0, allow_inf_nan=False, description="subtracted from the stored reward of a "
+                           "fault step (in reward units)")
+    kinds: tuple[FaultKind, ...] = Field(POLICY_FAULTS, description="the fault kinds that teach; other faults "
+                                         "(camera_stall, network, ...) are stored as truncated")
+
+    @field_validator("kinds")
+    @classmethod
+    def _no_lock(cls, v: tuple[FaultKind, ...]) -> tuple[FaultKind, ...]:
+        if FaultKind.LOCKED in v:
+            raise ValueError("locked is not a fault of a step (it follows repeated faults, whose own kinds are "
+                             f"listed); use kinds from {[k.value for k in POLICY_FAULTS]} and the like")
+        return v
+
+
 class TrainConfig(StrictModel):
     """How `rlhw train` runs.
 
     ``runner``: ``pipeline`` runs env, rollout and actor worker groups on Ray as the placement says (one code
     path for sim and real robots); ``local`` runs env, policy and learner in this process (the baseline the
     pipeline benchmark compares against, and a debugging aid).
-    ``mode``: ``async`` keeps every robot stepping while the actors train (the robot never waits for an update);
+    ``mode``: ``async`` keeps every robot stepping while the actors train, as long as the learner keeps up with
+    ``utd_ratio`` (within ``utd_slack`` updates; beyond it a simulator waits before its next step, a real arm
+    before its next episode);
     ``sync`` alternates: collect ``steps_per_iteration`` env steps, then do the matching number of updates.
     """
 
@@ -82,11 +129,17 @@ class TrainConfig(StrictModel):
     learning_starts: int = Field(1_000, ge=0, description="uniform random actions before the first update")
     utd_ratio: float = Field(0.5, gt=0.0, description="gradient updates per collected env step (all robots)")
     steps_per_iteration: int = Field(50, ge=1, description="sync mode: env steps collected per round, all robots")
+    utd_slack: int = Field(100, ge=1, description="async mode: the robots may run this many updates' worth of env "
+                           "steps ahead of the learner, then wait (a simulator before its next step, a real arm "
+                           "before its next episode) so that utd_ratio holds; the achieved ratio is logged as "
+                           "train/utd")
     buffer_size: int = Field(300_000, ge=1)
     sac: SacConfig = SacConfig()
-    demos: list[str] = Field(
+    demos: list[DemoEntry] = Field(
         default_factory=list, description="directories of recorded episodes (demo-*, train-*; searched recursively) "
-                                          "loaded into a demo buffer of their own; relative to the working directory")
+                                          "or LeRobotDatasets (an `rlhw export-dataset` export as a path; another "
+                                          "one as {path, observations, action}: rlhw.config.datasets) loaded into "
+                                          "a demo buffer of their own; relative to the working directory")
     init_from: str | None = Field(
         None, description="warm start: a checkpoint file (or run directory) of rlhw train whose actor, critics and "
                           "encoder this run starts from (e.g. a policy trained in MuJoCo, fine-tuned on a real cell); "
@@ -94,6 +147,8 @@ class TrainConfig(StrictModel):
     demo_ratio: float = Field(0.5, ge=0.0, le=1.0, description="each batch draws round(demo_ratio * batch_size) "
                               "samples from the demo buffer (demos + interventions), the rest from online replay")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda when the process sees a GPU")
+    fault_signal: FaultSignalConfig = Field(FaultSignalConfig(), description="how a step a safety fault ended is "
+                                            "stored for the critic: store, penalty, kinds")
 
     eval_every_steps: int = Field(1_000, ge=1, description="run evaluation episodes every this many env steps")
     eval_episodes: int = Field(10, ge=1)
@@ -129,5 +184,10 @@ class TrainConfig(StrictModel):
             raise ValueError(
                 f"train.sac.batch_size ({self.sac.batch_size}) exceeds train.buffer_size ({self.buffer_size}); "
                 "raise buffer_size or lower batch_size"
+            )
+        if self.fault_signal.store is FaultStore.STAND_STILL and self.sac.gamma >= 1.0:
+            raise ValueError(
+                "train.fault_signal.store=stand_still is worth reward / (1 - gamma), which has no finite value with "
+                "train.sac.gamma=1; lower gamma or use store=terminal with a penalty"
             )
         return self

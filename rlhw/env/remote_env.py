@@ -27,7 +27,7 @@ from rlhw.env.session_stream import DeadlineWatcher, SessionStream
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.env.v1 import env_pb2_grpc
 from rlhw.retry import retry
-from rlhw.robot.gym import set_measurements_apart, spaces_from_spec
+from rlhw.robot.gym import spaces_from_spec, take_measurements
 from rlhw.robot.spec import EnvSpec
 
 
@@ -40,8 +40,9 @@ class RemoteEnv(gym.Env):
     by the server, which names the session by ``session_fingerprint``). ``session_id``: a name for
     this client in your own logs only; it proves nothing and the server never sees it. ``timeout_s``/``reset_timeout_s``: deadlines.
     ``reconnect_s``: how long repeatable calls wait for a server that is unavailable.
-    ``measurements_in_info=False``: ``timestamps`` and ``timing`` go to ``last_measurements``
-    instead of ``info`` (as rlhw.robot.gym.GymRobotEnv; for tools that compare infos).
+    ``timestamps`` and ``timing`` of each call are in ``last_measurements``, and in ``info`` too only
+    with ``measurements_in_info=True`` (as rlhw.robot.gym.GymRobotEnv: by default ``info`` holds the
+    transition's facts only, so gymnasium's ``check_env`` passes).
     """
 
     metadata = {"render_modes": []}
@@ -60,11 +61,11 @@ class RemoteEnv(gym.Env):
         reconnect_s: float = 10.0,
         use_session: bool = True,
         max_message_mb: int = 64,
-        measurements_in_info: bool = True,
+        measurements_in_info: bool = False,
     ):
         self.address = address
         self.measurements_in_info = measurements_in_info
-        self.last_measurements: dict[str, Any] = {}  # with measurements_in_info=False
+        self.last_measurements: dict[str, Any] = {}  # timestamps and timing of the last call
         secret = check_session_secret(session_secret) if session_secret is not None else new_session_secret()
         self.session_fingerprint = session_fingerprint(secret)
         self.session_id = session_id or self.session_fingerprint
@@ -172,8 +173,7 @@ class RemoteEnv(gym.Env):
             response, observations = wire.read_response(data, pb.ResetResponse)
         obs, stamps = observations.get("observation", ({}, {}))
         info = {"timestamps": _stamps(stamps), "timing": dict(response.timing), "success": _flags(response.success, self.num_envs)}
-        if not self.measurements_in_info:
-            self.last_measurements = set_measurements_apart(info)
+        self.last_measurements = take_measurements(info, self.measurements_in_info)
         return obs, info
 
     def step(self, action):
@@ -197,8 +197,7 @@ class RemoteEnv(gym.Env):
         if reader is not None:
             fast = reader.read(data)  # the common case: laid out like the previous step
             if fast is not None:
-                if not self.measurements_in_info:
-                    self.last_measurements = set_measurements_apart(fast[4])
+                self.last_measurements = take_measurements(fast[4], self.measurements_in_info)
                 return fast
         if session:
             _, response, observations = self._parse_session(data)
@@ -207,8 +206,7 @@ class RemoteEnv(gym.Env):
         if reader is not None:
             reader.learn(data, response, session)
         out = self._unpack_step(response, observations)
-        if not self.measurements_in_info:
-            self.last_measurements = set_measurements_apart(out[4])
+        self.last_measurements = take_measurements(out[4], self.measurements_in_info)
         return out
 
     def _unpack_step(self, response: pb.StepResponse, observations: dict):

@@ -29,6 +29,7 @@ class RemoteVectorEnv(gym.vector.VectorEnv):
         if not addresses:
             raise ValueError("addresses: give at least one env server address")
         kwargs.setdefault("use_session", True)
+        kwargs.setdefault("measurements_in_info", True)  # gathered per instance into this env's info
         self.envs = [RemoteEnv(a, token, **kwargs) for a in addresses]
         first = self.envs[0].env_spec
         for env in self.envs[1:]:

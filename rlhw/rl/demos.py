@@ -2,46 +2,124 @@
 
 A demo directory holds episodes in the format of rlhw.rl.episodes: ``demo-*`` files written by
 ``rlhw record-demos``, and ``train-*`` files (a previous run's episodes, e.g. ``<run_dir>/episodes``), searched
-recursively. Eval episodes are not loaded: they were run to measure the policy, not to teach it. Failed
+recursively; or a LeRobotDataset (v3.0) directory: an `rlhw export-dataset` export as a plain path, another one
+as a `LeRobotDemoConfig` entry that maps its features to the env's keys (rlhw.rl.lerobot.reader). Eval
+episodes are not loaded: they were run to measure the policy, not to teach it. Failed
 demonstrations are loaded too: their rewards are honest, and the critic learns from them as from any
 off-policy data.
 
 Checked once, before training starts, against the env's spec: a demo recorded with another observation
-layout or action shape would crash the first update (or, worse, train on misaligned columns).
+layout or action shape would crash the first update (or, worse, train on misaligned columns). And against
+the env config they were recorded with (`env_provenance`: task, task options, action scale, reward, control
+rate), which every episode records in its meta as ``env_config``: a demo recorded with another action scale
+has the same shapes but other actions, and one recorded with another reward has other rewards, so it would
+teach the wrong thing silently. A mismatch is refused with the key named.
+
+Demos recorded before episodes carried their env config cannot be checked. They are loaded with a warning
+that names the directory and the keys left unchecked, not refused: they are often hours of an operator's
+work that cannot be vouched for after the fact, their shapes are still checked, and recording them again
+(`rlhw record-demos`) is the way to make them checkable.
 """
 
 from __future__ import annotations
 
+import json
+import warnings
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from rlhw.config.datasets import LeRobotDemoConfig
 from rlhw.errors import ConfigError
-from rlhw.rl.episodes import episode_files, episode_transitions, load_episode
+from rlhw.rl.episodes import episode_files, episode_meta, episode_transitions, load_episode
+from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
+from rlhw.rl.lerobot.format import is_lerobot_dataset
 
 DEMO_KINDS = ("demo", "train")
+#: The episode meta key holding `env_provenance`.
+PROVENANCE_KEY = "env_config"
 
 
-def load_demos(dirs: Sequence[str], observations: Mapping[str, tuple[int, ...]],
-               action_shape: tuple[int, ...]) -> list[dict[str, np.ndarray]]:
+class UncheckedDemoWarning(UserWarning):
+    """Demos that record no env config (recorded before they did): loaded, but their provenance is unchecked."""
+
+
+def env_provenance(env) -> dict[str, Any]:
+    """What of an env config (``config.env``) decides what a recorded transition means, as flat dotted keys:
+    the task and its options, the action (scale, gripper), the reward, the control rate. JSON values, so a
+    recorded copy compares equal to a fresh one. ``env.reach`` (the reach task's target box, success radius and
+    reward scale) is in whatever the task: a key that only one task reads is still compared, erring on refusing."""
+    tree = {"task": env.task, "task_options": env.task_options, "action": env.action.model_dump(mode="json"),
+            "reward": env.reward.model_dump(mode="json"), "control_hz": env.control_hz,
+            "reach": env.reach.model_dump(mode="json")}
+    return _flatten(json.loads(json.dumps(tree)), "env.")
+
+
+def _flatten(tree: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and value:
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def load_demos(dirs: Sequence[str | LeRobotDemoConfig], observations: Mapping[str, tuple[int, ...]],
+               action_shape: tuple[int, ...], provenance: Mapping[str, Any] | None = None,
+               fault_signal: FaultSignal = AS_REPORTED) -> list[dict[str, np.ndarray]]:
     """Every demo and train episode under each of ``dirs`` as transition batches, checked against the env's
-    per-instance observation shapes and action shape. Raises ConfigError naming ``train.demos[i]``."""
+    per-instance observation shapes and action shape, and against ``provenance`` (`env_provenance` of the
+    run's env config; None: a caller behind the edge where it was already checked), fault steps stored as
+    ``fault_signal`` says. Raises ConfigError naming ``train.demos[i]`` and, for a provenance mismatch, the key."""
     batches = []
     for i, d in enumerate(dirs):
         where = f"train.demos[{i}]"
-        path = Path(d)
+        entry = d if isinstance(d, LeRobotDemoConfig) else None
+        path = Path(entry.path if entry else d)
         if not path.is_dir():
-            raise ConfigError(where, f"{d} is not a directory (relative paths start at {Path.cwd()}); record demos "
+            raise ConfigError(where, f"{path} is not a directory (relative paths start at {Path.cwd()}); record demos "
                                      "with `rlhw record-demos CONFIG --out DIR` or fix the path")
-        files = episode_files(path, DEMO_KINDS)
-        episodes = [(f, ep) for f in files if (ep := load_episode(f)) and len(ep["action"])]
+        if entry or is_lerobot_dataset(path):
+            from rlhw.rl.lerobot.reader import read_lerobot_episodes
+
+            loaded = read_lerobot_episodes(path, entry or LeRobotDemoConfig(path=str(path)), where, observations,
+                                           action_shape)
+            episodes = [(Path(path.name), ep) for ep in loaded if len(ep["action"])]
+        else:
+            files = episode_files(path, DEMO_KINDS)
+            episodes = [(f, ep) for f in files if (ep := load_episode(f)) and len(ep["action"])]
         if not episodes:
-            raise ConfigError(where, f"{d} holds no demo-*/train-* episode with a step (searched recursively)")
+            raise ConfigError(where, f"{path} holds no demo-*/train-* episode with a step (searched recursively)")
+        unrecorded = []
         for f, ep in episodes:
             _check_episode(where, f, ep, observations, action_shape)
-            batches.append(episode_transitions(ep))
+            if provenance is not None and not _check_provenance(where, f, episode_meta(ep), provenance):
+                unrecorded.append(f.name)
+            batches.append(episode_transitions(ep, fault_signal))
+        if unrecorded:
+            warnings.warn(f"{where}: {len(unrecorded)} of {len(episodes)} episode(s) in {path} (e.g. {unrecorded[0]}) "
+                          f"record no env config (recorded before demos did), so {', '.join(sorted(provenance))} "
+                          "are NOT checked against this run: only their shapes are. Record them again with "
+                          "`rlhw record-demos` to have them checked", UncheckedDemoWarning, stacklevel=2)
     return batches
+
+
+def _check_provenance(where: str, file: Path, meta: Mapping[str, Any], expected: Mapping[str, Any]) -> bool:
+    """False when the episode records no env config; raises ConfigError naming the first key that differs."""
+    recorded = meta.get(PROVENANCE_KEY)
+    if recorded is None:
+        return False
+    differ = sorted(k for k in set(expected) | set(recorded) if recorded.get(k, "<unset>") != expected.get(k, "<unset>"))
+    if differ:
+        key = differ[0]
+        more = f" (and {len(differ) - 1} more: {', '.join(differ[1:])})" if len(differ) > 1 else ""
+        raise ConfigError(where, f"{file.name} was recorded with {key}={json.dumps(recorded.get(key, '<unset>'))}, "
+                                 f"this run has {key}={json.dumps(expected.get(key, '<unset>'))}{more}; demos teach "
+                                 f"the env they were recorded in: set {key} to the demos' value, or record them "
+                                 "again with this config")
+    return True
 
 
 def _check_episode(where: str, file: Path, ep: Mapping[str, np.ndarray], observations: Mapping[str, tuple[int, ...]],

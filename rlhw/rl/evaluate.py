@@ -33,6 +33,7 @@ import numpy as np
 from rlhw.env.client import EnvServiceError
 from rlhw.errors import RobotFault, SafetyViolation
 from rlhw.rl.checkpoint import PolicyCheckpoint
+from rlhw.rl.demos import PROVENANCE_KEY, env_provenance
 from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, Stepped
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.instances import EVAL
@@ -245,7 +246,8 @@ def evaluate(config, checkpoint: PolicyCheckpoint, episodes: int, run_dir, robot
         if config.train.record_episodes:
             fsync = config.train.fsync_episodes
             fsync = (config.env.sim is None and has_real_arm(config)) if fsync == "auto" else bool(fsync)
-            recorder = EpisodeRecorder(run_dir.episodes / f"env{robot_rank}", fsync=fsync)
+            recorder = EpisodeRecorder(run_dir.episodes / f"env{robot_rank}", fsync=fsync,
+                                       meta={PROVENANCE_KEY: env_provenance(config.env)})
         meta = {"robot_rank": robot_rank, "checkpoint": str(checkpoint.path), "policy_version": checkpoint.updates}
         evaluation = Evaluation(env, policy, recorder, config.env.max_episode_steps, meta, on_episode, guard)
         isolation = apply_loop_isolation(config.cluster.node_env(0).isolation)

@@ -13,15 +13,17 @@ import numpy as np
 import torch
 
 from rlhw.rl.checkpoint import checked_init_from, checkpoint_state, policy_contract, warm_start
-from rlhw.rl.demos import load_demos
+from rlhw.rl.demos import PROVENANCE_KEY, env_provenance, load_demos
 from rlhw.rl.episode_loop import Act, BatchView, EpisodeLoop, EpisodeResult, LoopHooks
 from rlhw.rl.episodes import EpisodeRecorder, iter_recorded_transitions
+from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
 from rlhw.rl.replay import MixedReplay, TransitionBatch
 from rlhw.rl.rundir import RunDir
 from rlhw.rl.sac import SAC, resolve_device
 from rlhw.rl.session import Counters, StopReason, TrainingSession, interrupted
 from rlhw.rl.spaces import AgentSpace
 from rlhw.runtime.isolation import GcGuard, apply_learner_threads, apply_loop_isolation
+from rlhw.runtime.stop_signals import interrupt_cause
 
 
 def seed_everything(seed: int) -> np.random.Generator:
@@ -49,13 +51,14 @@ def agent_policy(agent: SAC, rng: np.random.Generator, random_actions: bool = Fa
 
 
 def run_episode(env, agent: SAC, rng: np.random.Generator, recorder: EpisodeRecorder | None, kind: str,
-                random_actions: bool = False,
-                on_step: Callable[[TransitionBatch], None] | None = None) -> EpisodeResult:
+                random_actions: bool = False, on_step: Callable[[TransitionBatch], None] | None = None,
+                fault_signal: FaultSignal = AS_REPORTED) -> EpisodeResult:
     """One ``kind`` episode (train or eval: the policy's mean action) of ``env`` (one instance with the RobotEnv
     contract) through the episode loop; returns (return, success, length, intervened steps). Each step is
     recorded, and in a train episode handed to ``on_step`` as a transition, with the action the arm executed
-    and its ``intervened`` flag."""
-    loop = EpisodeLoop(BatchView(env, env.spec), 0, [recorder] if recorder is not None else None)
+    and its ``intervened`` flag, a fault step stored as ``fault_signal`` says."""
+    loop = EpisodeLoop(BatchView(env, env.spec), 0, [recorder] if recorder is not None else None,
+                       fault_signal=fault_signal)
     results: list[EpisodeResult] = []
     loop.run(LoopHooks(agent_policy(agent, rng, random_actions), lambda book: kind,
                        lambda _kind, result: results.append(result), sink=on_step),
@@ -95,15 +98,19 @@ class LocalRun:
         self.agent = make_agent(config, env.spec, resolve_device(cfg.device))
         self.contract = policy_contract(env.spec, cfg.sac)
         self.replay = MixedReplay(cfg.buffer_size, cfg.demo_ratio, seed=cfg.seed)
-        for batch in load_demos(cfg.demos, space.observation_shapes, space.action_shape):
+        provenance = env_provenance(config.env)
+        self.fault_signal = FaultSignal.from_config(cfg)
+        for batch in load_demos(cfg.demos, space.observation_shapes, space.action_shape, provenance=provenance,
+                                fault_signal=self.fault_signal):
             self.replay.add_demos(batch)
         if resume:
-            counters = _resume(run_dir, self.agent, self.replay)
+            counters = _resume(run_dir, self.agent, self.replay, self.fault_signal)
         else:
             counters = Counters()
             if cfg.init_from:
                 warm_start(self.agent, checked_init_from(config, env.spec))
-        self.recorder = EpisodeRecorder(Path(run_dir.episodes) / "env0", fsync=False) if cfg.record_episodes else None
+        self.recorder = (EpisodeRecorder(Path(run_dir.episodes) / "env0", fsync=False, meta={PROVENANCE_KEY: provenance})
+                         if cfg.record_episodes else None)
         self.session = TrainingSession(config, run_dir, counters)
         self.isolation = config.cluster.node_env(0).isolation
         self.gc_guard = GcGuard()
@@ -126,14 +133,14 @@ class LocalRun:
                 session.check_budget()
             self._save()
             return session.finish()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (rlhw.runtime.stop_signals)
             self._close_recorder()
             try:
                 self._save()
                 saved = True
             except Exception:  # noqa: BLE001 - report it in run.json rather than hide the interrupt
                 saved = False
-            return session.finish(interrupted(session.c.env_steps, saved))
+            return session.finish(interrupted(session.c.env_steps, saved, interrupt_cause(e)))
         except BaseException as e:
             self._close_recorder()
             self._save()
@@ -153,7 +160,7 @@ class LocalRun:
     def _train_episode(self) -> None:
         warmup = self.session.c.env_steps < self.cfg.learning_starts
         result = run_episode(self.env, self.agent, self.rng, self.recorder, "train", random_actions=warmup,
-                             on_step=self._learn)
+                             on_step=self._learn, fault_signal=self.fault_signal)
         self.session.add_episode(*result)
 
     def _learn(self, transitions: TransitionBatch) -> None:
@@ -181,7 +188,7 @@ def _checkpoint(agent: SAC, session: TrainingSession, contract: dict) -> dict:
     return checkpoint_state(agent, contract, env_steps=c.env_steps, episodes=c.episodes, best_success=c.best_success)
 
 
-def _resume(run_dir: RunDir, agent: SAC, replay: MixedReplay) -> Counters:
+def _resume(run_dir: RunDir, agent: SAC, replay: MixedReplay, fault_signal: FaultSignal) -> Counters:
     """The checkpoint's weights and counters; every recorded train transition back into online replay (the
     intervention steps into the demo buffer too: `MixedReplay.add_batch`)."""
     ckpt = run_dir.load_checkpoint()
@@ -191,7 +198,7 @@ def _resume(run_dir: RunDir, agent: SAC, replay: MixedReplay) -> Counters:
         counters.updates = int(ckpt["updates"])
         counters.episodes = int(ckpt.get("episodes", 0))
         counters.best_success = float(ckpt.get("best_success", float("nan")))
-    for batch in iter_recorded_transitions(run_dir.episodes):
+    for batch in iter_recorded_transitions(run_dir.episodes, fault_signal=fault_signal):
         replay.add_batch(batch)
     counters.env_steps = replay.online.total_added
     return counters

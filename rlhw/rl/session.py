@@ -6,6 +6,7 @@ stop, and writes the run directory's metrics, plot and status. Only the controll
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from collections import deque
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rlhw.rl.rundir import MetricsLogger, RunDir, plot_learning_curve
+from rlhw.runtime.stop_signals import cause_text
 
 
 @dataclass
@@ -28,15 +30,24 @@ class Counters:
 
 @dataclass
 class StopReason:
-    status: str  # "finished" (target reached), "stopped" (step budget), "interrupted" (Ctrl-C), "failed"
+    status: str  # "finished" (target reached), "stopped" (step budget), "interrupted" (Ctrl-C, SIGTERM), "failed"
     reason: str
+    signal: signal.Signals | None = None  # what interrupted the run (run.json's "signal")
+
+    @property
+    def exit_code(self) -> int:
+        """`rlhw train`'s exit status: 0 when it ran its course, 128 + the signal when interrupted, else 1."""
+        if self.status == "interrupted":
+            return 128 + int(self.signal or signal.SIGINT)
+        return 0 if self.status in ("finished", "stopped") else 1
 
 
-def interrupted(env_steps: int, saved: bool) -> StopReason:
-    """Ctrl-C is a user's decision, not a failure: say where the run stands and how to go on."""
-    return StopReason("interrupted", f"Ctrl-C at {env_steps} env steps; "
+def interrupted(env_steps: int, saved: bool, cause: signal.Signals = signal.SIGINT) -> StopReason:
+    """Ctrl-C or SIGTERM is a user's (or a scheduler's) decision, not a failure: say where the run stands
+    and how to go on."""
+    return StopReason("interrupted", f"{cause_text(cause)} at {env_steps} env steps; "
                                      f"{'checkpoint saved' if saved else 'checkpoint NOT saved'}; "
-                                     "continue with --resume and the same --run-dir")
+                                     "continue with --resume and the same --run-dir", cause)
 
 
 class TrainingSession:
@@ -180,6 +191,7 @@ class TrainingSession:
         self.run_dir.write_status(
             stop.status, reason=stop.reason, env_steps=self.c.env_steps, updates=self.c.updates,
             episodes=self.c.episodes, best_eval_success=self.c.best_success, last_eval_success=self.c.last_success,
-            wall_s=time.time() - self._t0, **self.status_extra,
+            wall_s=time.time() - self._t0, **({"signal": stop.signal.name} if stop.signal else {}),
+            **self.status_extra,
         )
         return stop

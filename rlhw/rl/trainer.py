@@ -6,6 +6,7 @@ import torch
 
 from rlhw.rl.rundir import RunDir
 from rlhw.rl.session import StopReason
+from rlhw.runtime.stop_signals import sigterm_interrupts
 
 
 def train(config, run_dir: RunDir, resume: bool = False) -> StopReason:
@@ -16,13 +17,15 @@ def train(config, run_dir: RunDir, resume: bool = False) -> StopReason:
         config = _absolute_init_from(config)
     if not resume:
         run_dir.write_config(config)
-    if config.train.runner == "local":
-        from rlhw.rl.local import train_local
+    # SIGTERM (systemd, job schedulers) ends the run as Ctrl-C does: robots stopped, checkpoint, run.json.
+    with sigterm_interrupts():
+        if config.train.runner == "local":
+            from rlhw.rl.local import train_local
 
-        return train_local(config, run_dir, resume=resume)
-    from rlhw.rl.pipeline.controller import train_pipeline
+            return train_local(config, run_dir, resume=resume)
+        from rlhw.rl.pipeline.controller import train_pipeline
 
-    return train_pipeline(config, run_dir, resume=resume)
+        return train_pipeline(config, run_dir, resume=resume)
 
 
 def _absolute_init_from(config):

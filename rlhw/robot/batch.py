@@ -42,6 +42,11 @@ class BatchedEnv:
         self.num_envs = len(self.envs)
         self.spec: EnvSpec = dataclasses.replace(first, num_envs=self.num_envs)
 
+    @property
+    def paced(self) -> bool:
+        """A person drives one of the instances (`RobotEnv.paced`): the batch steps at ``env.control_hz``."""
+        return any(e.paced for e in self.envs)
+
     def _stack(self, obs_list: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         return {k: np.stack([o[k] for o in obs_list]) for k in self.spec.observations}
 

@@ -32,6 +32,7 @@ from rlhw.robot.images import fit_image
 from rlhw.robot.safety import SafetyLayer
 from rlhw.robot.spec import EnvSpec, TensorSpec
 from rlhw.robot.takeover import Choice, Takeover
+from rlhw.robot.teleop import Operator
 from rlhw.robot.tasks.base import Task
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,9 @@ class RobotEnv:
     (rlhw/robot/clock.py; the system's monotonic clock unless a test injects one) until the
     control period (1 / ``env.control_hz``) that began at the previous step ends, then observes; a
     step that starts late resynchronises instead of bursting, and ``info["timing"]["late"]`` says by
-    how much. With a simulated arm it calls ``arm.advance(period)`` instead of sleeping.
+    how much. With a simulated arm it calls ``arm.advance(period)`` instead of sleeping, and then, when a
+    person drives it (a teleop device whose ``operator`` is `Operator.HUMAN`), also sleeps to the end of
+    the period: ``paced`` says which (docs/teleop.md, "Pacing").
 
     Faults. A `RobotFault` from the driver, a camera or a state check ends the episode: the arm is
     stopped and recovered (see rlhw.robot.safety), ``step`` returns ``truncated=True`` with
@@ -61,7 +64,8 @@ class RobotEnv:
     one (its timestamps say how old it is). When the safety layer locks, that step reports
     ``info["fault"] = FaultKind.LOCKED`` (``info["fault_cause"]`` keeps the kind that led to it) and every later
     ``reset``/``step`` raises `SafetyViolation` with the reason. Choice: raising rather than returning
-    truncated forever, so no training loop spins silently against a locked arm.
+    truncated forever, so no training loop spins silently against a locked arm. What a fault step teaches
+    the critic is the learner's choice (``train.fault_signal``, rlhw/rl/fault_signal.py), not the env's.
 
     Nothing moves unless asked: construction and ``connect`` send no motion; ``reset`` moves home
     (slowly) and ``step`` moves by one bounded step. ``step`` before ``reset``, after the episode
@@ -124,6 +128,12 @@ class RobotEnv:
         )
         # The operator's device (env.teleop; None = no operator). See rlhw/robot/takeover.py.
         self.takeover: Takeover | None = Takeover.from_config(config.teleop, self)
+
+    @property
+    def paced(self) -> bool:
+        """Steps keep ``env.control_hz`` on the clock: a real arm's time, or a person at a simulated arm's device
+        (the device's declared `Operator`), who could not react to a simulator running flat out."""
+        return self.realtime or (self.takeover is not None and self.takeover.operator is Operator.HUMAN)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def connect(self) -> None:
@@ -371,10 +381,12 @@ class RobotEnv:
             self.arm.advance(seconds)
 
     def _wait_period(self) -> float:
-        """Real time: sleep to the end of this control period; returns how late the step was (s)."""
+        """Paced: sleep to the end of this control period (a simulated arm advances by the period first);
+        returns how late the step was (s)."""
         if not self.realtime:
             self.arm.advance(self.period)
-            return 0.0
+            if not self.paced:
+                return 0.0
         self._deadline += self.period
         now = self.clock.now()
         if now > self._deadline:
@@ -472,6 +484,7 @@ class RobotEnv:
             "driver": type(self.arm).__name__,
             "cameras": list(self.cameras),
             "realtime": self.realtime,
+            "paced": self.paced,
             "control_hz": self.config.control_hz,
             "connected": self.connected,
             "closed": self.closed,

@@ -5,10 +5,13 @@ Spaces come from the env's spec: a Dict of Boxes (bounds from the spec; unbounde
 none) and a Box action. ``info`` is the RobotEnv's. Safety behaviour is unchanged: a step after
 the episode ended raises `SafetyViolation` instead of silently continuing.
 
-``measurements_in_info=False`` keeps the per-call measurements (``timestamps``: wall-clock capture
-times, ``timing``: durations) out of ``info`` and in ``last_measurements`` instead. They differ on
-every call by nature, so tools that compare infos of identical transitions (gymnasium's
-``check_env``, replay comparisons) need them set apart; everything else in ``info`` stays.
+``info`` holds the facts of the transition. The per-call measurements (``timestamps``: wall-clock
+capture times, ``timing``: durations) are in ``last_measurements`` after every call, and by default
+NOT in ``info``: they differ on every call by nature, and gymnasium's ``check_env`` (a user's first
+act) steps twice from the same seed with the same action and requires equivalent infos; replay
+comparisons need the same. ``measurements_in_info=True`` puts them in ``info`` as well, for loops that
+read them per step (the training pipeline's loop health does); ``check_env`` then fails on them, and
+only on them.
 """
 
 from __future__ import annotations
@@ -55,15 +58,17 @@ def spaces_from_spec(spec: EnvSpec, batched: bool | None = None) -> tuple[gym.sp
 MEASUREMENT_KEYS = ("timestamps", "timing")
 
 
-def set_measurements_apart(info: dict[str, Any]) -> dict[str, Any]:
-    """Remove the `MEASUREMENT_KEYS` from ``info`` (in place) and return them."""
+def take_measurements(info: dict[str, Any], keep_in_info: bool) -> dict[str, Any]:
+    """The `MEASUREMENT_KEYS` of ``info``, removed from it (in place) unless ``keep_in_info``."""
+    if keep_in_info:
+        return {k: info[k] for k in MEASUREMENT_KEYS if k in info}
     return {k: info.pop(k) for k in MEASUREMENT_KEYS if k in info}
 
 
 class GymRobotEnv(gym.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, env: RobotEnv, *, measurements_in_info: bool = True):
+    def __init__(self, env: RobotEnv, *, measurements_in_info: bool = False):
         self.env = env
         self.measurements_in_info = measurements_in_info
         self.last_measurements: dict[str, Any] = {}
@@ -72,14 +77,12 @@ class GymRobotEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         obs, info = self.env.reset(seed=seed)
-        if not self.measurements_in_info:
-            self.last_measurements = set_measurements_apart(info)
+        self.last_measurements = take_measurements(info, self.measurements_in_info)
         return obs, info
 
     def step(self, action):
         out = self.env.step(action)
-        if not self.measurements_in_info:
-            self.last_measurements = set_measurements_apart(out[4])
+        self.last_measurements = take_measurements(out[4], self.measurements_in_info)
         return out
 
     def close(self) -> None:

@@ -61,6 +61,11 @@ class Takeover:
 
         return cls(make_teleop(config, env), config, env.spec.action.shape)
 
+    @property
+    def operator(self):
+        """Who drives the device (its declared `rlhw.robot.teleop.Operator`): the env paces a simulation for a person."""
+        return self.device.operator
+
     def open(self) -> None:
         self.device.open(timeout_s=self.config.open_timeout_s)
         self.opened = True

@@ -20,6 +20,18 @@ from dataclasses import dataclass
 import numpy as np
 
 
+class Operator(enum.Enum):
+    """Who drives a teleop device: what a simulated env must do about time.
+
+    A person needs the arm to move at the control rate (``env.control_hz``): a simulated env stepped as fast as
+    the CPU allows would run a whole episode before the first key press. A program (the scripted expert)
+    reads the simulator's state and needs no wall clock, so a simulated env with it runs as fast as it can.
+    """
+
+    HUMAN = "human"
+    PROGRAM = "program"
+
+
 class TeleopEvent(enum.Enum):
     """Operator intents carried by button or key presses (edges, reported once)."""
 
@@ -55,6 +67,9 @@ class TeleopDevice(abc.ABC):
     """A 6-DoF input device with a gripper command and buttons."""
 
     name: str = "teleop"
+    #: who drives it (a class's declaration, read by the env: see `Operator`); a person unless a device says
+    #: otherwise, so a new device is paced until it declares itself a program.
+    operator: Operator = Operator.HUMAN
 
     @abc.abstractmethod
     def open(self, timeout_s: float = 5.0) -> None:
@@ -76,4 +91,4 @@ class TeleopDevice(abc.ABC):
         self.close()
 
 
-__all__ = ["TeleopDevice", "TeleopEvent", "TeleopReading"]
+__all__ = ["Operator", "TeleopDevice", "TeleopEvent", "TeleopReading"]

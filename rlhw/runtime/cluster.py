@@ -31,6 +31,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rlhw.errors import ConfigError, HardwareError, RlhwError
 from rlhw.runtime.nodes import NAMESPACE, NODE_RANK_ENV, NODE_RANK_LABEL, RayNode, alive_nodes
+from rlhw.runtime.stop_signals import caller_sigterm_kept
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,10 @@ class Cluster:
     def _attach(self, address: str | None, ray_init: dict) -> None:
         if ray.is_initialized():
             return
+        with caller_sigterm_kept():  # ray.init replaces it with sys.exit (rlhw.runtime.stop_signals)
+            self._init_ray(address, ray_init)
+
+    def _init_ray(self, address: str | None, ray_init: dict) -> None:
         kwargs = {"namespace": NAMESPACE, "include_dashboard": False, "log_to_driver": True}
         kwargs.update(ray_init)
         if address is None:

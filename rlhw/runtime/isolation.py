@@ -5,15 +5,16 @@ Linux applies CPU affinity, scheduling policy and nice value per thread when giv
 `apply_loop_isolation` is called from the thread that runs the robot loop: the env worker's loop thread
 (Ray's own threads in that process and the learner in the actor worker keep the OS defaults). What took
 effect is returned as a record for run.json; a priority the OS refuses (EPERM: no CAP_SYS_NICE and no
-rtprio limit) is a warning, not an error, because the loop still runs correctly, only with weaker timing,
-and loop health (late steps) shows the cost; the record and the warning name the setting and the fix. A CPU
+rtprio limit) is a fallback with one warning per process, not an error, because the loop still runs
+correctly, only with weaker timing, and loop health (late steps) shows the cost; the record and the warning
+name the setting and the fix. Once: the real-arm configs ask for SCHED_FIFO 80 by default, so on a machine
+that refuses it every loop (re)start would otherwise repeat the same warning. A CPU
 the node does not have is an error: the config is wrong for this node and nothing sensible can be pinned.
 """
 
 from __future__ import annotations
 
 import gc
-import logging
 import os
 import warnings
 from dataclasses import dataclass
@@ -21,12 +22,15 @@ from typing import Callable
 
 from rlhw.config.isolation import LoopIsolation
 from rlhw.errors import ConfigError
+from rlhw.runtime.heap import keep_freed_memory
 
-log = logging.getLogger(__name__)
 
 _SETTING = "cluster.node_groups[].env_configs[]"
 _FIX = ("run as root, give the Python binary CAP_SYS_NICE (setcap cap_sys_nice+ep), or raise the user's "
         "rtprio/nice limit in /etc/security/limits.conf; or remove loop_priority")
+
+
+_said: set[str] = set()  # the refusals this process has already warned about
 
 
 @dataclass(frozen=True)
@@ -59,9 +63,10 @@ def apply_loop_isolation(iso: LoopIsolation, oscalls: OsScheduling = OsSchedulin
             _set_priority(iso, oscalls)
         except PermissionError as e:
             record["refused"] = (f"{_SETTING}.loop_priority {_priority_text(iso)} refused by the OS ({e}); "
-                                 f"the loop runs at the default priority. Fix: {_FIX}")
-            warnings.warn(record["refused"], RuntimeWarning, stacklevel=2)
-            log.warning(record["refused"])
+                                 f"falling back: the loop runs at the default priority. Fix: {_FIX}")
+            if record["refused"] not in _said:
+                _said.add(record["refused"])
+                warnings.warn(record["refused"], RuntimeWarning, stacklevel=2)
     record.update(_read_priority(oscalls))
     return record
 
@@ -88,8 +93,12 @@ def _read_priority(oscalls: OsScheduling) -> dict:
 
 
 def apply_learner_threads(iso: LoopIsolation, default: int = 1) -> int:
-    """torch's intra-op threads for a learner on this node (``learner_threads``, else ``default``)."""
+    """torch's intra-op threads for a learner on this node (``learner_threads``, else ``default``); the
+    process also keeps freed memory for reuse (`rlhw.runtime.heap`: an image update's tensors would
+    page-fault in anew at every update otherwise)."""
     import torch
+
+    keep_freed_memory()
 
     threads = iso.learner_threads or default
     torch.set_num_threads(threads)

@@ -88,3 +88,49 @@ def test_record_demos_on_the_franka_driver_against_franky_sim(tmp_path, capsys):
         start, end = ep["obs/to_target"][0], ep["obs/to_target"][-1]
         assert np.linalg.norm(end) < np.linalg.norm(start)  # the expert drove the real driver toward the target
         assert json.loads(ep["meta"].tobytes().decode())["robot"].startswith("franka@")
+
+
+def test_a_person_records_a_demo_at_the_keyboard_of_a_paced_simulated_arm_a_motion_then_a_success_label(tmp_path):
+    """The README's rehearsal at a laptop, in a pseudo-terminal: the simulated arm steps at env.control_hz, so
+    the episode is still running when the person types; without pacing it would be over before the first key."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.waiting import wait_until
+
+    out = tmp_path / "demos"
+    running = out / "demo-000000.steps"
+    master, slave = os.openpty()
+    cmd = [sys.executable, "-m", "rlhw.cli.main", "record-demos", SIM_REACH, "--teleop", "keyboard", "--episodes", "1",
+           "--out", str(out), "--no-live", "env.control_hz=20", "env.max_episode_steps=400"]  # 20 s at most
+    proc = subprocess.Popen(cmd, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        def grows(times: int):  # the episode file took `times` more steps: the arm is stepping, paced
+            sizes = [running.stat().st_size if running.exists() else 0]
+            return lambda: (running.exists() and running.stat().st_size != sizes[-1]
+                            and sizes.append(running.stat().st_size) is None and len(sizes) > times)
+
+        assert wait_until(lambda: running.exists(), timeout_s=60, period_s=0.005), "record-demos never started"
+        started = time.monotonic()  # the episode's reset: its steps follow at 20 Hz
+        os.write(master, b"w")  # hand +x, for keyboard_hold_s after the press
+        assert wait_until(grows(2), timeout_s=10, period_s=0.005)
+        os.write(master, b"y")  # success: ends the episode
+        assert wait_until(lambda: episode_files(out, "demo") and not running.exists(), timeout_s=30, period_s=0.005)
+        elapsed = time.monotonic() - started
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        os.close(master)
+        os.close(slave)
+    assert proc.returncode == 0, stderr.decode()[-2000:]
+    assert "1 success(es)" in stdout.decode()
+    [path] = episode_files(out, "demo")
+    ep = load_episode(path)
+    assert ep["action"][:, 0].max() == pytest.approx(1.0)  # the "w" was executed...
+    assert ep["intervened"].all() and ep["terminated"][-1] and ep["success"][-1]  # ...and "y" ended it
+    assert len(ep["action"]) < 400
+    # Paced: never faster than env.control_hz (a late step only slows it); unpaced, this arm ran ~150 steps/s.
+    assert len(ep["action"]) / elapsed <= 20 * 1.1, (len(ep["action"]), elapsed)

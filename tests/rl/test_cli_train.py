@@ -52,6 +52,13 @@ def test_a_short_local_run_on_the_default_config_writes_its_run_directory(tmp_pa
     assert status["loop_isolation"]["affinity"] and status["loop_isolation"]["policy"] == "SCHED_OTHER"
     assert (run / "config.yaml").exists() and (run / "learning_curve.png").exists()
     assert "run directory" in r.stderr
+    # a run's episodes may be a later run's demos: each records the env config it was recorded with
+    from rlhw.config import load_config
+    from rlhw.rl.demos import PROVENANCE_KEY, env_provenance
+    from rlhw.rl.episodes import episode_files, episode_meta, load_episode
+
+    episode = load_episode(episode_files(run / "episodes", "train")[0])
+    assert episode_meta(episode)[PROVENANCE_KEY] == env_provenance(load_config(run / "config.yaml").env)
 
 
 SMALL = ("train.sac.hidden_sizes=[16,16]", "train.sac.batch_size=16", "train.progress=false",
@@ -68,6 +75,16 @@ WITH_CTRL_C = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.d
 def ctrl_c_after_first_log(run: Path, *args) -> tuple[int, str]:
     """Start `rlhw train`, wait for its first metrics row, then Ctrl-C it the way a terminal does
     (SIGINT to the whole process group, Ray's processes included); returns (exit code, stderr)."""
+    return signal_after_first_log(run, lambda pid: os.killpg(pid, signal.SIGINT), *args)
+
+
+def sigterm_after_first_log(run: Path, *args) -> tuple[int, str]:
+    """As `ctrl_c_after_first_log`, but SIGTERM to `rlhw train`'s own process only, as `kill PID` and a
+    service manager that signals the main process (systemd's KillMode=mixed) do."""
+    return signal_after_first_log(run, lambda pid: os.kill(pid, signal.SIGTERM), *args)
+
+
+def signal_after_first_log(run: Path, send, *args) -> tuple[int, str]:
     proc = subprocess.Popen([sys.executable, "-c", WITH_CTRL_C, "train", *args, "--run-dir", str(run)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -77,11 +94,11 @@ def ctrl_c_after_first_log(run: Path, *args) -> tuple[int, str]:
             assert proc.poll() is None, proc.stderr.read()[-2000:]
             assert time.monotonic() < deadline, "no metrics row within 150 s"
             time.sleep(0.5)  # a polling interval (the deadline above bounds the wait)
-        os.killpg(proc.pid, signal.SIGINT)
+        send(proc.pid)
         try:
             _, err = proc.communicate(timeout=90)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"no exit within 90 s of SIGINT; the child's signal state: {signal_state(proc.pid)}")
+            raise AssertionError(f"no exit within 90 s of the signal; the child's signal state: {signal_state(proc.pid)}")
         return proc.returncode, err
     finally:
         if proc.poll() is None:
@@ -102,14 +119,15 @@ def signal_state(pid: int) -> str:
         return f"unreadable: {e}"
 
 
-def assert_interrupted_with_a_checkpoint(run: Path, code: int, err: str) -> None:
+def assert_interrupted_with_a_checkpoint(run: Path, code: int, err: str, by: signal.Signals = signal.SIGINT) -> None:
     import torch
 
-    assert code == 130, err[-2000:]
+    assert code == 128 + by, err[-2000:]  # 130 after Ctrl-C, 143 after SIGTERM, as a shell reports them
     status = json.loads((run / "run.json").read_text())  # strict JSON: no NaN before the first eval
-    assert status["status"] == "interrupted", status
+    assert status["status"] == "interrupted" and status["signal"] == by.name, status
     assert "checkpoint saved" in status["reason"] and "--resume" in status["reason"], status["reason"]
-    assert "rlhw train: interrupted: Ctrl-C at" in err and "Traceback" not in err, err[-2000:]
+    said = "Ctrl-C" if by is signal.SIGINT else by.name
+    assert f"rlhw train: interrupted: {said} at" in err and "Traceback" not in err, err[-2000:]
     saved = torch.load(run / "checkpoints" / "latest.pt", weights_only=False)
     assert saved["env_steps"] == status["env_steps"] > 0
 
@@ -129,3 +147,24 @@ def test_ctrl_c_stops_the_pipeline_robots_and_saves_a_checkpoint(tmp_path):
     code, err = ctrl_c_after_first_log(run, "train.learning_starts=30", *SMALL)
     assert_interrupted_with_a_checkpoint(run, code, err)
     assert "stopping the robots" in err
+
+
+@pytest.mark.timeout(240)
+def test_sigterm_ends_a_local_run_like_ctrl_c_with_a_checkpoint_to_resume_from(tmp_path):
+    run = tmp_path / "run"
+    code, err = sigterm_after_first_log(run, "train.runner=local", "train.learning_starts=30", *SMALL)
+    assert_interrupted_with_a_checkpoint(run, code, err, by=signal.SIGTERM)
+    r = rlhw("--run-dir", str(run), "--resume", "train.max_env_steps=1", "train.progress=false")
+    assert r.returncode == 0 and "stopped" in r.stderr, r.stderr[-2000:]
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_stops_the_pipeline_robots_and_saves_a_checkpoint(tmp_path):
+    """SIGTERM to the driver alone (Ray's own handler would exit at once, as 'failed'): the robots are stopped
+    first, as on Ctrl-C, and the env server child (where a real arm always runs) stopped its arm."""
+    run = tmp_path / "run"
+    code, err = sigterm_after_first_log(run, "train.learning_starts=30", "train.env_transport=server", *SMALL)
+    assert_interrupted_with_a_checkpoint(run, code, err, by=signal.SIGTERM)
+    assert "interrupted (SIGTERM): stopping the robots" in err
+    server_log = (run / "logs" / "env0-server.log").read_text()
+    assert "shutting down: stopping the arm first" in server_log and server_log.rstrip().endswith("stopped"), server_log

@@ -55,3 +55,7 @@ def test_franky_sim_config_steps_through_the_pipeline_with_the_real_driver(sim, 
     assert "franka" in server_log.lower() or "listening on" in server_log
     health = status["loop_health"][0]
     assert health["steps"] >= 20
+    # The config's default layout: the policy next to the arm, the loop at SCHED_FIFO 80 (or, where the OS
+    # refuses real-time priority, the fallback recorded with its fix).
+    iso = health["loop_isolation"]
+    assert (iso["policy"], iso.get("priority")) == ("SCHED_FIFO", 80) or "falling back" in iso["refused"], iso

@@ -126,8 +126,14 @@ def test_the_lane_carries_only_its_messages(rollout_end):
             env.send({"env": 0})
         env.send(_step(0))
         _receive_until(rollout_end, 1)
-        rollout_end.streams[0].write((np.zeros((1, 7)), np.zeros(1)), 1.0)  # an untyped (actions, versions) pair
+        untyped = (np.zeros((1, 7)), np.zeros(1))  # an (actions, versions) pair: the codec has no way to send it
         with pytest.raises(MessageTypeError, match="step lane carries Actions"):
+            rollout_end.answer(0, untyped)
+        with pytest.raises(MessageTypeError, match="carries EnvStep and Actions messages, but was given a builtins.tuple"):
+            rollout_end.streams[0].write(untyped, 1.0)
+        rollout_end.streams[0].write(_step(9), 1.0)  # a well-formed message of the wrong kind
+        with pytest.raises(LaneError, match="rollout worker 0 at .* sent a frame that does not decode "
+                                            r"\(EnvStep where Actions was expected"):
             env.actions()
     finally:
         env.close()

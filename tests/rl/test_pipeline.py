@@ -83,6 +83,24 @@ def test_two_actor_processes_on_another_node_train_with_identical_weights(ray_no
     assert status["rollout_isolation"] == [{"affinity": [loop_cpu], "policy": "SCHED_OTHER", "nice": 3}]
 
 
+@pytest.mark.timeout(300)
+def test_in_async_mode_the_simulator_waits_for_the_learner_so_the_configured_utd_holds(ray_nodes, tmp_path):
+    # Ungated, this MuJoCo arm outran two all-reducing learner processes (sim_insert: a UTD of 0.24 against 1).
+    config = load_config_dict(two_node_config(mode="async", utd_ratio=1.0, utd_slack=25, max_env_steps=400,
+                                              learning_starts=100, eval_every_steps=100_000))
+    rd = RunDir(tmp_path / "run")
+    rd.write_config(config)
+    stop = train_pipeline(config, rd, cluster=Cluster(config, address=ray_nodes.address, probe_hardware=False))
+    assert stop.status in ("stopped", "finished"), stop.reason
+    utd = json.loads(rd.status_path.read_text())["utd"]
+    assert utd["configured"] == 1.0 and utd["env_steps"] >= 400
+    # The robots run at most utd_slack updates' worth ahead: 25 of the ~300 steps after learning_starts.
+    assert 0.85 <= utd["achieved"] <= 1.0, utd
+    assert utd["updates"] / (utd["env_steps"] - 100) == pytest.approx(utd["achieved"], abs=1e-3)
+    logged = [r["train/utd"] for r in rd.metrics() if r.get("train/utd") is not None]
+    assert logged and all(0 <= v <= 1.0 for v in logged)
+
+
 def start_run_in_background(ray_nodes, config: dict, run_path, min_episodes: int):
     """Start a pipeline run in a thread; return once ``min_episodes`` train episodes are on disk."""
     config = load_config_dict(config)
@@ -153,10 +171,12 @@ def _record_mujoco_demos(config, directory, episodes: int) -> int:
     """Demo episodes on the same MuJoCo task, in this process (random actions stand in for an operator's)."""
     import numpy as np
 
+    from rlhw.rl.demos import PROVENANCE_KEY, env_provenance
     from rlhw.rl.episodes import EpisodeRecorder
     from rlhw.robot import make_env
 
-    env, rec, rng, steps = make_env(config, 0), EpisodeRecorder(directory), np.random.default_rng(0), 0
+    rec = EpisodeRecorder(directory, meta={PROVENANCE_KEY: env_provenance(config.env)})
+    env, rng, steps = make_env(config, 0), np.random.default_rng(0), 0
     try:
         for _ in range(episodes):
             obs, _ = env.reset(seed=int(rng.integers(1000)))

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from rlhw.rl.pipeline.loop_health import LoopTimer, loop_metrics
-from rlhw.rl.pipeline.messages import (Actions, EnvProgress, EnvStep, MessageTypeError, PolicyWeights,
-                                       decode_env_step, encode_env_step)
+from rlhw.rl.pipeline.messages import (WIRE_DTYPES, Actions, EnvProgress, EnvStep, FrameError, MessageTypeError,
+                                       PolicyWeights, decode_env_step, encode_env_step, pack, unpack)
 from rlhw.rl.replay import transition_batch
 from rlhw.rl.spaces import AgentSpace, action_bounds, neutral_actions, zero_observations
 from rlhw.robot.spec import EnvSpec, TensorSpec
@@ -45,13 +45,55 @@ def test_messages_are_frozen_so_a_receiver_cannot_change_what_the_sender_keeps()
         Actions(np.zeros((1, 3), np.float32), np.zeros(1, np.int64)).versions = None
 
 
-def test_an_old_style_dict_on_the_obs_channel_fails_naming_the_channel_and_both_types():
+def test_a_pickle_on_the_obs_channel_is_not_unpickled_and_fails_naming_the_channel():
     old = pickle.dumps({"env": 0, "obs": None, "rows": [], "eval": np.zeros(0, bool), "transitions": None})
     with pytest.raises(MessageTypeError) as e:
         decode_env_step(old)
-    assert "rlhw.train.obs carries EnvStep messages" in str(e.value) and "builtins.dict" in str(e.value)
+    assert "rlhw.train.obs carries EnvStep messages" in str(e.value) and "do not decode" in str(e.value)
+    with pytest.raises(MessageTypeError, match="builtins.dict"):
+        decode_env_step({"env": 0})  # not even bytes
     with pytest.raises(MessageTypeError):
         encode_env_step({"env": 0})  # the sender is checked too
+
+
+def test_every_dtype_and_shape_the_lane_carries_crosses_its_codec_unchanged_into_writable_arrays():
+    obs = {str(dt): np.arange(6).reshape(2, 3).astype(dt) for dt in WIRE_DTYPES}
+    obs.update({"scalar": np.float64(2.5), "empty": np.zeros((2, 0, 3), np.float32),
+                "big-endian": np.arange(2, dtype=">f8"), "strided": np.arange(12, dtype=np.int16).reshape(2, 6)[:, ::2],
+                "image": np.full((2, 16, 16, 3), 7, np.uint8)})
+    sent = EnvStep(env=5, obs=obs, rows=(3, 1), evaluating=np.array([False, True]), transitions=_step(2).transitions)
+    buf, header_len, payload_len = pack(sent, front=16, back=16)
+    got = unpack(buf, 16, header_len, payload_len, EnvStep)
+    assert got.env == 5 and got.rows == (3, 1) and got.evaluating.tolist() == [False, True]
+    for name, value in {**obs, **{f"t/{k}": v for k, v in sent.transitions.items()}}.items():
+        back = got.obs[name] if name in got.obs else got.transitions[name[2:]]
+        np.testing.assert_array_equal(back, value)
+        assert back.dtype == np.asarray(value).dtype.newbyteorder("<") and back.shape == np.shape(value)
+        assert back.flags.writeable and (back.ctypes.data % 8 == 0 or back.size == 0)  # aligned views of the frame
+    answer = unpack(*_packed(Actions(np.ones((2, 7), np.float32), np.array([4, -1]))), Actions)
+    assert answer.actions.shape == (2, 7) and answer.versions.tolist() == [4, -1]
+
+
+def _packed(msg) -> tuple:
+    buf, header_len, payload_len = pack(msg)
+    return buf, 0, header_len, payload_len
+
+
+@pytest.mark.parametrize("value, problem", [(np.array([object()]), "dtype object"),
+                                            (np.zeros(2, np.complex64), "dtype complex64"),
+                                            (np.zeros((1,) * 9, np.float32), "dtype float32 and 9 dimensions"),
+                                            (np.array(["a"]), "dtype <U1")])
+def test_an_array_the_codec_cannot_carry_is_refused_at_the_sender_naming_it(value, problem):
+    with pytest.raises(MessageTypeError, match=f"EnvStep array 'wrist' has {problem}.*convert it"):
+        pack(EnvStep(env=0, obs={"wrist": value}, rows=(0,), evaluating=np.zeros(1, bool)))
+
+
+def test_a_frame_decodes_only_as_the_message_its_receiver_waits_for():
+    with pytest.raises(FrameError, match="Actions where EnvStep was expected"):
+        unpack(*_packed(Actions(np.ones((1, 7), np.float32), np.zeros(1, np.int64))), EnvStep)
+    buf, start, header_len, payload_len = _packed(_step(2))
+    with pytest.raises(FrameError, match="ends past the payload"):
+        unpack(buf, start, header_len, payload_len - 16, EnvStep)  # a payload shorter than its header says
 
 
 class _Channel:

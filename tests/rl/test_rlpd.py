@@ -145,24 +145,24 @@ def test_intervention_transitions_go_to_both_buffers_with_their_actions():
 def test_demos_load_every_demo_and_train_episode_and_skip_eval_ones(tmp_path):
     steps = _record_demos(tmp_path / "a", episodes=2) + _record_demos(tmp_path / "b" / "env0", 1, kind="train")
     _record_demos(tmp_path / "b" / "env0", 1, kind="eval")
-    batches = load_demos([str(tmp_path / "a"), str(tmp_path / "b")], POINT_OBS, POINT_ACTION)
+    batches = load_demos([str(tmp_path / "a"), str(tmp_path / "b")], POINT_OBS, POINT_ACTION, None)
     assert sum(len(b["reward"]) for b in batches) == steps == 75
     assert all(b["intervened"].all() for b in batches[:2])
 
 
 def test_demo_config_errors_name_the_entry_and_the_problem(tmp_path):
     with pytest.raises(ConfigError, match=r"train.demos\[0\]: .*nope is not a directory"):
-        load_demos([str(tmp_path / "nope")], POINT_OBS, POINT_ACTION)
+        load_demos([str(tmp_path / "nope")], POINT_OBS, POINT_ACTION, None)
     (tmp_path / "empty").mkdir()
     _record_demos(tmp_path / "ok", 1)
     with pytest.raises(ConfigError, match=r"train.demos\[1\]: .*holds no demo-\*/train-\* episode"):
-        load_demos([str(tmp_path / "ok"), str(tmp_path / "empty")], POINT_OBS, POINT_ACTION)
+        load_demos([str(tmp_path / "ok"), str(tmp_path / "empty")], POINT_OBS, POINT_ACTION, None)
     with pytest.raises(ConfigError, match=r"train.demos\[0\]: .*missing tcp_pos; not in the env: pos"):
-        load_demos([str(tmp_path / "ok")], {"tcp_pos": (2,), "goal": (2,)}, POINT_ACTION)
+        load_demos([str(tmp_path / "ok")], {"tcp_pos": (2,), "goal": (2,)}, POINT_ACTION, None)
     with pytest.raises(ConfigError, match=r"observation 'goal' has shape \(2,\), the env's has \(3,\)"):
-        load_demos([str(tmp_path / "ok")], {"pos": (2,), "goal": (3,)}, POINT_ACTION)
+        load_demos([str(tmp_path / "ok")], {"pos": (2,), "goal": (3,)}, POINT_ACTION, None)
     with pytest.raises(ConfigError, match=r"action shape \(2,\), the env's is \(7,\)"):
-        load_demos([str(tmp_path / "ok")], POINT_OBS, (7,))
+        load_demos([str(tmp_path / "ok")], POINT_OBS, (7,), None)
 
 
 # ------------------------------------------------------------------------------------------ audit fields

@@ -1,8 +1,5 @@
-"""A local RobotEnv behind GymRobotEnv passes gymnasium's passive env checks.
-
-gymnasium's full ``check_env`` also demands identical ``info`` for identical seeds and actions;
-ours carries wall-clock timestamps and timings by contract, so the observation part of that
-determinism is checked here directly instead.
+"""A local RobotEnv behind GymRobotEnv passes gymnasium's passive env checks, and the same seed and
+actions give the same observations (the full ``check_env``: tests/env/test_gym_check_env.py).
 """
 
 from __future__ import annotations

@@ -28,14 +28,14 @@ def test_building_connecting_status_stop_and_close_send_no_motion(mock_env):
     json.dumps(env.status())
     env.stop()
     env.close()
-    assert env.arm.motions == []
+    assert env.arm.motion_count == 0
 
 
 def test_step_before_reset_is_refused_without_motion(mock_env):
     env = mock_env()
     with pytest.raises(SafetyViolation, match="call reset"):
         env.step(np.zeros(3, np.float32))
-    assert env.arm.motions == []
+    assert env.arm.motion_count == 0
 
 
 def away_from_home(env, offset=0.3):
@@ -57,7 +57,7 @@ def test_reset_skips_the_homing_move_when_already_home(mock_env):
     env = mock_env()
     away_from_home(env, offset=0.005)  # within at_home_tolerance_rad (0.01)
     env.reset()
-    assert env.arm.motions == []
+    assert env.arm.motion_count == 0
 
 
 def test_reset_randomization_stays_in_radius_and_workspace(mock_env):
@@ -86,10 +86,10 @@ def test_stop_ends_the_episode_and_the_next_step_needs_reset(mock_env):
 def test_non_finite_actions_are_refused_and_nothing_is_sent(mock_env, bad):
     env = mock_env()
     env.reset()
-    before = list(env.arm.motions)
+    before = env.arm.motion_count
     with pytest.raises(SafetyViolation, match="NaN or inf"):
         env.step(np.array([0.1, bad, 0.0], np.float32))
-    assert env.arm.motions == before
+    assert env.arm.motion_count == before
     env.step(np.zeros(3, np.float32))  # the episode is still usable
 
 
@@ -103,7 +103,7 @@ def test_non_finite_targets_never_reach_the_driver():
         layer.move_to(np.array([0.4, np.nan, 0.3]), arm.state())
     with pytest.raises(SafetyViolation):
         layer.set_gripper(float("inf"))
-    assert arm.motions == []
+    assert arm.motion_count == 0
 
 
 def test_each_step_moves_at_most_max_step(mock_env):
@@ -226,12 +226,12 @@ def test_failed_recoveries_lock_the_env_and_it_says_why(mock_env):
     assert env.arm.calls["recover"] == 3
     status = env.status()
     assert status["locked"] and "reflex" in status["lock_reason"]
-    n = len(env.arm.motions)
+    n = env.arm.motion_count
     with pytest.raises(SafetyViolation, match="locked"):
         env.step(np.zeros(3, np.float32))
     with pytest.raises(SafetyViolation, match="locked"):
         env.reset()
-    assert len(env.arm.motions) == n  # nothing moved while locked
+    assert env.arm.motion_count == n  # nothing moved while locked
     env.unlock()
     env.arm.errors = ()
     env.reset()

@@ -18,6 +18,7 @@ from rlhw.errors import ConfigError, RobotFault, SafetyViolation
 from rlhw.robot.takeover import Takeover
 from rlhw.robot.teleop import TeleopDevice, TeleopEvent, TeleopReading
 from tests.robot.conftest import make_config
+from tests.robot.fake_clock import FakeClock
 
 REPORTS = load_reports(Path(__file__).parents[1] / "drivers" / "data" / "spacemouse_compact.hex")
 AWAY, LIFT, LET_GO, RIGHT_DOWN, RIGHT_UP = REPORTS[1], REPORTS[2], REPORTS[5], REPORTS[9], REPORTS[10]
@@ -42,6 +43,7 @@ class Operator:
 @pytest.fixture
 def env(mock_env):
     e = mock_env(max_episode_steps=20)
+    e.clock = FakeClock()  # a person's device paces the simulated arm (tests/robot/test_pacing.py): on test time
     e.reset(seed=0)
     return e
 
@@ -100,13 +102,13 @@ def test_a_device_that_dies_mid_intervention_stops_the_arm_and_truncates_the_epi
     op.send(AWAY)
     env.step(np.zeros(3, np.float32))
     stops = env.arm.calls.get("stop", 0)
-    commands = len(env.arm.motions)
+    commands = env.arm.motion_count
     op.hid.unplug()
     op.mouse._thread.join(2.0)
     _, _, terminated, truncated, info = env.step(np.zeros(3, np.float32))
     assert truncated and not terminated
     assert info["fault"] == "teleop" and "gone" in info["fault_message"]
-    assert env.arm.calls["stop"] > stops and len(env.arm.motions) == commands  # stopped; nothing sent
+    assert env.arm.calls["stop"] > stops and env.arm.motion_count == commands  # stopped; nothing sent
     assert info["intervened"] is False and info["executed_action"].tolist() == [0.0, 0.0, 0.0]
     with pytest.raises(SafetyViolation):
         env.step(np.zeros(3, np.float32))

@@ -16,7 +16,23 @@ from rlhw.config import load_config_dict
 from rlhw.config.isolation import LoopIsolation
 from rlhw.errors import ConfigError
 from rlhw.rl.pipeline.loop_health import LoopTimer
+from rlhw.runtime import isolation
 from rlhw.runtime.isolation import GcGuard, OsScheduling, apply_learner_threads, apply_loop_isolation
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REAL_ARM_CONFIGS = ("configs/franky_sim.yaml", "configs/workstation_franka.yaml", "configs/franka_insert.yaml")
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_warnings():
+    """Each test starts as a fresh process would: no refusal said yet."""
+    isolation._said.clear()
+    yield
+    isolation._said.clear()
+
+
+def _refuse(*_):
+    raise PermissionError(1, "Operation not permitted")
 
 
 def cluster(*env_configs, groups=None):
@@ -112,10 +128,7 @@ def test_nice_takes_effect_in_the_thread_that_applies_it():
 
 
 def test_a_refused_priority_warns_naming_the_setting_and_the_fix():
-    def refuse(*_):
-        raise PermissionError(1, "Operation not permitted")
-
-    oscalls = replace(OsScheduling(), sched_setscheduler=refuse)
+    oscalls = replace(OsScheduling(), sched_setscheduler=_refuse)
     with pytest.warns(RuntimeWarning, match="loop_priority"):
         record = in_thread(lambda: apply_loop_isolation(LoopIsolation(loop_priority={"realtime": 80}), oscalls))
     assert "loop_priority {realtime: 80} refused" in record["refused"]
@@ -193,3 +206,28 @@ def test_a_late_step_is_logged_with_the_phase_that_made_it_late(caplog):
     assert summary["late_steps"] == 1 and summary["late_by_phase"] == {"obs_to_action": 1}
     assert summary["late_recent"][0]["phase"] == "obs_to_action"
     assert "late by 60.0 ms, mostly obs_to_action" in caplog.text
+
+
+@pytest.mark.parametrize("path", REAL_ARM_CONFIGS)
+def test_real_arm_configs_default_to_the_policy_next_to_the_arm_and_a_fifo_80_loop(path):
+    from rlhw.config import load_config
+
+    config = load_config(os.path.join(ROOT, path))
+    assert config.train.policy_at == "env"
+    assert config.cluster.node_env(0).isolation.loop_priority.realtime == 80  # node 0 drives the arm
+
+
+def test_where_the_os_refuses_real_time_the_loop_falls_back_and_says_so_once():
+    from rlhw.config import load_config
+
+    iso = load_config(os.path.join(ROOT, "configs/franky_sim.yaml")).cluster.node_env(0).isolation
+    oscalls = replace(OsScheduling(), sched_setscheduler=_refuse)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")  # count every warning issued, not Python's own once-per-place
+        records = [in_thread(lambda: apply_loop_isolation(iso, oscalls)) for _ in range(3)]  # e.g. env restarts
+    refusals = [w for w in said if issubclass(w.category, RuntimeWarning) and "loop_priority" in str(w.message)]
+    assert len(refusals) == 1, [str(w.message) for w in said]
+    assert "{realtime: 80} refused by the OS" in str(refusals[0].message)
+    assert "falling back" in str(refusals[0].message) and "CAP_SYS_NICE" in str(refusals[0].message)
+    for record in records:  # every loop start still records it for run.json, with what really runs
+        assert "refused" in record and record["policy"] == "SCHED_OTHER"

@@ -43,7 +43,7 @@ def test_without_allow_motion_the_mock_arm_receives_no_motion_command(mock_arms)
     assert r["motion"].status == SKIP and "--allow-motion" in r["motion"].detail
     assert r["gripper"].status == SKIP
     assert r["motion_commands"].value == "0"
-    assert mock_arms and all(arm.motions == [] for arm in mock_arms)
+    assert mock_arms and all(arm.motion_count == 0 for arm in mock_arms)
     assert report.exit_code == 0
 
 

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from rlhw.rl.checkpoint import INIT_FROM, PolicyCheckpoint, checkpoint_state, policy_contract, warm_start
 from rlhw.rl.demos import load_demos
 from rlhw.rl.episodes import episode_files, episode_transitions, load_episode
+from rlhw.rl.fault_signal import FaultSignal
 from rlhw.rl.pipeline.messages import REPLAY_CHANNEL, WEIGHTS_CHANNEL, PolicyWeights
 from rlhw.rl.replay import MixedReplay
 from rlhw.rl.rundir import RunDir
@@ -59,7 +60,10 @@ class ActorWorker(Worker):
         space = AgentSpace.from_spec(spec)
         self.agent = SAC(space.layout, space.low, space.high, self.cfg.sac, device=self.device)
         self.contract = policy_contract(spec, self.cfg.sac)
-        for batch in load_demos(self.cfg.demos, space.observation_shapes, space.action_shape):
+        # provenance None: the controller checked it against the env config before any rank started
+        signal = FaultSignal.from_config(self.cfg)
+        for batch in load_demos(self.cfg.demos, space.observation_shapes, space.action_shape, provenance=None,
+                                fault_signal=signal):
             self.replay.add_demos(batch)
         counters = {"env_steps": 0, "updates": 0, "episodes": 0, "best_success": float("nan")}
         if resume:
@@ -74,7 +78,7 @@ class ActorWorker(Worker):
                     continue
                 recorded += len(ep["action"])
                 if i % self.world_size == self.rank:
-                    self.replay.add_batch(episode_transitions(ep))
+                    self.replay.add_batch(episode_transitions(ep, signal))
             counters["env_steps"] = recorded
         elif self.cfg.init_from and self.rank == 0:  # checked by the controller; the broadcast below shares it
             warm_start(self.agent, PolicyCheckpoint.load(self.cfg.init_from, INIT_FROM))

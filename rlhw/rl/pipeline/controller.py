@@ -12,7 +12,13 @@ stop. ``train.mode``:
 
 - ``sync``: collect ``steps_per_iteration`` env steps (whole episodes: a robot is never paused mid-episode),
   then run the updates they pay for (``utd_ratio``), repeat;
-- ``async``: the robots step continuously while the controller runs updates in chunks as data arrives.
+- ``async``: the robots step continuously while the controller runs updates in chunks as data arrives; the
+  controller grants each env worker the steps the updates done so far pay for (``utd_ratio``, plus
+  ``utd_slack`` updates' worth ahead), so a robot faster than the learner waits: a simulator before its next
+  step, a real arm before its next episode (rlhw.rl.pipeline.utd_gate).
+
+Either way the achieved UTD (updates per env step after ``learning_starts``) is logged as ``train/utd`` and
+recorded in ``run.json`` (``utd``), with the seconds the env workers waited for the learner.
 
 A dead env worker (or a failed robot loop) ends the run cleanly: the controller saves a checkpoint, writes
 ``run.json`` with the worker's name and reason, and returns; every transition is already on disk.
@@ -22,21 +28,24 @@ from __future__ import annotations
 
 import math
 import secrets
+import signal
 import time
 import uuid
 
 from rlhw.errors import ConfigError, WorkerError
 from rlhw.rl.checkpoint import checked_init_from
-from rlhw.rl.demos import load_demos
+from rlhw.rl.demos import env_provenance, load_demos
 from rlhw.rl.pipeline.actor_worker import ActorWorker
 from rlhw.rl.pipeline.env_worker import EnvWorker, env_transport, simulated
 from rlhw.rl.pipeline.loop_health import loop_metrics
 from rlhw.rl.pipeline.messages import (ACTION_CHANNEL, OBS_CHANNEL, REPLAY_CHANNEL, WEIGHTS_CHANNEL, EnvProgress,
                                        EpisodeResult, RolloutProgress, expect)
 from rlhw.rl.pipeline.rollout_worker import RolloutWorker
+from rlhw.rl.pipeline.utd_gate import step_allowance
 from rlhw.rl.rundir import RunDir
 from rlhw.rl.session import Counters, StopReason, TrainingSession, interrupted
 from rlhw.rl.spaces import observation_shapes
+from rlhw.runtime.stop_signals import cause_text, interrupt_cause
 
 POLL_S = 0.05
 CALL_TIMEOUT_S = 120.0
@@ -109,7 +118,8 @@ class Pipeline:
             self.groups.append(self.envs)
             self.spec = self.envs.execute_on(0).spec().wait(CALL_TIMEOUT_S)[0]
             # Bad demos fail here, with the field named, rather than inside every actor rank.
-            load_demos(config.train.demos, observation_shapes(self.spec), tuple(self.spec.action.shape))
+            load_demos(config.train.demos, observation_shapes(self.spec), tuple(self.spec.action.shape),
+                       env_provenance(config.env))
             if config.train.init_from and not resume:  # and a warm start that does not fit this env
                 checked_init_from(config, self.spec)
             if self.n_actor > 1:
@@ -182,6 +192,11 @@ def train_pipeline(config, run_dir: RunDir, resume: bool = False, cluster=None) 
     Ctrl-C); returns why it stopped. ``cluster``: an existing `Cluster` (tests, benchmarks), else its own."""
     try:
         pipe = Pipeline(config, run_dir, cluster=cluster, resume=resume)
+    except KeyboardInterrupt as e:
+        cause = interrupt_cause(e)
+        run_dir.write_status("interrupted", reason=f"{cause_text(cause)} while the pipeline started; nothing "
+                                                   "trained", signal=cause.name)
+        raise
     except BaseException as e:
         run_dir.write_status("failed", reason=f"the pipeline did not start: {str(e).splitlines()[0]}")
         raise
@@ -205,6 +220,8 @@ class Controller:
         self.base_steps = self.session.c.env_steps  # steps of the runs this one resumes
         self.collected = [0] * pipe.n_env  # train steps per env worker, in this run
         self.restarts = [0] * pipe.n_env  # env server children restarted, per env worker
+        self.env_wait_s = [0.0] * pipe.n_env  # seconds each env worker waited for the learner (async mode)
+        self.granted: int | None = None  # async mode: the train steps each env worker may have collected
         self.session.status_extra["env_restarts"] = self.restarts
         self.explore_random = True  # the rollout workers act uniformly at random until learning_starts
         self.eval_results: list[EpisodeResult] = []  # finished eval episodes, whichever poll brought them in
@@ -215,6 +232,7 @@ class Controller:
         session, pipe = self.session, self.pipe
         try:
             if self.cfg.mode == "async":
+                self.grant()
                 pipe.envs.run_async().wait(CALL_TIMEOUT_S)
             last_check = time.monotonic()
             while session.stop is None:
@@ -224,6 +242,7 @@ class Controller:
                     last_check = time.monotonic()
                 if session.log_due():
                     session.set_extra(**loop_metrics(pipe.envs.loop_health().wait(CALL_TIMEOUT_S)))
+                    self.note_utd()
                     session.log()
                 if session.eval_due():
                     self.evaluate()
@@ -234,6 +253,7 @@ class Controller:
             pipe.envs.stop_loop().wait(CALL_TIMEOUT_S)
             self.absorb(pipe.poll_envs())
             self.checkpoint()
+            self.note_utd()
             # Data-parallel ranks must hold identical weights; run.json records the evidence.
             session.status_extra["actor_weight_digests"] = pipe.actors.weights_digest().wait(CALL_TIMEOUT_S)
             session.status_extra["loop_health"] = pipe.envs.loop_health().wait(CALL_TIMEOUT_S)
@@ -243,8 +263,8 @@ class Controller:
             return session.finish()
         except (PipelineFailure, WorkerError) as e:
             return self._worker_failed(e)
-        except KeyboardInterrupt:
-            return self._interrupted()
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (rlhw.runtime.stop_signals)
+            return self._interrupted(interrupt_cause(e))
         except BaseException as e:
             _try(self.checkpoint)
             session.finish(StopReason("failed", f"{type(e).__name__}: {e}"))
@@ -283,6 +303,7 @@ class Controller:
                 _note(f"{self.pipe.envs.addresses[res.rank]}: {fault}")
             self.collected[res.rank] = res.train_steps
             self.restarts[res.rank] = res.restarts
+            self.env_wait_s[res.rank] = res.utd_wait_s
         total = self.base_steps + sum(self.collected)
         if total > session.c.env_steps:
             session.add_env_steps(total - session.c.env_steps)
@@ -297,7 +318,8 @@ class Controller:
         while owed > 0:
             n = min(owed, UPDATE_CHUNK) if cfg.mode == "async" else owed
             m = pipe.actors.train(n).wait(CALL_TIMEOUT_S + n)[0]
-            if m["updates"] == 0:
+            if m["updates"] == 0:  # a rank has no data yet: let the robots collect on rather than wait for it
+                self.grant(floor=max(self.collected) + UPDATE_CHUNK)
                 return
             session.add_losses({k: v for k, v in m.items() if k.startswith("losses/")}, m["updates"])
             owed -= m["updates"]
@@ -305,8 +327,30 @@ class Controller:
             session.set_extra(**{"losses/alpha": m["losses/alpha"], "train/replay_size": m["replay"],
                                  "train/demo_buffer_size": m["demo_buffer"], "perf/updates_behind": max(owed, 0)})
             if cfg.mode == "async":
+                self.grant()
                 self.absorb(pipe.poll_envs())
                 return
+
+    def grant(self, floor: int = 0) -> None:
+        """Async mode: tell the env workers how many train steps each may have collected, from the updates done
+        (`step_allowance`); they wait for the learner beyond it (rlhw.rl.pipeline.utd_gate)."""
+        cfg = self.cfg
+        steps = max(floor, step_allowance(self.session.c.updates, cfg.utd_ratio, cfg.learning_starts,
+                                          cfg.utd_slack, self.base_steps, self.pipe.n_env))
+        if self.granted is None or steps > self.granted:
+            self.pipe.envs.allow(steps).wait(CALL_TIMEOUT_S)
+            self.granted = steps
+
+    def note_utd(self) -> None:
+        """The achieved update-to-data ratio, for metrics.jsonl (``train/utd``) and run.json (``utd``)."""
+        c, cfg = self.session.c, self.cfg
+        achieved = c.updates / max(1, c.env_steps - cfg.learning_starts)
+        waited = float(sum(self.env_wait_s))
+        self.session.set_extra(**{"train/utd": achieved, "perf/env_wait_s": waited})
+        self.session.status_extra["utd"] = {"configured": cfg.utd_ratio, "achieved": round(achieved, 4),
+                                            "updates": c.updates, "env_steps": c.env_steps,
+                                            "learning_starts": cfg.learning_starts,
+                                            "env_wait_s": [round(w, 3) for w in self.env_wait_s]}
 
     def evaluate(self) -> None:
         """``eval_episodes`` (rounded up to a multiple of the env workers), recorded by the session."""
@@ -341,14 +385,15 @@ class Controller:
                                                         f"{'checkpoint saved' if saved else 'checkpoint NOT saved'}, "
                                                         f"episodes on disk in {self.run_dir.episodes}"))
 
-    def _interrupted(self) -> StopReason:
-        _note("interrupted: stopping the robots and saving a checkpoint (Ctrl-C again to abandon)")
+    def _interrupted(self, cause: signal.Signals) -> StopReason:
+        _note(f"interrupted ({cause_text(cause)}): stopping the robots and saving a checkpoint "
+              f"({cause_text(cause)} again to abandon)")
         session, pipe = self.session, self.pipe
-        stop = interrupted(session.c.env_steps, saved=False)
-        try:  # a second Ctrl-C leaves this block; run.json still says what happened
+        stop = interrupted(session.c.env_steps, False, cause)
+        try:  # a second Ctrl-C / SIGTERM leaves this block; run.json still says what happened
             _try(lambda: pipe.envs.stop_loop().wait(CALL_TIMEOUT_S))
             _try(lambda: self.absorb(pipe.poll_envs()))
-            stop = interrupted(session.c.env_steps, _try(self.checkpoint))
+            stop = interrupted(session.c.env_steps, _try(self.checkpoint), cause)
         finally:
             session.finish(stop)
         return stop

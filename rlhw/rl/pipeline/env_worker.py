@@ -32,7 +32,9 @@ import numpy as np
 
 from rlhw.env.client import EnvServiceError
 from rlhw.errors import ConfigError, RobotFault, SafetyViolation
+from rlhw.rl.demos import PROVENANCE_KEY, env_provenance
 from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, Stepped
+from rlhw.rl.fault_signal import FaultSignal
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.instances import EVAL, TRAIN, Instances
 from rlhw.rl.pipeline.acting import PolicyNextToArm
@@ -40,6 +42,7 @@ from rlhw.rl.pipeline.env_server import EnvServerError, EnvServerProcess, open_r
 from rlhw.rl.pipeline.loop_health import LoopTimer
 from rlhw.rl.pipeline.lane import ChannelEnvEnd, DirectEnvEnd, EnvLaneEnd, LaneAddress
 from rlhw.rl.pipeline.messages import Actions, EnvProgress, EnvStep, EpisodeResult
+from rlhw.rl.pipeline.utd_gate import UtdGate
 from rlhw.rl.replay import TransitionBatch
 from rlhw.rl.sac import resolve_device
 from rlhw.robot.spec import EnvSpec
@@ -92,6 +95,7 @@ class EnvWorker(Worker):
         self.env = None
         self.restarts = 0
         self.lock = threading.Condition()
+        self.gate = UtdGate(self.lock)  # async mode: the learner's pace (rlhw.rl.pipeline.utd_gate)
         self.budget = 0  # train steps still to collect (sync mode); ignored when unlimited
         self.unlimited = False
         self.eval_pending = 0
@@ -112,8 +116,10 @@ class EnvWorker(Worker):
         fsync = self.cfg.fsync_episodes
         if fsync == "auto":
             fsync = config.env.sim is None and has_real_arm(config)
-        self.recorders = ([EpisodeRecorder(episode_dir(self.run_dir, self.rank, i, self.num_envs), fsync=bool(fsync))
-                           for i in range(self.num_envs)] if self.cfg.record_episodes else None)
+        meta = {PROVENANCE_KEY: env_provenance(config.env)}  # a run's episodes may be a later run's demos
+        self.recorders = ([EpisodeRecorder(episode_dir(self.run_dir, self.rank, i, self.num_envs), fsync=bool(fsync),
+                                           meta=meta) for i in range(self.num_envs)]
+                          if self.cfg.record_episodes else None)
         self._start_env()
         self.rng = np.random.default_rng(self.cfg.seed + 1000 + self.rank)
         self._pending: TransitionBatch | None = None  # train transitions that go with the next observation
@@ -134,7 +140,8 @@ class EnvWorker(Worker):
             self._start_server()
             spec = self.env.env_spec
         self.episode_loop = EpisodeLoop(BatchView(self.env, spec), self.config.env.max_episode_steps, self.recorders,
-                                        meta={"robot_rank": self.robot_rank, "env_rank": self.rank})
+                                        meta={"robot_rank": self.robot_rank, "env_rank": self.rank},
+                                        fault_signal=FaultSignal.from_config(self.cfg))
 
     def _start_server(self) -> None:
         log = self.run_dir / "logs" / f"env{self.rank}-server.log"
@@ -150,6 +157,13 @@ class EnvWorker(Worker):
             pass
         self.server.stop()
         self._start_env()
+
+    @property
+    def wait_inside(self) -> bool:
+        """Where the UTD gate may hold the loop: before any train step of a simulator in this process; only
+        between episodes for a real arm (behind its server) and for a simulation a person drives or that keeps
+        real time (`RobotEnv.paced`)."""
+        return self.transport == "in_process" and not getattr(self.env, "paced", False)
 
     def spec(self) -> EnvSpec:
         """What the learners build their networks from: the env's spec (shapes per instance)."""
@@ -170,6 +184,10 @@ class EnvWorker(Worker):
             self.unlimited = True
             self.lock.notify_all()
 
+    def allow(self, steps: int) -> None:
+        """Async mode: the train steps this worker may have collected (the controller's grant; see `UtdGate`)."""
+        self.gate.allow(steps)
+
     def evaluate(self, episodes: int) -> None:
         with self.lock:
             self.eval_pending += int(episodes)
@@ -180,7 +198,8 @@ class EnvWorker(Worker):
         with self.lock:
             out = EnvProgress(rank=self.rank, train_steps=self.train_steps, idle=self._idle(), status=self.status,
                               restarts=self.restarts, eval_pending=self.eval_pending, episodes=self.episodes,
-                              eval_results=self.eval_results, faults=self.faults, error=self.error)
+                              eval_results=self.eval_results, faults=self.faults, error=self.error,
+                              utd_wait_s=self.gate.waited_s)
             self.episodes, self.eval_results, self.faults = [], [], []
             return out
 
@@ -219,9 +238,13 @@ class EnvWorker(Worker):
 
     def _wait_for_work(self) -> bool:
         """Wait until there is something to collect (False: stop). Called only between runs of the episode
-        loop, so it also runs the full garbage collection the loop owes."""
+        loop, so it also runs the full garbage collection the loop owes, and the UTD gate holds a real arm here
+        (between episodes, never inside one) until the learner has caught up; eval episodes are not held."""
         self.gc_guard.idle()
         with self.lock:
+            if self.unlimited and self.gate.blocks(self.train_steps):
+                self.status = "waiting"
+                self.gate.wait(self.train_steps, lambda: self.stopping or self.eval_pending > 0)
             while not self.stopping:
                 if self.eval_pending > 0 or self.unlimited or self.budget > 0:
                     self.status = "episode"
@@ -320,6 +343,9 @@ class EnvWorker(Worker):
         after a stall): the episode loop then ends the running episode(s) there, truncated; what was
         recorded so far stays on disk. A dead server raises (``_loop`` restarts it or gives up), and so does
         `_run_episodes` after a fourth refusal in a row."""
+        if self.wait_inside and self.episode_loop.book.rows(TRAIN):
+            with self.lock:  # a simulator waits for the learner before its next train step
+                self.gate.wait(self.train_steps, lambda: self.stopping)
         try:
             stepped = self.episode_loop.view.step(actions)
         except (EnvServiceError, SafetyViolation, RobotFault) as e:  # in process: what the server would refuse

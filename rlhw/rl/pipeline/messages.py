@@ -10,6 +10,11 @@ Why dataclasses: these cross process boundaries (pickled through Ray channels), 
 side would otherwise surface as a ``KeyError`` deep in the other process. A receiver checks the type of
 what it got with `expect`, which names the channel and both types.
 
+`EnvStep` and `Actions` also cross the robot network on the direct step lane, so they have a wire codec of
+their own (`pack` / `unpack`): a typed header (kind, then each array's group, name, dtype and shape) and the
+arrays' raw bytes. Decoding builds numpy arrays of a fixed list of dtypes and nothing else, so no byte string
+can make the receiver run code (a pickle can), and every size is checked against the header before use.
+
 Shapes: ``k`` is the number of env instances of one env worker that want an action at this step (0 to
 ``env.num_envs``); ``n`` the number of transitions a message carries; ``...`` an observation's or the
 action's per-instance shape from the env's `rlhw.robot.spec.EnvSpec`.
@@ -17,7 +22,9 @@ action's per-instance shape from the env's `rlhw.robot.spec.EnvSpec`.
 
 from __future__ import annotations
 
-import pickle
+import functools
+import math
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,8 +105,10 @@ class EnvProgress:
     ``train_steps``: train steps collected since the worker started (every instance's); ``episodes`` and
     ``eval_results``: finished train and eval episodes since the last poll (each handed over once);
     ``idle``: no work asked for and no episode running; ``error``: why the robot loop failed (None: it runs);
-    ``status``: idle, episode or failed; ``restarts``: env server children restarted; ``faults``: robot faults
-    and refused steps since the last poll, as text for the log; ``eval_pending``: eval episodes still wanted.
+    ``status``: idle, waiting (for the learner, between episodes), episode or failed; ``restarts``: env server
+    children restarted; ``faults``: robot faults and refused steps since the last poll, as text for the log;
+    ``eval_pending``: eval episodes still wanted; ``utd_wait_s``: seconds the loop has waited for the learner
+    (async mode's UTD gate, rlhw.rl.pipeline.utd_gate) since the worker started.
     """
 
     rank: int
@@ -112,6 +121,7 @@ class EnvProgress:
     eval_results: list[EpisodeResult] = field(default_factory=list)
     faults: list[str] = field(default_factory=list)
     error: str | None = None
+    utd_wait_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,17 +138,201 @@ class RolloutProgress:
     loop_isolation: dict | None = None
 
 
+# ---- the wire codec of EnvStep and Actions: a typed header and raw array bytes, nothing that can run code
+
+WIRE_DTYPES = tuple(np.dtype(name).newbyteorder("<") for name in (
+    "bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64", "float16", "float32", "float64"))
+"""The dtypes an array may have on the wire (its code there: index + 1), little-endian whatever the host."""
+MAX_ARRAYS = 256  # arrays in one message (a reach EnvStep with transitions has about 20)
+MAX_NDIM = 8
+_DTYPE_CODE = {dt: i + 1 for i, dt in enumerate(WIRE_DTYPES)}
+_KINDS = (EnvStep, Actions)  # a message's kind on the wire: index + 1
+_ALIGN = 16  # the header and every array start at a multiple of this in the payload (aligned numpy views)
+_HEAD = struct.Struct("<BBHq")  # kind, flags (1: obs present, 2: transitions present), arrays, env rank (EnvStep)
+_ARRAY = struct.Struct("<BBBB")  # group, dtype code, ndim, name length; then the UTF-8 name and ndim uint32 dims
+_FIELDS, _OBS, _TRANSITIONS = 0, 1, 2  # an array's group: a message field, an observation, a transition field
+#: The message fields every kind must carry: name -> (dtype, ndim; None: any ndim >= 1).
+_FIELD_SPECS = {EnvStep: {"rows": (np.dtype("<i8"), 1), "evaluating": (np.dtype("bool"), 1)},
+                Actions: {"actions": (np.dtype("<f4"), None), "versions": (np.dtype("<i8"), 1)}}
+
+
+class FrameError(ValueError):
+    """Bytes that are not a well-formed `EnvStep` or `Actions` of the wire codec (the lane drops their sender)."""
+
+
+def _wire_arrays(msg) -> tuple[int, int, int, list[tuple[int, str, np.ndarray]]]:
+    """A message's kind, flags, env rank and (group, name, array) list, each array contiguous in its wire dtype."""
+    if isinstance(msg, EnvStep):
+        kind, env, groups = 1, msg.env, ((_OBS, msg.obs), (_TRANSITIONS, msg.transitions))
+        fields = {"rows": msg.rows, "evaluating": msg.evaluating}
+    elif isinstance(msg, Actions):
+        kind, env, groups = 2, 0, ()
+        fields = {"actions": msg.actions, "versions": msg.versions}
+    else:
+        raise MessageTypeError(f"the step lane carries EnvStep and Actions messages, but was given a "
+                               f"{type(msg).__module__}.{type(msg).__qualname__}")
+    specs = _FIELD_SPECS[type(msg)]
+    out = [(_FIELDS, name, np.asarray(value, specs[name][0], order="C")) for name, value in fields.items()]
+    flags = 0
+    for bit, (group, arrays) in enumerate(groups):
+        if arrays is not None:
+            flags |= 1 << bit
+            out += [(group, name, _wire_array(type(msg).__name__, name, value)) for name, value in arrays.items()]
+    return kind, flags, env, out
+
+
+def _wire_array(message: str, name, value) -> np.ndarray:
+    """``value`` as a contiguous little-endian array of a wire dtype; a clear error naming the field if it has none."""
+    a = np.asarray(value)
+    if a.dtype in _DTYPE_CODE and a.flags.c_contiguous and a.ndim <= MAX_NDIM and isinstance(name, str) \
+            and 0 < len(name) < 64:  # at most 4 UTF-8 bytes a character: the name fits its length byte
+        return a  # the common case, checked in one go
+    where = f"{message} array {name!r}"
+    if not isinstance(name, str) or not 0 < len(name.encode()) < 256:
+        raise MessageTypeError(f"{where}: the step lane names arrays with strings of 1-255 UTF-8 bytes")
+    code = _DTYPE_CODE.get(a.dtype.newbyteorder("<"))
+    if code is None or a.ndim > MAX_NDIM:
+        raise MessageTypeError(f"{where} has dtype {a.dtype} and {a.ndim} dimensions; the step lane carries arrays "
+                               f"of {', '.join(map(str, WIRE_DTYPES))} with at most {MAX_NDIM} dimensions: convert it "
+                               "where the env builds its observation (e.g. np.asarray(x, np.float32))")
+    return np.asarray(a, WIRE_DTYPES[code - 1], order="C")
+
+
+def _padded(n: int) -> int:
+    return n + (-n % _ALIGN)
+
+
+def pack(msg, front: int = 0, back: int = 0) -> tuple[bytearray, int, int]:
+    """``msg`` (an `EnvStep` or `Actions`) encoded into one new buffer, after ``front`` bytes and before ``back``
+    bytes left for the carrier's own prefix and suffix (the lane's lengths and MAC): the buffer, the header's
+    length and the payload's length. `MessageTypeError` names a field the codec cannot carry."""
+    kind, flags, env, arrays = _wire_arrays(msg)
+    if len(arrays) > MAX_ARRAYS:
+        raise MessageTypeError(f"{type(msg).__name__} has {len(arrays)} arrays; the step lane carries {MAX_ARRAYS}")
+    described, offsets, payload_len = _describe(tuple((g, n, _DTYPE_CODE[a.dtype], a.shape) for g, n, a in arrays))
+    header_len = _padded(_HEAD.size + len(described))
+    buf = bytearray(front + header_len + payload_len + back)
+    _HEAD.pack_into(buf, front, kind, flags, len(arrays), env)
+    buf[front + _HEAD.size:front + _HEAD.size + len(described)] = described
+    base = front + header_len
+    for (_, _, a), at in zip(arrays, offsets):
+        if a.nbytes:
+            buf[base + at:base + at + a.nbytes] = memoryview(a).cast("B")
+    return buf, header_len, payload_len
+
+
+@functools.lru_cache(maxsize=64)
+def _describe(arrays: tuple[tuple[int, str, int, tuple[int, ...]], ...]) -> tuple[bytes, tuple[int, ...], int]:
+    """The header's description of (group, name, dtype code, shape) arrays, their offsets in the payload and its
+    length. Cached: an env worker's messages have the same layout step after step."""
+    parts, offsets, at = [], [], 0
+    for group, name, code, shape in arrays:
+        raw = name.encode()
+        parts += [_ARRAY.pack(group, code, len(shape), len(raw)), raw, struct.pack(f"<{len(shape)}I", *shape)]
+        offsets.append(at)
+        at += _padded(math.prod(shape) * WIRE_DTYPES[code - 1].itemsize)
+    return b"".join(parts), tuple(offsets), at
+
+
+def unpack(buf: bytearray, start: int, header_len: int, payload_len: int, expected: type):
+    """The ``expected`` message (`EnvStep` or `Actions`) in ``buf``: its header at ``start``, its payload right
+    after. The arrays are views of ``buf`` (no copy). `FrameError` says what is malformed."""
+    header = memoryview(buf)[start:start + header_len]
+    try:
+        kind, flags, count, env = _HEAD.unpack_from(header)
+    except struct.error:
+        raise FrameError(f"a header of {header_len} bytes is shorter than its fixed part") from None
+    if not 0 < kind <= len(_KINDS) or _KINDS[kind - 1] is not expected:
+        got = _KINDS[kind - 1].__name__ if 0 < kind <= len(_KINDS) else f"an unknown kind ({kind})"
+        raise FrameError(f"{got} where {expected.__name__} was expected (are both ends running the same rlhw "
+                         "version?)")
+    groups: tuple[dict[str, np.ndarray], ...] = ({}, {}, {})
+    base = start + header_len
+    for group, name, dtype, n, at, shape in _layout(expected, flags, count, payload_len, bytes(header[_HEAD.size:])):
+        groups[group][name] = np.frombuffer(buf, dtype, n, base + at).reshape(shape) if n else np.zeros(shape, dtype)
+    fields = groups[_FIELDS]
+    if expected is Actions:
+        return Actions(fields["actions"], fields["versions"])
+    return EnvStep(env=env, obs=groups[_OBS] if flags & 1 else None, rows=tuple(fields["rows"].tolist()),
+                   evaluating=fields["evaluating"], transitions=groups[_TRANSITIONS] if flags & 2 else None)
+
+
+Layout = tuple[tuple[int, str, np.dtype, int, int, tuple[int, ...]], ...]
+"""Where each array of a message is: (group, name, dtype, elements, offset in the payload, shape)."""
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(expected: type, flags: int, count: int, payload_len: int, described: bytes) -> Layout:
+    """The arrays a header describes, every rule of the codec checked (`FrameError` otherwise). Cached: a lane
+    carries the same layout step after step, and a header that fails is not cached."""
+    if flags > 3 or (expected is Actions and flags) or count > MAX_ARRAYS:
+        raise FrameError(f"flags {flags} and {count} arrays: not a valid {expected.__name__} header")
+    layout, names, pos, at = [], ({}, {}, {}), 0, 0
+    for i in range(count):
+        try:
+            group, code, ndim, name_len = _ARRAY.unpack_from(described, pos)
+            name = described[pos + _ARRAY.size:pos + _ARRAY.size + name_len].decode()
+            pos += _ARRAY.size + name_len
+            if len(name.encode()) != name_len or ndim > MAX_NDIM:
+                raise FrameError(f"array {i} runs past the header or has {ndim} dimensions")
+            shape = struct.unpack_from(f"<{ndim}I", described, pos)
+        except (struct.error, UnicodeDecodeError) as e:
+            raise FrameError(f"array {i}'s description is malformed ({e})") from None
+        pos += 4 * ndim
+        if group > _TRANSITIONS or (group and not flags & group) or not 0 < code <= len(WIRE_DTYPES) \
+                or name in names[group]:
+            raise FrameError(f"array {name!r}: group {group}, dtype code {code} (flags {flags}): not a valid, "
+                             "unique array of the lane's dtypes")
+        dtype, n = WIRE_DTYPES[code - 1], math.prod(shape)
+        if at + n * dtype.itemsize > payload_len:
+            raise FrameError(f"array {name!r} {shape} {dtype} ends past the payload's {payload_len} bytes")
+        names[group][name] = (dtype, shape)
+        layout.append((group, name, dtype, n, at, shape))
+        at += _padded(n * dtype.itemsize)
+    if at != payload_len or _padded(_HEAD.size + pos) != _HEAD.size + len(described) or any(described[pos:]):
+        raise FrameError(f"the header's arrays take {at} of the payload's {payload_len} bytes and leave "
+                         f"{len(described) - pos} header bytes: not a frame of this codec")
+    _check_fields(expected, names[_FIELDS])
+    return tuple(layout)
+
+
+def _check_fields(expected: type, fields: dict[str, tuple[np.dtype, tuple[int, ...]]]) -> None:
+    """The message's own fields: exactly its names, each of its dtype and rank, of matching lengths."""
+    specs = _FIELD_SPECS[expected]
+    if set(fields) != set(specs) or any(fields[n][0] != dt or (len(fields[n][1]) != nd if nd else not fields[n][1])
+                                        for n, (dt, nd) in specs.items()):
+        raise FrameError(f"{expected.__name__} fields {sorted(fields)} with dtypes and shapes {list(fields.values())}: "
+                         f"it needs {sorted(specs)}")
+    first, second = (fields[n][1][0] for n in specs)
+    if first != second:
+        raise FrameError(f"{expected.__name__}: {first} {list(specs)[0]} with {second} {list(specs)[1]}")
+
+
+_CHANNEL_PREFIX = struct.Struct("<QQ")  # header and payload lengths of an obs-channel message
+
+
 def encode_env_step(msg: EnvStep) -> bytes:
-    """An env message as one bytes object (pickle protocol 5). Why: Ray serializes a message of ~20 small
-    numpy arrays field by field, and the channel actor decodes and re-encodes it on the way through;
-    for an 8-instance reach message one bytes object measured ~1.2 ms less per put and ~0.7 ms less
-    per get on the 2-core VM. Large messages (camera images) still go through the object store: the
-    channel wraps big bytes like any other large payload."""
-    return pickle.dumps(expect(msg, EnvStep, OBS_CHANNEL), protocol=5)
+    """An env message as one bytes object for the obs channel (the wire codec, behind its two lengths). Why:
+    Ray serializes a message of ~20 small numpy arrays field by field, and the channel actor decodes and
+    re-encodes it on the way through; for an 8-instance reach message one bytes object measured ~1.2 ms
+    less per put and ~0.7 ms less per get on the 2-core VM. Large messages (camera images) still go through
+    the object store: the channel wraps big bytes like any other large payload."""
+    buf, header_len, payload_len = pack(expect(msg, EnvStep, OBS_CHANNEL), front=_CHANNEL_PREFIX.size)
+    _CHANNEL_PREFIX.pack_into(buf, 0, header_len, payload_len)
+    return bytes(buf)
 
 
 def decode_env_step(data: bytes) -> EnvStep:
     """The `EnvStep` in ``data``; `MessageTypeError` when the obs channel brought anything else."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         return expect(data, EnvStep, OBS_CHANNEL)  # not even encoded: still a clear error
-    return expect(pickle.loads(data), EnvStep, OBS_CHANNEL)
+    buf = bytearray(data)  # writable arrays, as the lane's
+    try:
+        header_len, payload_len = _CHANNEL_PREFIX.unpack_from(buf)
+        if _CHANNEL_PREFIX.size + header_len + payload_len != len(buf):
+            raise FrameError(f"lengths {header_len} + {payload_len} do not add up to the {len(buf)} bytes received")
+        return unpack(buf, _CHANNEL_PREFIX.size, header_len, payload_len, EnvStep)
+    except (FrameError, struct.error) as e:
+        raise MessageTypeError(f"{OBS_CHANNEL} carries EnvStep messages in the step codec, but received bytes that "
+                               f"do not decode ({e}); are both ends of the pipeline running the same rlhw version?"
+                               ) from None
