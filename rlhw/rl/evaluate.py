@@ -33,11 +33,9 @@ from typing import Callable
 
 import numpy as np
 
-from rlhw.env.client import EnvServiceError
-from rlhw.errors import RobotFault, SafetyViolation
 from rlhw.rl.checkpoint import PolicyCheckpoint
 from rlhw.rl.demos import PROVENANCE_KEY, env_provenance
-from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, Stepped
+from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, RefusedSteps
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.instances import EVAL
 from rlhw.rl.pipeline.loop_health import LoopTimer
@@ -169,7 +167,10 @@ class Evaluation:
         self.timer = LoopTimer()
         self.report = EvalReport()
         self._faults: list[str] = []
-        self._refusals = 0
+        server = env.server
+        # a refused step ends the episode there (truncated), as in the env worker; a dead server raises
+        self.refused = RefusedSteps(self.loop.view.step, lambda: server is not None and not server.alive(),
+                                    lambda text: self._faults.append(text))
         self._first = True
 
     def run(self, episodes: int, first_index: int = 0) -> EvalReport:
@@ -197,15 +198,15 @@ class Evaluation:
         results: list = []
         self._faults, self._first = [], True
         self.loop.run(LoopHooks(act=self._act, choose=lambda book: EVAL, report=lambda _kind, r: results.append(r),
-                                step=self._step, note=self._faults.append, stepped=self.timer.stepped), seed=seed)
+                                step=self.refused, note=self._faults.append, stepped=self.timer.stepped), seed=seed)
         ret, env_success, length, interventions = results[0]
         episode = EvalEpisode(k, seed, bool(env_success) and not interventions, int(length), float(ret),
                               self._faults[0] if self._faults else None, interventions > 0, bool(env_success))
         self.report.episodes.append(episode)
         if self.on_episode is not None:
             self.on_episode(episode)
-        if self._refusals > MAX_REFUSALS_IN_A_ROW:
-            raise self._refusal
+        if self.refused.in_a_row > MAX_REFUSALS_IN_A_ROW:
+            raise self.refused.last
 
     def _act(self, obs: dict, rows: list[int], evaluating: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self._first:
@@ -214,22 +215,6 @@ class Evaluation:
         answer = self.policy.act(obs, np.ones(len(rows), bool))
         self.timer.actions_received()
         return answer.actions, answer.versions
-
-    def _step(self, actions: np.ndarray) -> Stepped | None:
-        """The env's step, or None where it refused it (the loop then ends the episode there, truncated), as the
-        env worker does; a dead server raises."""
-        try:
-            stepped = self.loop.view.step(actions)
-        except (EnvServiceError, SafetyViolation, RobotFault) as e:
-            if self.env.server is not None and not self.env.server.alive():
-                raise
-            self._faults.append(f"step refused, episode truncated: {e}")
-            self._refusals += 1
-            self._refusal = e
-            return None
-        self._refusals = 0
-        return stepped
-
 
 def evaluate(config, checkpoint: PolicyCheckpoint, episodes: int, run_dir, robot_rank: int = 0,
              on_episode: Callable[[EvalEpisode], None] | None = None) -> EvalReport:

@@ -30,10 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rlhw.env.client import EnvServiceError
-from rlhw.errors import ConfigError, RobotFault, SafetyViolation
+from rlhw.errors import ConfigError
 from rlhw.rl.demos import PROVENANCE_KEY, env_provenance
-from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, Stepped
+from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, RefusedSteps, Stepped
 from rlhw.rl.fault_signal import FaultSignal
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.instances import EVAL, TRAIN, Instances
@@ -110,8 +109,13 @@ class EnvWorker(Worker):
         self.loop_isolation: dict | None = None  # what took effect in the loop thread (its start sets it)
         self.gc_guard = GcGuard()
         self.faults: list[str] = []
-        self.consecutive_faults = 0
-        self.refusal: Exception | None = None  # the last refused step's error
+        # a refused step (the server's refusal, or in process what the server would refuse) ends the running
+        # episode(s) there; the env worker's view changes when its server is restarted, hence the lambdas
+        self.refused = RefusedSteps(lambda actions: self.episode_loop.view.step(actions),
+                                    lambda: self.server is not None and not self.server.alive(),
+                                    lambda text: self.faults.append(text),
+                                    f"episodes of all {self.num_envs} instances truncated" if self.num_envs > 1
+                                    else "episode truncated")
         self.transport = env_transport(config, self.robot_rank)
         fsync = self.cfg.fsync_episodes
         if fsync == "auto":
@@ -286,8 +290,8 @@ class EnvWorker(Worker):
         self.episode_loop.run(self.hooks, seed=int(self.rng.integers(2**31)))
         self._put_transitions(self._pending)
         self._pending = None
-        if self.consecutive_faults > 3:
-            raise self.refusal
+        if self.refused.in_a_row > 3:
+            raise self.refused.last
 
     # ---- the episode loop's hooks (loop thread)
     def _act(self, obs: dict, rows: list[int], evaluating: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -346,19 +350,7 @@ class EnvWorker(Worker):
         if self.wait_inside and self.episode_loop.book.rows(TRAIN):
             with self.lock:  # a simulator waits for the learner before its next train step
                 self.gate.wait(self.train_steps, lambda: self.stopping)
-        try:
-            stepped = self.episode_loop.view.step(actions)
-        except (EnvServiceError, SafetyViolation, RobotFault) as e:  # in process: what the server would refuse
-            if self.server is not None and not self.server.alive():
-                raise
-            consequence = (f"episodes of all {self.num_envs} instances truncated" if self.num_envs > 1
-                           else "episode truncated")
-            self.faults.append(f"step refused, {consequence}: {e}")
-            self.consecutive_faults += 1
-            self.refusal = e
-            return None
-        self.consecutive_faults = 0
-        return stepped
+        return self.refused(actions)
 
     def _actions(self) -> Actions:
         """The policy's answer: one row per instance that asked."""
