@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def record(config, args, overrides: list[str]) -> int:
-    from rlhw.rl.demos import PROVENANCE_KEY, env_provenance
+    from rlhw.rl.demos import PROVENANCE_KEY, recorded_env
     from rlhw.rl.episodes import EpisodeRecorder
     from rlhw.robot import make_env
 
@@ -75,11 +75,10 @@ def record(config, args, overrides: list[str]) -> int:
     env = make_env(config)
     # Human demonstrations are precious: fsync each finished one. Each records the env config it was recorded
     # with, which `train.demos` checks against the run's (rlhw.rl.demos).
-    recorder = EpisodeRecorder(out, fsync=True, meta={PROVENANCE_KEY: env_provenance(config.env)})
+    recorder = EpisodeRecorder(out, fsync=True, meta={PROVENANCE_KEY: recorded_env(config.env)})
     view = LiveView(args.episodes, enabled=not args.no_live)
     successes = 0
     zero = np.zeros(env.spec.action.shape, dtype=np.float32)
-    env_config = config.env.model_dump(mode="json")  # kept with every demo: `rlhw export-dataset` carries it on
     try:
         with view:
             for episode in range(args.episodes):
@@ -87,8 +86,7 @@ def record(config, args, overrides: list[str]) -> int:
                 obs, info = env.reset(seed=seed)
                 recorder.begin(obs, kind="demo", meta={
                     "seed": seed, "task": config.env.task, "robot": env.spec.robot, "teleop": config.env.teleop.device,
-                    "config": str(args.config), "overrides": overrides, "control_hz": config.env.control_hz,
-                    "env_config": env_config})
+                    "config": str(args.config), "overrides": overrides, "control_hz": config.env.control_hz})
                 done = False
                 while not done:
                     obs, reward, terminated, truncated, info = env.step(zero)  # the operator's action is executed

@@ -45,14 +45,23 @@ class UncheckedDemoWarning(UserWarning):
     """Demos that record no env config (recorded before they did): loaded, but their provenance is unchecked."""
 
 
+def recorded_env(env) -> dict[str, Any]:
+    """The env config (``config.env``) as an episode records it under `PROVENANCE_KEY`: the whole section as
+    JSON, so `provenance_of` can check it and `rlhw export-dataset` can carry it on."""
+    return env.model_dump(mode="json")
+
+
 def env_provenance(env) -> dict[str, Any]:
-    """What of an env config (``config.env``) decides what a recorded transition means, as flat dotted keys:
-    the task and its options, the action (scale, gripper), the reward, the control rate. JSON values, so a
-    recorded copy compares equal to a fresh one. ``env.reach`` (the reach task's target box, success radius and
-    reward scale) is in whatever the task: a key that only one task reads is still compared, erring on refusing."""
-    tree = {"task": env.task, "task_options": env.task_options, "action": env.action.model_dump(mode="json"),
-            "reward": env.reward.model_dump(mode="json"), "control_hz": env.control_hz,
-            "reach": env.reach.model_dump(mode="json")}
+    """`provenance_of` a run's env config (``config.env``)."""
+    return provenance_of(recorded_env(env))
+
+
+def provenance_of(recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """What of a recorded env config decides what a recorded transition means, as flat dotted keys: the task
+    and its options, the action (scale, gripper), the reward, the control rate. JSON values, so a recorded copy
+    compares equal to a fresh one. ``env.reach`` (the reach task's target box, success radius and reward scale)
+    is in whatever the task: a key that only one task reads is still compared, erring on refusing."""
+    tree = {key: recorded.get(key) for key in ("task", "task_options", "action", "reward", "control_hz", "reach")}
     return _flatten(json.loads(json.dumps(tree)), "env.")
 
 
@@ -108,9 +117,9 @@ def load_demos(dirs: Sequence[str | LeRobotDemoConfig], observations: Mapping[st
 
 def _check_provenance(where: str, file: Path, meta: Mapping[str, Any], expected: Mapping[str, Any]) -> bool:
     """False when the episode records no env config; raises ConfigError naming the first key that differs."""
-    recorded = meta.get(PROVENANCE_KEY)
-    if recorded is None:
+    if not isinstance(meta.get(PROVENANCE_KEY), Mapping):
         return False
+    recorded = provenance_of(meta[PROVENANCE_KEY])
     differ = sorted(k for k in set(expected) | set(recorded) if recorded.get(k, "<unset>") != expected.get(k, "<unset>"))
     if differ:
         key = differ[0]

@@ -34,7 +34,7 @@ from typing import Callable
 import numpy as np
 
 from rlhw.rl.checkpoint import PolicyCheckpoint
-from rlhw.rl.demos import PROVENANCE_KEY, env_provenance
+from rlhw.rl.demos import PROVENANCE_KEY, recorded_env
 from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, RefusedSteps
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.instances import EVAL
@@ -241,7 +241,7 @@ def evaluate(config, checkpoint: PolicyCheckpoint, episodes: int, run_dir, robot
             fsync = config.train.fsync_episodes
             fsync = (config.env.sim is None and has_real_arm(config)) if fsync == "auto" else bool(fsync)
             recorder = EpisodeRecorder(run_dir.episodes / f"env{robot_rank}", fsync=fsync,
-                                       meta={PROVENANCE_KEY: env_provenance(config.env)})
+                                       meta={PROVENANCE_KEY: recorded_env(config.env)})
         meta = {"robot_rank": robot_rank, "checkpoint": str(checkpoint.path), "policy_version": checkpoint.updates}
         evaluation = Evaluation(env, policy, recorder, config.env.max_episode_steps, meta, on_episode, guard)
         with _scheduling_restored():  # the loop is the calling thread: a caller that goes on gets it back as it was

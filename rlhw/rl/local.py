@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from rlhw.rl.checkpoint import checked_init_from, checkpoint_state, policy_contract, warm_start
-from rlhw.rl.demos import PROVENANCE_KEY, env_provenance, load_demos
+from rlhw.rl.demos import PROVENANCE_KEY, env_provenance, load_demos, recorded_env
 from rlhw.rl.episode_loop import Act, BatchView, EpisodeLoop, EpisodeResult, LoopHooks
 from rlhw.rl.episodes import EpisodeRecorder, iter_recorded_transitions
 from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
@@ -109,7 +109,8 @@ class LocalRun:
             counters = Counters()
             if cfg.init_from:
                 warm_start(self.agent, checked_init_from(config, env.spec))
-        self.recorder = (EpisodeRecorder(Path(run_dir.episodes) / "env0", fsync=False, meta={PROVENANCE_KEY: provenance})
+        self.recorder = (EpisodeRecorder(Path(run_dir.episodes) / "env0", fsync=False,
+                                         meta={PROVENANCE_KEY: recorded_env(config.env)})
                          if cfg.record_episodes else None)
         self.session = TrainingSession(config, run_dir, counters)
         self.isolation = config.cluster.node_env(0).isolation

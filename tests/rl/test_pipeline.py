@@ -171,11 +171,11 @@ def _record_mujoco_demos(config, directory, episodes: int) -> int:
     """Demo episodes on the same MuJoCo task, in this process (random actions stand in for an operator's)."""
     import numpy as np
 
-    from rlhw.rl.demos import PROVENANCE_KEY, env_provenance
+    from rlhw.rl.demos import PROVENANCE_KEY, recorded_env
     from rlhw.rl.episodes import EpisodeRecorder
     from rlhw.robot import make_env
 
-    rec = EpisodeRecorder(directory, meta={PROVENANCE_KEY: env_provenance(config.env)})
+    rec = EpisodeRecorder(directory, meta={PROVENANCE_KEY: recorded_env(config.env)})
     env, rng, steps = make_env(config, 0), np.random.default_rng(0), 0
     try:
         for _ in range(episodes):

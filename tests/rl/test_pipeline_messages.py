@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import struct
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlhw.rl.pipeline.loop_health import LoopTimer, loop_metrics
 from rlhw.rl.pipeline.messages import (WIRE_DTYPES, Actions, EnvProgress, EnvStep, FrameError, MessageTypeError,
@@ -94,6 +97,31 @@ def test_a_frame_decodes_only_as_the_message_its_receiver_waits_for():
     buf, start, header_len, payload_len = _packed(_step(2))
     with pytest.raises(FrameError, match="ends past the payload"):
         unpack(buf, start, header_len, payload_len - 16, EnvStep)  # a payload shorter than its header says
+
+
+def test_an_empty_array_of_a_shape_numpy_cannot_hold_is_a_frame_error_not_a_crash():
+    buf, start, header_len, payload_len = _packed(EnvStep(env=0, obs={"x": np.zeros((0, 3, 3), np.float32)},
+                                                         rows=(0,), evaluating=np.zeros(1, bool)))
+    dims = bytes(buf).index(b"x" + struct.pack("<3I", 0, 3, 3)) + 1
+    buf[dims:dims + 12] = struct.pack("<3I", 0, 2**32 - 1, 2**32 - 1)  # no bytes, but 2**64 elements if it had any
+    with pytest.raises(FrameError, match="a shape no array of the lane can have"):
+        unpack(buf, start, header_len, payload_len, EnvStep)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=6), st.integers(-64, 64),
+       st.sampled_from([EnvStep, Actions]))
+def test_no_header_makes_the_decoder_fail_other_than_with_a_frame_error(changes, payload_change, expected):
+    """Whatever a peer seals, the receiver gets a message or a FrameError (which drops the peer), never a crash."""
+    buf, start, header_len, payload_len = _packed(_step(3) if expected is EnvStep else
+                                                  Actions(np.ones((3, 7), np.float32), np.zeros(3, np.int64)))
+    for at, value in changes:
+        buf[at % header_len] = value
+    try:
+        got = unpack(buf, start, header_len, max(payload_len + payload_change, 0), expected)
+    except FrameError:
+        return
+    assert isinstance(got, expected)
 
 
 class _Channel:

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from rlhw.errors import ConfigError
-from rlhw.rl.demos import PROVENANCE_KEY, env_provenance
+from rlhw.rl.demos import PROVENANCE_KEY, recorded_env
 from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, RefusedSteps, Stepped
 from rlhw.rl.fault_signal import FaultSignal
 from rlhw.rl.episodes import EpisodeRecorder
@@ -120,7 +120,7 @@ class EnvWorker(Worker):
         fsync = self.cfg.fsync_episodes
         if fsync == "auto":
             fsync = config.env.sim is None and has_real_arm(config)
-        meta = {PROVENANCE_KEY: env_provenance(config.env)}  # a run's episodes may be a later run's demos
+        meta = {PROVENANCE_KEY: recorded_env(config.env)}  # a run's episodes may be a later run's demos
         self.recorders = ([EpisodeRecorder(episode_dir(self.run_dir, self.rank, i, self.num_envs), fsync=bool(fsync),
                                            meta=meta) for i in range(self.num_envs)]
                           if self.cfg.record_episodes else None)

@@ -3,22 +3,23 @@
 This is the step-critical path of a robot (observation in hand -> action back), so it has its own lane,
 chosen with ``train.step_lane``:
 
-- ``direct`` (default): one TCP stream per env worker, straight to its rollout worker. A frame is the
-  message in a typed codec (`rlhw.rl.pipeline.messages.pack`: a header naming each array's dtype and shape,
-  then the raw arrays; no pickle) and an AES-GCM tag (`rlhw.rl.pipeline.lane_wire`): round trip alone p50
-  0.18-0.30 ms in runs where the pickle lane it replaced took 0.21-0.35 (tools/bench_lane.py). Measured
-  before that on the 2-core VM (tools/bench_pipeline.py, docs/training.md): the round trip alone p50
-  0.5-1.6 ms (busier runs), and obs->action with the policy 2.6-3.1 ms, against 17-29 ms through the two relay channel actors of ``channels`` (each
-  message is a Ray actor call in, and one out). The same message through a Ray Compiled Graph took p50
-  1.0-1.2 ms and p99 2.5-3.2 ms in the runs where the stream took 0.5-1.1 and 0.7-1.8. It works across nodes:
-  the rollout worker listens on its node's IP. A dead peer is seen at once (the kernel closes its socket), and
+- ``direct`` (default): one TCP stream per env worker, straight to its rollout worker. A frame is the message
+  in a typed codec (`rlhw.rl.pipeline.messages.pack`: a header naming each array's dtype and shape, then the
+  raw arrays; no pickle) and an AES-GCM tag (`rlhw.rl.pipeline.lane_wire`): round trip alone p50 0.18-0.49 ms
+  in runs where the pickle lane it replaced took 0.21-0.56, p99 within noise of it (tools/bench_lane.py,
+  tools/bench_pipeline.py --parts phases). Measured before that on the 2-core VM (tools/bench_pipeline.py,
+  docs/training.md): the round trip alone p50 0.5-1.6 ms (busier runs), and obs->action with the policy
+  2.6-3.1 ms, against 17-29 ms through the two relay channel actors of ``channels`` (each message is a Ray
+  actor call in, and one out). The same message through a Ray Compiled Graph took p50 1.0-1.2 ms and p99
+  2.5-3.2 ms in the runs where the stream took 0.5-1.1 and 0.7-1.8. It works across nodes: the rollout worker
+  listens on its node's IP. A dead peer is seen at once (the kernel closes its socket), and
   ``train.step_timeout_s`` bounds a peer that stops answering (a lost node sends nothing).
 - ``channels``: the older relay through the ``obs`` and ``actions`` channels, kept as the baseline.
 
 Replay batches and weights stay on their channels (bulk data, no deadline).
 
 Who may talk on a direct lane (the threat model is in docs/training.md): both ends prove they hold the run's
-lane token, each over a nonce the other has just drawn (the token never crosses), so a captured handshake is
+lane token, each over a nonce the other has just drawn (the token never crosses the lane), so a captured handshake is
 worthless on another connection; every frame after it carries a tag under keys drawn from that handshake and
 its sequence number, so without the token nobody on the robot network can join, inject, change, replay or
 reorder a frame, feed observations into a run's replay or send actions to an arm. Nothing received is
@@ -151,7 +152,7 @@ class DirectRolloutEnd:
         for key, _ in self.selector.select(timeout):
             try:
                 msgs.append(self.streams[key.data].read(EnvStep, self.timeout_s))
-            except LaneError as e:  # that env worker stopped, died or sent a bad frame; the controller's poll reports it
+            except LaneError as e:  # it stopped, died or sent a bad frame; the controller's poll reports it
                 self._drop(key.data, str(e))
         return msgs
 

@@ -42,7 +42,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from rlhw.errors import RlhwError
-from rlhw.rl.pipeline.messages import FrameError, pack, unpack
+from rlhw.rl.pipeline.messages import MAX_PAYLOAD_BYTES, FrameError, pack, unpack
 
 MAGIC = b"RLHWLN02"
 CHALLENGE = struct.Struct("!8s16s")  # magic, rollout nonce
@@ -56,7 +56,7 @@ MAX_PENDING = 256  # unfinished handshakes held at once; past it the oldest is r
 PREFIX = struct.Struct("!QQ")  # a frame's header and payload lengths
 TAG = 16
 MAX_HEADER = 1 << 16
-MAX_PAYLOAD = 1 << 31
+MAX_PAYLOAD = MAX_PAYLOAD_BYTES
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 

@@ -145,6 +145,7 @@ WIRE_DTYPES = tuple(np.dtype(name).newbyteorder("<") for name in (
 """The dtypes an array may have on the wire (its code there: index + 1), little-endian whatever the host."""
 MAX_ARRAYS = 256  # arrays in one message (a reach EnvStep with transitions has about 20)
 MAX_NDIM = 8
+MAX_PAYLOAD_BYTES = 1 << 31  # of all arrays of a message together (the lane's frame bound)
 _DTYPE_CODE = {dt: i + 1 for i, dt in enumerate(WIRE_DTYPES)}
 _KINDS = (EnvStep, Actions)  # a message's kind on the wire: index + 1
 _ALIGN = 16  # the header and every array start at a multiple of this in the payload (aligned numpy views)
@@ -284,6 +285,8 @@ def _layout(expected: type, flags: int, count: int, payload_len: int, described:
             raise FrameError(f"array {name!r}: group {group}, dtype code {code} (flags {flags}): not a valid, "
                              "unique array of the lane's dtypes")
         dtype, n = WIRE_DTYPES[code - 1], math.prod(shape)
+        if math.prod(max(d, 1) for d in shape) * dtype.itemsize > MAX_PAYLOAD_BYTES:  # numpy's bound, empty or not
+            raise FrameError(f"array {name!r} {shape} {dtype}: a shape no array of the lane can have")
         if at + n * dtype.itemsize > payload_len:
             raise FrameError(f"array {name!r} {shape} {dtype} ends past the payload's {payload_len} bytes")
         names[group][name] = (dtype, shape)
