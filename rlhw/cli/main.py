@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "placement": ("rlhw.cli.placement", "print where every process of every component runs"),
     "serve-env": ("rlhw.cli.serve_env", "serve gRPC step/reset in front of one arm or simulator"),
     "train": ("rlhw.cli.train", "train a policy (sim-only default: configs/sim_reach.yaml)"),
+    "eval": ("rlhw.cli.eval", "run a trained policy for N episodes: its success rate and Wilson interval"),
     "record-pose": ("rlhw.cli.record_pose", "save the hand's pose (moved there by hand-guiding or teleop) as a task's goal"),
     "smoke-test": ("rlhw.cli.smoke_test", "check robots, cameras, nodes and env servers; moves nothing unless asked"),
     "record-demos": ("rlhw.cli.record_demos", "record operator demonstrations (SpaceMouse, keyboard or scripted expert) as demo episodes"),

@@ -140,6 +140,10 @@ class TrainConfig(StrictModel):
                                           "or LeRobotDatasets (an `rlhw export-dataset` export as a path; another "
                                           "one as {path, observations, action}: rlhw.config.datasets) loaded into "
                                           "a demo buffer of their own; relative to the working directory")
+    init_from: str | None = Field(
+        None, description="warm start: a checkpoint file (or run directory) of rlhw train whose actor, critics and "
+                          "encoder this run starts from (e.g. a policy trained in MuJoCo, fine-tuned on a real cell); "
+                          "its env spec must match this env's; ignored by --resume, which continues its own checkpoint")
     demo_ratio: float = Field(0.5, ge=0.0, le=1.0, description="each batch draws round(demo_ratio * batch_size) "
                               "samples from the demo buffer (demos + interventions), the rest from online replay")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda when the process sees a GPU")

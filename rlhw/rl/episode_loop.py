@@ -140,6 +140,37 @@ def _ignore(*_) -> None:
     return None
 
 
+class RefusedSteps:
+    """A step hook: ``step(actions)``, or None where the env refused the step (the env server's error, or in
+    process what the server would refuse: a safety violation, a robot fault), so that the loop ends the running
+    episode(s) there, truncated, and what was recorded stays on disk. A dead server (``server_dead()``) raises:
+    its owner restarts it or gives up. ``in_a_row`` counts refusals since the last accepted step; ``last`` is
+    the last refusal's error, which the owner raises once too many came in a row. The env worker's and
+    `rlhw eval`'s rule, one implementation."""
+
+    def __init__(self, step: Callable[[np.ndarray], Stepped], server_dead: Callable[[], bool],
+                 note: Callable[[str], None], consequence: str = "episode truncated"):
+        self.step, self.server_dead, self.note, self.consequence = step, server_dead, note, consequence
+        self.in_a_row = 0
+        self.last: Exception | None = None
+
+    def __call__(self, actions: np.ndarray) -> Stepped | None:
+        from rlhw.env.client import EnvServiceError
+        from rlhw.errors import RobotFault, SafetyViolation
+
+        try:
+            stepped = self.step(actions)
+        except (EnvServiceError, SafetyViolation, RobotFault) as e:
+            if self.server_dead():
+                raise
+            self.note(f"step refused, {self.consequence}: {e}")
+            self.in_a_row += 1
+            self.last = e
+            return None
+        self.in_a_row = 0
+        return stepped
+
+
 @dataclass
 class LoopHooks:
     """What the loop's caller decides; the loop does everything else. Each hook is called in the loop's thread."""

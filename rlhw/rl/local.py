@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from rlhw.rl.checkpoint import checked_init_from, checkpoint_state, policy_contract, warm_start
 from rlhw.rl.demos import PROVENANCE_KEY, env_provenance, load_demos, recorded_env
 from rlhw.rl.episode_loop import Act, BatchView, EpisodeLoop, EpisodeResult, LoopHooks
 from rlhw.rl.episodes import EpisodeRecorder, iter_recorded_transitions
@@ -95,13 +96,19 @@ class LocalRun:
         self.run_dir, self.env, self.eval_env, self.rng = run_dir, env, eval_env, rng
         space = AgentSpace.from_spec(env.spec)
         self.agent = make_agent(config, env.spec, resolve_device(cfg.device))
+        self.contract = policy_contract(env.spec, cfg.sac)
         self.replay = MixedReplay(cfg.buffer_size, cfg.demo_ratio, seed=cfg.seed)
         provenance = env_provenance(config.env)
         self.fault_signal = FaultSignal.from_config(cfg)
         for batch in load_demos(cfg.demos, space.observation_shapes, space.action_shape, provenance=provenance,
                                 fault_signal=self.fault_signal):
             self.replay.add_demos(batch)
-        counters = _resume(run_dir, self.agent, self.replay, self.fault_signal) if resume else Counters()
+        if resume:
+            counters = _resume(run_dir, self.agent, self.replay, self.fault_signal)
+        else:
+            counters = Counters()
+            if cfg.init_from:
+                warm_start(self.agent, checked_init_from(config, env.spec))
         self.recorder = (EpisodeRecorder(Path(run_dir.episodes) / "env0", fsync=False,
                                          meta={PROVENANCE_KEY: recorded_env(config.env)})
                          if cfg.record_episodes else None)
@@ -170,16 +177,16 @@ class LocalRun:
             session.set_extra(**{"losses/alpha": metrics["losses/alpha"], "train/demo_buffer_size": len(replay.demos)})
 
     def _save(self) -> None:
-        self.run_dir.save_checkpoint(_checkpoint(self.agent, self.session), self.session.c.env_steps)
+        self.run_dir.save_checkpoint(_checkpoint(self.agent, self.session, self.contract), self.session.c.env_steps)
 
     def _close_recorder(self) -> None:
         if self.recorder is not None:
             self.recorder.close()
 
 
-def _checkpoint(agent: SAC, session: TrainingSession) -> dict:
-    return {"sac": agent.state_dict(), "layout": agent.layout.to_dict(), "env_steps": session.c.env_steps,
-            "updates": session.c.updates, "episodes": session.c.episodes, "best_success": session.c.best_success}
+def _checkpoint(agent: SAC, session: TrainingSession, contract: dict) -> dict:
+    c = session.c
+    return checkpoint_state(agent, contract, env_steps=c.env_steps, episodes=c.episodes, best_success=c.best_success)
 
 
 def _resume(run_dir: RunDir, agent: SAC, replay: MixedReplay, fault_signal: FaultSignal) -> Counters:

@@ -13,6 +13,8 @@ def train(config, run_dir: RunDir, resume: bool = False) -> StopReason:
     # Small MLPs on a few shared cores: one intra-op thread per process avoids spin-wait contention
     # (measured: 2 threads were >10x slower per update than 1 on a busy 2-core machine).
     torch.set_num_threads(1)
+    if config.train.init_from and not resume:
+        config = _absolute_init_from(config)
     if not resume:
         run_dir.write_config(config)
     # SIGTERM (systemd, job schedulers) ends the run as Ctrl-C does: robots stopped, checkpoint, run.json.
@@ -24,3 +26,15 @@ def train(config, run_dir: RunDir, resume: bool = False) -> StopReason:
         from rlhw.rl.pipeline.controller import train_pipeline
 
         return train_pipeline(config, run_dir, resume=resume)
+
+
+def _absolute_init_from(config):
+    """``train.init_from`` checked readable before anything starts, and made absolute: the actor worker that
+    loads it may run in another working directory. Its spec is checked once the env's is known."""
+    from pathlib import Path
+
+    from rlhw.rl.checkpoint import INIT_FROM, PolicyCheckpoint
+
+    path = PolicyCheckpoint.load(config.train.init_from, INIT_FROM).path
+    train_cfg = config.train.model_copy(update={"init_from": str(Path(path).resolve())})
+    return config.model_copy(update={"train": train_cfg})

@@ -38,6 +38,8 @@ from rlhw.robot.tasks.base import Task
 log = logging.getLogger(__name__)
 
 IMAGE_PREFIX = "image_"
+#: Fingers this close (m) to fully open count as open: a task that opens them at reset skips the move.
+GRIPPER_OPEN_M = 0.002
 
 
 def image_key(camera: str) -> str:
@@ -245,7 +247,8 @@ class RobotEnv:
             self.arm.command_pose(np.concatenate([target, state.ee_pose[3:7]]))
             self._wait(rc.settle_s)
             state = self._read_state()
-        if self.config.action.gripper:
+        if self.config.action.gripper or (self.task.opens_gripper_at_reset
+                                          and state.gripper_width < self.arm.max_gripper_width - GRIPPER_OPEN_M):
             self.arm.open_gripper()
             self._wait(min(rc.settle_s, self.arm.max_gripper_width / self.config.safety.gripper_max_speed_mps))
             state = self._read_state()

@@ -245,7 +245,7 @@ def _motion_checks(run: TargetRun, arm, target: RobotTarget, options: SmokeOptio
         if has_gripper:
             run.note("gripper", skipped(reason))
         return
-    run.run("motion", lambda: _small_motion_check(arm, env_config.safety, options), required=True,
+    run.run("motion", lambda: _small_motion_check(arm, env_config.safety, options, env_config.control_hz), required=True,
             timeout_s=3 * options.timeout_s)
     if has_gripper:
         run.run("gripper", lambda: _gripper_check(arm, options.timeout_s), required=True, timeout_s=3 * options.timeout_s)
@@ -275,8 +275,21 @@ def _wait_pose(arm, goal: np.ndarray, limit_s: float) -> tuple[float, float]:
             raise RobotFault(FaultKind.TIMEOUT, f"did not reach the target within {limit_s:g} s (still {err * 1e3:.1f} mm away)")
 
 
-def _small_motion_check(arm, safety, options: SmokeOptions) -> Outcome:
-    """``options.motion_m`` up (down when up would leave the workspace) and back to the start."""
+def _step_response(arm, start: np.ndarray, goal: np.ndarray, period_s: float) -> float:
+    """How far (m) the hand follows a target ``goal`` in one control period: what a policy's step achieves.
+    A policy trained on one driver expects the fraction it saw there (the MuJoCo arm: about 64 % of a 25 mm
+    step at 10 Hz); a controller that follows much less makes it reach slower or not at all."""
+    arm.command_pose(goal)
+    if arm.realtime:
+        time.sleep(period_s)
+    else:
+        arm.advance(period_s)
+    return float(np.linalg.norm(np.asarray(arm.state().ee_pose[:3]) - start[:3]))
+
+
+def _small_motion_check(arm, safety, options: SmokeOptions, control_hz: float = 10.0) -> Outcome:
+    """``options.motion_m`` up (down when up would leave the workspace) and back to the start; on the way out,
+    the commanded displacement against the one measured after one control period (`_step_response`)."""
     d = options.motion_m
     start = np.asarray(arm.state().ee_pose, float)
     p = start[:3]
@@ -289,6 +302,7 @@ def _small_motion_check(arm, safety, options: SmokeOptions) -> Outcome:
     goal[2] += d if up else -d
     arm.allow = True
     try:
+        followed = _step_response(arm, start, goal, 1.0 / control_hz)
         t_out, _ = _wait_pose(arm, goal, options.timeout_s)
         moved = float(np.linalg.norm(np.asarray(arm.state().ee_pose[:3]) - p))
         t_back, err = _wait_pose(arm, start, options.timeout_s)
@@ -297,10 +311,13 @@ def _small_motion_check(arm, safety, options: SmokeOptions) -> Outcome:
         raise
     finally:
         arm.allow = False
+    share = followed / d
     return passed(
-        f"{d * 100:.1f} cm {'up' if up else 'down'} and back",
-        ("" if arm.realtime else "simulated time: ") + f"out in {t_out:.2f} s (moved {moved * 100:.2f} cm), back in {t_back:.2f} s, return error {err * 1e3:.1f} mm",
+        f"{d * 100:.1f} cm {'up' if up else 'down'} and back; one step followed {share:.0%}",
+        ("" if arm.realtime else "simulated time: ") + f"out in {t_out:.2f} s (moved {moved * 100:.2f} cm), back in {t_back:.2f} s, return error {err * 1e3:.1f} mm; "
+        f"commanded {d * 1e3:.1f} mm, measured {followed * 1e3:.1f} mm after one control period ({1e3 / control_hz:.0f} ms)",
         moved_m=round(moved, 5), return_error_m=round(err, 5), out_s=round(t_out, 3), back_s=round(t_back, 3),
+        step_commanded_m=round(d, 5), step_measured_m=round(followed, 5), step_followed_share=round(share, 3),
     )
 
 

@@ -53,6 +53,8 @@ def test_allowed_motion_moves_the_mock_hand_and_brings_it_back(mock_arms):
     r = rows(report, "mock-sim0")
     assert r["motion"].status == PASS and r["gripper"].status == PASS
     assert r["motion"].measured["moved_m"] > 0.01
+    m = r["motion"].measured
+    assert 0 < m["step_measured_m"] <= m["step_commanded_m"] * 1.2 and m["step_followed_share"] > 0
     assert r["motion"].measured["return_error_m"] < 0.003
     arm = mock_arms[0]
     poses = [m[1] for m in arm.motions if m[0] == "command_pose"]

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from rlhw.rl.checkpoint import INIT_FROM, PolicyCheckpoint, checkpoint_state, policy_contract, warm_start
 from rlhw.rl.demos import load_demos
 from rlhw.rl.episodes import episode_files, episode_transitions, load_episode
 from rlhw.rl.fault_signal import FaultSignal
@@ -54,9 +55,11 @@ class ActorWorker(Worker):
     def setup(self, spec: EnvSpec, resume: bool = False) -> dict:
         """Build SAC from the env spec; load the demos (every rank all of them); on resume load the checkpoint
         and this rank's share of the recorded episodes (their intervention steps into the demo buffer too);
-        then make every rank start from rank 0's weights. Returns the resumed counters."""
+        else warm-start rank 0 from ``train.init_from``; then make every rank start from rank 0's weights.
+        Returns the resumed counters."""
         space = AgentSpace.from_spec(spec)
         self.agent = SAC(space.layout, space.low, space.high, self.cfg.sac, device=self.device)
+        self.contract = policy_contract(spec, self.cfg.sac)
         # provenance None: the controller checked it against the env config before any rank started
         signal = FaultSignal.from_config(self.cfg)
         for batch in load_demos(self.cfg.demos, space.observation_shapes, space.action_shape, provenance=None,
@@ -77,6 +80,8 @@ class ActorWorker(Worker):
                 if i % self.world_size == self.rank:
                     self.replay.add_batch(episode_transitions(ep, signal))
             counters["env_steps"] = recorded
+        elif self.cfg.init_from and self.rank == 0:  # checked by the controller; the broadcast below shares it
+            warm_start(self.agent, PolicyCheckpoint.load(self.cfg.init_from, INIT_FROM))
         self.agent.broadcast_weights(0)
         self.publish_weights()
         return counters
@@ -124,8 +129,7 @@ class ActorWorker(Worker):
     def save_checkpoint(self, counters: dict) -> str | None:
         if self.rank != 0:
             return None
-        state = {"sac": self.agent.state_dict(), "layout": self.agent.layout.to_dict(), **counters,
-                 "updates": self.agent.updates}
+        state = checkpoint_state(self.agent, self.contract, **counters)
         return str(self.run_dir.save_checkpoint(state, int(counters.get("env_steps", 0))))
 
     def weights_digest(self) -> str:

@@ -33,6 +33,7 @@ import time
 import uuid
 
 from rlhw.errors import ConfigError, WorkerError
+from rlhw.rl.checkpoint import checked_init_from
 from rlhw.rl.demos import env_provenance, load_demos
 from rlhw.rl.pipeline.actor_worker import ActorWorker
 from rlhw.rl.pipeline.env_worker import EnvWorker, env_transport, simulated
@@ -119,6 +120,8 @@ class Pipeline:
             # Bad demos fail here, with the field named, rather than inside every actor rank.
             load_demos(config.train.demos, observation_shapes(self.spec), tuple(self.spec.action.shape),
                        env_provenance(config.env))
+            if config.train.init_from and not resume:  # and a warm start that does not fit this env
+                checked_init_from(config, self.spec)
             if self.n_actor > 1:
                 self.actors.init_collective("auto")
             self.resumed = self.actors.setup(self.spec, resume).wait(CALL_TIMEOUT_S)[0]

@@ -158,3 +158,29 @@ class EnvServerProcess:
         if self._pump_thread is not None:
             self._pump_thread.join(timeout=2.0)  # the log file then holds the child's last words
 
+
+
+def open_remote_env(config, robot_rank: int, log_path: Path, session_id: str):
+    """A `rlhw serve-env` child for arm ``robot_rank`` and a `RemoteEnv` session to it, with the run's step
+    timeouts: how an env worker (and `rlhw eval`) reaches a real arm. Returns (server, env); a server whose
+    instance count differs from ``env.num_envs`` is stopped and refused."""
+    from rlhw.env.client import RemoteEnv
+
+    cfg = config.train
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    server = EnvServerProcess(config, robot_rank, log_path, cfg.env_start_timeout_s)
+    address = server.start()
+    try:
+        token = config.server.resolve_token() if hasattr(config.server, "resolve_token") else None
+        env = RemoteEnv(address, token=token, timeout_s=cfg.step_timeout_s,
+                        reset_timeout_s=max(cfg.step_timeout_s, config.server.reset_deadline_s),
+                        reconnect_s=5.0, session_id=session_id,
+                        measurements_in_info=True)  # the loop health reads info["timing"] per step
+        if env.num_envs != config.env.num_envs:
+            env.close()
+            raise EnvServerError(f"env server at {address} serves {env.num_envs} env instance(s), but env.num_envs "
+                                 f"is {config.env.num_envs}: the server must be started from the same config")
+    except BaseException:
+        server.stop()
+        raise
+    return server, env

@@ -30,15 +30,14 @@ from pathlib import Path
 
 import numpy as np
 
-from rlhw.env.client import EnvServiceError
-from rlhw.errors import ConfigError, RobotFault, SafetyViolation
+from rlhw.errors import ConfigError
 from rlhw.rl.demos import PROVENANCE_KEY, recorded_env
-from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, Stepped
+from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, RefusedSteps, Stepped
 from rlhw.rl.fault_signal import FaultSignal
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.instances import EVAL, TRAIN, Instances
 from rlhw.rl.pipeline.acting import PolicyNextToArm
-from rlhw.rl.pipeline.env_server import EnvServerError, EnvServerProcess
+from rlhw.rl.pipeline.env_server import EnvServerError, EnvServerProcess, open_remote_env
 from rlhw.rl.pipeline.loop_health import LoopTimer
 from rlhw.rl.pipeline.lane import ChannelEnvEnd, DirectEnvEnd, EnvLaneEnd, LaneAddress
 from rlhw.rl.pipeline.messages import Actions, EnvProgress, EnvStep, EpisodeResult
@@ -110,8 +109,13 @@ class EnvWorker(Worker):
         self.loop_isolation: dict | None = None  # what took effect in the loop thread (its start sets it)
         self.gc_guard = GcGuard()
         self.faults: list[str] = []
-        self.consecutive_faults = 0
-        self.refusal: Exception | None = None  # the last refused step's error
+        # a refused step (the server's refusal, or in process what the server would refuse) ends the running
+        # episode(s) there; the env worker's view changes when its server is restarted, hence the lambdas
+        self.refused = RefusedSteps(lambda actions: self.episode_loop.view.step(actions),
+                                    lambda: self.server is not None and not self.server.alive(),
+                                    lambda text: self.faults.append(text),
+                                    f"episodes of all {self.num_envs} instances truncated" if self.num_envs > 1
+                                    else "episode truncated")
         self.transport = env_transport(config, self.robot_rank)
         fsync = self.cfg.fsync_episodes
         if fsync == "auto":
@@ -144,20 +148,8 @@ class EnvWorker(Worker):
                                         fault_signal=FaultSignal.from_config(self.cfg))
 
     def _start_server(self) -> None:
-        from rlhw.env.client import RemoteEnv
-
         log = self.run_dir / "logs" / f"env{self.rank}-server.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        self.server = EnvServerProcess(self.config, self.robot_rank, log, self.cfg.env_start_timeout_s)
-        address = self.server.start()
-        token = self.config.server.resolve_token() if hasattr(self.config.server, "resolve_token") else None
-        self.env = RemoteEnv(address, token=token, timeout_s=self.cfg.step_timeout_s,
-                             reset_timeout_s=max(self.cfg.step_timeout_s, self.config.server.reset_deadline_s),
-                             reconnect_s=5.0, session_id=f"rlhw-train-env{self.rank}",
-                             measurements_in_info=True)  # the loop health reads info["timing"] per step
-        if self.env.num_envs != self.num_envs:
-            raise EnvServerError(f"env server at {address} serves {self.env.num_envs} env instance(s), but "
-                                 f"env.num_envs is {self.num_envs}: the server must be started from the same config")
+        self.server, self.env = open_remote_env(self.config, self.robot_rank, log, f"rlhw-train-env{self.rank}")
 
     def _restart_server(self, why: str) -> None:
         """A dead server child replaced by a new one (only the server transport has a child to restart)."""
@@ -298,8 +290,8 @@ class EnvWorker(Worker):
         self.episode_loop.run(self.hooks, seed=int(self.rng.integers(2**31)))
         self._put_transitions(self._pending)
         self._pending = None
-        if self.consecutive_faults > 3:
-            raise self.refusal
+        if self.refused.in_a_row > 3:
+            raise self.refused.last
 
     # ---- the episode loop's hooks (loop thread)
     def _act(self, obs: dict, rows: list[int], evaluating: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -358,19 +350,7 @@ class EnvWorker(Worker):
         if self.wait_inside and self.episode_loop.book.rows(TRAIN):
             with self.lock:  # a simulator waits for the learner before its next train step
                 self.gate.wait(self.train_steps, lambda: self.stopping)
-        try:
-            stepped = self.episode_loop.view.step(actions)
-        except (EnvServiceError, SafetyViolation, RobotFault) as e:  # in process: what the server would refuse
-            if self.server is not None and not self.server.alive():
-                raise
-            consequence = (f"episodes of all {self.num_envs} instances truncated" if self.num_envs > 1
-                           else "episode truncated")
-            self.faults.append(f"step refused, {consequence}: {e}")
-            self.consecutive_faults += 1
-            self.refusal = e
-            return None
-        self.consecutive_faults = 0
-        return stepped
+        return self.refused(actions)
 
     def _actions(self) -> Actions:
         """The policy's answer: one row per instance that asked."""

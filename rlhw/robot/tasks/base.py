@@ -65,6 +65,11 @@ class Task(abc.ABC):
     contact_zone: tuple[np.ndarray, float] | None = None
     #: Speed (m/s) of the env's straight moves along ``retreat_path`` / ``approach_path``.
     path_speed_mps: float = 0.05
+    #: The env opens the fingers at every reset even when the action does not move them
+    #: (``env.action.gripper`` false), so ``gripper_width`` reads the same on every driver: the
+    #: MuJoCo hand starts open, franky-sim's half open (40 mm), a real hand where it was left.
+    #: A task that holds something between the fingers (insert: the peg) keeps False.
+    opens_gripper_at_reset: bool = False
 
     def __init__(self, config: EnvConfig, options: Mapping[str, Any] | None = None):
         self.config = config

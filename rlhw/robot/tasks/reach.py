@@ -36,6 +36,8 @@ def gripper_width_observation(width: float) -> float:
 
 @register_task("reach")
 class Reach(Task):
+    opens_gripper_at_reset = True  # nothing in the hand; gripper_width must not differ between drivers
+
     def __init__(self, config, options: Mapping[str, Any] | None = None):
         super().__init__(config, options)
         self.check_options(set())
