@@ -12,7 +12,9 @@ where a crash cut the file, and keeps everything before it.
 
 A finished ``.npz`` holds ``obs/<name>`` with T+1 entries, ``action``, ``reward``, ``terminated``,
 ``truncated``, ``success``, ``time``, ``intervened``, ``policy_version`` with T entries, and ``meta`` (JSON
-bytes). ``action`` is what the arm executed (the operator's command during an intervention); ``intervened``
+bytes), and ``judge_success`` (T) where a simulator's judge gave its verdict on every step (the ground truth
+of a rehearsal, apart from ``success``, which is what the cell measured: the classifier's or the operator's
+verdict). ``action`` is what the arm executed (the operator's command during an intervention); ``intervened``
 says a person (or a scripted expert) was in control; ``policy_version`` is the version of the policy weights
 that chose the action, -1 when no policy did (an operator, an expert, uniform random warm-up actions). They
 are the audit trail of a run. Episodes written before these two fields load with all False / -1.
@@ -89,13 +91,16 @@ class EpisodeRecorder:
                       {f"obs/{k}": v for k, v in self._obs[0].items()})
 
     def step(self, action, reward: float, terminated: bool, truncated: bool, next_obs: Mapping[str, np.ndarray],
-             success: bool = False, *, intervened: bool = False, policy_version: int = -1) -> None:
+             success: bool = False, *, intervened: bool = False, policy_version: int = -1,
+             judge_success: bool | None = None) -> None:
         """Record one step; ``action`` is what the arm executed (see the module docstring for the flags)."""
         if self._f is None:
             raise RuntimeError("EpisodeRecorder.step before begin()")
         rec = {"reward": float(reward), "terminated": bool(terminated), "truncated": bool(truncated),
                "success": bool(success), "time": time.time(), "intervened": bool(intervened),
                "policy_version": int(policy_version)}
+        if judge_success is not None:
+            rec["judge_success"] = bool(judge_success)
         action = np.asarray(action, dtype=np.float32)
         self._obs.append({k: np.array(v) for k, v in next_obs.items()})
         self._steps.append({**rec, "action": action})
@@ -140,6 +145,8 @@ def _episode_arrays(obs: list[dict], steps: list[dict], meta: dict) -> dict[str,
         out[k] = np.array([s[k] for s in steps], dtype=dt)
     out["intervened"] = np.array([s.get("intervened", False) for s in steps], dtype=bool)
     out["policy_version"] = np.array([s.get("policy_version", -1) for s in steps], dtype=np.int64)
+    if all("judge_success" in s for s in steps):  # a simulator judged every step (rlhw/robot/rehearsal.py)
+        out["judge_success"] = np.array([s["judge_success"] for s in steps], dtype=bool)
     out["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     return out
 

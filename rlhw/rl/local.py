@@ -18,7 +18,7 @@ from rlhw.rl.episodes import EpisodeRecorder, iter_recorded_transitions
 from rlhw.rl.replay import MixedReplay, TransitionBatch
 from rlhw.rl.rundir import RunDir
 from rlhw.rl.sac import SAC, resolve_device
-from rlhw.rl.session import Counters, StopReason, TrainingSession, interrupted
+from rlhw.rl.session import Counters, StopReason, TrainingSession, VerdictTally, interrupted
 from rlhw.rl.spaces import AgentSpace
 from rlhw.runtime.isolation import GcGuard, apply_learner_threads, apply_loop_isolation
 
@@ -49,17 +49,29 @@ def agent_policy(agent: SAC, rng: np.random.Generator, random_actions: bool = Fa
 
 def run_episode(env, agent: SAC, rng: np.random.Generator, recorder: EpisodeRecorder | None, kind: str,
                 random_actions: bool = False,
-                on_step: Callable[[TransitionBatch], None] | None = None) -> EpisodeResult:
+                on_step: Callable[[TransitionBatch], None] | None = None,
+                verdicts: VerdictTally | None = None) -> EpisodeResult:
     """One ``kind`` episode (train or eval: the policy's mean action) of ``env`` (one instance with the RobotEnv
     contract) through the episode loop; returns (return, success, length, intervened steps). Each step is
     recorded, and in a train episode handed to ``on_step`` as a transition, with the action the arm executed
-    and its ``intervened`` flag."""
+    and its ``intervened`` flag. ``verdicts`` counts the steps where a classifier and a simulator judge both
+    gave a verdict."""
     loop = EpisodeLoop(BatchView(env, env.spec), 0, [recorder] if recorder is not None else None)
     results: list[EpisodeResult] = []
-    loop.run(LoopHooks(agent_policy(agent, rng, random_actions), lambda book: kind,
-                       lambda _kind, result: results.append(result), sink=on_step),
-             seed=int(rng.integers(2**31)))
+    hooks = LoopHooks(agent_policy(agent, rng, random_actions), lambda book: kind,
+                      lambda _kind, result: results.append(result), sink=on_step)
+    if verdicts is not None:
+        hooks.stepped = lambda info: tally_verdicts(verdicts, info)
+    loop.run(hooks, seed=int(rng.integers(2**31)))
     return results[0]
+
+
+def tally_verdicts(tally: VerdictTally, info: dict) -> None:
+    """One step's classifier verdict (``info["success"]``, when ``reward_classifier`` ran) against the judge's. A
+    classifier success ends its episode (``env.reward.terminate_on_success``, the default)."""
+    if "reward_classifier" in info and "judge_success" in info:
+        success = bool(info["success"])
+        tally.add(success, bool(info["judge_success"]), success)
 
 
 def train_local(config, run_dir: RunDir, env_factory: Callable | None = None, resume: bool = False,
@@ -100,6 +112,7 @@ class LocalRun:
         self.session = TrainingSession(config, run_dir, counters)
         self.isolation = config.cluster.node_env(0).isolation
         self.gc_guard = GcGuard()
+        self.verdicts = VerdictTally()  # the classifier against the judge on train steps, per eval period
 
     def run(self) -> StopReason:
         """Train episodes, evaluating, logging and checkpointing as the session says, until it says stop."""
@@ -113,7 +126,9 @@ class LocalRun:
                     session.log()
                 if session.eval_due():
                     session.record_eval([run_episode(self.eval_env, self.agent, self.rng, self.recorder, "eval")
-                                         for _ in range(self.cfg.eval_episodes)])
+                                         for _ in range(self.cfg.eval_episodes)],
+                                        self.verdicts.row() if self.verdicts.steps else None)
+                    self.verdicts = VerdictTally()
                 if session.checkpoint_due() or session.stop is not None:
                     self._save()
                 session.check_budget()
@@ -146,7 +161,7 @@ class LocalRun:
     def _train_episode(self) -> None:
         warmup = self.session.c.env_steps < self.cfg.learning_starts
         result = run_episode(self.env, self.agent, self.rng, self.recorder, "train", random_actions=warmup,
-                             on_step=self._learn)
+                             on_step=self._learn, verdicts=self.verdicts)
         self.session.add_episode(*result)
 
     def _learn(self, transitions: TransitionBatch) -> None:
