@@ -118,7 +118,14 @@ def run_variant(name: str, overrides: list[str], config_path: Path, args) -> dic
                                      r["reward/classifier_false_negatives"], r["reward/classifier_steps"],
                                      r["reward/classifier_false_success_episodes"])
                                     for r in rows if r.get("reward/classifier_steps") is not None],
+            "phases": phases(rows),
             "run_dir": str(rd.path)}
+
+
+def phases(rows: list[dict]) -> dict:
+    """Where the run's time went, as of its last eval (the local runner's perf/* figures)."""
+    timed = [r for r in rows if r.get("perf/update_total_s") is not None]
+    return {k: round(v, 1) for k, v in timed[-1].items() if k.startswith("perf/") and v is not None} if timed else {}
 
 
 def main() -> int:
@@ -168,6 +175,7 @@ def main() -> int:
         print(f"    evals (env steps, success): {r['evals']}", flush=True)
         if r["intervention_rate"]:
             print(f"    intervention rate (env steps, share of steps): {r['intervention_rate']}", flush=True)
+        print(f"    where the time went (last eval): {r['phases']}", flush=True)
         if r["classifier_vs_judge"]:
             print("    classifier vs judge per eval period (env steps, false positive steps, false negative steps, "
                   f"steps, false-success episodes): {r['classifier_vs_judge']}", flush=True)

@@ -106,8 +106,8 @@ def read_episodes(paths: list[str], labels: str = "recorded") -> list:
             success = np.asarray(ep["judge_success"], dtype=bool)
             meta = {k: v for k, v in meta.items() if k not in ("operator_success", "operator_marks")}
         episodes.append(EpisodeFrames(str(f), images, success, meta))
-    if not files:
-        raise ConfigError("EPISODES", f"no episode files (demo-*, train-*, eval-*) under {', '.join(paths) or 'nothing'}; "
+    if paths and not files:
+        raise ConfigError("EPISODES", f"no episode files (demo-*, train-*, eval-*) under {', '.join(paths)}; "
                                       "record some with `rlhw record-demos CONFIG --out DIR env.images=true`")
     return episodes
 
