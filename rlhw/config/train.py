@@ -38,6 +38,11 @@ class SacConfig(StrictModel):
     critic_layer_norm: bool = Field(True, description="LayerNorm after each hidden layer of the critics")
     actor_q: Literal["mean", "min"] = Field("mean", description="the actor maximises the mean (RLPD) or the "
                                                                 "minimum (SAC) of the N critics")
+    target_features: Literal["online", "target"] = Field(
+        "online", description="what the target critics read next_obs through (images only): 'online' = the online "
+                              "encoder's features, computed once without gradient and shared with the next action "
+                              "(DrQ-v2: one encoder pass fewer per update); 'target' = their own Polyak-averaged "
+                              "copy of the encoder (DrQ, SERL)")
 
     @model_validator(mode="before")
     @classmethod

@@ -7,6 +7,9 @@ Pieces, in the order they are used:
   rlhw.vision.encoders: `train.sac.image_encoder`). ONE Encoder is shared by the actor and every critic;
   the critic loss trains it, the actor reads its features with the gradient stopped (DrQ-v2, SERL), the
   target critics hold a Polyak-averaged copy. Training images are randomly shifted (DrQ) in `update`.
+  An update encodes obs once (with gradient) and next_obs once (without), and the target critics read
+  those next_obs features (``train.sac.target_features: online``, DrQ-v2's form) unless told to run their
+  own encoder copy (``target``, DrQ's and SERL's form: one encoder pass more; tools/bench_sac_vision.py).
 - `Actor`: tanh-squashed Gaussian policy on the encoder's features.
 - `CriticEnsemble`: N critics in ONE module (weights [N, in, out], one batched matmul per layer instead of N
   small modules; tools/bench_critics.py measures the cost), LayerNorm after each hidden layer. RLPD (Ball et al. 2023):
@@ -310,10 +313,14 @@ class SAC:
         return rng.uniform(self.act_low, self.act_high, size=(n, len(self.act_low))).astype(np.float32)
 
     # ---- learning
-    def target_q(self, obs, actions: torch.Tensor) -> torch.Tensor:
+    def target_q(self, obs, actions: torch.Tensor, online_features: torch.Tensor | None = None) -> torch.Tensor:
         """[B, 1]: the minimum over a random subset of M of the N target critics, drawn anew for each batch.
-        M = N = 2 is SAC's clipped double-Q; M = 2 of N = 10 is RLPD's (less pessimistic, less variance)."""
+        M = N = 2 is SAC's clipped double-Q; M = 2 of N = 10 is RLPD's (less pessimistic, less variance).
+        With ``train.sac.target_features: online`` they read ``online_features`` (the online encoder's, of
+        ``obs``) instead of running their own encoder copy over ``obs``."""
         subset = torch.randperm(self.critic.n, device=self.device)[: self.cfg.critic_subset]
+        if self.cfg.target_features == "online" and online_features is not None:
+            return self.critic_target.q(online_features, actions, members=subset).min(dim=0).values
         return self.critic_target(obs, actions, members=subset).min(dim=0).values
 
     def _batch_obs(self, batch: Mapping[str, np.ndarray], prefix: str) -> dict[str, torch.Tensor]:
@@ -335,11 +342,13 @@ class SAC:
         alpha = self.log_alpha.exp().detach()
 
         # Critic: soft Bellman target from the smallest of a random subset of M target critics (with N = M = 2,
-        # SAC's clipped double-Q); every one of the N critics regresses to that one target. The batch is
-        # encoded once, with gradient: the critic loss is what trains the shared encoder.
+        # SAC's clipped double-Q); every one of the N critics regresses to that one target. next_obs is encoded
+        # once without gradient, for the next action and (target_features=online) the target critics; obs once
+        # with gradient: the critic loss is what trains the shared encoder.
         with torch.no_grad():
-            next_actions, next_log_pi, _ = self.actor.sample(next_obs)
-            q_next = self.target_q(next_obs, next_actions)
+            next_features = self.encoder(next_obs)
+            next_actions, next_log_pi, _ = self.actor.sample_features(next_features)
+            q_next = self.target_q(next_obs, next_actions, next_features)
             target = rewards + not_done * self.cfg.gamma * (q_next - alpha * next_log_pi)
         features = self.encoder(obs)
         q = self.critic.q(features, actions)
@@ -357,10 +366,9 @@ class SAC:
         q_pi = q_all.mean(dim=0) if self.cfg.actor_q == "mean" else q_all.min(dim=0).values
         actor_loss = (alpha * log_pi - q_pi).mean()
         self.actor_optimizer.zero_grad(set_to_none=True)
-        actor_loss.backward()
+        actor_loss.backward(inputs=self.actor_params)  # no gradients for the critics: they are not stepped here
         _average_gradients(self.actor_params)
         self.actor_optimizer.step()
-        # The actor step left gradients on the critics' heads; they are cleared by the next zero_grad.
 
         # Temperature.
         alpha_loss = (-self.log_alpha.exp() * (log_pi.detach() + self.target_entropy)).mean()

@@ -21,6 +21,7 @@ from typing import Callable
 
 from rlhw.config.isolation import LoopIsolation
 from rlhw.errors import ConfigError
+from rlhw.runtime.heap import keep_freed_memory
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +89,12 @@ def _read_priority(oscalls: OsScheduling) -> dict:
 
 
 def apply_learner_threads(iso: LoopIsolation, default: int = 1) -> int:
-    """torch's intra-op threads for a learner on this node (``learner_threads``, else ``default``)."""
+    """torch's intra-op threads for a learner on this node (``learner_threads``, else ``default``); the
+    process also keeps freed memory for reuse (`rlhw.runtime.heap`: an image update's tensors would
+    page-fault in anew at every update otherwise)."""
     import torch
+
+    keep_freed_memory()
 
     threads = iso.learner_threads or default
     torch.set_num_threads(threads)

@@ -25,10 +25,10 @@ def _layout(cameras=CAMERAS) -> ObsLayout:
     return ObsLayout.from_shapes(shapes, dtypes)
 
 
-def _sac(seed: int = 0, augment_seed: int = 0, cameras=CAMERAS, **encoder) -> SAC:
+def _sac(seed: int = 0, augment_seed: int = 0, cameras=CAMERAS, target_features: str = "online", **encoder) -> SAC:
     torch.manual_seed(seed)
     cfg = SacConfig(hidden_sizes=(16, 16), batch_size=8, critic_ensemble=2, critic_subset=2,
-                    image_encoder=ImageEncoderConfig(features=16, **encoder))
+                    target_features=target_features, image_encoder=ImageEncoderConfig(features=16, **encoder))
     return SAC(_layout(cameras), -np.ones(2), np.ones(2), cfg, augment_seed=augment_seed)
 
 
@@ -183,3 +183,97 @@ def test_a_proprio_only_agent_has_no_encoder_weights_and_no_augmentation():
     assert sac.augment is None and list(sac.encoder.parameters()) == []
     assert set(sac.policy_state()) == {"trunk.0.weight", "trunk.0.bias", "trunk.2.weight", "trunk.2.bias",
                                        "trunk.4.weight", "trunk.4.bias", "scale", "bias"}
+
+
+# ---- the fast update against the straightforward one
+def _plain_features(encoder, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The Encoder's features with each camera's normalisation written out (no folding)."""
+    cams = [encoder.cnns[n].head(encoder.cnns[n].backbone(encoder.cnns[n].normalise(obs[n]))) for n, _ in encoder.layout.images]
+    return torch.cat([obs["proprio"], *cams], dim=-1)
+
+
+def _plain_update(sac: SAC, batch: dict[str, np.ndarray]) -> dict[str, float]:
+    """One SAC step written the straightforward way: a separate encoder pass per use (the next action through the
+    online encoder, the target Q through the target critics' own copy), the normalisation written out, and the
+    actor's loss backpropagated everywhere. Same random draws, in the same order, as `SAC.update`."""
+    obs, next_obs = sac._batch_obs(batch, "obs/"), sac._batch_obs(batch, "next_obs/")
+    actions, rewards = torch.as_tensor(batch["action"]), torch.as_tensor(batch["reward"]).view(-1, 1)
+    alpha = sac.log_alpha.exp().detach()
+    with torch.no_grad():
+        next_actions, next_log_pi, _ = sac.actor.sample_features(_plain_features(sac.encoder, next_obs))
+        subset = torch.randperm(sac.critic.n)[: sac.cfg.critic_subset]
+        q_next = sac.critic_target.q(_plain_features(sac.critic_target.encoder, next_obs), next_actions, subset)
+        target = rewards + sac.cfg.gamma * (q_next.min(dim=0).values - alpha * next_log_pi)
+    features = _plain_features(sac.encoder, obs)
+    qf_loss = (sac.critic.q(features, actions) - target).pow(2).mean(dim=(1, 2)).sum()
+    sac.q_optimizer.zero_grad()
+    qf_loss.backward()
+    sac.q_optimizer.step()
+    pi, log_pi, _ = sac.actor.sample_features(features.detach())
+    actor_loss = (alpha * log_pi - sac.critic.q(features.detach(), pi).mean(dim=0)).mean()
+    sac.actor_optimizer.zero_grad()
+    actor_loss.backward()
+    sac.actor_optimizer.step()
+    return {"losses/qf_loss": qf_loss.item() / sac.critic.n, "losses/actor_loss": actor_loss.item()}
+
+
+def _with_sgd(sac: SAC) -> SAC:
+    """Plain gradient steps, so that equal gradients give equal weights (Adam's first step is lr * sign(g),
+    which float rounding can flip where a gradient is ~0)."""
+    sac.q_optimizer = torch.optim.SGD(sac.critic_params, lr=0.01)
+    sac.actor_optimizer = torch.optim.SGD(sac.actor_params, lr=0.01)
+    return sac
+
+
+@pytest.mark.parametrize("target_features", ["online", "target"])
+def test_the_update_computes_what_the_straightforward_step_computes(target_features):
+    """At the first update the target critics' encoder still equals the online one, so both
+    ``train.sac.target_features`` must give the straightforward step's losses and weights."""
+    fast, plain = (_with_sgd(_sac(seed=0, augment_seed=3, target_features=target_features)) for _ in range(2))
+    batch = _batch()
+    torch.manual_seed(1)
+    got = fast.update(batch)
+    torch.manual_seed(1)
+    want = _plain_update(plain, batch)
+    assert got["losses/qf_loss"] == pytest.approx(want["losses/qf_loss"], rel=1e-5)
+    assert got["losses/actor_loss"] == pytest.approx(want["losses/actor_loss"], rel=1e-5, abs=1e-6)
+    for module in ("actor", "critic"):
+        mine, theirs = getattr(fast, module).state_dict(), getattr(plain, module).state_dict()
+        for k, v in mine.items():
+            torch.testing.assert_close(v, theirs[k], rtol=1e-5, atol=1e-6, msg=f"{module}.{k}")
+
+
+def test_with_online_target_features_the_target_encoder_is_not_run_and_next_obs_is_encoded_once():
+    calls = {"online": 0, "target": 0}
+    for mode in ("online", "target"):
+        sac = _sac(target_features=mode, cameras=("image_front",))
+        online, target = sac.encoder.cnns["image_front"], sac.critic_target.encoder.cnns["image_front"]
+        counts = {"online": 0, "target": 0}
+        online.register_forward_hook(lambda *_: counts.__setitem__("online", counts["online"] + 1))
+        target.register_forward_hook(lambda *_: counts.__setitem__("target", counts["target"] + 1))
+        sac.update(_batch(cameras=("image_front",)))
+        calls[mode] = dict(counts)
+    assert calls["online"] == {"online": 2, "target": 0}, "obs and next_obs, each once, through the online encoder"
+    assert calls["target"] == {"online": 2, "target": 1}
+
+
+def test_the_actor_step_adds_no_gradient_to_the_critics():
+    """The actor's backward pass goes through the critics to the action but computes no critic weight gradient
+    (the critics are not stepped by it): at the actor's step the critics hold exactly the critic loss's gradients."""
+    sac, seen = _sac(cameras=("image_front",)), {}
+    critic_step, actor_step = sac.q_optimizer.step, sac.actor_optimizer.step
+
+    def snapshot(key, step):
+        def wrapped():
+            seen[key] = [p.grad.clone() for p in sac.critic_params]
+            step()
+        return wrapped
+    sac.q_optimizer.step, sac.actor_optimizer.step = snapshot("critic", critic_step), snapshot("actor", actor_step)
+    sac.update(_batch(cameras=("image_front",)))
+    assert all(torch.equal(a, b) for a, b in zip(seen["critic"], seen["actor"]))
+    assert all(p.grad is not None for p in sac.actor.trunk.parameters())
+
+
+def test_an_unknown_target_features_value_is_refused_naming_the_field():
+    with pytest.raises(ValueError, match="target_features"):
+        SacConfig(target_features="both")

@@ -88,3 +88,30 @@ def test_a_frozen_encoder_keeps_its_backbone_fixed_and_in_eval_mode_while_the_he
 def test_an_image_size_outside_the_encoders_range_is_a_config_error():
     with pytest.raises(ConfigError, match="32 to 256 px"):
         build_image_encoder(ImageEncoderConfig(), (16, 16, 3))
+
+
+@pytest.mark.parametrize("kind, folded", [("cnn", True), ("resnet10", False)])
+def test_the_fast_forward_matches_the_normalisation_written_out_in_outputs_and_gradients(kind, folded):
+    """`forward` folds (x / 255 - mean) / std into the cnn's unpadded first conv (a ResNet's padded conv
+    gets one fused multiply-add instead); both must compute what the written-out form computes."""
+    torch.manual_seed(0)
+    enc = build_image_encoder(ImageEncoderConfig(kind=kind, features=32), (64, 64, 3))
+    assert enc.fold_into_first_conv is folded
+    images = _batch(4, 64)
+    fast = enc(images)
+    fast.square().sum().backward()
+    fast_grads = {n: p.grad.clone() for n, p in enc.named_parameters()}
+    enc.zero_grad(set_to_none=True)
+    plain = enc.head(enc.backbone(enc.normalise(images)))
+    plain.square().sum().backward()
+    torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)
+    for name, p in enc.named_parameters():  # float rounding, scaled to each gradient's size (BatchNorm sums many terms)
+        torch.testing.assert_close(fast_grads[name], p.grad, rtol=1e-4, atol=1e-5 * float(p.grad.abs().max()), msg=name)
+    first = enc.backbone[0] if folded else enc.backbone.conv1
+    assert first.weight.grad.abs().sum() > 0, "the first layer learns through the folded weights"
+
+
+def test_the_reference_normalisation_maps_the_cnns_pixels_to_minus_and_plus_a_half():
+    enc = build_image_encoder(ImageEncoderConfig(kind="cnn"), (64, 64, 3))
+    black, white = torch.zeros(1, 64, 64, 3, dtype=torch.uint8), torch.full((1, 64, 64, 3), 255, dtype=torch.uint8)
+    assert torch.allclose(enc.normalise(black), torch.tensor(-0.5)) and torch.allclose(enc.normalise(white), torch.tensor(0.5))
