@@ -5,6 +5,7 @@ eval success for (a) SAC from scratch, (b) RLPD with scripted demos, (c) (b) plu
     PYTHONPATH=$PWD .venv/bin/python tools/bench_hil.py --task insert --variants b --target 0.9
 
 - (a) plain SAC's critics (N=2, M=2, no LayerNorm, actor on min), no demos.
+- (n) the config as it is: its critics (RLPD's by default), no demos (what ``rlhw train CONFIG`` learns with).
 - (b) RLPD's critics (the defaults) and ``train.demos: [DIR]``. DIR is ``--demos``, else the tool records it
   first with the real command: ``rlhw record-demos configs/sim_TASK.yaml --teleop scripted --episodes N``.
 - (c) (b), and the scripted expert as the operator through the env's own takeover path
@@ -29,7 +30,8 @@ disagreed with the judge on training steps (``reward/classifier_*`` in metrics.j
 Eval episodes run on an env of their own WITHOUT the operator (``env.teleop.device=none``) and with seeds
 never used for training: eval episode k of the run (k = 0, 1, ... over all evals) resets with seed
 EVAL_SEED_BASE + k; training episodes draw their seeds below 2**31 and demos use env.seed + episode.
-``--set KEY=VALUE`` (repeatable) passes config overrides a user would tune (train.demo_ratio, ...).
+``--set KEY=VALUE`` (repeatable) passes config overrides a user would tune (train.demo_ratio, ...). Each run
+reports how many train and eval episodes a safety fault ended, by kind (the episodes' recorded ``fault``).
 """
 
 from __future__ import annotations
@@ -89,6 +91,20 @@ def operator_overrides(args) -> list[str]:
             f"env.teleop.takeover_steps={args.takeover_steps}", f"env.teleop.patience={args.patience}"]
 
 
+def fault_counts(run_dir: Path) -> dict:
+    """Per episode kind (train, eval): episodes, and how many a fault ended, by kind (the recorded ``fault``)."""
+    from collections import Counter
+
+    from rlhw.rl.episodes import episode_files, load_episode
+
+    out = {}
+    for kind in ("train", "eval"):
+        files = episode_files(Path(run_dir) / "episodes", kind)
+        ended = Counter(str(k) for f in files for k in load_episode(f)["fault"] if k)
+        out[kind] = {"episodes": len(files), **dict(sorted(ended.items()))}
+    return out
+
+
 def run_variant(name: str, overrides: list[str], config_path: Path, args) -> dict:
     from rlhw.config import load_config
     from rlhw.rl.local import train_local
@@ -118,8 +134,7 @@ def run_variant(name: str, overrides: list[str], config_path: Path, args) -> dic
                                      r["reward/classifier_false_negatives"], r["reward/classifier_steps"],
                                      r["reward/classifier_false_success_episodes"])
                                     for r in rows if r.get("reward/classifier_steps") is not None],
-            "phases": phases(rows),
-            "run_dir": str(rd.path)}
+            "phases": phases(rows), "faults": fault_counts(rd.path), "run_dir": str(rd.path)}
 
 
 def phases(rows: list[dict]) -> dict:
@@ -132,8 +147,8 @@ def main() -> int:
     import torch
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--task", choices=["push_cube", "insert", "push_cube_pixels"], default="push_cube")
-    ap.add_argument("--variants", default="a", help="comma-separated subset of a,b,c (push_cube_pixels: r,g), in that order")
+    ap.add_argument("--task", choices=["push_cube", "insert", "reach", "push_cube_pixels"], default="push_cube")
+    ap.add_argument("--variants", default="a", help="comma-separated subset of a,b,c,n (push_cube_pixels: r,g), in that order")
     ap.add_argument("--classifier", help="(r) success classifier file; default: rlhw train-reward on the demos")
     ap.add_argument("--demos", help="demo directory for (b) and (c); default: record --demo-episodes first")
     ap.add_argument("--demo-episodes", type=int, default=10)
@@ -153,14 +168,14 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(1)
     variants = args.variants.split(",")
-    allowed = {"r", "g"} if args.task == "push_cube_pixels" else {"a", "b", "c"}
+    allowed = {"r", "g"} if args.task == "push_cube_pixels" else {"a", "b", "c", "n"}
     if set(variants) - allowed:
         ap.error(f"--variants: use a subset of {','.join(sorted(allowed))} for {args.task}, got {args.variants!r}")
     config_path = ROOT / f"configs/sim_{args.task}.yaml"
-    demos = args.demos or (record_demos(config_path, args) if set(variants) - {"a"} else None)
+    demos = args.demos or (record_demos(config_path, args) if set(variants) - {"a", "n"} else None)
     classifier = args.classifier or (train_reward(demos, args) if "r" in variants else None)
     with_operator = [f"train.demos=[{demos}]", *operator_overrides(args)]
-    plans = {"a": ("a-sac", SAC_CRITICS), "b": ("b-rlpd-demos", [f"train.demos=[{demos}]"]),
+    plans = {"a": ("a-sac", SAC_CRITICS), "n": ("n-config", []), "b": ("b-rlpd-demos", [f"train.demos=[{demos}]"]),
              "c": ("c-rlpd-demos-interventions", with_operator),
              "r": ("r-rehearsal-classifier-reward", [*with_operator, f"env.reward.classifier={classifier}"]),
              "g": ("g-ground-truth-reward", [*with_operator, "env.sim_state=visible"])}
@@ -173,6 +188,7 @@ def main() -> int:
         print(f"  {r['variant']:28s} steps to target: {r['steps_to_target']}  wall to target: "
               f"{r['wall_to_target_s']} s  ({r['status']}: {r['reason']}; {r['wall_s']} s)", flush=True)
         print(f"    evals (env steps, success): {r['evals']}", flush=True)
+        print(f"    episodes a fault ended (by kind): {r['faults']}", flush=True)
         if r["intervention_rate"]:
             print(f"    intervention rate (env steps, share of steps): {r['intervention_rate']}", flush=True)
         print(f"    where the time went (last eval): {r['phases']}", flush=True)

@@ -6,12 +6,14 @@ a real-robot config mostly changes `max_env_steps`, `mode` and the eval cadence.
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from rlhw.config.base import StrictModel
 from rlhw.config.vision import ImageEncoderConfig
+from rlhw.errors import FaultKind
 
 
 class SacConfig(StrictModel):
@@ -69,6 +71,43 @@ class SacConfig(StrictModel):
         return self
 
 
+class FaultStore(str, Enum):
+    """How the learner stores the step that a safety fault ended (rlhw/rl/fault_signal.py)."""
+
+    TRUNCATE = "truncate"  # as the env reports it: not terminal, bootstrapped from the last good observation
+    TERMINAL = "terminal"  # terminal, with the step's reward (minus the penalty)
+    STAND_STILL = "stand_still"  # terminal, worth standing still where the arm stopped: reward / (1 - gamma)
+
+
+# Faults the policy's own motion causes; a camera stall or a lost link is not the action's doing.
+POLICY_FAULTS = (FaultKind.CONTACT, FaultKind.LIMIT, FaultKind.REFLEX)
+
+
+class FaultSignalConfig(StrictModel):
+    """What a safety fault teaches the critic (docs/training.md, "Faults that teach").
+
+    A fault stops the arm and ends the episode; the env reports the step as truncated, with the last good
+    observation. Stored like that, the critic bootstraps from where the arm stopped and pressing on an obstacle
+    looks like a pause. ``stand_still`` stores it as an end state worth what staying there forever would earn,
+    ``reward / (1 - gamma)``: no scale to tune, and worse than any continuation that makes progress."""
+
+    store: FaultStore = Field(FaultStore.STAND_STILL, description="truncate (the env's report, nothing learned), "
+                              "terminal (end state worth the step's reward) or stand_still (end state worth "
+                              "reward / (1 - gamma))")
+    penalty: float = Field(0.0, ge=0.0, allow_inf_nan=False, description="subtracted from the stored reward of a "
+                           "fault step (in reward units)")
+    kinds: tuple[FaultKind, ...] = Field(POLICY_FAULTS, description="the fault kinds that teach; other faults "
+                                         "(camera_stall, network, ...) are stored as truncated")
+
+    @field_validator("kinds")
+    @classmethod
+    def _no_lock(cls, v: tuple[FaultKind, ...]) -> tuple[FaultKind, ...]:
+        if FaultKind.LOCKED in v:
+            raise ValueError("locked is not a fault of a step (it follows repeated faults, whose own kinds are "
+                             f"listed); use kinds from {[k.value for k in POLICY_FAULTS]} and the like")
+        return v
+
+
 class TrainConfig(StrictModel):
     """How `rlhw train` runs.
 
@@ -95,6 +134,8 @@ class TrainConfig(StrictModel):
     demo_ratio: float = Field(0.5, ge=0.0, le=1.0, description="each batch draws round(demo_ratio * batch_size) "
                               "samples from the demo buffer (demos + interventions), the rest from online replay")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda when the process sees a GPU")
+    fault_signal: FaultSignalConfig = Field(FaultSignalConfig(), description="how a step a safety fault ended is "
+                                            "stored for the critic: store, penalty, kinds")
 
     eval_every_steps: int = Field(1_000, ge=1, description="run evaluation episodes every this many env steps")
     eval_episodes: int = Field(10, ge=1)
@@ -130,5 +171,10 @@ class TrainConfig(StrictModel):
             raise ValueError(
                 f"train.sac.batch_size ({self.sac.batch_size}) exceeds train.buffer_size ({self.buffer_size}); "
                 "raise buffer_size or lower batch_size"
+            )
+        if self.fault_signal.store is FaultStore.STAND_STILL and self.sac.gamma >= 1.0:
+            raise ValueError(
+                "train.fault_signal.store=stand_still is worth reward / (1 - gamma), which has no finite value with "
+                "train.sac.gamma=1; lower gamma or use store=terminal with a penalty"
             )
         return self

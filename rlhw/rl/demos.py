@@ -19,14 +19,16 @@ import numpy as np
 
 from rlhw.errors import ConfigError
 from rlhw.rl.episodes import episode_files, episode_transitions, load_episode
+from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
 
 DEMO_KINDS = ("demo", "train")
 
 
-def load_demos(dirs: Sequence[str], observations: Mapping[str, tuple[int, ...]],
-               action_shape: tuple[int, ...]) -> list[dict[str, np.ndarray]]:
+def load_demos(dirs: Sequence[str], observations: Mapping[str, tuple[int, ...]], action_shape: tuple[int, ...],
+               fault_signal: FaultSignal = AS_REPORTED) -> list[dict[str, np.ndarray]]:
     """Every demo and train episode under each of ``dirs`` as transition batches, checked against the env's
-    per-instance observation shapes and action shape. Raises ConfigError naming ``train.demos[i]``."""
+    per-instance observation shapes and action shape, fault steps stored as ``fault_signal`` says. Raises
+    ConfigError naming ``train.demos[i]``."""
     batches = []
     for i, d in enumerate(dirs):
         where = f"train.demos[{i}]"
@@ -40,7 +42,7 @@ def load_demos(dirs: Sequence[str], observations: Mapping[str, tuple[int, ...]],
             raise ConfigError(where, f"{d} holds no demo-*/train-* episode with a step (searched recursively)")
         for f, ep in episodes:
             _check_episode(where, f, ep, observations, action_shape)
-            batches.append(episode_transitions(ep))
+            batches.append(episode_transitions(ep, fault_signal))
     return batches
 
 

@@ -25,6 +25,7 @@ import numpy as np
 # The env server's own normalisation of an env's info (one implementation for the wire and the loop).
 from rlhw.env.host import executed_per_instance, final_observation_rows, instance_faults, merged_timing
 from rlhw.rl.episodes import EpisodeRecorder
+from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
 from rlhw.rl.instances import EVAL, IDLE, TRAIN, Instances
 from rlhw.rl.replay import TransitionBatch, transition_batch
 from rlhw.rl.spaces import neutral_actions
@@ -52,6 +53,7 @@ class Stepped:
     intervened: np.ndarray
     faults: list  # per instance: "kind: message" of a fault that ended its episode, else None
     info: dict = field(default_factory=dict)  # the env's info, timings merged (for the loop timer)
+    fault_kinds: list = field(default_factory=list)  # per instance: the FaultKind that ended its episode, else None
     judged: np.ndarray | None = None  # a simulator judge's ground truth per instance (``judge_success``), if any
 
     @property
@@ -102,12 +104,12 @@ class BatchView:
     def _step_one(self, actions: np.ndarray) -> Stepped:
         obs, reward, terminated, truncated, info = self.env.step(actions[0])
         done, intervened = executed_rows(actions, info, 1)
-        fault = info.get("fault")
+        kinds, messages = instance_faults(info, 1)
         obs = one_instance(obs)
         judged = np.array([bool(info["judge_success"])]) if "judge_success" in info else None
         return Stepped(obs, obs, np.array([reward], np.float64), np.array([bool(terminated)]),
                        np.array([bool(truncated)]), np.array([bool(np.any(info.get("success", False)))]),
-                       done, intervened, [f"{fault}: {info.get('fault_message')}" if fault else None], info, judged)
+                       done, intervened, [f"{kinds[0]}: {messages[0]}" if kinds[0] else None], info, kinds, judged)
 
     def _step_batch(self, actions: np.ndarray) -> Stepped:
         """A batched step; final observations come as a dict with a mask (the env server) or as a list with
@@ -125,7 +127,7 @@ class BatchView:
             info = {**info, "timing": merged_timing(info["timing"])}
         return Stepped(obs, last, np.asarray(reward, np.float64), terminated, truncated,
                        np.broadcast_to(np.asarray(info.get("success", False), bool), (n,)),
-                       done, intervened, [f"{k}: {m}" if k else None for k, m in zip(kinds, messages)], info)
+                       done, intervened, [f"{k}: {m}" if k else None for k, m in zip(kinds, messages)], info, kinds)
 
 
 def final_observations(next_obs: dict, final: dict | None, mask, ended: np.ndarray) -> dict:
@@ -162,11 +164,14 @@ class LoopHooks:
 
 class EpisodeLoop:
     """The loop over one env's n instances: their bookkeeping (`Instances`) and their recorders persist across
-    `run` calls; ``meta`` goes into every recorded episode (with ``instance`` where n > 1)."""
+    `run` calls; ``meta`` goes into every recorded episode (with ``instance`` where n > 1). ``fault_signal``
+    (``train.fault_signal``) says how a train step that a safety fault ended is handed to the sink; recorders
+    keep the step as the env reported it, with the fault's kind."""
 
     def __init__(self, view: BatchView, max_episode_steps: int, recorders: list[EpisodeRecorder] | None = None,
-                 meta: dict | None = None):
+                 meta: dict | None = None, fault_signal: FaultSignal = AS_REPORTED):
         self.view, self.n = view, view.num_envs
+        self.fault_signal = fault_signal
         self.book = Instances(self.n, max_episode_steps)
         self.recorders, self.meta = recorders, dict(meta or {})
         self.autoreset = self.n > 1
@@ -189,14 +194,19 @@ class EpisodeLoop:
             self._record(rows, stepped, versions)
             self._note_faults(hooks, stepped)
             if hooks.sink is not None and (train := book.rows(TRAIN)):
-                hooks.sink(transition_batch(_rows(obs, train), _rows(stepped.last, train), stepped.executed[train],
-                                            stepped.reward[train], stepped.terminated[train],
-                                            stepped.intervened[train]))
+                hooks.sink(self._transitions(obs, stepped, train))
             if hooks.stopping():
                 self._end_running(hooks)
                 return
             self._finish_ended(hooks, stepped)
             obs, rows = stepped.obs, book.rows()
+
+    def _transitions(self, obs: dict, s: Stepped, train: list[int]) -> TransitionBatch:
+        """The train instances' transitions, fault steps stored as ``fault_signal`` says."""
+        faults = [s.fault_kinds[i] for i in train] if s.fault_kinds else [None] * len(train)
+        reward, terminated = self.fault_signal.stored(s.reward[train], s.terminated[train], faults)
+        return transition_batch(_rows(obs, train), _rows(s.last, train), s.executed[train], reward, terminated,
+                                s.intervened[train])
 
     def _start(self, hooks: LoopHooks, seed: int | None) -> dict:
         """Reset every instance (a batch gives instance i seed + i) and choose each one's episode kind."""
@@ -231,6 +241,7 @@ class EpisodeLoop:
             self.recorders[i].step(s.executed[i], s.reward[i], s.terminated[i], s.truncated[i],
                                    {k: v[i] for k, v in s.last.items()}, s.success[i], intervened=s.intervened[i],
                                    policy_version=-1 if s.intervened[i] else versions[i],
+                                   fault=s.fault_kinds[i] if s.fault_kinds else None,
                                    judge_success=None if s.judged is None else bool(s.judged[i]))
 
     def _note_faults(self, hooks: LoopHooks, s: Stepped) -> None:

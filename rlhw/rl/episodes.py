@@ -11,13 +11,14 @@ followed. The file is flushed after every record. A reader stops at the first in
 where a crash cut the file, and keeps everything before it.
 
 A finished ``.npz`` holds ``obs/<name>`` with T+1 entries, ``action``, ``reward``, ``terminated``,
-``truncated``, ``success``, ``time``, ``intervened``, ``policy_version`` with T entries, and ``meta`` (JSON
-bytes), and ``judge_success`` (T) where a simulator's judge gave its verdict on every step (the ground truth
+``truncated``, ``success``, ``time``, ``intervened``, ``policy_version``, ``fault`` with T entries, and ``meta``
+(JSON bytes), and ``judge_success`` (T) where a simulator's judge gave its verdict on every step (the ground truth
 of a rehearsal, apart from ``success``, which is what the cell measured: the classifier's or the operator's
-verdict). ``action`` is what the arm executed (the operator's command during an intervention); ``intervened``
-says a person (or a scripted expert) was in control; ``policy_version`` is the version of the policy weights
-that chose the action, -1 when no policy did (an operator, an expert, uniform random warm-up actions). They
-are the audit trail of a run. Episodes written before these two fields load with all False / -1.
+verdict). ``action`` is what the arm executed (the operator's command during an intervention); ``fault`` is
+the `FaultKind` value of a safety fault that ended the episode at that step, else ""; ``intervened`` says a
+person (or a scripted expert) was in control; ``policy_version`` is the version of the policy weights that
+chose the action, -1 when no policy did (an operator, an expert, uniform random warm-up actions). They are the
+audit trail of a run. Episodes written before these fields load with all False / -1 / "".
 """
 
 from __future__ import annotations
@@ -32,7 +33,11 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
+from rlhw.errors import FaultKind
+from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
+
 _NAME = re.compile(r"^(train|eval|demo)-(\d{6})\.(steps|npz)$")
+FAULT_CHARS = max(len(k.value) for k in FaultKind)  # the ``fault`` field: a fixed-width string, no pickle
 
 
 def _write_record(f, header: dict, arrays: Mapping[str, np.ndarray]) -> None:
@@ -92,13 +97,13 @@ class EpisodeRecorder:
 
     def step(self, action, reward: float, terminated: bool, truncated: bool, next_obs: Mapping[str, np.ndarray],
              success: bool = False, *, intervened: bool = False, policy_version: int = -1,
-             judge_success: bool | None = None) -> None:
+             fault: FaultKind | None = None, judge_success: bool | None = None) -> None:
         """Record one step; ``action`` is what the arm executed (see the module docstring for the flags)."""
         if self._f is None:
             raise RuntimeError("EpisodeRecorder.step before begin()")
         rec = {"reward": float(reward), "terminated": bool(terminated), "truncated": bool(truncated),
                "success": bool(success), "time": time.time(), "intervened": bool(intervened),
-               "policy_version": int(policy_version)}
+               "policy_version": int(policy_version), "fault": FaultKind(fault).value if fault else ""}
         if judge_success is not None:
             rec["judge_success"] = bool(judge_success)
         action = np.asarray(action, dtype=np.float32)
@@ -145,6 +150,7 @@ def _episode_arrays(obs: list[dict], steps: list[dict], meta: dict) -> dict[str,
         out[k] = np.array([s[k] for s in steps], dtype=dt)
     out["intervened"] = np.array([s.get("intervened", False) for s in steps], dtype=bool)
     out["policy_version"] = np.array([s.get("policy_version", -1) for s in steps], dtype=np.int64)
+    out["fault"] = np.array([s.get("fault", "") for s in steps], dtype=f"<U{FAULT_CHARS}")
     if all("judge_success" in s for s in steps):  # a simulator judged every step (rlhw/robot/rehearsal.py)
         out["judge_success"] = np.array([s["judge_success"] for s in steps], dtype=bool)
     out["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
@@ -160,6 +166,7 @@ def load_episode(path: str | os.PathLike) -> dict[str, np.ndarray]:
         n = len(ep["action"])  # episodes from before the audit fields: nobody intervened, no version known
         ep.setdefault("intervened", np.zeros(n, bool))
         ep.setdefault("policy_version", np.full(n, -1, np.int64))
+        ep.setdefault("fault", np.full(n, "", f"<U{FAULT_CHARS}"))
         return ep
     records = _read_records(path)
     if not records or not records[0][0].get("reset"):
@@ -187,23 +194,26 @@ def episode_files(root: str | os.PathLike, kind: str | tuple[str, ...] = "train"
     return [p for p in files if not (p.suffix == ".steps" and p.with_suffix(".npz").exists())]
 
 
-def episode_transitions(ep: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """An episode's arrays -> a batch of transitions for the replay buffer."""
+def episode_transitions(ep: Mapping[str, np.ndarray], fault_signal: FaultSignal = AS_REPORTED) -> dict[str, np.ndarray]:
+    """An episode's arrays -> a batch of transitions for the replay buffer; a step a fault ended is stored as
+    ``fault_signal`` says (``train.fault_signal``), the same as the episode loop stores it live."""
     out = {}
     for k, v in ep.items():
         if k.startswith("obs/"):
             out[k] = v[:-1]
             out["next_" + k] = v[1:]
     out["action"] = ep["action"]
-    out["reward"] = ep["reward"].astype(np.float32)
-    out["terminated"] = ep["terminated"].astype(np.float32)
     n = len(ep["action"])
+    reward, terminated = fault_signal.stored(ep["reward"], ep["terminated"], ep.get("fault", [None] * n))
+    out["reward"] = reward
+    out["terminated"] = terminated.astype(np.float32)
     out["intervened"] = np.asarray(ep.get("intervened", np.zeros(n, bool)), np.float32)
     return out
 
 
-def iter_recorded_transitions(root: str | os.PathLike, kind: str = "train") -> Iterator[dict[str, np.ndarray]]:
+def iter_recorded_transitions(root: str | os.PathLike, kind: str = "train",
+                              fault_signal: FaultSignal = AS_REPORTED) -> Iterator[dict[str, np.ndarray]]:
     for path in episode_files(root, kind):
         ep = load_episode(path)
         if ep and len(ep["action"]):
-            yield episode_transitions(ep)
+            yield episode_transitions(ep, fault_signal)

@@ -17,6 +17,7 @@ import torch
 from rlhw.rl.demos import load_demos
 from rlhw.rl.episode_loop import Act, BatchView, EpisodeLoop, EpisodeResult, LoopHooks
 from rlhw.rl.episodes import EpisodeRecorder, iter_recorded_transitions
+from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
 from rlhw.rl.replay import MixedReplay, TransitionBatch
 from rlhw.rl.rundir import RunDir
 from rlhw.rl.sac import SAC, resolve_device
@@ -50,14 +51,14 @@ def agent_policy(agent: SAC, rng: np.random.Generator, random_actions: bool = Fa
 
 
 def run_episode(env, agent: SAC, rng: np.random.Generator, recorder: EpisodeRecorder | None, kind: str,
-                random_actions: bool = False,
-                on_step: Callable[[TransitionBatch], None] | None = None,
-                on_info: Callable[[dict], None] | None = None) -> EpisodeResult:
+                random_actions: bool = False, on_step: Callable[[TransitionBatch], None] | None = None,
+                fault_signal: FaultSignal = AS_REPORTED, on_info: Callable[[dict], None] | None = None) -> EpisodeResult:
     """One ``kind`` episode (train or eval: the policy's mean action) of ``env`` (one instance with the RobotEnv
     contract) through the episode loop; returns (return, success, length, intervened steps). Each step is
     recorded, and in a train episode handed to ``on_step`` as a transition, with the action the arm executed
-    and its ``intervened`` flag; ``on_info`` gets each step's info."""
-    loop = EpisodeLoop(BatchView(env, env.spec), 0, [recorder] if recorder is not None else None)
+    and its ``intervened`` flag, a fault step stored as ``fault_signal`` says; ``on_info`` gets each step's info."""
+    loop = EpisodeLoop(BatchView(env, env.spec), 0, [recorder] if recorder is not None else None,
+                       fault_signal=fault_signal)
     results: list[EpisodeResult] = []
     hooks = LoopHooks(agent_policy(agent, rng, random_actions), lambda book: kind,
                       lambda _kind, result: results.append(result), sink=on_step)
@@ -106,9 +107,10 @@ class LocalRun:
         space = AgentSpace.from_spec(env.spec)
         self.agent = make_agent(config, env.spec, resolve_device(cfg.device))
         self.replay = MixedReplay(cfg.buffer_size, cfg.demo_ratio, seed=cfg.seed)
-        for batch in load_demos(cfg.demos, space.observation_shapes, space.action_shape):
+        self.fault_signal = FaultSignal.from_config(cfg)
+        for batch in load_demos(cfg.demos, space.observation_shapes, space.action_shape, self.fault_signal):
             self.replay.add_demos(batch)
-        counters = _resume(run_dir, self.agent, self.replay) if resume else Counters()
+        counters = _resume(run_dir, self.agent, self.replay, self.fault_signal) if resume else Counters()
         self.recorder = EpisodeRecorder(Path(run_dir.episodes) / "env0", fsync=False) if cfg.record_episodes else None
         self.session = TrainingSession(config, run_dir, counters)
         self.isolation = config.cluster.node_env(0).isolation
@@ -166,7 +168,7 @@ class LocalRun:
     def _train_episode(self) -> None:
         warmup = self.session.c.env_steps < self.cfg.learning_starts
         result = run_episode(self.env, self.agent, self.rng, self.recorder, "train", random_actions=warmup,
-                             on_step=self._learn, on_info=self._note_step)
+                             on_step=self._learn, fault_signal=self.fault_signal, on_info=self._note_step)
         self.session.add_episode(*result)
 
     def _note_step(self, info: dict) -> None:
@@ -224,7 +226,7 @@ def _checkpoint(agent: SAC, session: TrainingSession) -> dict:
             "updates": session.c.updates, "episodes": session.c.episodes, "best_success": session.c.best_success}
 
 
-def _resume(run_dir: RunDir, agent: SAC, replay: MixedReplay) -> Counters:
+def _resume(run_dir: RunDir, agent: SAC, replay: MixedReplay, fault_signal: FaultSignal) -> Counters:
     """The checkpoint's weights and counters; every recorded train transition back into online replay (the
     intervention steps into the demo buffer too: `MixedReplay.add_batch`)."""
     ckpt = run_dir.load_checkpoint()
@@ -234,7 +236,7 @@ def _resume(run_dir: RunDir, agent: SAC, replay: MixedReplay) -> Counters:
         counters.updates = int(ckpt["updates"])
         counters.episodes = int(ckpt.get("episodes", 0))
         counters.best_success = float(ckpt.get("best_success", float("nan")))
-    for batch in iter_recorded_transitions(run_dir.episodes):
+    for batch in iter_recorded_transitions(run_dir.episodes, fault_signal=fault_signal):
         replay.add_batch(batch)
     counters.env_steps = replay.online.total_added
     return counters

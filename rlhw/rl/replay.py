@@ -1,8 +1,9 @@
 """Replay buffer: a numpy ring of transitions, stored as one preallocated array per field.
 
 A transition is a flat dict: ``obs/<name>``, ``next_obs/<name>``, ``action``, ``reward``, ``terminated``,
-``intervened``. ``terminated`` (not ``truncated``) stops bootstrapping: a time-limit cut or a robot fault is
-not an end state. ``action`` is what the arm executed; ``intervened`` (1.0 / 0.0) marks an operator's step.
+``intervened``. ``terminated`` (not ``truncated``) stops bootstrapping: a time-limit cut is not an end state; a
+step that a safety fault ended is stored as ``train.fault_signal`` says (rlhw/rl/fault_signal.py). ``action``
+is what the arm executed; ``intervened`` (1.0 / 0.0) marks an operator's step.
 
 `MixedReplay` is what the learners sample from: online replay plus a demo buffer (RLPD's symmetric sampling).
 """

@@ -333,6 +333,18 @@ class SAC:
                 t[name] = self.augment(t[name])
         return t
 
+    @torch.no_grad()
+    def bellman_target(self, next_obs: dict[str, torch.Tensor], rewards: torch.Tensor, not_done: torch.Tensor,
+                       alpha: torch.Tensor) -> torch.Tensor:
+        """The soft Bellman target (n, 1) from the smallest of a random subset of M target critics (with
+        N = M = 2, SAC's clipped double-Q). Where ``not_done`` is 0 (a terminal step: a success, or a safety
+        fault stored as ``train.fault_signal`` says) it is the stored reward alone. next_obs is encoded once, for
+        the next action and (``target_features: online``) the target critics."""
+        next_features = self.encoder(next_obs)
+        next_actions, next_log_pi, _ = self.actor.sample_features(next_features)
+        q_next = self.target_q(next_obs, next_actions, next_features)
+        return rewards + not_done * self.cfg.gamma * (q_next - alpha * next_log_pi)
+
     def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
         """One SAC step on a batch dict with obs/<k>, next_obs/<k>, action, reward, terminated."""
         obs, next_obs = self._batch_obs(batch, "obs/"), self._batch_obs(batch, "next_obs/")
@@ -341,15 +353,9 @@ class SAC:
         not_done = 1.0 - torch.as_tensor(batch["terminated"], dtype=torch.float32, device=self.device).view(-1, 1)
         alpha = self.log_alpha.exp().detach()
 
-        # Critic: soft Bellman target from the smallest of a random subset of M target critics (with N = M = 2,
-        # SAC's clipped double-Q); every one of the N critics regresses to that one target. next_obs is encoded
-        # once without gradient, for the next action and (target_features=online) the target critics; obs once
-        # with gradient: the critic loss is what trains the shared encoder.
-        with torch.no_grad():
-            next_features = self.encoder(next_obs)
-            next_actions, next_log_pi, _ = self.actor.sample_features(next_features)
-            q_next = self.target_q(next_obs, next_actions, next_features)
-            target = rewards + not_done * self.cfg.gamma * (q_next - alpha * next_log_pi)
+        # Critic: every one of the N critics regresses to the one target (next_obs encoded once, without
+        # gradient, in bellman_target); obs is encoded once with gradient: the critic loss trains the encoder.
+        target = self.bellman_target(next_obs, rewards, not_done, alpha)
         features = self.encoder(obs)
         q = self.critic.q(features, actions)
         qf_loss = (q - target).pow(2).mean(dim=(1, 2)).sum()

@@ -62,7 +62,8 @@ class RobotEnv:
     one (its timestamps say how old it is). When the safety layer locks, that step reports
     ``info["fault"] = FaultKind.LOCKED`` (``info["fault_cause"]`` keeps the kind that led to it) and every later
     ``reset``/``step`` raises `SafetyViolation` with the reason. Choice: raising rather than returning
-    truncated forever, so no training loop spins silently against a locked arm.
+    truncated forever, so no training loop spins silently against a locked arm. What a fault step teaches
+    the critic is the learner's choice (``train.fault_signal``, rlhw/rl/fault_signal.py), not the env's.
 
     Nothing moves unless asked: construction and ``connect`` send no motion; ``reset`` moves home
     (slowly) and ``step`` moves by one bounded step. ``step`` before ``reset``, after the episode

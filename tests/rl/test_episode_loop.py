@@ -278,7 +278,7 @@ def _worker(tmp_path, *overrides) -> EnvWorker:
     """An env worker without Ray or lanes: its env (in process), episode loop and counters."""
     raw = {"cluster": CLUSTER, "env": {"sim": "mock", "max_episode_steps": 5},
            "train": {"progress": False}}
-    config = load_config_dict(raw, list(overrides))
+    config = load_config_dict(raw, overrides=list(overrides))
     w = EnvWorker.__new__(EnvWorker)
     w._setup(config, str(tmp_path), 1, "")
     Lanes(w)

@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from rlhw.rl.demos import load_demos
 from rlhw.rl.episodes import episode_files, episode_transitions, load_episode
+from rlhw.rl.fault_signal import FaultSignal
 from rlhw.rl.pipeline.messages import REPLAY_CHANNEL, WEIGHTS_CHANNEL, PolicyWeights
 from rlhw.rl.replay import MixedReplay
 from rlhw.rl.rundir import RunDir
@@ -56,7 +57,8 @@ class ActorWorker(Worker):
         then make every rank start from rank 0's weights. Returns the resumed counters."""
         space = AgentSpace.from_spec(spec)
         self.agent = SAC(space.layout, space.low, space.high, self.cfg.sac, device=self.device)
-        for batch in load_demos(self.cfg.demos, space.observation_shapes, space.action_shape):
+        signal = FaultSignal.from_config(self.cfg)
+        for batch in load_demos(self.cfg.demos, space.observation_shapes, space.action_shape, signal):
             self.replay.add_demos(batch)
         counters = {"env_steps": 0, "updates": 0, "episodes": 0, "best_success": float("nan")}
         if resume:
@@ -71,7 +73,7 @@ class ActorWorker(Worker):
                     continue
                 recorded += len(ep["action"])
                 if i % self.world_size == self.rank:
-                    self.replay.add_batch(episode_transitions(ep))
+                    self.replay.add_batch(episode_transitions(ep, signal))
             counters["env_steps"] = recorded
         self.agent.broadcast_weights(0)
         self.publish_weights()

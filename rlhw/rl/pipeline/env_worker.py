@@ -33,6 +33,7 @@ import numpy as np
 from rlhw.env.client import EnvServiceError
 from rlhw.errors import ConfigError, RobotFault, SafetyViolation
 from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, Stepped
+from rlhw.rl.fault_signal import FaultSignal
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.instances import EVAL, TRAIN, Instances
 from rlhw.rl.pipeline.acting import PolicyNextToArm
@@ -134,7 +135,8 @@ class EnvWorker(Worker):
             self._start_server()
             spec = self.env.env_spec
         self.episode_loop = EpisodeLoop(BatchView(self.env, spec), self.config.env.max_episode_steps, self.recorders,
-                                        meta={"robot_rank": self.robot_rank, "env_rank": self.rank})
+                                        meta={"robot_rank": self.robot_rank, "env_rank": self.rank},
+                                        fault_signal=FaultSignal.from_config(self.cfg))
 
     def _start_server(self) -> None:
         from rlhw.env.client import RemoteEnv
