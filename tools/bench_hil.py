@@ -14,6 +14,19 @@ eval success for (a) SAC from scratch, (b) RLPD with scripted demos, (c) (b) plu
   executes its action through the safety layer and reports ``info["intervened"]``. Intervention steps count
   as env steps.
 
+The rehearsal of a real cell (``--task push_cube_pixels``, configs/sim_push_cube_pixels.yaml: cameras plus proprio,
+``env.sim_state=hidden``, 40 N), both variants with the demos (recorded with images) and the scripted operator of (c):
+
+- (r) the reward from the success classifier that ``rlhw train-reward DEMOS`` trains (the tool runs that command,
+  unless ``--classifier`` names a model file): HIL-SERL's recipe;
+- (g) the baseline: the same run with the ground-truth sparse reward (``env.sim_state=visible``, no classifier: the
+  task's own success test on the simulator's cube, 1 on success), which isolates what the classifier costs.
+
+    PYTHONPATH=$PWD .venv/bin/python tools/bench_hil.py --task push_cube_pixels --variants r,g --demo-episodes 20
+
+``eval/success_rate`` is the simulator judge's verdict in both; (r) logs per eval period how often the classifier
+disagreed with the judge on training steps (``reward/classifier_*`` in metrics.jsonl).
+
 Eval episodes run on an env of their own WITHOUT the operator (``env.teleop.device=none``) and with seeds
 never used for training: eval episode k of the run (k = 0, 1, ... over all evals) resets with seed
 EVAL_SEED_BASE + k; training episodes draw their seeds below 2**31 and demos use env.seed + episode.
@@ -63,6 +76,15 @@ def record_demos(config_path: Path, args) -> Path:
     return out
 
 
+def train_reward(demos: Path, args) -> Path:
+    """The success classifier from the demos' frames, with the user's own command (rlhw train-reward)."""
+    out = Path(args.runs_root) / f"reward-{args.task}-n{args.demo_episodes}.pt"
+    cmd = [sys.executable, "-m", "rlhw.cli.main", "train-reward", str(demos), "--out", str(out)]
+    print("training the reward classifier:", " ".join(cmd[1:]), flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+    return out
+
+
 def operator_overrides(args) -> list[str]:
     return ["env.teleop.device=scripted", "env.teleop.mode=intervene", f"env.teleop.seed={args.seed}",
             f"env.teleop.intervene_prob={args.intervene_prob}", f"env.teleop.intervene_decay={args.intervene_decay}",
@@ -108,15 +130,26 @@ def run_variant(name: str, overrides: list[str], config_path: Path, args) -> dic
             "eval_episodes_total": len(evals) * args.eval_episodes, "evals": evals,
             "intervention_rate": [(r["env_steps"], round(r["train/intervention_rate"], 3)) for r in rows
                                   if r.get("train/intervention_rate") is not None],
-            "faults": fault_counts(rd.path), "run_dir": str(rd.path)}
+            "classifier_vs_judge": [(r["env_steps"], r["reward/classifier_false_positives"],
+                                     r["reward/classifier_false_negatives"], r["reward/classifier_steps"],
+                                     r["reward/classifier_false_success_episodes"])
+                                    for r in rows if r.get("reward/classifier_steps") is not None],
+            "phases": phases(rows), "faults": fault_counts(rd.path), "run_dir": str(rd.path)}
+
+
+def phases(rows: list[dict]) -> dict:
+    """Where the run's time went, as of its last eval (the local runner's perf/* figures)."""
+    timed = [r for r in rows if r.get("perf/update_total_s") is not None]
+    return {k: round(v, 1) for k, v in timed[-1].items() if k.startswith("perf/") and v is not None} if timed else {}
 
 
 def main() -> int:
     import torch
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--task", choices=["push_cube", "insert", "reach"], default="push_cube")
-    ap.add_argument("--variants", default="a", help="comma-separated subset of a,b,c,n, run in that order")
+    ap.add_argument("--task", choices=["push_cube", "insert", "reach", "push_cube_pixels"], default="push_cube")
+    ap.add_argument("--variants", default="a", help="comma-separated subset of a,b,c,n (push_cube_pixels: r,g), in that order")
+    ap.add_argument("--classifier", help="(r) success classifier file; default: rlhw train-reward on the demos")
     ap.add_argument("--demos", help="demo directory for (b) and (c); default: record --demo-episodes first")
     ap.add_argument("--demo-episodes", type=int, default=10)
     ap.add_argument("--demo-noise", type=float, default=0.1, help="scripted expert's action noise while recording")
@@ -135,12 +168,17 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(1)
     variants = args.variants.split(",")
-    if set(variants) - {"a", "b", "c", "n"}:
-        ap.error(f"--variants: use a subset of a,b,c,n, got {args.variants!r}")
+    allowed = {"r", "g"} if args.task == "push_cube_pixels" else {"a", "b", "c", "n"}
+    if set(variants) - allowed:
+        ap.error(f"--variants: use a subset of {','.join(sorted(allowed))} for {args.task}, got {args.variants!r}")
     config_path = ROOT / f"configs/sim_{args.task}.yaml"
-    demos = args.demos or (record_demos(config_path, args) if {"b", "c"} & set(variants) else None)
+    demos = args.demos or (record_demos(config_path, args) if set(variants) - {"a", "n"} else None)
+    classifier = args.classifier or (train_reward(demos, args) if "r" in variants else None)
+    with_operator = [f"train.demos=[{demos}]", *operator_overrides(args)]
     plans = {"a": ("a-sac", SAC_CRITICS), "n": ("n-config", []), "b": ("b-rlpd-demos", [f"train.demos=[{demos}]"]),
-             "c": ("c-rlpd-demos-interventions", [f"train.demos=[{demos}]", *operator_overrides(args)])}
+             "c": ("c-rlpd-demos-interventions", with_operator),
+             "r": ("r-rehearsal-classifier-reward", [*with_operator, f"env.reward.classifier={classifier}"]),
+             "g": ("g-ground-truth-reward", [*with_operator, "env.sim_state=visible"])}
     print(f"sim {args.task}, local runner, seed {args.seed}, target eval success {args.target}, budget "
           f"{args.max_env_steps} env steps, eval seeds {EVAL_SEED_BASE} + k, overrides {args.set}", flush=True)
     results = []
@@ -153,6 +191,10 @@ def main() -> int:
         print(f"    episodes a fault ended (by kind): {r['faults']}", flush=True)
         if r["intervention_rate"]:
             print(f"    intervention rate (env steps, share of steps): {r['intervention_rate']}", flush=True)
+        print(f"    where the time went (last eval): {r['phases']}", flush=True)
+        if r["classifier_vs_judge"]:
+            print("    classifier vs judge per eval period (env steps, false positive steps, false negative steps, "
+                  f"steps, false-success episodes): {r['classifier_vs_judge']}", flush=True)
     print(json.dumps(results), file=sys.stderr)
     return 0
 

@@ -469,6 +469,16 @@ class MujocoArm(Arm):
         d.mocap_pos[self.layout.target_mocap] = position
         self._moved()
 
+    def set_floor_mark(self, xy: np.ndarray) -> None:
+        """Move the taped goal square (visual only, flush on the table) to be centred on ``xy``; scenes with a cube."""
+        if self.layout.floor_mark_mocap is None:
+            raise ValueError("this scene has no floor mark: build MujocoArm(cube=True)")
+        xy = np.asarray(xy, dtype=float)
+        if xy.shape != (2,) or not np.all(np.isfinite(xy)):
+            raise ValueError(f"xy: expected 2 finite numbers, got {xy!r}")
+        self._live().mocap_pos[self.layout.floor_mark_mocap] = [*xy, _scene.FLOOR_MARK_HALF_HEIGHT]
+        self._moved()
+
     def _moved(self) -> None:
         """The state was changed by hand: kinematics, any pending mj_step1 and frames are stale."""
         self.state_changes += 1

@@ -37,6 +37,7 @@ class ArmLayout:
         _check_tcp_moves_with_the_arm_only(m, self.tcp, self.arm)
         self.target_mocap = m.body("target").mocapid[0]
         self.hole_mocap = m.body("hole_block").mocapid[0] if peg else None
+        self.floor_mark_mocap = m.body("floor_mark").mocapid[0] if cube else None
         #: Free objects by name -> qpos address of their free joint.
         self.objects: dict[str, int] = {"cube": m.joint("cube").qposadr[0]} if cube else {}
         self._joint_ranges(m)

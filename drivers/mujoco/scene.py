@@ -11,7 +11,8 @@ edited: the scene is composed around it in memory (MjSpec), which adds
   matching franky's ``O_T_EE`` default,
 - ``target``: a mocap body with a translucent sphere, a goal marker a task moves per episode
   (mocap positions live in MjData, so each arm has its own),
-- ``cube`` (when ``cube=True``): a 5 cm free-floating box for contact tasks,
+- ``cube`` (when ``cube=True``): a 5 cm free-floating box for contact tasks, and ``floor_mark``: a flat blue
+  square on the table (a mocap body, no collisions), the tape a real cell marks a goal area with,
 - ``peg`` and ``hole_block`` (when ``peg=True``, the ``insert`` task): a 2 cm square peg, 6 cm long,
   RIGIDLY attached to the hand (a geom of the hand body, its tip 5 cm past the TCP along the hand's
   approach axis; the fingers are set to its width and, being the hand's children, never collide
@@ -59,6 +60,10 @@ CAMERA_NAMES = ("front", "wrist", "side")
 CUBE_HALF_SIZE = 0.025
 #: Where an unused cube waits: on the table, out of reach and out of every camera's view.
 CUBE_PARKED = np.array([0.0, -1.5, CUBE_HALF_SIZE])
+#: The taped goal area of contact tasks: a square this wide (half), this thick (half), flush on the table.
+FLOOR_MARK_HALF_SIZE = 0.055
+FLOOR_MARK_HALF_HEIGHT = 0.001
+FLOOR_MARK_PARKED = np.array([0.0, 1.5, FLOOR_MARK_HALF_HEIGHT])
 
 # The peg-in-hole props (metres). The peg is a box on the hand body, along its approach (z) axis.
 PEG_HALF_WIDTH = 0.01
@@ -181,6 +186,10 @@ def _build_spec(options: SceneOptions) -> mujoco.MjSpec:
         cube.add_freejoint(name="cube")
         cube.add_geom(name="cube", type=mujoco.mjtGeom.mjGEOM_BOX, size=[CUBE_HALF_SIZE] * 3,
                       mass=0.1, rgba=[0.85, 0.15, 0.1, 1.0], friction=[1.0, 0.005, 0.0001])
+        mark = world.add_body(name="floor_mark", mocap=True, pos=list(FLOOR_MARK_PARKED))
+        mark.add_geom(name="floor_mark", type=mujoco.mjtGeom.mjGEOM_BOX,
+                      size=[FLOOR_MARK_HALF_SIZE, FLOOR_MARK_HALF_SIZE, FLOOR_MARK_HALF_HEIGHT],
+                      rgba=[0.1, 0.3, 0.95, 1.0], contype=0, conaffinity=0, group=0)
 
     if options.peg:
         _add_peg_in_hole(spec, hand)

@@ -14,10 +14,13 @@ Modes:
 
 - ``demo``: always active (it drives every step);
 - ``intervene``: watches the policy's progress (the task's reward of the measured state, which for
-  reach is minus the hand-goal distance, for push_cube minus the cube-goal distance plus half the
-  hand-cube one); when it has not improved for ``patience`` steps it takes over with probability
+  reach is minus the hand-goal distance; for push_cube its dense shaping of the hand and the simulator's
+  cube, whatever reward the policy learns from: minus the cube-goal distance plus half the hand-cube one); when it has not improved for ``patience`` steps it takes over with probability
   ``intervene_prob`` (multiplied by ``intervene_decay`` after every episode, so interventions fade over
   a run), drives for ``takeover_steps`` steps, then gives back.
+
+In a rehearsal (``env.sim_state: hidden``) the demo-mode expert also marks success, as a person at a real cell
+presses the success key: when the task's judge sees it done, it holds still and sends ``SUCCESS``.
 
 Human imperfection: Gaussian ``noise`` on every action, and ``hesitation``: with that probability per
 step it pauses (zero motion) for ``pause_steps`` steps.
@@ -35,12 +38,21 @@ from rlhw.errors import ConfigError
 from rlhw.robot.teleop import Operator, TeleopDevice, TeleopEvent, TeleopReading
 
 ExpertFn = Callable[[object], np.ndarray]
+ProgressFn = Callable[[object], float]
 _EXPERTS: dict[str, ExpertFn] = {}
+_PROGRESS: dict[str, ProgressFn] = {}
 
 
-def register_expert(task_name: str, fn: ExpertFn) -> ExpertFn:
-    """Make ``fn(env) -> ideal action`` the scripted expert of task ``task_name`` (last one wins)."""
+def task_reward_progress(env) -> float:
+    """Progress as the task's reward of the measured state (reach, insert: their reward reads nothing hidden)."""
+    return float(env.task.reward(env.measured_state))
+
+
+def register_expert(task_name: str, fn: ExpertFn, progress: ProgressFn | None = None) -> ExpertFn:
+    """Make ``fn(env) -> ideal action`` the scripted expert of task ``task_name`` (last one wins); ``progress(env)``
+    is how it judges, in intervene mode, whether the policy gets on (default: the task's reward)."""
     _EXPERTS[task_name] = fn
+    _PROGRESS[task_name] = progress or task_reward_progress
     return fn
 
 
@@ -96,8 +108,13 @@ def push_cube_expert(env) -> np.ndarray:
     return action_toward(env, target, gripper=-1.0)
 
 
+def push_cube_progress(env) -> float:
+    """The operator's sense of progress on push_cube: the task's dense shaping of what it sees (the cube too)."""
+    return env.task.shaping(env.measured_state.ee_position, env.arm.object_pose("cube")[:3])
+
+
 register_expert("reach", reach_expert)
-register_expert("push_cube", push_cube_expert)
+register_expert("push_cube", push_cube_expert, progress=push_cube_progress)
 
 
 class ScriptedExpert(TeleopDevice):
@@ -113,6 +130,7 @@ class ScriptedExpert(TeleopDevice):
             raise ConfigError("env.teleop.mode", f"expected demo or intervene, got {mode!r}")
         self.env = env
         self.expert = expert_for(env.task.name)
+        self.progress = _PROGRESS[env.task.name]
         self.mode, self.noise, self.hesitation, self.pause_steps = mode, noise, hesitation, pause_steps
         self.patience, self.prob, self.decay, self.takeover_steps = patience, intervene_prob, intervene_decay, takeover_steps
         self._rng = np.random.default_rng(seed)
@@ -136,6 +154,8 @@ class ScriptedExpert(TeleopDevice):
             # read between episodes (the env's reset checks the device): nothing to drive yet
             return TeleopReading(np.zeros(6, dtype=np.float32), None, (), frozenset(), False, self.now())
         self._new_episode_check()
+        if self._sees_success():  # a person's success key: hold still, end the episode labelled
+            return TeleopReading(np.zeros(6, dtype=np.float32), None, (), frozenset({TeleopEvent.SUCCESS}), True, self.now())
         active = self.mode == "demo" or self._decide(events)
         twist = np.zeros(6, dtype=np.float32)
         gripper = None
@@ -157,9 +177,15 @@ class ScriptedExpert(TeleopDevice):
             self._episode = episode
             self._best, self._stale, self._driving_left, self._pause_left = -math.inf, 0, 0, 0
 
+    def _sees_success(self) -> bool:
+        """Demo mode in a rehearsal (``env.sim_state: hidden``): the operator's eyes (the simulator's judge) see
+        the task done and mark it, as a person presses the success key; no sensor of a real cell would tell."""
+        return (self.mode == "demo" and self.env.config.sim_state == "hidden"
+                and bool(self.env.task.judge(self.env.arm, self.env.measured_state)))
+
     def _decide(self, events: set[TeleopEvent]) -> bool:
         """Intervene mode: track progress; take over / give back. Returns whether it drives now."""
-        progress = float(self.env.task.reward(self.env.measured_state))
+        progress = float(self.progress(self.env))
         if progress > self._best + 1e-3:
             self._best, self._stale = progress, 0
         else:

@@ -91,7 +91,8 @@ def record(config, args, overrides: list[str]) -> int:
                 while not done:
                     obs, reward, terminated, truncated, info = env.step(zero)  # the operator's action is executed
                     recorder.step(info["executed_action"], reward, terminated, truncated, obs, info["success"],
-                                  intervened=info["intervened"], fault=info.get("fault"))
+                                  intervened=info["intervened"], fault=info.get("fault"),
+                                  judge_success=info.get("judge_success"))
                     done = terminated or truncated
                     view.update(episode, info, successes)
                 path = recorder.end()

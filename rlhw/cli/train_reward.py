@@ -1,8 +1,12 @@
-"""`rlhw train-reward EPISODES... [--out FILE] [--cameras ...] [--epochs N] [--seed S]`: train the success classifier.
+"""`rlhw train-reward EPISODES... [--out FILE] [--labels recorded|judge] [--cameras ...] [--epochs N]`: train the success classifier.
 
 EPISODES are recorded episode files (``.npz``, or ``.steps`` of an interrupted episode) or directories
-holding them (searched recursively, train and eval episodes). Frames come from ``obs/image_<camera>``;
-labels from the episode's success and the operator's marks (rlhw.vision.labels). The split into
+holding them (searched recursively: demos from ``rlhw record-demos``, a run's train and eval episodes).
+Frames come from ``obs/image_<camera>``; labels from the episode's success and the operator's marks
+(rlhw.vision.labels). ``--labels judge`` (simulation) labels by the simulator judge's verdict recorded with
+each step instead (``judge_success``, rlhw/robot/rehearsal.py): HIL-SERL's fix for a policy that learned to
+fool its classifier is to retrain with that run's episodes added, their fooling frames as negatives:
+``rlhw train-reward DEMOS RUN/episodes --labels judge --out FILE``. The split into
 training and held-out frames is by episode. Writes the model FILE (weights + the spec the env needs +
 the held-out metrics) and FILE's ``.metrics.json`` beside it, and prints the held-out accuracy,
 precision, recall and confusion matrix. Use it with ``env.reward.classifier: FILE``.
@@ -35,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ambiguous-gap", type=int, default=3, help="frames before those left out (neither label)")
     parser.add_argument("--threshold", type=float, default=0.5, help="success when P >= threshold (saved in the file)")
     parser.add_argument("--held-out", type=float, default=0.25, help="fraction of episodes held out for the metrics")
+    parser.add_argument("--labels", choices=("recorded", "judge"), default="recorded",
+                        help="recorded: the episode's measured success and the operator's marks (default); judge: the "
+                             "simulator judge's verdict recorded with every step (simulation only)")
 
 
 def _options(args: argparse.Namespace):
@@ -64,8 +71,9 @@ def _options(args: argparse.Namespace):
         rules=LabelRules(positive_last_k=args.positive_last_k, ambiguous_gap=args.ambiguous_gap))
 
 
-def read_episodes(paths: list[str]) -> list:
-    """EpisodeFrames of every episode file under ``paths`` (files or directories), in the order given."""
+def read_episodes(paths: list[str], labels: str = "recorded") -> list:
+    """EpisodeFrames of every episode file under ``paths`` (files or directories), in the order given; with
+    ``labels="judge"`` their success is the simulator judge's recorded verdict."""
     import numpy as np
 
     from rlhw.errors import ConfigError
@@ -75,7 +83,7 @@ def read_episodes(paths: list[str]) -> list:
     files: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            files += episode_files(p, "train") + episode_files(p, "eval")
+            files += episode_files(p, ("demo", "train", "eval"))
         elif p.is_file():
             files.append(p)
         else:
@@ -90,7 +98,17 @@ def read_episodes(paths: list[str]) -> list:
             continue  # a reset with no step: nothing to label
         meta = json.loads(bytes(ep["meta"]).decode()) if "meta" in ep else {}
         images = {k[len("obs/image_"):]: v for k, v in ep.items() if k.startswith("obs/image_")}
-        episodes.append(EpisodeFrames(str(f), images, np.asarray(ep["success"], dtype=bool), meta))
+        success = np.asarray(ep["success"], dtype=bool)
+        if labels == "judge":
+            if "judge_success" not in ep:
+                raise ConfigError("--labels", f"episode {f} has no judge verdict (recorded on a real cell, or before "
+                                              "rehearsals existed); use --labels recorded")
+            success = np.asarray(ep["judge_success"], dtype=bool)
+            meta = {k: v for k, v in meta.items() if k not in ("operator_success", "operator_marks")}
+        episodes.append(EpisodeFrames(str(f), images, success, meta))
+    if paths and not files:
+        raise ConfigError("EPISODES", f"no episode files (demo-*, train-*, eval-*) under {', '.join(paths)}; "
+                                      "record some with `rlhw record-demos CONFIG --out DIR env.images=true`")
     return episodes
 
 
@@ -112,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     from rlhw.vision.train_classifier import train_success_classifier
 
     options = _options(args)
-    result = train_success_classifier(read_episodes(args.episodes), options)
+    result = train_success_classifier(read_episodes(args.episodes, args.labels), options)
     out = save_classifier(result.classifier, args.out, result.metrics, result.training)
     report = {"model": str(out), "held_out": result.metrics, **{k: result.training[k] for k in ("episodes", "frames", "train_accuracy")}}
     metrics_path = out.with_suffix(".metrics.json")

@@ -223,6 +223,11 @@ class EnvConfig(StrictModel):
         "visual", description="what MuJoCo cameras draw of the arm: its detailed visual meshes (30-80 ms a frame in "
         "software GL) or its collision shapes (5-10 ms; the fast choice for image training on a CPU)"
     )
+    sim_state: Literal["visible", "hidden"] = Field(
+        "visible", description="simulators: 'hidden' rehearses a real cell: observations, reward, success and done flags "
+        "read only what a real cell measures (proprio, wrench, camera frames, recorded poses, the classifier); object "
+        "state stays with the scripted operator and the evaluation judge (docs/teach_a_task.md)"
+    )
     seed: int = Field(0, ge=0, description="base seed; env instance i of robot r uses seed + 1000*r + i")
     connect_timeout_s: float = Field(15.0, allow_inf_nan=False, gt=0, le=300, description="bound on opening the arm link and starting each camera (driver process start and warm-up included)")
     driver_timeout_s: float = Field(2.0, allow_inf_nan=False, gt=0, le=60, description="bound on every non-motion driver call (state, command, stop)")

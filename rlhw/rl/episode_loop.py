@@ -54,6 +54,13 @@ class Stepped:
     faults: list  # per instance: "kind: message" of a fault that ended its episode, else None
     info: dict = field(default_factory=dict)  # the env's info, timings merged (for the loop timer)
     fault_kinds: list = field(default_factory=list)  # per instance: the FaultKind that ended its episode, else None
+    judged: np.ndarray | None = None  # a simulator judge's ground truth per instance (``judge_success``), if any
+
+    @property
+    def outcome(self) -> np.ndarray:
+        """Success as an episode's result counts it: the judge's verdict where a simulator has one (a rehearsal's
+        measured success may be a classifier's opinion), else the env's success."""
+        return self.success if self.judged is None else self.judged
 
     @property
     def ended(self) -> np.ndarray:
@@ -99,9 +106,10 @@ class BatchView:
         done, intervened = executed_rows(actions, info, 1)
         kinds, messages = instance_faults(info, 1)
         obs = one_instance(obs)
+        judged = np.array([bool(info["judge_success"])]) if "judge_success" in info else None
         return Stepped(obs, obs, np.array([reward], np.float64), np.array([bool(terminated)]),
                        np.array([bool(truncated)]), np.array([bool(np.any(info.get("success", False)))]),
-                       done, intervened, [f"{kinds[0]}: {messages[0]}" if kinds[0] else None], info, kinds)
+                       done, intervened, [f"{kinds[0]}: {messages[0]}" if kinds[0] else None], info, kinds, judged)
 
     def _step_batch(self, actions: np.ndarray) -> Stepped:
         """A batched step; final observations come as a dict with a mask (the env server) or as a list with
@@ -213,7 +221,7 @@ class EpisodeLoop:
                 self._end_running(hooks)
                 return
             hooks.stepped(stepped.info)
-            book.step(stepped.reward, stepped.success, stepped.intervened)
+            book.step(stepped.reward, stepped.outcome, stepped.intervened)
             self._record(rows, stepped, versions)
             self._note_faults(hooks, stepped)
             if hooks.sink is not None and (train := book.rows(TRAIN)):
@@ -264,7 +272,8 @@ class EpisodeLoop:
             self.recorders[i].step(s.executed[i], s.reward[i], s.terminated[i], s.truncated[i],
                                    {k: v[i] for k, v in s.last.items()}, s.success[i], intervened=s.intervened[i],
                                    policy_version=-1 if s.intervened[i] else versions[i],
-                                   fault=s.fault_kinds[i] if s.fault_kinds else None)
+                                   fault=s.fault_kinds[i] if s.fault_kinds else None,
+                                   judge_success=None if s.judged is None else bool(s.judged[i]))
 
     def _note_faults(self, hooks: LoopHooks, s: Stepped) -> None:
         for i, fault in enumerate(s.faults):

@@ -12,7 +12,9 @@ where a crash cut the file, and keeps everything before it.
 
 A finished ``.npz`` holds ``obs/<name>`` with T+1 entries, ``action``, ``reward``, ``terminated``,
 ``truncated``, ``success``, ``time``, ``intervened``, ``policy_version``, ``fault`` with T entries, and ``meta``
-(JSON bytes). ``action`` is what the arm executed (the operator's command during an intervention); ``fault`` is
+(JSON bytes), and ``judge_success`` (T) where a simulator's judge gave its verdict on every step (the ground truth
+of a rehearsal, apart from ``success``, which is what the cell measured: the classifier's or the operator's
+verdict). ``action`` is what the arm executed (the operator's command during an intervention); ``fault`` is
 the `FaultKind` value of a safety fault that ended the episode at that step, else ""; ``intervened`` says a
 person (or a scripted expert) was in control; ``policy_version`` is the version of the policy weights that
 chose the action, -1 when no policy did (an operator, an expert, uniform random warm-up actions). They are the
@@ -102,13 +104,15 @@ class EpisodeRecorder:
 
     def step(self, action, reward: float, terminated: bool, truncated: bool, next_obs: Mapping[str, np.ndarray],
              success: bool = False, *, intervened: bool = False, policy_version: int = -1,
-             fault: FaultKind | None = None) -> None:
+             fault: FaultKind | None = None, judge_success: bool | None = None) -> None:
         """Record one step; ``action`` is what the arm executed (see the module docstring for the flags)."""
         if self._f is None:
             raise RuntimeError("EpisodeRecorder.step before begin()")
         rec = {"reward": float(reward), "terminated": bool(terminated), "truncated": bool(truncated),
                "success": bool(success), "time": time.time(), "intervened": bool(intervened),
                "policy_version": int(policy_version), "fault": FaultKind(fault).value if fault else ""}
+        if judge_success is not None:
+            rec["judge_success"] = bool(judge_success)
         action = np.asarray(action, dtype=np.float32)
         self._obs.append({k: np.array(v) for k, v in next_obs.items()})
         self._steps.append({**rec, "action": action})
@@ -154,6 +158,8 @@ def _episode_arrays(obs: list[dict], steps: list[dict], meta: dict) -> dict[str,
     out["intervened"] = np.array([s.get("intervened", False) for s in steps], dtype=bool)
     out["policy_version"] = np.array([s.get("policy_version", -1) for s in steps], dtype=np.int64)
     out["fault"] = np.array([s.get("fault", "") for s in steps], dtype=f"<U{FAULT_CHARS}")
+    if all("judge_success" in s for s in steps):  # a simulator judged every step (rlhw/robot/rehearsal.py)
+        out["judge_success"] = np.array([s["judge_success"] for s in steps], dtype=bool)
     out["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     return out
 

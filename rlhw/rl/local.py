@@ -6,6 +6,8 @@ path is the pipeline (rlhw.rl.pipeline). Both share SAC, the replay buffer, epis
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -20,7 +22,7 @@ from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
 from rlhw.rl.replay import MixedReplay, TransitionBatch
 from rlhw.rl.rundir import RunDir
 from rlhw.rl.sac import SAC, resolve_device
-from rlhw.rl.session import Counters, StopReason, TrainingSession, interrupted
+from rlhw.rl.session import Counters, StopReason, TrainingSession, VerdictTally, interrupted
 from rlhw.rl.spaces import AgentSpace
 from rlhw.runtime.isolation import GcGuard, apply_learner_threads, apply_loop_isolation
 from rlhw.runtime.stop_signals import interrupt_cause
@@ -52,18 +54,28 @@ def agent_policy(agent: SAC, rng: np.random.Generator, random_actions: bool = Fa
 
 def run_episode(env, agent: SAC, rng: np.random.Generator, recorder: EpisodeRecorder | None, kind: str,
                 random_actions: bool = False, on_step: Callable[[TransitionBatch], None] | None = None,
-                fault_signal: FaultSignal = AS_REPORTED) -> EpisodeResult:
+                fault_signal: FaultSignal = AS_REPORTED, on_info: Callable[[dict], None] | None = None) -> EpisodeResult:
     """One ``kind`` episode (train or eval: the policy's mean action) of ``env`` (one instance with the RobotEnv
     contract) through the episode loop; returns (return, success, length, intervened steps). Each step is
     recorded, and in a train episode handed to ``on_step`` as a transition, with the action the arm executed
-    and its ``intervened`` flag, a fault step stored as ``fault_signal`` says."""
+    and its ``intervened`` flag, a fault step stored as ``fault_signal`` says; ``on_info`` gets each step's info."""
     loop = EpisodeLoop(BatchView(env, env.spec), 0, [recorder] if recorder is not None else None,
                        fault_signal=fault_signal)
     results: list[EpisodeResult] = []
-    loop.run(LoopHooks(agent_policy(agent, rng, random_actions), lambda book: kind,
-                       lambda _kind, result: results.append(result), sink=on_step),
-             seed=int(rng.integers(2**31)))
+    hooks = LoopHooks(agent_policy(agent, rng, random_actions), lambda book: kind,
+                      lambda _kind, result: results.append(result), sink=on_step)
+    if on_info is not None:
+        hooks.stepped = on_info
+    loop.run(hooks, seed=int(rng.integers(2**31)))
     return results[0]
+
+
+def tally_verdicts(tally: VerdictTally, info: dict) -> None:
+    """One step's classifier verdict (``info["success"]``, when ``reward_classifier`` ran) against the judge's. A
+    classifier success ends its episode (``env.reward.terminate_on_success``, the default)."""
+    if "reward_classifier" in info and "judge_success" in info:
+        success = bool(info["success"])
+        tally.add(success, bool(info["judge_success"]), success)
 
 
 def train_local(config, run_dir: RunDir, env_factory: Callable | None = None, resume: bool = False,
@@ -115,6 +127,8 @@ class LocalRun:
         self.session = TrainingSession(config, run_dir, counters)
         self.isolation = config.cluster.node_env(0).isolation
         self.gc_guard = GcGuard()
+        self.verdicts = VerdictTally()  # the classifier against the judge on train steps, per eval period
+        self.phases = PhaseClock()
 
     def run(self) -> StopReason:
         """Train episodes, evaluating, logging and checkpointing as the session says, until it says stop."""
@@ -127,8 +141,13 @@ class LocalRun:
                 if session.log_due():
                     session.log()
                 if session.eval_due():
-                    session.record_eval([run_episode(self.eval_env, self.agent, self.rng, self.recorder, "eval")
-                                         for _ in range(self.cfg.eval_episodes)])
+                    started = time.perf_counter()
+                    results = [run_episode(self.eval_env, self.agent, self.rng, self.recorder, "eval")
+                               for _ in range(self.cfg.eval_episodes)]
+                    self.phases.eval_s += time.perf_counter() - started
+                    session.record_eval(results, {**(self.verdicts.row() if self.verdicts.steps else {}),
+                                                  **self.phases.row()})
+                    self.verdicts = VerdictTally()
                 if session.checkpoint_due() or session.stop is not None:
                     self._save()
                 session.check_budget()
@@ -161,8 +180,16 @@ class LocalRun:
     def _train_episode(self) -> None:
         warmup = self.session.c.env_steps < self.cfg.learning_starts
         result = run_episode(self.env, self.agent, self.rng, self.recorder, "train", random_actions=warmup,
-                             on_step=self._learn, fault_signal=self.fault_signal)
+                             on_step=self._learn, fault_signal=self.fault_signal, on_info=self._note_step)
         self.session.add_episode(*result)
+
+    def _note_step(self, info: dict) -> None:
+        """A train step's info: the classifier against the judge, and where the step's time went."""
+        tally_verdicts(self.verdicts, info)
+        timing = info.get("timing", {})
+        self.phases.env_steps += 1
+        self.phases.env_s += float(timing.get("total", 0.0))
+        self.phases.classifier_s += float(timing.get("classifier", 0.0))
 
     def _learn(self, transitions: TransitionBatch) -> None:
         """A step's transition into replay, then the updates it pays for (``utd_ratio``) once learning has started."""
@@ -171,8 +198,11 @@ class LocalRun:
         session.add_env_steps(len(transitions["reward"]))
         owed = int(cfg.utd_ratio * (session.c.env_steps - cfg.learning_starts)) - session.c.updates
         if session.c.env_steps >= cfg.learning_starts and len(replay) >= cfg.sac.batch_size and owed > 0:
+            started = time.perf_counter()
             for _ in range(owed):
                 metrics = self.agent.update(replay.sample(cfg.sac.batch_size))
+            self.phases.update_s += time.perf_counter() - started
+            self.phases.updates += owed
             session.add_losses(metrics, owed)
             session.set_extra(**{"losses/alpha": metrics["losses/alpha"], "train/demo_buffer_size": len(replay.demos)})
 
@@ -182,6 +212,25 @@ class LocalRun:
     def _close_recorder(self) -> None:
         if self.recorder is not None:
             self.recorder.close()
+
+
+@dataclass
+class PhaseClock:
+    """Where a local run's wall-clock went since it started (totals; metrics.jsonl gets them with every eval):
+    env steps (the env's own step time: physics, rendering, the classifier), updates, eval episodes."""
+
+    env_steps: int = 0
+    env_s: float = 0.0
+    classifier_s: float = 0.0
+    updates: int = 0
+    update_s: float = 0.0
+    eval_s: float = 0.0
+
+    def row(self) -> dict[str, float]:
+        return {"perf/env_step_ms": 1000 * self.env_s / max(self.env_steps, 1),
+                "perf/classifier_ms": 1000 * self.classifier_s / max(self.env_steps, 1),
+                "perf/update_ms": 1000 * self.update_s / max(self.updates, 1),
+                "perf/env_total_s": self.env_s, "perf/update_total_s": self.update_s, "perf/eval_total_s": self.eval_s}
 
 
 def _checkpoint(agent: SAC, session: TrainingSession, contract: dict) -> dict:

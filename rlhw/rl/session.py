@@ -50,6 +50,37 @@ def interrupted(env_steps: int, saved: bool, cause: signal.Signals = signal.SIGI
                                      "continue with --resume and the same --run-dir", cause)
 
 
+@dataclass
+class VerdictTally:
+    """How often a success classifier (the reward of a rehearsal) disagreed with the simulator's judge on the
+    train steps it judged since the last eval: HIL-SERL's sign that a policy learned to fool its classifier
+    (false successes) or that the classifier misses real ones (false negatives)."""
+
+    steps: int = 0
+    false_positives: int = 0  # the classifier said success, the judge did not
+    false_negatives: int = 0  # the judge saw success, the classifier did not
+    judged_positive: int = 0
+    false_success_episodes: int = 0  # train episodes the classifier ended as a success the judge did not see
+
+    def add(self, classifier: bool, judge: bool, ended: bool) -> None:
+        self.steps += 1
+        self.judged_positive += judge
+        self.false_positives += classifier and not judge
+        self.false_negatives += judge and not classifier
+        self.false_success_episodes += ended and classifier and not judge
+
+    def row(self) -> dict[str, float]:
+        """The period's figures for metrics.jsonl (rates over the judge's negatives / positives; NaN when none)."""
+        negatives = self.steps - self.judged_positive
+        return {"reward/classifier_steps": self.steps,
+                "reward/classifier_false_positives": self.false_positives,
+                "reward/classifier_false_negatives": self.false_negatives,
+                "reward/classifier_fp_rate": self.false_positives / negatives if negatives else float("nan"),
+                "reward/classifier_fn_rate": (self.false_negatives / self.judged_positive if self.judged_positive
+                                              else float("nan")),
+                "reward/classifier_false_success_episodes": self.false_success_episodes}
+
+
 class TrainingSession:
     def __init__(self, config, run_dir: RunDir, counters: Counters | None = None):
         self.cfg = config.train
@@ -126,10 +157,11 @@ class TrainingSession:
     def log_due(self) -> bool:
         return self.c.env_steps >= self._next_log
 
-    def record_eval(self, results: list[tuple[float, bool, int, int]]) -> None:
-        """Log an evaluation of ``(return, success, length, intervened steps)`` episodes and decide whether
-        the target is reached. An episode an operator helped in (an env with ``env.teleop`` may take over
-        in evaluation too) counts as a failure: the success rate is the policy's alone."""
+    def record_eval(self, results: list[tuple[float, bool, int, int]], extra: dict[str, float] | None = None) -> None:
+        """Log an evaluation of ``(return, success, length, intervened steps)`` episodes (plus ``extra`` figures of
+        the period, e.g. a `VerdictTally`'s) and decide whether the target is reached. An episode an operator
+        helped in (an env with ``env.teleop`` may take over in evaluation too) counts as a failure: the success
+        rate is the policy's alone. Where the env has a simulator judge, success is its verdict."""
         self._next_eval = (self.c.env_steps // self.cfg.eval_every_steps + 1) * self.cfg.eval_every_steps
         self.c.evals += 1
         returns = [r for r, _, _, _ in results]
@@ -139,7 +171,7 @@ class TrainingSession:
         self.c.best_success = rate if np.isnan(self.c.best_success) else max(self.c.best_success, rate)
         helped = float(np.mean([h > 0 for _, _, _, h in results])) if results else float("nan")
         self.log({"eval/success_rate": rate, "eval/episode_return": float(np.mean(returns)) if returns else
-                  float("nan"), "eval/episodes": len(successes), "eval/intervened_episodes": helped})
+                  float("nan"), "eval/episodes": len(successes), "eval/intervened_episodes": helped, **(extra or {})})
         plot_learning_curve(self.run_dir)
         if self._bar is not None:
             self._bar.set_postfix(self._postfix())

@@ -9,7 +9,9 @@ Contract used by the env service (rlhw.env) and the RL pipeline:
   ``"timing"`` (phase name -> seconds for this call), ``"success"`` (bool) and ``"fault"``
   (None, or the `FaultKind` that truncated the episode, with ``"fault_message"``); step infos also hold
   ``"executed_action"`` (what went to the safety layer: the client's action, or an operator's) and
-  ``"intervened"``, ``"teleop_events"``, ``"operator_label"`` (see rlhw/robot/takeover.py).
+  ``"intervened"``, ``"teleop_events"``, ``"operator_label"`` (see rlhw/robot/takeover.py); with a simulated
+  arm, step infos hold ``"judge_success"``: the evaluation judge's ground truth (`Task.judge`), which no
+  observation, reward or done flag reads (``env.sim_state: hidden``, rlhw/robot/rehearsal.py).
 - ``stop()`` halts the arm now; ``status()`` returns a JSON-able dict (read-only, never moves);
   ``close()`` stops and releases hardware.
 """
@@ -29,6 +31,7 @@ from rlhw.robot.arm import Arm, ArmState
 from rlhw.robot.camera import Camera, Frame
 from rlhw.robot.clock import SYSTEM_CLOCK, Clock
 from rlhw.robot.images import fit_image
+from rlhw.robot.rehearsal import MeasuredArm, check_rehearsal
 from rlhw.robot.safety import SafetyLayer
 from rlhw.robot.spec import EnvSpec, TensorSpec
 from rlhw.robot.takeover import Choice, Takeover
@@ -93,7 +96,9 @@ class RobotEnv:
         self.realtime = bool(getattr(arm, "realtime", True))
         self.seed = config.seed if seed is None else seed
         self._rng = np.random.default_rng(self.seed)
-        task.bind(arm)
+        check_rehearsal(task, config)
+        # A rehearsal's task sees only what a real cell measures; the judge keeps the simulator (self.arm).
+        task.bind(MeasuredArm(arm) if config.sim_state == "hidden" else arm)
         self.judge = None  # the learned success classifier (env.reward.classifier), loaded once, here
         if config.reward.classifier is not None:
             from rlhw.vision.classifier import SuccessJudge  # torch only when a classifier is configured
@@ -306,6 +311,22 @@ class RobotEnv:
             raise
         self.safety.note_clean_step()
         self.episode_step += 1
+        reward, success, terminated, truncated, verdict = self._outcome(state, choice, timing)
+        if terminated or truncated:
+            self.episode_active = False
+            self._ended_because = "the episode ended; call reset()"
+        timing["total"] = self.clock.now() - t0
+        info = self._info(timing, success=success, fault=None)
+        info["clipped"] = clipped
+        self._operator_info(info, action, choice)
+        if verdict is not None:
+            info["reward_classifier"] = verdict.info()
+        self._judge_info(info, state)
+        return self._copy_obs(), reward, terminated, truncated, info
+
+    def _outcome(self, state: ArmState, choice: Choice | None, timing: dict[str, float]):
+        """(reward, success, terminated, truncated, classifier verdict) of a clean step: the task's, then the
+        classifier's verdict where configured, then the operator's mark; a sparse reward follows the final success."""
         reward = float(self.task.reward(state))
         success = bool(self.task.success(state))
         terminated = bool(self.task.terminated(state))
@@ -320,16 +341,14 @@ class RobotEnv:
             success = choice.label == "success" or (success and choice.label != "failure")
             terminated = terminated or choice.label == "success"
             truncated = not terminated
-        if terminated or truncated:
-            self.episode_active = False
-            self._ended_because = "the episode ended; call reset()"
-        timing["total"] = self.clock.now() - t0
-        info = self._info(timing, success=success, fault=None)
-        info["clipped"] = clipped
-        self._operator_info(info, action, choice)
-        if verdict is not None:
-            info["reward_classifier"] = verdict.info()
-        return self._copy_obs(), reward, terminated, truncated, info
+        if self.task.sparse_reward:  # 1 on success: whoever decided it (task, classifier, operator)
+            reward = float(success)
+        return reward, success, terminated, truncated, verdict
+
+    def _judge_info(self, info: dict[str, Any], state: ArmState) -> None:
+        """The evaluation judge's verdict (simulators only), apart from everything the learner reads."""
+        if not self.realtime:
+            info["judge_success"] = bool(self.task.judge(self.arm, state))
 
     # -- pieces --------------------------------------------------------------------------------
     def _check_action(self, action) -> np.ndarray:
@@ -435,6 +454,7 @@ class RobotEnv:
         # A fault before anything was chosen (the teleop device died) sent nothing: executed = zeros.
         self._operator_info(info, np.zeros(self.spec.action.shape, np.float32) if executed is None else executed, choice)
         reward = float(self.task.reward(self._state))
+        self._judge_info(info, self._state)
         return self._copy_obs(), reward, False, True, info
 
     def _info(self, timing: dict[str, float], *, success: bool, fault: FaultKind | None, message: str | None = None) -> dict[str, Any]:

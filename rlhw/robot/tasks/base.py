@@ -71,6 +71,15 @@ class Task(abc.ABC):
     #: A task that holds something between the fingers (insert: the peg) keeps False.
     opens_gripper_at_reset: bool = False
 
+    #: Whether ``success`` reads only what a real cell measures (the hand's pose, the wrench, recorded poses).
+    #: False (push_cube: the cube must be in place): under ``env.sim_state: hidden`` a classifier or an
+    #: operator says so, and the simulator's verdict is the judge's alone (``judge``).
+    success_measured: bool = True
+
+    #: The reward is 1 on success, else 0: the env recomputes it from its final verdict on success, which
+    #: may be the classifier's or the operator's (``env.reward``, an operator's success mark).
+    sparse_reward: bool = False
+
     def __init__(self, config: EnvConfig, options: Mapping[str, Any] | None = None):
         self.config = config
         self.options = dict(options or {})
@@ -170,6 +179,17 @@ class Task(abc.ABC):
         are negative must end its failures here, never in ``terminated``: a terminal state's value is 0,
         which beats every negative return and would teach the policy to fail fast. Default: never."""
         return False
+
+    def hidden_state_keys(self) -> list[tuple[str, str]]:
+        """``(config key, what it reads)`` for each option whose current value needs simulator object state
+        (``env.sim_state: hidden`` refuses them, rlhw/robot/rehearsal.py). Default: none."""
+        return []
+
+    def judge(self, sim: Arm, state: ArmState) -> bool:
+        """The evaluation judge's verdict on ``state``: ground truth, read from the unrestricted simulated arm
+        ``sim``. Reported apart (``info["judge_success"]``), never in an observation, reward or done flag.
+        Default: ``success`` (a task whose success is measured is its own judge)."""
+        return self.success(state)
 
     def describe(self) -> dict[str, Any]:
         """JSON-able facts for status() (e.g. the current goal)."""

@@ -20,7 +20,19 @@ these hooks, building the env fails with a ConfigError that says to use ``env.si
 
 Options (``env.task_options``): ``cube_low``/``cube_high`` (xy box of cube starts),
 ``goal_min_m``/``goal_max_m`` (goal distance from the cube start), ``success_m``,
-``reward_scale_m``, ``terminate_on_success``. The safety workspace must let the hand down to the
+``reward_scale_m``, ``terminate_on_success``, and for a rehearsal of a real cell
+(``configs/sim_push_cube_pixels.yaml``, ``env.sim_state: hidden``, rlhw/robot/rehearsal.py):
+
+- ``goal_xy``: a fixed goal (a taped square on the table, drawn in the scene so cameras see it); the cube's
+  start stays random, ``goal_min_m``..``goal_max_m`` from it. Default null: a new goal per episode;
+- ``observe_cube`` (default true): the four cube observations; false leaves ``ee_position``,
+  ``goal_position``, ``gripper_width`` (+ ``external_wrench``): the camera must find the cube;
+- ``observe_wrench`` (default false): ``external_wrench``, the measured wrench over the safety bounds (6);
+- ``reward``: ``dense`` (default, the shaping above) or ``sparse`` (1 on success, else 0, HIL-SERL's).
+
+Under ``env.sim_state: hidden`` the task never reads the cube: its success is not measured (a classifier or
+an operator decides), it does not truncate on a cube out of reach, and ``judge`` (the simulator's verdict)
+is the only reader of the cube's pose. The safety workspace must let the hand down to the
 cube: ``env.safety.workspace_low`` z <= 0.04 (e.g. ``[0.25, -0.3, 0.02]``).
 """
 
@@ -46,17 +58,28 @@ OUT_OF_REACH_M = 0.05
 #: Shaping towards the cube's centre instead was smallest with the fingers pressing on the cube's top.
 PUSH_OFFSET_M = 0.015
 PUSH_HEIGHT_M = 0.03
+#: Where the floating goal sphere waits when tape marks a fixed goal: out of every camera's view.
+MARKER_PARKED = np.array([0.0, 1.5, 0.3])
+
+
+def push_point(cube, goal) -> np.ndarray:
+    """Where a hand pushes ``cube`` towards ``goal`` from: behind it on the goal line, at pushing height."""
+    u = np.asarray(goal[:2], dtype=float) - np.asarray(cube[:2], dtype=float)
+    u = u / max(float(np.linalg.norm(u)), 1e-6)
+    return np.array([*(np.asarray(cube[:2], dtype=float) - u * (CUBE_HALF_SIZE + PUSH_OFFSET_M)), PUSH_HEIGHT_M])
 
 
 @register_task("push_cube")
 class PushCube(Task):
     drivers = ("mujoco",)
     sim_arm_options = {"cube": True}
+    success_measured = False  # a cube in place: no sensor of a real cell says so
 
     def __init__(self, config, options: Mapping[str, Any] | None = None):
         super().__init__(config, options)
         self.check_options({"cube_low", "cube_high", "goal_min_m", "goal_max_m", "success_m",
-                            "reward_scale_m", "terminate_on_success"})
+                            "reward_scale_m", "terminate_on_success", "goal_xy", "observe_cube", "observe_wrench",
+                            "reward"})
         self.cube_low = self.vector_option("cube_low", (0.42, -0.08), 2, "[x, y] in metres")
         self.cube_high = self.vector_option("cube_high", (0.52, 0.08), 2, "[x, y] in metres")
         self.goal_min = self.option("goal_min_m", 0.08)
@@ -64,6 +87,12 @@ class PushCube(Task):
         self.success_m = self.option("success_m", 0.03)
         self.reward_scale = self.option("reward_scale_m", 0.1)
         self.terminate_on_success = self.option("terminate_on_success", True, bool)
+        self.fixed_goal = (None if self.options.get("goal_xy") is None
+                           else self.vector_option("goal_xy", None, 2, "[x, y] in metres, or null"))
+        self.observe_cube = self.option("observe_cube", True, bool)
+        self.observe_wrench = self.option("observe_wrench", False, bool)
+        self.reward_kind = self.option("reward", "dense", str)
+        self.wrench_scale = np.array([config.safety.max_contact_force_n] * 3 + [config.safety.max_contact_torque_nm] * 3)
         self.scale = config.action.scale_m
         self.use_gripper = config.action.gripper
         self.ws_low = np.array(config.safety.workspace_low, dtype=float)
@@ -82,6 +111,13 @@ class PushCube(Task):
         for key, value in (("success_m", self.success_m), ("reward_scale_m", self.reward_scale)):
             if not value > 0:
                 raise ConfigError(f"env.task_options.{key}", f"must be > 0, got {value}")
+        if self.reward_kind not in ("dense", "sparse"):
+            raise ConfigError("env.task_options.reward", f"expected dense or sparse, got {self.reward_kind!r}")
+        if self.fixed_goal is not None and (np.any(self.fixed_goal < self.ws_low[:2] + CUBE_HALF_SIZE)
+                                            or np.any(self.fixed_goal > self.ws_high[:2] - CUBE_HALF_SIZE)):
+            raise ConfigError("env.task_options.goal_xy", f"the goal {self.fixed_goal.tolist()} must lie inside the safety "
+                              f"workspace xy {self.ws_low[:2].tolist()}..{self.ws_high[:2].tolist()} with "
+                              f"{CUBE_HALF_SIZE} m to spare")
         if self.ws_low[2] > MAX_FLOOR_Z:
             raise ConfigError(
                 "env.safety.workspace_low",
@@ -94,11 +130,26 @@ class PushCube(Task):
                 f"the cube start box {self.cube_low.tolist()}..{self.cube_high.tolist()} must lie inside the safety "
                 f"workspace xy {self.ws_low[:2].tolist()}..{self.ws_high[:2].tolist()} with {margin} m to spare")
 
+    @property
+    def sparse_reward(self) -> bool:
+        return self.reward_kind == "sparse"
+
+    def hidden_state_keys(self) -> list[tuple[str, str]]:
+        keys = []
+        if self.observe_cube:
+            keys.append(("env.task_options.observe_cube", "push_cube then observes the cube's position"))
+        if not self.sparse_reward:
+            keys.append(("env.task_options.reward", "push_cube's dense reward is the cube's distance to the goal"))
+        return keys
+
     def bind(self, arm) -> None:
         super().bind(arm)
-        self._object_pose = self.require("object_pose")
+        # In a rehearsal the arm is a MeasuredArm without object_pose: the cube is then never read here.
+        hidden = self.config.sim_state == "hidden"
+        self._object_pose = None if hidden else self.require("object_pose")
         self._place_object = self.require("set_object_pose")
         self._marker = getattr(arm, "set_target_marker", None)
+        self._floor_mark = getattr(arm, "set_floor_mark", None)
 
     # -- specs ----------------------------------------------------------------------------------
     def observation_specs(self) -> dict[str, TensorSpec]:
@@ -106,14 +157,17 @@ class PushCube(Task):
         span = (high - low)
         table_low = np.array([*low[:2], 0.0], dtype=np.float32)
         table_high = np.array([*high[:2], 0.1], dtype=np.float32)
-        return {
-            "ee_position": TensorSpec("ee_position", "float32", (3,), low, high),
-            "cube_position": TensorSpec("cube_position", "float32", (3,), table_low, table_high),
-            "goal_position": TensorSpec("goal_position", "float32", (3,), table_low, table_high),
-            "cube_to_goal": TensorSpec("cube_to_goal", "float32", (3,), -span, span),
-            "ee_to_cube": TensorSpec("ee_to_cube", "float32", (3,), -span, span),
-            "gripper_width": TensorSpec("gripper_width", "float32", (1,), 0.0, GRIPPER_WIDTH_MAX),
-        }
+        specs = {"ee_position": TensorSpec("ee_position", "float32", (3,), low, high)}
+        if self.observe_cube:
+            specs["cube_position"] = TensorSpec("cube_position", "float32", (3,), table_low, table_high)
+        specs["goal_position"] = TensorSpec("goal_position", "float32", (3,), table_low, table_high)
+        if self.observe_cube:
+            specs["cube_to_goal"] = TensorSpec("cube_to_goal", "float32", (3,), -span, span)
+            specs["ee_to_cube"] = TensorSpec("ee_to_cube", "float32", (3,), -span, span)
+        specs["gripper_width"] = TensorSpec("gripper_width", "float32", (1,), 0.0, GRIPPER_WIDTH_MAX)
+        if self.observe_wrench:
+            specs["external_wrench"] = TensorSpec("external_wrench", "float32", (6,), -5.0, 5.0)
+        return specs
 
     def action_spec(self) -> TensorSpec:
         return TensorSpec("action", "float32", (4 if self.use_gripper else 3,), -1.0, 1.0)
@@ -121,6 +175,24 @@ class PushCube(Task):
     # -- episode --------------------------------------------------------------------------------
     def reset(self, state: ArmState, rng: np.random.Generator) -> None:
         self.orientation = np.asarray(state.ee_pose[3:7], dtype=float).copy()
+        start, goal = self._start_and_goal(rng)
+        self.goal = np.array([*goal, CUBE_HALF_SIZE])
+        self._place_object("cube", np.array([*start, CUBE_HALF_SIZE]))
+        if self._floor_mark is not None:
+            self._floor_mark(self.goal[:2].copy())
+        if self._marker is not None:  # the floating sphere marks a goal that moves; tape marks a fixed one
+            self._marker(self.goal.copy() if self.fixed_goal is None else MARKER_PARKED.copy())
+        self.cube = np.array([*start, CUBE_HALF_SIZE])
+
+    def _start_and_goal(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """A random cube start and the goal: the fixed one (a start goal_min_m..goal_max_m from it, when the
+        start box holds one), else a random goal at that distance from the start, inside the workspace."""
+        if self.fixed_goal is not None:
+            for _ in range(100):
+                start = rng.uniform(self.cube_low, self.cube_high)
+                if self.goal_min <= float(np.linalg.norm(start - self.fixed_goal)) <= self.goal_max:
+                    break
+            return start, self.fixed_goal.copy()
         start = rng.uniform(self.cube_low, self.cube_high)
         goal_low = self.ws_low[:2] + CUBE_HALF_SIZE
         goal_high = self.ws_high[:2] - CUBE_HALF_SIZE
@@ -131,11 +203,7 @@ class PushCube(Task):
                 break
         else:
             goal = np.clip(goal, goal_low, goal_high)
-        self.goal = np.array([*goal, CUBE_HALF_SIZE])
-        self._place_object("cube", np.array([*start, CUBE_HALF_SIZE]))
-        if self._marker is not None:
-            self._marker(self.goal.copy())
-        self.cube = np.array([*start, CUBE_HALF_SIZE])
+        return start, goal
 
     def command(self, action: np.ndarray, state: ArmState) -> Command:
         target = state.ee_position + np.asarray(action[:3], dtype=float) * self.scale
@@ -146,18 +214,22 @@ class PushCube(Task):
         return Command(position=target, gripper_width=width)
 
     def observe(self, state: ArmState, frames: Mapping[str, Frame]) -> dict[str, np.ndarray]:
-        self.cube = np.asarray(self._object_pose("cube")[:3], dtype=float)
+        if self._object_pose is not None:  # never in a rehearsal (env.sim_state: hidden)
+            self.cube = np.asarray(self._object_pose("cube")[:3], dtype=float)
         ee = np.asarray(state.ee_position, dtype=np.float32)
-        cube = self.cube.astype(np.float32)
         goal = self.goal.astype(np.float32)
-        return {
-            "ee_position": ee,
-            "cube_position": cube,
-            "goal_position": goal,
-            "cube_to_goal": goal - cube,
-            "ee_to_cube": cube - ee,
-            "gripper_width": np.array([gripper_width_observation(state.gripper_width)], dtype=np.float32),
-        }
+        obs = {"ee_position": ee}
+        if self.observe_cube:
+            cube = self.cube.astype(np.float32)
+            obs.update(cube_position=cube, goal_position=goal, cube_to_goal=goal - cube, ee_to_cube=cube - ee)
+        else:
+            obs["goal_position"] = goal
+        obs["gripper_width"] = np.array([gripper_width_observation(state.gripper_width)], dtype=np.float32)
+        if self.observe_wrench:
+            wrench = state.external_wrench
+            wrench = np.zeros(6) if wrench is None else np.asarray(wrench, dtype=float) / self.wrench_scale
+            obs["external_wrench"] = wrench.astype(np.float32)
+        return obs
 
     # -- outcome (uses the cube pose read by the latest observe) ---------------------------------
     def cube_distance(self) -> float:
@@ -165,16 +237,27 @@ class PushCube(Task):
 
     def push_point(self) -> np.ndarray:
         """Where a hand pushes the cube towards the goal from: behind it on the goal line, at pushing height."""
-        u = self.goal[:2] - self.cube[:2]
-        u = u / max(float(np.linalg.norm(u)), 1e-6)
-        return np.array([*(self.cube[:2] - u * (CUBE_HALF_SIZE + PUSH_OFFSET_M)), PUSH_HEIGHT_M])
+        return push_point(self.cube, self.goal)
+
+    def shaping(self, hand, cube) -> float:
+        """The dense reward of a hand and a cube position: ``-(d(cube, goal) + 0.5 d(hand, push point)) / scale``."""
+        cube = np.asarray(cube, dtype=float)
+        to_goal = float(np.linalg.norm(cube[:2] - self.goal[:2]))
+        to_push = float(np.linalg.norm(np.asarray(hand, dtype=float) - push_point(cube, self.goal)))
+        return -(to_goal + 0.5 * to_push) / self.reward_scale
 
     def reward(self, state: ArmState) -> float:
-        hand = float(np.linalg.norm(np.asarray(state.ee_position) - self.push_point()))
-        return -(self.cube_distance() + 0.5 * hand) / self.reward_scale
+        if self.sparse_reward:
+            return float(self.success(state))
+        return self.shaping(state.ee_position, self.cube)
 
     def success(self, state: ArmState) -> bool:
-        return self.cube_distance() < self.success_m
+        """The cube in the goal area; in a rehearsal never (no sensor says so: the classifier or operator does)."""
+        return self._object_pose is not None and self.cube_distance() < self.success_m
+
+    def judge(self, sim, state: ArmState) -> bool:
+        cube = np.asarray(sim.object_pose("cube")[:2], dtype=float)
+        return float(np.linalg.norm(cube - self.goal[:2])) < self.success_m
 
     def cube_out_of_reach(self) -> bool:
         xy = self.cube[:2]
@@ -184,7 +267,7 @@ class PushCube(Task):
         return self.terminate_on_success and self.success(state)
 
     def truncated(self, state: ArmState) -> bool:
-        return self.cube_out_of_reach()
+        return self._object_pose is not None and self.cube_out_of_reach()
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "goal_position": self.goal.tolist(), "cube_position": self.cube.tolist(),
