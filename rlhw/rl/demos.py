@@ -60,6 +60,10 @@ def provenance_of(recorded: Mapping[str, Any]) -> dict[str, Any]:
     compares equal to a fresh one. ``env.reach`` (the reach task's target box, success radius and reward scale)
     is in whatever the task: a key that only one task reads is still compared, erring on refusing."""
     tree = {key: recorded.get(key) for key in ("task", "task_options", "action", "reward", "control_hz", "reach")}
+    if isinstance(tree["reward"], Mapping):
+        # Which judge says "success" (the operator's mark while recording, a classifier trained on those very
+        # demos later: HIL-SERL's order) is not what a demo's transitions mean; the reward's form is.
+        tree["reward"] = {k: v for k, v in tree["reward"].items() if k not in ("classifier", "threshold")}
     return _flatten(json.loads(json.dumps(tree)), "env.")
 
 
