@@ -88,7 +88,8 @@ def train_reward(demos: Path, args) -> Path:
 def operator_overrides(args) -> list[str]:
     return ["env.teleop.device=scripted", "env.teleop.mode=intervene", f"env.teleop.seed={args.seed}",
             f"env.teleop.intervene_prob={args.intervene_prob}", f"env.teleop.intervene_decay={args.intervene_decay}",
-            f"env.teleop.takeover_steps={args.takeover_steps}", f"env.teleop.patience={args.patience}"]
+            f"env.teleop.patience={args.patience}"] + (
+                [] if args.takeover_steps is None else [f"env.teleop.takeover_steps={args.takeover_steps}"])
 
 
 def fault_counts(run_dir: Path) -> dict:
@@ -161,7 +162,7 @@ def main() -> int:
     ap.add_argument("--target", type=float, default=0.8)
     ap.add_argument("--intervene-prob", type=float, default=1.0, help="(c) env.teleop.intervene_prob")
     ap.add_argument("--intervene-decay", type=float, default=0.98, help="(c) env.teleop.intervene_decay (per episode)")
-    ap.add_argument("--takeover-steps", type=int, default=8, help="(c) env.teleop.takeover_steps")
+    ap.add_argument("--takeover-steps", type=int, default=None, help="(c) env.teleop.takeover_steps (default: the config's)")
     ap.add_argument("--patience", type=int, default=5, help="(c) env.teleop.patience")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra config override")
     ap.add_argument("--runs-root", default="runs/bench_hil")
