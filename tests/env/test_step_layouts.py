@@ -185,7 +185,8 @@ def test_batched_and_final_observation_replies_have_no_layout():
 def test_remote_env_steps_match_the_general_decoder_across_episode_ends_and_faults(serve, clients, use_session):
     env = FakeEnv(cameras=2, image_hw=(24, 32), episode_length=3)
     server = serve(env)
-    fast = clients(RemoteEnv(server.address, use_session=use_session, session_secret="a" * 40))
+    fast = clients(RemoteEnv(server.address, use_session=use_session, session_secret="a" * 40,
+                                 measurements_in_info=True))
     fast.reset()
     action = np.full(7, 0.5, np.float32)
     steps = []
@@ -199,7 +200,8 @@ def test_remote_env_steps_match_the_general_decoder_across_episode_ends_and_faul
         steps.append(fast.step(action))
         if steps[-1][3]:
             fast.reset()
-    slow = clients(RemoteEnv(server.address, use_session=use_session, session_secret="a" * 40))
+    slow = clients(RemoteEnv(server.address, use_session=use_session, session_secret="a" * 40,
+                                 measurements_in_info=True))
     slow._reader = None  # the general decoder only
     reference = slow.step(action)
     latest = fast.step(action)
