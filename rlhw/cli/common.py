@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import Sequence
+
+from rlhw.errors import ConfigError
+
+#: The kinds of recorded episode a command reads from a directory unless told otherwise.
+EPISODE_KINDS = ("train", "eval", "demo")
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, default: str | None = None) -> None:
@@ -18,3 +25,27 @@ def add_config_arguments(parser: argparse.ArgumentParser, default: str | None = 
         metavar="key=value",
         help="dotted overrides, e.g. cluster.num_nodes=2 train.seed=3",
     )
+
+
+def episode_paths(items: Sequence[str], kinds: Sequence[str] = EPISODE_KINDS) -> list[Path]:
+    """The episode files named in ``items`` or found under its directories (recursively), in the order given:
+    the EPISODES argument of every command that reads recorded episodes (view, train-reward, export-dataset).
+    A path that does not exist, or a directory without an episode of ``kinds``, is a ConfigError naming
+    EPISODES: an empty result would only fail later, further from the typo."""
+    from rlhw.rl.episodes import episode_files
+
+    paths: list[Path] = []
+    for item in items:
+        p = Path(item)
+        if p.is_dir():
+            found = episode_files(p, tuple(kinds))
+            if not found:
+                raise ConfigError("EPISODES", f"{p} holds no episode files of kind {'/'.join(kinds)} (<kind>-NNNNNN.npz "
+                                              "or .steps, searched recursively); record some with `rlhw record-demos "
+                                              "CONFIG --out DIR` or `rlhw train`")
+            paths += found
+        elif p.is_file():
+            paths.append(p)
+        else:
+            raise ConfigError("EPISODES", f"{p} does not exist; give episode files or directories of them")
+    return paths

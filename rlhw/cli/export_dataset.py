@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rlhw.cli.common import EPISODE_KINDS, episode_paths
 from rlhw.errors import ConfigError
 
-KINDS = ("train", "eval", "demo")
 
 
 def _positive(text: str) -> int:
@@ -35,32 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fps", type=_positive, default=None, help="frames per second (default: the recording "
                                                                     "config's env.control_hz)")
     parser.add_argument("--task", default=None, help="the task text of every episode (default: env.task)")
-    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS), help="episode kinds to take from "
+    parser.add_argument("--kinds", nargs="+", choices=EPISODE_KINDS, default=list(EPISODE_KINDS), help="episode kinds to take from "
                                                                                         "directories (default: all)")
     parser.add_argument("--vcodec", choices=("h264", "libsvtav1"), default="h264",
                         help="video codec (default: h264; libsvtav1 is LeRobot's default AV1: docs/datasets.md says why not here)")
     parser.add_argument("--crf", type=int, default=None, help="video quality, lower is better and larger "
                                                               "(default: 23 for h264, 30 for AV1)")
-
-
-def episode_files(items: list[str], kinds: list[str]) -> list[Path]:
-    """The episode files named or found under ``items``, in order; ConfigError for a path with none."""
-    from rlhw.rl.episodes import episode_files as find
-
-    paths: list[Path] = []
-    for item in items:
-        p = Path(item)
-        if p.is_dir():
-            found = find(p, tuple(kinds))
-            if not found:
-                raise ConfigError("EPISODES", f"{p} holds no {'/'.join(kinds)} episode files "
-                                              "(<kind>-NNNNNN.npz or .steps, searched recursively)")
-            paths += found
-        elif p.is_file():
-            paths.append(p)
-        else:
-            raise ConfigError("EPISODES", f"{p} does not exist; give episode files or directories of them")
-    return paths
 
 
 def _repo_id(text: str | None, out: Path) -> str:
@@ -76,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     options = ExportOptions(repo_id=_repo_id(args.repo_id, out), fps=args.fps, task=args.task, codec=args.vcodec,
                             crf=args.crf)
-    summary = export_episodes(episode_files(args.episodes, args.kinds), out, options)
+    summary = export_episodes(episode_paths(args.episodes, args.kinds), out, options)
     for path in summary.skipped:
         print(f"skipped {path}: no recorded step")
     cameras = ", ".join(summary.cameras) or "none"

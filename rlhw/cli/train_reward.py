@@ -18,7 +18,6 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 
 DEFAULT_OUT = "reward_classifier.pt"
 
@@ -77,19 +76,12 @@ def read_episodes(paths: list[str], labels: str = "recorded") -> list:
     import numpy as np
 
     from rlhw.errors import ConfigError
-    from rlhw.rl.episodes import episode_files, load_episode
+    from rlhw.cli.common import episode_paths
+    from rlhw.rl.episodes import load_episode
     from rlhw.vision.labels import EpisodeFrames
 
-    files: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            files += episode_files(p, ("demo", "train", "eval"))
-        elif p.is_file():
-            files.append(p)
-        else:
-            raise ConfigError("EPISODES", f"{p} does not exist")
     episodes = []
-    for f in files:
+    for f in episode_paths(paths):
         try:
             ep = load_episode(f)
         except (OSError, ValueError) as e:
@@ -106,9 +98,6 @@ def read_episodes(paths: list[str], labels: str = "recorded") -> list:
             success = np.asarray(ep["judge_success"], dtype=bool)
             meta = {k: v for k, v in meta.items() if k not in ("operator_success", "operator_marks")}
         episodes.append(EpisodeFrames(str(f), images, success, meta))
-    if paths and not files:
-        raise ConfigError("EPISODES", f"no episode files (demo-*, train-*, eval-*) under {', '.join(paths)}; "
-                                      "record some with `rlhw record-demos CONFIG --out DIR env.images=true`")
     return episodes
 
 

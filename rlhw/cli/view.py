@@ -22,34 +22,14 @@ from pathlib import Path
 
 import numpy as np
 
+from rlhw.cli.common import episode_paths
 from rlhw.errors import ConfigError
-
-KINDS = ("train", "eval", "demo")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("episodes", nargs="+", metavar="EPISODES", help="episode files or directories of them")
     parser.add_argument("--out", default=None, help="write the recording to this .rrd file (default: episodes.rrd unless --serve)")
     parser.add_argument("--serve", action="store_true", help="serve the Rerun web viewer with the episodes (until Ctrl-C)")
-
-
-def episode_paths(items: list[str]) -> list[Path]:
-    """The episode files named or found under the given paths, in order; a clear error for none."""
-    from rlhw.rl.episodes import episode_files
-
-    paths: list[Path] = []
-    for item in items:
-        p = Path(item)
-        if p.is_dir():
-            found = sorted({f for kind in KINDS for f in episode_files(p, kind)})
-            if not found:
-                raise ConfigError("EPISODES", f"{p} holds no episode files (train-/eval-/demo-NNNNNN.npz or .steps)")
-            paths += found
-        elif p.is_file():
-            paths.append(p)
-        else:
-            raise ConfigError("EPISODES", f"{p} does not exist; give episode files or directories of them")
-    return paths
 
 
 def run(args: argparse.Namespace) -> int:
