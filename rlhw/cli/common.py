@@ -27,6 +27,21 @@ def add_config_arguments(parser: argparse.ArgumentParser, default: str | None = 
     )
 
 
+def positive_int(flag: str):
+    """An argparse ``type`` for a whole number >= 1 whose error names ``flag``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a whole number, got {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be >= 1, got {value}")
+        return value
+
+    return parse
+
+
 def episode_paths(items: Sequence[str], kinds: Sequence[str] = EPISODE_KINDS) -> list[Path]:
     """The episode files named in ``items`` or found under its directories (recursively), in the order given:
     the EPISODES argument of every command that reads recorded episodes (view, train-reward, export-dataset).

@@ -12,19 +12,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rlhw.cli.common import EPISODE_KINDS, episode_paths
+from rlhw.cli.common import EPISODE_KINDS, episode_paths, positive_int
 from rlhw.errors import ConfigError
 
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="directory of the LeRobotDataset to write (new or empty)")
     parser.add_argument("--repo-id", default=None, help="the dataset's name on the Hub, OWNER/NAME "
                                                         "(default: rlhw/<name of --out>)")
-    parser.add_argument("--fps", type=_positive, default=None, help="frames per second (default: the recording "
+    parser.add_argument("--fps", type=positive_int("--fps"), default=None, help="frames per second (default: the recording "
                                                                     "config's env.control_hz)")
     parser.add_argument("--task", default=None, help="the task text of every episode (default: env.task)")
     parser.add_argument("--kinds", nargs="+", choices=EPISODE_KINDS, default=list(EPISODE_KINDS), help="episode kinds to take from "

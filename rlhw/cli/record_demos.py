@@ -25,25 +25,15 @@ from pathlib import Path
 
 import numpy as np
 
-from rlhw.cli.common import add_config_arguments
+from rlhw.cli.common import add_config_arguments, positive_int
 from rlhw.errors import ConfigError
 
 DEVICES = ("spacemouse", "keyboard", "scripted")
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--episodes must be a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--episodes must be >= 1, got {value}")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
-    parser.add_argument("--episodes", type=_count, default=20, help="episodes to record (default 20, as SERL)")
+    parser.add_argument("--episodes", type=positive_int("--episodes"), default=20, help="episodes to record (default 20, as SERL)")
     parser.add_argument("--teleop", choices=DEVICES, default=None, help="the operator's device (default: env.teleop.device)")
     parser.add_argument("--out", default="demos", help="directory of the demo episodes (default: ./demos)")
     parser.add_argument("--replay", metavar="EPISODE_FILE", default=None, help="re-execute a recorded episode in sim and check it reproduces")
