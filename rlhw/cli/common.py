@@ -42,6 +42,21 @@ def positive_int(flag: str):
     return parse
 
 
+def positive_seconds(flag: str):
+    """An argparse ``type`` for a duration > 0 in seconds whose error names ``flag``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a number of seconds, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{flag} must be > 0 seconds, got {text!r}")
+        return value
+
+    return parse
+
+
 def episode_paths(items: Sequence[str], kinds: Sequence[str] = EPISODE_KINDS) -> list[Path]:
     """The episode files named in ``items`` or found under its directories (recursively), in the order given:
     the EPISODES argument of every command that reads recorded episodes (view, train-reward, export-dataset).

@@ -12,22 +12,9 @@ import argparse
 import os
 import sys
 
-from rlhw.cli.common import add_config_arguments
+from rlhw.cli.common import add_config_arguments, positive_seconds
 from rlhw.errors import ConfigError
 from rlhw.smoke.options import CHECK_GROUPS
-
-
-def _positive(name: str):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number of seconds, got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{name} must be > 0 seconds, got {text!r}")
-        return value
-
-    return parse
 
 
 def _checks(text: str) -> tuple[str, ...]:
@@ -53,14 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also move each arm 1.5 cm and back, open/close its gripper, and reset/step real-arm env servers")
     parser.add_argument("--yes", action="store_true", help="do not ask before moving (needed with --allow-motion when stdin is not a terminal)")
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
-    parser.add_argument("--timeout", type=_positive("--timeout"), default=10.0, metavar="S",
+    parser.add_argument("--timeout", type=positive_seconds("--timeout"), default=10.0, metavar="S",
                         help="bound on every single check, seconds (default 10)")
-    parser.add_argument("--window", type=_positive("--window"), default=3.0, metavar="S",
+    parser.add_argument("--window", type=positive_seconds("--window"), default=3.0, metavar="S",
                         help="how long streaming checks watch: camera fps/drops, robot state (default 3)")
     parser.add_argument("--checks", type=_checks, default=CHECK_GROUPS, metavar="LIST",
                         help=f"comma-separated groups to run (default all: {','.join(CHECK_GROUPS)})")
     parser.add_argument("--env-server", metavar="HOST:PORT", help="check this running env server instead of starting one")
-    parser.add_argument("--server-start-timeout", type=_positive("--server-start-timeout"), default=60.0, metavar="S",
+    parser.add_argument("--server-start-timeout", type=positive_seconds("--server-start-timeout"), default=60.0, metavar="S",
                         help="bound on starting `rlhw serve-env` (default 60)")
     parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster for multi-node configs (default: auto)")
     parser.add_argument("--local-node", type=int, metavar="N",
