@@ -10,9 +10,9 @@ Reported per seed and driver: success rate with its 95 % Wilson interval, mean s
 episodes, obs->action latency p50/p99; and training's obs->action latency from the run's run.json (same env:
 MuJoCo, through the pipeline's step lane) against eval's in MuJoCo (the policy in the loop's own process).
 
-    runslot .venv/bin/python tools/bench_eval.py --seeds 0 1 --episodes 30 --json runs/bench_eval.json
+    .venv/bin/python tools/bench_eval.py --seeds 0 1 --episodes 30 --json runs/bench_eval.json
     # the same, with franky-sim's controller as configs/franky_sim.yaml had it before (slow tracking):
-    runslot .venv/bin/python tools/bench_eval.py --seeds 0 1 --run-dirs RUN0 RUN1 --episodes 30 \
+    .venv/bin/python tools/bench_eval.py --seeds 0 1 --run-dirs RUN0 RUN1 --episodes 30 \
         --franky-set cluster.node_groups.0.hardware.configs.0.controller.relative_dynamics_factor=0.1
 """
 
