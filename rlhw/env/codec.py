@@ -160,6 +160,30 @@ def wire_array(array) -> np.ndarray:
     return np.require(arr, requirements="C")
 
 
+def fill_tensor(message: pb.Tensor, array) -> None:
+    """Set ``message`` (a Tensor field, set in place) to ``array``. protobuf takes only ``bytes``, so
+    the data is copied twice: ``tobytes``, then into protobuf's arena."""
+    arr = wire_array(array)
+    code = CODE_BY_DTYPE.get(arr.dtype)
+    message.dtype = code if code is not None else dtype_code(arr.dtype)
+    message.shape.extend(arr.shape)
+    message.data = arr.tobytes()
+
+
+def fill_observation(message: pb.Observation, tensors, stamps=None) -> None:
+    """Set ``message`` (an Observation field, set in place) to ``tensors`` and their capture times
+    (float seconds, or arrays of them for a batch)."""
+    for name, value in tensors.items():
+        fill_tensor(message.tensors[name], value)
+    for name, value in (stamps or {}).items():
+        if isinstance(value, float):  # the common case: one wall-clock time
+            stamp = message.capture_time[name]
+            stamp.dtype = pb.FLOAT64
+            stamp.data = _struct_d.pack(value)
+        else:
+            fill_tensor(message.capture_time[name], np.asarray(value, dtype=np.float64))
+
+
 def observation_from_message(message: pb.Observation) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(tensors, capture times) of a parsed Observation, as views of its bytes."""
     tensors = {name: from_tensor(t) for name, t in message.tensors.items()}
