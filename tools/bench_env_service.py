@@ -375,7 +375,8 @@ def main(argv=None) -> int:
         serve(*args.serve, args.serve_wire, args.serve_intervene)
         return 0
     if args.compare_wire:
-        rows = [compare_wire(p, *WIRE_PAYLOADS[p], args.steps, not args.bare) for p in args.payloads.split(",")]
+        rows = [compare_wire(p, *WIRE_PAYLOADS[p], args.steps if p != "2x640x480x3" else max(100, args.steps // 5),
+                             not args.bare) for p in args.payloads.split(",")]
         print_wire(rows)
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=2))
