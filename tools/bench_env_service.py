@@ -69,8 +69,10 @@ OPTIONS = [
 # child: env server + echo server
 
 
-def serve(cameras: int, h: int, w: int, wire_path: str = "hand", intervene_every: int = 0) -> None:
+def serve(cameras: int, h: int, w: int, wire_path: str = "hand", intervene_every: int = 0, keep_heap: bool = False) -> None:
     import grpc
+
+    from rlhw.runtime.heap import keep_freed_memory
 
     from rlhw.config.server import ServerConfig
     from rlhw.env import server as server_module
@@ -81,6 +83,8 @@ def serve(cameras: int, h: int, w: int, wire_path: str = "hand", intervene_every
         from protobuf_env_path import ProtobufEnvService
 
         server_module.EnvService = ProtobufEnvService
+    if keep_heap:
+        keep_freed_memory()
     env = FakeEnv(cameras=cameras, image_hw=(h or 1, w or 1), episode_length=10**9, intervene_every=intervene_every)
     env_server = EnvServer(env, ServerConfig(port=0, watchdog_s=60.0, max_workers=8, max_streams=4)).start()
 
@@ -272,9 +276,10 @@ WIRE_PATHS = ("hand", "protobuf")
 NEVER = 10**9
 
 
-def _start_child(cameras: int, h: int, w: int, wire_path: str, arm_info: bool):
+def _start_child(cameras: int, h: int, w: int, wire_path: str, arm_info: bool, keep_heap: bool):
     child = subprocess.Popen([sys.executable, __file__, "--serve", str(cameras), str(h), str(w),
-                              "--serve-wire", wire_path, "--serve-intervene", str(NEVER if arm_info else 0)],
+                              "--serve-wire", wire_path, "--serve-intervene", str(NEVER if arm_info else 0),
+                              *(["--keep-freed-memory"] if keep_heap else [])],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
     return child, json.loads(child.stdout.readline())["env"]
 
@@ -287,7 +292,8 @@ def _same_step(a, b) -> None:
         assert np.array_equal(a[4].get(k), b[4].get(k)), f"info[{k!r}] differs"
 
 
-def compare_wire(name: str, cameras: int, h: int, w: int, steps: int, arm_info: bool, block: int = 50) -> dict:
+def compare_wire(name: str, cameras: int, h: int, w: int, steps: int, arm_info: bool, keep_heap: bool = False,
+                 block: int = 50) -> dict:
     from rlhw.env.auth import new_session_secret
     from rlhw.env.client import RemoteEnv
     from protobuf_env_path import ProtobufRemoteEnv
@@ -296,7 +302,7 @@ def compare_wire(name: str, cameras: int, h: int, w: int, steps: int, arm_info: 
     children, envs = {}, {}
     try:
         for path in WIRE_PATHS:
-            children[path], address = _start_child(cameras, h, w, path, arm_info)
+            children[path], address = _start_child(cameras, h, w, path, arm_info, keep_heap)
             secret = new_session_secret()  # one session: the unary and the stream client may both step
             for kind in ("session", "unary"):
                 envs[path, kind] = clients[path](address, use_session=kind == "session", session_secret=secret,
@@ -324,7 +330,7 @@ def compare_wire(name: str, cameras: int, h: int, w: int, steps: int, arm_info: 
         for child in children.values():
             child.stdin.close()
             child.wait(timeout=30)
-    out = {"scenario": name, "arm_info": arm_info, "n": steps}
+    out = {"scenario": name, "arm_info": arm_info, "keep_freed_memory": keep_heap, "n": steps}
     for (path, kind), s in samples.items():
         p50, p99 = _pct(s)
         out[f"{path}_{kind}"] = {"p50_us": p50, "p99_us": p99, "per_s": len(s) / sum(s),
@@ -367,16 +373,22 @@ def main(argv=None) -> int:
                         help=f"--compare-wire: comma-separated, of {','.join(WIRE_PAYLOADS)}")
     parser.add_argument("--bare", action="store_true", help="--compare-wire: no executed_action/intervened per step")
     parser.add_argument("--steps", type=int, default=1500, help="--compare-wire: steps per path and call kind")
+    parser.add_argument("--keep-freed-memory", action="store_true",
+                        help="--compare-wire: rlhw.runtime.heap.keep_freed_memory() in the servers and this client")
     parser.add_argument("--quick", action="store_true", help="a fifth of the steps")
     parser.add_argument("--only", choices=list(SCENARIOS), help="one scenario")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     if args.serve:
-        serve(*args.serve, args.serve_wire, args.serve_intervene)
+        serve(*args.serve, args.serve_wire, args.serve_intervene, args.keep_freed_memory)
         return 0
     if args.compare_wire:
+        if args.keep_freed_memory:
+            from rlhw.runtime.heap import keep_freed_memory
+
+            keep_freed_memory()
         rows = [compare_wire(p, *WIRE_PAYLOADS[p], args.steps if p != "2x640x480x3" else max(100, args.steps // 5),
-                             not args.bare) for p in args.payloads.split(",")]
+                             not args.bare, args.keep_freed_memory) for p in args.payloads.split(",")]
         print_wire(rows)
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=2))
