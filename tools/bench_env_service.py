@@ -19,19 +19,6 @@ call of the client and of the server process, which machine load does not inflat
 - the server's own p50 per phase (validate, env, server, encode) from GetStatus, to split the
   service's fixed cost from the env's.
 The goals (issue 5): Step <= 1.3x echo proprio-only, <= 1.5x with images; Session faster than dm_env_rpc.
-
-    .venv/bin/python tools/bench_env_service.py --compare-wire [--bare] [--steps N]
-
-``--compare-wire`` asks whether the hand-written wire path (rlhw.env.wire, rlhw.env.step_layout, the
-raw-bytes action of rlhw.env.validate) beats protobuf's own generated parser and serializer (the upb
-C backend here) end to end. Per payload (proprio; 2 cameras at 64x64x3; 2 at 128x128x3) it starts
-two env server children on the same code, one shipped and one whose service is
-`protobuf_env_path.ProtobufEnvService`, and steps both from this process, the latter through
-`ProtobufRemoteEnv`: Session steps (a real arm's env worker's path), unary steps and Session resets,
-in alternating blocks whose order flips every round. By default FakeEnv reports ``executed_action``
-and ``intervened`` every step, as `RobotEnv` does on a real arm; ``--bare`` leaves them out (the
-only case the cached per-step layouts handle). Reported: p50/p99 per call, steps per second, CPU
-per call of client and server, and each as the ratio protobuf / hand-written from the same run.
 """
 
 from __future__ import annotations
@@ -69,23 +56,14 @@ OPTIONS = [
 # child: env server + echo server
 
 
-def serve(cameras: int, h: int, w: int, wire_path: str = "hand", intervene_every: int = 0, keep_heap: bool = False) -> None:
+def serve(cameras: int, h: int, w: int) -> None:
     import grpc
 
-    from rlhw.runtime.heap import keep_freed_memory
-
     from rlhw.config.server import ServerConfig
-    from rlhw.env import server as server_module
     from rlhw.env.fake_env import FakeEnv
     from rlhw.env.server import EnvServer
 
-    if wire_path == "protobuf":  # this child's EnvServer hosts the protobuf-path service
-        from protobuf_env_path import ProtobufEnvService
-
-        server_module.EnvService = ProtobufEnvService
-    if keep_heap:
-        keep_freed_memory()
-    env = FakeEnv(cameras=cameras, image_hw=(h or 1, w or 1), episode_length=10**9, intervene_every=intervene_every)
+    env = FakeEnv(cameras=cameras, image_hw=(h or 1, w or 1), episode_length=10**9)
     env_server = EnvServer(env, ServerConfig(port=0, watchdog_s=60.0, max_workers=8, max_streams=4)).start()
 
     payloads: dict[int, bytes] = {}
@@ -126,18 +104,6 @@ def _cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_ns(pid: int) -> int:
-    """CPU nanoseconds of a process's live threads (/proc schedstat: exact, where /proc stat counts 10 ms ticks)."""
-    total = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except (FileNotFoundError, ProcessLookupError):  # a thread that just ended
-            pass
-    return total
 
 
 def _pct(samples: list[float]) -> tuple[float, float]:
@@ -265,133 +231,15 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
             "cpu_us": cpu_us, "server_phases_p50_us": phases, **stats}
 
 
-# ---------------------------------------------------------------------------------------------
-# --compare-wire: the hand-written wire path against protobuf's own, same run
-
-WIRE_PAYLOADS = {"proprio": (0, 0, 0), "2x64x64x3": (2, 64, 64), "2x128x128x3": (2, 128, 128),
-                 "2x640x480x3": (2, 480, 640)}
-WIRE_PATHS = ("hand", "protobuf")
-#: FakeEnv reports an operator's takeover every this many steps: never in a run, but ``executed_action``
-#: and ``intervened`` go out every step, as a RobotEnv's do.
-NEVER = 10**9
-
-
-def _start_child(cameras: int, h: int, w: int, wire_path: str, arm_info: bool, keep_heap: bool):
-    child = subprocess.Popen([sys.executable, __file__, "--serve", str(cameras), str(h), str(w),
-                              "--serve-wire", wire_path, "--serve-intervene", str(NEVER if arm_info else 0),
-                              *(["--keep-freed-memory"] if keep_heap else [])],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
-    return child, json.loads(child.stdout.readline())["env"]
-
-
-def _same_step(a, b) -> None:
-    """Both paths must give the same gym step (observations, reward, flags, info keys)."""
-    assert a[0].keys() == b[0].keys() and all(np.array_equal(a[0][k], b[0][k]) for k in a[0]), "observations differ"
-    assert a[1:4] == b[1:4] and a[4].keys() == b[4].keys(), f"step differs: {a[1:4]} {b[1:4]} {a[4].keys()} {b[4].keys()}"
-    for k in ("intervened", "executed_action", "fault", "success"):
-        assert np.array_equal(a[4].get(k), b[4].get(k)), f"info[{k!r}] differs"
-
-
-def compare_wire(name: str, cameras: int, h: int, w: int, steps: int, arm_info: bool, keep_heap: bool = False,
-                 block: int = 50) -> dict:
-    from rlhw.env.auth import new_session_secret
-    from rlhw.env.client import RemoteEnv
-    from protobuf_env_path import ProtobufRemoteEnv
-
-    clients = {"hand": RemoteEnv, "protobuf": ProtobufRemoteEnv}
-    children, envs = {}, {}
-    try:
-        for path in WIRE_PATHS:
-            children[path], address = _start_child(cameras, h, w, path, arm_info, keep_heap)
-            secret = new_session_secret()  # one session: the unary and the stream client may both step
-            for kind in ("session", "unary"):
-                envs[path, kind] = clients[path](address, use_session=kind == "session", session_secret=secret,
-                                                 measurements_in_info=True)  # as an env worker's RemoteEnv
-        action = np.zeros(7, np.float32)
-        for env in envs.values():
-            env.reset()
-        _same_step(envs["hand", "session"].step(action), envs["protobuf", "session"].step(action))
-        _same_step(envs["hand", "unary"].step(action), envs["protobuf", "unary"].step(action))
-        calls = {(path, kind): (lambda e=envs[path, kind]: e.step(action)) for path, kind in envs}
-        calls.update({(path, "reset"): envs[path, "session"].reset for path in WIRE_PATHS})
-        samples = {key: [] for key in calls}
-        cpu = {key: [0.0, 0.0] for key in calls}
-        for fn in calls.values():  # warm-up
-            for _ in range(min(200, steps // 5)):
-                fn()
-        for i in range(steps // block):
-            order = WIRE_PATHS if i % 2 == 0 else WIRE_PATHS[::-1]
-            for kind, n in (("session", block), ("unary", block), ("reset", max(1, block // 10))):
-                for path in order:
-                    _timed(calls[path, kind], n, samples[path, kind], cpu[path, kind], children[path].pid)
-    finally:
-        for env in envs.values():
-            env.close()
-        for child in children.values():
-            child.stdin.close()
-            child.wait(timeout=30)
-    out = {"scenario": name, "arm_info": arm_info, "keep_freed_memory": keep_heap, "n": steps}
-    for (path, kind), s in samples.items():
-        p50, p99 = _pct(s)
-        out[f"{path}_{kind}"] = {"p50_us": p50, "p99_us": p99, "per_s": len(s) / sum(s),
-                                 "cpu_client_us": 1e6 * cpu[path, kind][0] / len(s),
-                                 "cpu_server_us": 1e6 * cpu[path, kind][1] / len(s)}
-    return out
-
-
-def _timed(fn, n: int, out: list, cpu: list, server_pid: int) -> None:
-    c0, s0 = time.process_time(), _cpu_ns(server_pid)
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    cpu[0] += time.process_time() - c0
-    cpu[1] += (_cpu_ns(server_pid) - s0) * 1e-9
-
-
-def print_wire(rows: list[dict]) -> None:
-    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
-    cols = ("p50_us", "p99_us", "per_s", "cpu_client_us", "cpu_server_us")
-    print(f"{'payload':<13}{'call':<9}{'path':<10}" + "".join(f"{c:>15}" for c in cols))
-    for r in rows:
-        for kind in ("session", "unary", "reset"):
-            hand, proto = r[f"hand_{kind}"], r[f"protobuf_{kind}"]
-            print(f"{r['scenario']:<13}{kind:<9}{'hand':<10}" + "".join(f"{hand[c]:>15.1f}" for c in cols))
-            print(f"{'':<13}{kind:<9}{'protobuf':<10}" + "".join(f"{proto[c]:>15.1f}" for c in cols))
-            print(f"{'':<13}{kind:<9}{'ratio':<10}" + "".join(f"{proto[c] / hand[c]:>14.3f}x" for c in cols))
-    print("ratio: protobuf / hand-written (above 1: protobuf slower per call, or more steps/s for per_s)")
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--serve", nargs=3, type=int, metavar=("CAMERAS", "H", "W"), help=argparse.SUPPRESS)
-    parser.add_argument("--serve-wire", choices=("hand", "protobuf"), default="hand", help=argparse.SUPPRESS)
-    parser.add_argument("--serve-intervene", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--compare-wire", action="store_true",
-                        help="hand-written wire path against protobuf's own parser/serializer (see the docstring)")
-    parser.add_argument("--payloads", default="proprio,2x64x64x3,2x128x128x3",
-                        help=f"--compare-wire: comma-separated, of {','.join(WIRE_PAYLOADS)}")
-    parser.add_argument("--bare", action="store_true", help="--compare-wire: no executed_action/intervened per step")
-    parser.add_argument("--steps", type=int, default=1500, help="--compare-wire: steps per path and call kind")
-    parser.add_argument("--keep-freed-memory", action="store_true",
-                        help="--compare-wire: rlhw.runtime.heap.keep_freed_memory() in the servers and this client")
     parser.add_argument("--quick", action="store_true", help="a fifth of the steps")
     parser.add_argument("--only", choices=list(SCENARIOS), help="one scenario")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     if args.serve:
-        serve(*args.serve, args.serve_wire, args.serve_intervene, args.keep_freed_memory)
-        return 0
-    if args.compare_wire:
-        if args.keep_freed_memory:
-            from rlhw.runtime.heap import keep_freed_memory
-
-            keep_freed_memory()
-        rows = [compare_wire(p, *WIRE_PAYLOADS[p], args.steps if p != "2x640x480x3" else max(100, args.steps // 5),
-                             not args.bare, args.keep_freed_memory) for p in args.payloads.split(",")]
-        print_wire(rows)
-        if args.json:
-            Path(args.json).write_text(json.dumps(rows, indent=2))
+        serve(*args.serve)
         return 0
     rows = []
     for name, sc in SCENARIOS.items():

@@ -1,11 +1,10 @@
 """Tensors and specs as rlhw.env.v1 protobuf messages: dtype codes, Tensor <-> numpy, TensorSpec /
-EnvSpec <-> the robot's spec types, Observation messages.
+EnvSpec <-> the robot's spec types, Observation messages, step requests.
 
-These are the conversions every non-step message needs (GetSpec, the dm_env_rpc bridge, the
-client's fallbacks); they go through the protobuf object model because clarity beats speed there.
-Step and reset messages, which carry camera images every step, are written and read in the wire
-format directly (rlhw.env.wire) and, step after step, by a cached layout (rlhw.env.step_layout).
-Decoding here is still zero-copy: ``numpy.frombuffer`` over the message's bytes.
+Every message goes through protobuf's generated code (the upb C backend). A hand-written wire
+format for steps and resets was measured against it end to end and removed: on a real arm's
+payloads it was no faster (docs/benchmarks.md, "Hand-written protobuf wire path").
+Decoding is still a view: ``numpy.frombuffer`` over the tensor's bytes.
 """
 
 from __future__ import annotations
@@ -111,11 +110,11 @@ def dtype_name(code: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# numpy -> message (small tensors, client side)
+# numpy <-> message
 
 
 def to_tensor(array) -> pb.Tensor:
-    """A Tensor message holding a copy of ``array`` (fine for actions; images use the encoders)."""
+    """A Tensor message holding a copy of ``array`` (`fill_tensor` sets a field in place instead)."""
     arr = wire_array(array)
     return pb.Tensor(dtype=dtype_code(arr.dtype), shape=arr.shape, data=arr.tobytes())
 
@@ -189,6 +188,23 @@ def observation_from_message(message: pb.Observation) -> tuple[dict[str, np.ndar
     tensors = {name: from_tensor(t) for name, t in message.tensors.items()}
     stamps = {name: _stamp(t) for name, t in message.capture_time.items()}
     return tensors, stamps
+
+
+def observations_of(message: pb.StepResponse | pb.ResetResponse) -> dict[str, tuple[dict, dict]]:
+    """{"observation" / "final_observation": (tensors, capture times)} of a parsed response, for the
+    Observation fields it has set."""
+    out = {}
+    for name in ("observation", "final_observation"):
+        if name in message.DESCRIPTOR.fields_by_name and message.HasField(name):
+            out[name] = observation_from_message(getattr(message, name))
+    return out
+
+
+def step_request(action: np.ndarray, session: bool) -> bytes:
+    """A serialised StepRequest for ``action`` (with ``session``, a SessionRequest{step})."""
+    message = pb.SessionRequest() if session else pb.StepRequest()
+    fill_tensor((message.step if session else message).action, action)
+    return message.SerializeToString()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ because the arm may already have moved: it raises `EnvServerUnavailable` and the
 (usually: reset). Steps go over the `Session` stream by default (one round trip, no per-call
 setup); ``use_session=False`` uses unary calls.
 
-Observations are read-only numpy views of the received bytes (no copy); copy them to modify.
+Observations are read-only numpy views of the parsed tensors' bytes; copy them to modify.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ import grpc
 import gymnasium as gym
 import numpy as np
 
-from rlhw.env import codec, step_layout, wire
+from rlhw.env import codec
 from rlhw.env.auth import SESSION_METADATA_KEY, bearer, check_session_secret, new_session_secret, session_fingerprint
-from rlhw.env.errors import ControlConflictError, EnvServerUnavailable, EnvTimeout, error_from_message, error_from_rpc
+from rlhw.env.errors import (ControlConflictError, EnvServerUnavailable, EnvServiceError, EnvTimeout, error_from_message,
+                              error_from_rpc)
 from rlhw.env.grpc_channel import open_channel, wait_until_connected
 from rlhw.env.session_stream import DeadlineWatcher, SessionStream
 from rlhw.env.v1 import env_pb2 as pb
@@ -77,8 +78,8 @@ class RemoteEnv(gym.Env):
         self._channel = open_channel(address, tls_root_cert=tls_root_cert, tls_server_name=tls_server_name,
                                      max_message_mb=max_message_mb)
         self._stub = env_pb2_grpc.EnvStub(self._channel)
-        # Steps, resets and the Session stream move raw bytes: requests are written by hand and
-        # responses read with rlhw.env.wire / step_layout, so images arrive as numpy views of the message.
+        # Steps, resets and the Session stream move bytes, serialised and parsed here, so that a
+        # Session stream's response is parsed as the SessionResponse it is (also an in-band error).
         self._raw_step = self._channel.unary_unary("/rlhw.env.v1.Env/Step")
         self._raw_reset = self._channel.unary_unary("/rlhw.env.v1.Env/Reset")
         self._raw_session = self._channel.stream_stream("/rlhw.env.v1.Env/Session")
@@ -89,11 +90,6 @@ class RemoteEnv(gym.Env):
         self.num_envs = self.env_spec.num_envs
         self.observation_space, self.action_space = spaces_from_spec(self.env_spec)
         self._action_dtype = np.dtype(self.env_spec.action.dtype)
-        # Per step only the action's bytes change: the request's other bytes are written once.
-        self._action_shape = self.action_space.shape
-        self._request_prefix = {session: wire.step_request_prefix(self._action_shape, self._action_dtype, session)
-                                for session in (False, True)}
-        self._reader = step_layout.StepReader() if self.num_envs == 1 else None
 
     # -- plumbing -------------------------------------------------------------------------------
     def _repeatable(self, method, request, timeout_s: float):
@@ -131,13 +127,18 @@ class RemoteEnv(gym.Env):
         return self._parse_session(self._receive_bytes(timeout_s))
 
     def _parse_session(self, response: bytes):
-        kind, head, observations = wire.read_session_response(response)
+        message = pb.SessionResponse.FromString(response)
+        kind = message.WhichOneof("kind")
         if kind == "error":
-            err = error_from_message(self.address, head)
+            err = error_from_message(self.address, message.error)
             if isinstance(err, ControlConflictError):
                 self._drop_stream()  # the server ends a refused would-be controller's stream
             raise err
-        return kind, head, observations
+        if kind is None:
+            raise EnvServiceError(self.address, "the server sent an empty SessionResponse (neither reset, step "
+                                                "nor error); is the server another version of rlhw?")
+        head = getattr(message, kind)
+        return kind, head, codec.observations_of(head)
 
     def _receive_bytes(self, timeout_s: float) -> bytes:
         """The next SessionResponse, serialised; stream failures raised."""
@@ -169,8 +170,9 @@ class RemoteEnv(gym.Env):
             _, response, observations = retry(lambda: self._session_call(message, self.reset_timeout_s),
                                               retry_on=EnvServerUnavailable, within_s=self.reconnect_s)
         else:
-            data = self._repeatable(self._raw_reset, request.SerializeToString(), self.reset_timeout_s)
-            response, observations = wire.read_response(data, pb.ResetResponse)
+            response = pb.ResetResponse.FromString(
+                self._repeatable(self._raw_reset, request.SerializeToString(), self.reset_timeout_s))
+            observations = codec.observations_of(response)
         obs, stamps = observations.get("observation", ({}, {}))
         info = {"timestamps": _stamps(stamps), "timing": dict(response.timing), "success": _flags(response.success, self.num_envs)}
         self.last_measurements = take_measurements(info, self.measurements_in_info)
@@ -180,31 +182,17 @@ class RemoteEnv(gym.Env):
         arr = np.asarray(action)
         if arr.dtype != self._action_dtype:
             arr = arr.astype(self._action_dtype)  # the server checks bounds and finiteness
-        session = self.use_session
-        if arr.shape == self._action_shape:
-            request = self._request_prefix[session] + arr.tobytes()
-        else:  # the server names the shape it expects
-            request = wire.encode_step_request(arr, session)
-        if session:
+        request = codec.step_request(arr, self.use_session)  # a wrong shape: the server names the one it expects
+        if self.use_session:
             self._send(request)
-            data = self._receive_bytes(self.timeout_s)
+            _, response, observations = self._parse_session(self._receive_bytes(self.timeout_s))
         else:
             try:
                 data = self._raw_step(request, timeout=self.timeout_s, metadata=self._metadata)
             except grpc.RpcError as e:
                 raise error_from_rpc(self.address, e) from None
-        reader = self._reader
-        if reader is not None:
-            fast = reader.read(data)  # the common case: laid out like the previous step
-            if fast is not None:
-                self.last_measurements = take_measurements(fast[4], self.measurements_in_info)
-                return fast
-        if session:
-            _, response, observations = self._parse_session(data)
-        else:
-            response, observations = wire.read_response(data, pb.StepResponse)
-        if reader is not None:
-            reader.learn(data, response, session)
+            response = pb.StepResponse.FromString(data)
+            observations = codec.observations_of(response)
         out = self._unpack_step(response, observations)
         self.last_measurements = take_measurements(out[4], self.measurements_in_info)
         return out

@@ -8,7 +8,7 @@ from typing import Sequence
 import gymnasium as gym
 import numpy as np
 
-from rlhw.env import wire
+from rlhw.env import codec
 from rlhw.env.remote_env import RemoteEnv
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.robot.gym import spaces_from_spec
@@ -76,7 +76,7 @@ class RemoteVectorEnv(gym.vector.VectorEnv):
         for i, env in enumerate(self.envs):
             a = actions[self._offsets[i]: self._offsets[i + 1]]
             a = a[0] if env.num_envs == 1 else a
-            requests.append((env, wire.encode_step_request(a, True)))
+            requests.append((env, codec.step_request(a, True)))
         responses = self._parallel(requests, max(e.timeout_s for e in self.envs))
         steps = [env._unpack_step(head, observations) for env, (_, head, observations) in zip(self.envs, responses)]
         obs_parts, rewards, terms, truncs, final_obs, final_mask = [], [], [], [], [], []

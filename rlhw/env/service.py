@@ -1,8 +1,9 @@
 """The native `rlhw.env.v1.Env` service: GetSpec, Reset, Step, Session, Stop, GetStatus.
 
-Responses that carry observations are written as wire bytes straight from the env's arrays
-(rlhw.env.wire, and rlhw.env.step_layout for single-instance steps), so the handlers return
-`bytes`; the method handlers below pass bytes through and serialise anything else with protobuf.
+Requests arrive as bytes and each handler parses them with protobuf's generated code, so that bytes
+which are no request get INVALID_ARGUMENT naming ``request``. Reset and Step serialise their
+responses themselves (the ``encode`` phase of GetStatus's timing) and return bytes; the method
+handlers below pass bytes through and serialise anything else.
 
 Every error carries an `ErrorReason`: in-band as ``Error.reason`` on the Session stream, as the
 trailing metadata ``rlhw-error-reason`` on unary calls (`abort`). Clients go by code and reason;
@@ -19,7 +20,7 @@ from time import perf_counter
 import grpc
 from google.protobuf.message import DecodeError
 
-from rlhw.env import codec, step_layout, wire
+from rlhw.env import codec
 from rlhw.env.auth import SESSION_METADATA_KEY, SessionSecretRefused, session_of
 from rlhw.env.control import ControlConflict
 from rlhw.env.host import EnvHost, StepResult
@@ -99,15 +100,23 @@ def run_guarded(fn, *args):
         raise _failure(e) from None
 
 
-def _encode_step(head, result: StepResult, wrap_field: int | None) -> bytes:
-    """``head`` (the response without its observations: a ResetResponse, or StepResponse wire bytes)
-    and the result's observations, written from the arrays (rlhw.env.wire)."""
-    field = wire.T.n_observation if type(head) is bytes else wire.T.n_reset_observation
-    observations = [(field, result.obs, result.stamps)]
+def _fill_step(message: pb.StepResponse, result: StepResult) -> None:
+    """Set ``message`` (in place) to a step's result."""
+    message.reward.extend(result.reward)
+    message.terminated.extend(result.terminated)
+    message.truncated.extend(result.truncated)
+    message.success.extend(result.success)
+    message.fault.extend([codec.fault_to_wire(k) for k in result.fault])
+    message.fault_message.extend(result.fault_message)
+    message.timing.update(result.timing)
+    codec.fill_observation(message.observation, result.obs, result.stamps)
     if result.final_obs is not None:
-        observations.append((wire.T.n_final_observation, result.final_obs, None))
-    head = head if type(head) is bytes else head.SerializeToString()
-    return wire.encode_with_observations(head, observations, wrap_field)
+        codec.fill_observation(message.final_observation, result.final_obs)
+        message.final_mask.extend(result.final_mask or ())
+    if result.executed_action is not None:
+        codec.fill_tensor(message.executed_action, result.executed_action)
+    if result.intervened is not None:
+        message.intervened.extend(result.intervened)
 
 
 def _parse(message_type, data: bytes):
@@ -128,7 +137,6 @@ class EnvService:
         self.step_limit_s = step_limit_s
         self.reset_limit_s = reset_limit_s
         self.spec_message = codec.env_spec_to_message(host.spec)
-        self.writer = step_layout.StepWriter()
         self.shutting_down = False
         self.gate = gate or StreamGate(max_streams=6, max_streams_per_peer=4)
         # Stop and GetStatus run on pools of their own (grpc runs a handler on the pool named by
@@ -154,46 +162,38 @@ class EnvService:
         finally:
             control.done(session)
 
-    def _reset(self, request: pb.ResetRequest, wrap_field: int | None) -> bytes:
+    def _reset(self, request: pb.ResetRequest, in_session: bool) -> bytes:
         t0 = time.perf_counter()
         seed = request.seed if request.HasField("seed") else None
         if seed is not None and not 0 <= seed < 2**63:
             raise InvalidRequest("seed", f"must be between 0 and 2**63-1, got {seed}; leave it unset for an unseeded reset")
         result = self.host.reset(seed)
         result.timing["server"] = time.perf_counter() - t0
-        head = pb.ResetResponse(timing=result.timing, success=result.success)
-        return _encode_step(head, result, wrap_field)
+        response = pb.SessionResponse() if in_session else pb.ResetResponse()  # the Session stream's oneof
+        message = response.reset if in_session else response
+        message.timing.update(result.timing)
+        message.success.extend(result.success)
+        codec.fill_observation(message.observation, result.obs, result.stamps)
+        return response.SerializeToString()
 
-    def _step(self, request: pb.StepRequest | bytes, wrap_field: int | None) -> bytes:
-        """One step: ``request`` is a StepRequest or its wire bytes (or, with ``wrap_field`` set,
-        SessionRequest{step} bytes in the layout of `ActionChecker.canonical_request`)."""
+    def _step(self, request: pb.StepRequest | bytes, in_session: bool) -> bytes:
+        """One step: ``request`` is a StepRequest or, from a unary Step, its bytes (parsed here,
+        after control was granted); the answer goes inside SessionResponse.step ``in_session``."""
         t0 = perf_counter()
-        action = None
-        if type(request) is bytes:
-            action = self.host.checker.from_request(request, wrap_field is not None)
-            if action is None:
-                request = _parse(pb.StepRequest, request)  # only unary Steps pass unusual bytes
-        if action is None:
-            if not request.HasField("action"):
-                raise InvalidRequest("action", "missing; send a Tensor matching GetSpec().spec.action")
-            action = self.host.checker.check(request.action)
+        if isinstance(request, bytes):
+            request = _parse(pb.StepRequest, request)
+        if not request.HasField("action"):
+            raise InvalidRequest("action", "missing; send a Tensor matching GetSpec().spec.action")
+        action = self.host.checker.check(request.action)
         t1 = perf_counter()
-        result = self.host.step_fast(action)
-        if type(result) is tuple:  # one instance, no fault: the writer's cached layout
-            obs, stamps, reward, terminated, truncated, success, timing = result
-            timing["validate"] = t1 - t0
-            t2 = perf_counter()
-            timing["server"] = t2 - t0
-            data = self.writer.write(reward, terminated, truncated, success, timing, obs, stamps, wrap_field)
-        else:
-            timing = result.timing
-            timing["validate"] = t1 - t0
-            t2 = perf_counter()
-            timing["server"] = t2 - t0
-            head = wire.encode_step_head(result.reward, result.terminated, result.truncated, result.success,
-                                          result.fault, result.fault_message, timing, result.final_mask or (),
-                                          result.executed_action, result.intervened)
-            data = _encode_step(head, result, wrap_field)
+        result = self.host.step(action)
+        timing = result.timing
+        timing["validate"] = t1 - t0
+        t2 = perf_counter()
+        timing["server"] = t2 - t0
+        response = pb.SessionResponse() if in_session else pb.StepResponse()
+        _fill_step(response.step if in_session else response, result)
+        data = response.SerializeToString()
         timing["encode"] = perf_counter() - t2
         self.host.record(timing)
         return data
@@ -208,13 +208,13 @@ class EnvService:
     def Reset(self, data: bytes, context):
         try:
             request = _parse(pb.ResetRequest, data)
-            return self._controlled(session_id(context), self._reset, request, None, limit_s=self.reset_limit_s)
+            return self._controlled(session_id(context), self._reset, request, False, limit_s=self.reset_limit_s)
         except (CallFailed, InvalidRequest) as e:
             abort(context, e)
 
     def Step(self, data: bytes, context):
         try:
-            return self._controlled(session_id(context), self._step, data, None, limit_s=self.step_limit_s)
+            return self._controlled(session_id(context), self._step, data, False, limit_s=self.step_limit_s)
         except (CallFailed, InvalidRequest) as e:
             abort(context, e)
 
@@ -281,23 +281,17 @@ class EnvService:
     def Session(self, request_iterator, context):
         session, peer = self._admit(context)
         try:
-            prefix, size = self.host.checker.canonical_request(True)
-            step_field, reset_field = wire.T.n_session_step, wire.T.n_session_reset
             for data in request_iterator:  # serialised SessionRequests
                 try:
-                    if len(data) == size and data.startswith(prefix):  # a step laid out as usual: _step reads the bytes
-                        out = self._controlled(session, self._step, data, step_field, limit_s=self.step_limit_s)
+                    request = _parse(pb.SessionRequest, data)
+                    kind = request.WhichOneof("kind")
+                    if kind == "step":
+                        out = self._controlled(session, self._step, request.step, True, limit_s=self.step_limit_s)
+                    elif kind == "reset":
+                        out = self._controlled(session, self._reset, request.reset, True, limit_s=self.reset_limit_s)
                     else:
-                        request = _parse(pb.SessionRequest, data)
-                        kind = request.WhichOneof("kind")
-                        if kind == "step":
-                            out = self._controlled(session, self._step, request.step, step_field, limit_s=self.step_limit_s)
-                        elif kind == "reset":
-                            out = self._controlled(session, self._reset, request.reset, reset_field,
-                                                   limit_s=self.reset_limit_s)
-                        else:
-                            raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, "empty SessionRequest; set reset or step",
-                                             ErrorReason.INVALID_REQUEST, "kind")
+                        raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, "empty SessionRequest; set reset or step",
+                                         ErrorReason.INVALID_REQUEST, "kind")
                     yield out
                 except (CallFailed, InvalidRequest) as e:  # InvalidRequest: a request that does not parse
                     error = error_message(e)
@@ -327,9 +321,8 @@ class EnvService:
         def uu(fn):  # bytes in; the handler parses (and answers INVALID_ARGUMENT for bad bytes)
             return grpc.unary_unary_rpc_method_handler(fn, response_serializer=ser)
 
-        # Step and Session take and return bytes (no (de)serialiser call per message): `_step`
-        # reads a canonical action straight from the request and parses anything else with
-        # protobuf (a request that does not parse is INVALID_ARGUMENT, in-band on the stream).
+        # Step and Session take and return bytes: the handlers parse each request themselves (a
+        # request that does not parse is INVALID_ARGUMENT, in-band on the stream).
         return grpc.method_handlers_generic_handler(
             SERVICE_NAME,
             {

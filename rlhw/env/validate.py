@@ -11,7 +11,7 @@ import struct
 
 import numpy as np
 
-from rlhw.env import codec, wire
+from rlhw.env import codec
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.errors import ErrorReason
 from rlhw.robot.spec import TensorSpec
@@ -55,16 +55,7 @@ class ActionChecker:
                 self._small = (struct.Struct(fmt), list(zip(low, high)))
                 if len(set(low)) == 1 and len(set(high)) == 1:  # one box for every element (the usual case)
                     self._uniform = (low[0], high[0])
-        # The exact bytes a protobuf writer produces for a StepRequest (and a SessionRequest{step})
-        # carrying a well-formed action, up to the action's data. A request that starts with them
-        # and has the right length needs no protobuf parse: its dtype, shape and size are already
-        # the spec's. Anything else (other field order, extra fields, a wrong dtype or shape) takes
-        # the protobuf path, whose checks explain the rejection.
         self._count = math.prod(self.shape)
-        self._requests = {}
-        for session in (False, True):
-            prefix = wire.step_request_prefix(self.shape, self.dtype, session)
-            self._requests[session] = (prefix, len(prefix) + self.nbytes)
 
     def check(self, tensor: pb.Tensor, field: str = "action") -> np.ndarray:
         """The action as a read-only array of the spec's dtype and shape, or InvalidRequest."""
@@ -83,27 +74,12 @@ class ActionChecker:
                 f"{field}.data",
                 f"has {len(data)} bytes; shape {list(self.shape)} of {self.dtype.name} needs {self.nbytes}",
             )
-        return self._checked(data, 0, field)
+        return self._checked(data, field)
 
-    def from_request(self, data: bytes, session: bool) -> np.ndarray | None:
-        """The checked action of a serialised StepRequest (``session``: SessionRequest{step}) in the
-        canonical layout, read straight from the bytes; None when the request is laid out otherwise
-        (then parse it and call `check`, which names what is wrong). Raises InvalidRequest for
-        values out of bounds or not finite, as `check` does.
-        """
-        prefix, size = self._requests[session]
-        if len(data) != size or not data.startswith(prefix):
-            return None
-        return self._checked(data, len(prefix), "action")  # a read-only view of the bytes
-
-    def canonical_request(self, session: bool) -> tuple[bytes, int]:
-        """(prefix, size): `from_request` reads requests of that size starting with that prefix."""
-        return self._requests[session]
-
-    def _checked(self, data: bytes, offset: int, field: str) -> np.ndarray:
+    def _checked(self, data: bytes, field: str) -> np.ndarray:
         if self._small is not None:
             unpack, bounds = self._small
-            values = unpack.unpack_from(data, offset)
+            values = unpack.unpack(data)
             if self._uniform is not None:
                 lo, hi = self._uniform
                 # min/max can step over a NaN; the sum cannot (finite values within finite bounds
@@ -117,9 +93,9 @@ class ActionChecker:
                 else:
                     ok = True
             if ok:
-                arr = np.frombuffer(data, self.dtype, self._count, offset)
+                arr = np.frombuffer(data, self.dtype, self._count)
                 return arr if arr.shape == self.shape else arr.reshape(self.shape)
-        arr = np.frombuffer(data, self.dtype, self._count, offset).reshape(self.shape)
+        arr = np.frombuffer(data, self.dtype, self._count).reshape(self.shape)
         return self.check_array(arr, field)
 
     def check_array(self, arr: np.ndarray, field: str = "action") -> np.ndarray:

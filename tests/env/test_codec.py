@@ -8,9 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from rlhw.env import codec, wire
+from rlhw.env import codec
 from rlhw.env.v1 import env_pb2 as pb
-from rlhw.errors import FaultKind
 from rlhw.robot.spec import EnvSpec, TensorSpec
 
 WIRE_DTYPES = ["float32", "float64", "float16", "uint8", "uint16", "uint32", "int8", "int16", "int32", "int64", "bool"]
@@ -18,10 +17,10 @@ WIRE_DTYPES = ["float32", "float64", "float16", "uint8", "uint16", "uint32", "in
 
 @settings(max_examples=60, deadline=None)
 @given(hnp.arrays(st.sampled_from(WIRE_DTYPES), hnp.array_shapes(min_dims=0, max_dims=4, max_side=5)))
-def test_any_wire_array_round_trips_bit_exact_through_the_hand_written_encoder(arr):
-    head = pb.StepResponse(reward=[1.5]).SerializeToString()
-    data = wire.encode_with_observations(head, [(1, {"x": arr}, {"x": 12.5})])
-    msg = pb.StepResponse.FromString(data)
+def test_any_wire_array_round_trips_bit_exact_through_an_observation(arr):
+    msg = pb.StepResponse(reward=[1.5])
+    codec.fill_observation(msg.observation, {"x": arr}, {"x": 12.5})
+    msg = pb.StepResponse.FromString(msg.SerializeToString())
     got, stamps = codec.observation_from_message(msg.observation)
     assert got["x"].dtype == arr.dtype and got["x"].shape == arr.shape
     assert got["x"].tobytes() == arr.tobytes()
@@ -30,9 +29,9 @@ def test_any_wire_array_round_trips_bit_exact_through_the_hand_written_encoder(a
 
 @settings(max_examples=60, deadline=None)
 @given(hnp.arrays(st.sampled_from(WIRE_DTYPES), hnp.array_shapes(min_dims=0, max_dims=3, max_side=12)), st.booleans())
-def test_a_hand_written_step_request_parses_to_the_action_every_time_its_header_is_reused(arr, session):
-    for action in (arr, arr.T, arr):  # a transposed view is not C-contiguous; headers are cached per dtype and shape
-        data = wire.encode_step_request(action, session)
+def test_a_step_request_parses_to_the_action_contiguous_or_not(arr, session):
+    for action in (arr, arr.T):  # a transposed view is not C-contiguous
+        data = codec.step_request(action, session)
         request = pb.SessionRequest.FromString(data).step if session else pb.StepRequest.FromString(data)
         got = codec.from_tensor(request.action)
         assert got.dtype == action.dtype and got.shape == action.shape
@@ -49,15 +48,28 @@ def test_decoding_is_a_view_of_the_message_bytes_not_a_copy():
 
 def test_big_camera_images_survive_and_nest_inside_the_session_oneof():
     img = np.random.default_rng(0).integers(0, 255, (480, 640, 3), dtype=np.uint8)
-    head = pb.StepResponse(terminated=[True]).SerializeToString()
-    data = wire.encode_with_observations(head, [(1, {"cam0": img, "cam1": img[::-1]}, None), (9, {"cam0": img}, None)], 2)
-    msg = pb.SessionResponse.FromString(data)
+    out = pb.SessionResponse()
+    out.step.terminated.append(True)
+    codec.fill_observation(out.step.observation, {"cam0": img, "cam1": img[::-1]}, {"cam0": 3.0, "cam1": 4.0})
+    codec.fill_observation(out.step.final_observation, {"cam0": img})
+    msg = pb.SessionResponse.FromString(out.SerializeToString())
     assert msg.WhichOneof("kind") == "step" and list(msg.step.terminated) == [True]
-    obs, _ = codec.observation_from_message(msg.step.observation)
-    final, _ = codec.observation_from_message(msg.step.final_observation)
+    observations = codec.observations_of(msg.step)
+    (obs, stamps), (final, _) = observations["observation"], observations["final_observation"]
     np.testing.assert_array_equal(obs["cam0"], img)
     np.testing.assert_array_equal(obs["cam1"], img[::-1])  # non-contiguous input is made contiguous
     np.testing.assert_array_equal(final["cam0"], img)
+    assert stamps == {"cam0": 3.0, "cam1": 4.0}
+
+
+def test_a_reset_response_has_no_final_observation():
+    msg = pb.ResetResponse()
+    codec.fill_observation(msg.observation, {"q": np.arange(7, dtype=np.float32)}, {"q": np.array([1.0, 2.0])})
+    observations = codec.observations_of(pb.ResetResponse.FromString(msg.SerializeToString()))
+    tensors, stamps = observations["observation"]
+    assert list(observations) == ["observation"]
+    np.testing.assert_array_equal(tensors["q"], np.arange(7, dtype=np.float32))
+    np.testing.assert_array_equal(stamps["q"], [1.0, 2.0])  # a batch's capture times stay an array
 
 
 def test_a_tensor_whose_bytes_do_not_match_its_shape_is_rejected_with_the_sizes():
@@ -91,37 +103,6 @@ def test_env_spec_round_trips_with_scalar_and_array_bounds():
     np.testing.assert_array_equal(back.observations["q"].high, np.arange(7.0) + 1)
     assert back.observations["img"].low is None and back.action.low == -1.0
     assert back.control_hz == 15.0 and back.cameras == ("img",) and back.robot == "fake"
-
-
-def test_the_hand_written_step_head_parses_to_the_same_message_protobuf_would_build():
-    fields = dict(reward=[1.5, -2.0], terminated=[False, True], truncated=[True, False], success=[False, True],
-                  fault=[None, FaultKind.REFLEX], fault_message=["", "joint 4 reflex"], timing={"env": 0.25, "validate": 1e-5},
-                  final_mask=[True, False])
-    expected = pb.StepResponse(**{**fields, "fault": [pb.FAULT_KIND_UNSPECIFIED, pb.FAULT_KIND_REFLEX]})
-    assert pb.StepResponse.FromString(wire.encode_step_head(**fields)) == expected
-
-
-def test_the_client_reader_returns_views_into_the_received_bytes():
-    img = np.arange(128 * 128 * 3, dtype=np.uint32).astype(np.uint8).reshape(128, 128, 3)  # above ZERO_COPY_MIN_BYTES
-    data = wire.encode_with_observations(wire.encode_step_head([0.5], [False], [False], [False], [None], [""], {}),
-                                          [(1, {"cam": img}, {"cam": 3.0})], 2)
-    kind, head, observations = wire.read_session_response(data)
-    got = observations["observation"][0]["cam"]
-    assert kind == "step" and list(head.reward) == [0.5]
-    np.testing.assert_array_equal(got, img)
-    assert np.shares_memory(got, np.frombuffer(data, np.uint8))  # no copy after the bytes arrived
-
-
-def test_small_responses_take_the_protobuf_parser_and_decode_the_same():
-    q = np.arange(7, dtype=np.float32)
-    data = wire.encode_with_observations(wire.encode_step_head([0.5], [False], [True], [False], [None], [""], {"env": 1e-4}),
-                                          [(1, {"q": q}, {"q": 3.0})], 2)
-    assert len(data) < wire.ZERO_COPY_MIN_BYTES
-    kind, head, observations = wire.read_session_response(data)
-    tensors, stamps = observations["observation"]
-    assert kind == "step" and list(head.truncated) == [True] and head.timing["env"] == 1e-4
-    np.testing.assert_array_equal(tensors["q"], q)
-    assert float(stamps["q"]) == 3.0
 
 
 def test_camera_info_points_at_the_image_observation_of_each_camera():

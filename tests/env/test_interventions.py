@@ -33,7 +33,7 @@ def test_an_env_that_reports_no_interventions_gives_intervened_false_and_no_exec
     server = serve(FakeEnv())
     env = clients(RemoteEnv(server.address, use_session=use_session))
     env.reset()
-    for _ in range(4):  # the first step takes the general reader, the others the per-step layout
+    for _ in range(4):  # every step, not only the first
         *_, info = env.step(ACTION)
         assert info["intervened"] is False and "executed_action" not in info
 

@@ -9,7 +9,7 @@ import grpc
 import numpy as np
 import pytest
 
-from rlhw.env import wire
+from rlhw.env import codec
 from rlhw.env.v1 import env_pb2 as pb
 from tests.env.test_cli import _address, _finish, _start
 
@@ -31,7 +31,7 @@ def test_server_rss_is_flat_over_100k_session_steps_with_a_camera():
                   env_vars={"RLHW_FAKE_ENV": "cameras=1,h=64,w=64,episode_length=1000000"})
     try:
         address = _address(proc)
-        step = wire.encode_step_request(np.zeros(7, np.float32), session=True)
+        step = codec.step_request(np.zeros(7, np.float32), session=True)
         reset = pb.SessionRequest(reset=pb.ResetRequest()).SerializeToString()
 
         def requests():  # the server's real Session path; requests are pipelined by gRPC flow control
@@ -52,7 +52,7 @@ def test_server_rss_is_flat_over_100k_session_steps_with_a_camera():
                 if i == WARM_UP:  # allocator pools, gRPC buffers and timing windows are full by now
                     warm = _rss_mb(proc.pid)
             end = _rss_mb(proc.pid)
-            _, _, observations = wire.read_session_response(data)
+            observations = codec.observations_of(pb.SessionResponse.FromString(data).step)
             elapsed = time.monotonic() - t0
         assert observations["observation"][0]["cam0"].shape == (64, 64, 3)
     finally:

@@ -123,3 +123,17 @@ def test_a_negative_reset_seed_is_rejected_naming_the_field(serve):
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert err.value.details().startswith("seed: must be between 0 and 2**63-1, got -5")
     assert env.resets == 0
+
+
+@pytest.mark.timeout(60)
+def test_bytes_that_are_not_a_request_get_invalid_argument_not_a_crash(serve):
+    server = serve(FakeEnv())
+    garbage = b"\x0a\xff\xff\xff\xff\x0f"  # a length running past the end
+    with grpc.insecure_channel(server.address) as channel:
+        with pytest.raises(grpc.RpcError) as err:
+            channel.unary_unary("/rlhw.env.v1.Env/Step")(garbage, timeout=5)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.details().startswith("request: is not a valid rlhw.env.v1.StepRequest")
+        responses = list(channel.stream_stream("/rlhw.env.v1.Env/Session")(iter([garbage]), timeout=5))
+    error = pb.SessionResponse.FromString(responses[0]).error
+    assert error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0] and error.field == "request"
