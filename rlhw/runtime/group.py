@@ -20,7 +20,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rlhw.errors import ConfigError, WorkerError
 from rlhw.runtime.nodes import NAMESPACE
-from rlhw.runtime.worker import CONCURRENCY_GROUPS, WorkerAddress, actor_name
+from rlhw.runtime.address import CONCURRENCY_GROUPS, WorkerAddress, actor_name
 
 if TYPE_CHECKING:
     from rlhw.placement import Placement
