@@ -27,8 +27,10 @@ import numpy as np
 
 from rlhw.cli.common import add_config_arguments, positive_int
 from rlhw.errors import ConfigError
+from rlhw.robot.registry import teleop_devices
 
-DEVICES = ("spacemouse", "keyboard", "scripted")
+#: The teleop devices the driver registry knows (names only: no device module is imported).
+DEVICES = tuple(teleop_devices())
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
