@@ -295,7 +295,7 @@ def _hardware_json(cluster: "Cluster", rec: "Placement") -> dict:
         group = cluster.cluster_config.group(rec.node_group)
     except Exception:  # noqa: BLE001 - reserved groups ('node', 'cluster') have no section
         group = None
-    hw = getattr(group, "hardware", None)
+    hw = group.hardware if group is not None else None
     if hw is not None and hw.type == rec.hardware_type:
         out["devices"] = [
             hw.configs[r].model_dump(mode="json") for r in rec.hardware_ranks if 0 <= r < len(hw.configs)
