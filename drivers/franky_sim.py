@@ -4,7 +4,7 @@ Tests, the RL pipeline and the smoke test use it to run the *real* `franka` driv
 libfranka's UDP/TCP protocol, our driver process) on one machine without a robot::
 
     with FrankySim() as sim:                  # picks a free 127.0.0.X, waits until it accepts
-        arm = FrankaArm(sim.host, realtime="ignore")
+        arm = FrankaArm(sim.host, FrankaController(realtime="ignore"))
 
 Why a class and not a shell line: several simulators (and several test sessions) share one
 machine, so the launcher must pick a loopback address whose ports 1337/1338 are free, retry when

@@ -134,7 +134,11 @@ KEEP_MOTIONS = 4096
 
 @register_arm("mock")
 class MockArm(Arm):
-    """A fault-injecting stand-in for a Franka arm, in simulated time. See the module docstring."""
+    """A fault-injecting stand-in for a Franka arm, in simulated time. See the module docstring.
+
+    ``cube`` / ``peg`` are the simulator scene options a task may ask for (``sim_arm_options``); the
+    mock has no scene, so it takes them and draws nothing: the insert task runs on it without its block.
+    """
 
     def __init__(
         self,
@@ -148,7 +152,8 @@ class MockArm(Arm):
         state_noise_m: float = 0.0,
         realtime: bool = False,
         keep_motions: int = KEEP_MOTIONS,
-        **_ignored: Any,
+        cube: bool = False,
+        peg: bool = False,
     ):
         self.name = name
         #: realtime=True emulates a real arm: it moves on the wall clock by itself (integrated
@@ -346,7 +351,6 @@ class MockCamera(Camera):
         timeout_s: float = 0.2,
         arm: MockArm | None = None,
         depth: bool = False,
-        **_ignored: Any,
     ):
         self.serial = serial
         self.width, self.height = int(width), int(height)

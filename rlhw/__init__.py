@@ -13,7 +13,7 @@ _RUNTIME = {
     "Cluster": "rlhw.runtime.cluster",
     "Worker": "rlhw.runtime.worker",
     "WorkerGroup": "rlhw.runtime.group",
-    "WorkerAddress": "rlhw.runtime.worker",
+    "WorkerAddress": "rlhw.runtime.address",
     "WorkerInfo": "rlhw.runtime.worker",
     "Channel": "rlhw.runtime.channel",
 }

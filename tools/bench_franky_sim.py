@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from drivers.franka import FrankaArm
+from rlhw.hardware.types.franka import FrankaController  # noqa: E402
 from drivers.franky_sim import FrankySim
 from rlhw.errors import RobotFault
 
@@ -87,7 +88,7 @@ def main() -> int:
     results = []
     with FrankySim(start_timeout_s=90) as sim:
         for mode in args.modes:
-            arm = FrankaArm(sim.host, realtime="ignore", control=mode, relative_dynamics_factor=args.dynamics, gripper=False)
+            arm = FrankaArm(sim.host, FrankaController(realtime="ignore", control=mode, relative_dynamics_factor=args.dynamics), gripper=False)
             arm.connect(timeout_s=30)
             try:
                 home = arm.state()

@@ -5,7 +5,7 @@
 for the smoke test. Test it on one machine against franky-sim (`drivers.franky_sim.FrankySim`).
 """
 
-from drivers.franka.arm import FrankaArm, FrankaOptions
+from drivers.franka.arm import FrankaArm
 from drivers.franka.probe import ProbeReport, probe
 
-__all__ = ["FrankaArm", "FrankaOptions", "ProbeReport", "probe"]
+__all__ = ["FrankaArm", "ProbeReport", "probe"]

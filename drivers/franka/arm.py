@@ -23,14 +23,13 @@ import sys
 import threading
 import time
 import weakref
-from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
-from typing import Any, Literal, Sequence
 
 import numpy as np
 
 from drivers.franka.replies import Reply
 from rlhw.errors import ConfigError, FaultKind, RobotFault, WorkerError
+from rlhw.hardware.types.franka import FrankaController
 from rlhw.network import FCI_PORT, tcp_connect_problem
 from rlhw.robot.arm import Arm, ArmState
 from rlhw.robot.registry import register_arm
@@ -43,94 +42,31 @@ _owners: "weakref.WeakValueDictionary[str, FrankaArm]" = weakref.WeakValueDictio
 _owners_lock = threading.Lock()
 
 
-def _vec(value: float | Sequence[float], n: int, name: str) -> tuple[float, ...]:
-    if isinstance(value, (int, float)):
-        value = [float(value)] * n
-    value = tuple(float(v) for v in value)
-    if len(value) != n or not all(math.isfinite(v) and v > 0 for v in value):
-        raise ConfigError(name, f"needs {n} positive numbers (or one number for all), got {list(value)}")
-    return value
-
-
-@dataclass(frozen=True)
-class FrankaOptions:
-    """Driver settings. Field names follow rlhw.hardware.types.franka.FrankaController where they overlap.
-
-    ``control``: how `command_pose` tracks targets. "motion" sends each target as an asynchronous
-    franky CartesianMotion (Ruckig trajectory, preempted by the next target; velocity-continuous,
-    bounded by ``relative_dynamics_factor``); "impedance" streams targets into one
-    CartesianImpedanceTracker (compliant; stiffness below). ``timeout_s`` bounds every
-    non-motion call (libfranka itself gives up on a silent link after about 1 s, so keep it above
-    that). ``watchdog_s``: stop the arm when no Cartesian target arrived for this long while
-    tracking (0 disables).
-    """
-
-    realtime: Literal["enforce", "ignore"] = "enforce"
-    relative_dynamics_factor: float = 0.1
-    torque_thresholds: tuple[float, ...] = (20.0, 20.0, 18.0, 18.0, 16.0, 14.0, 12.0)
-    force_thresholds: tuple[float, ...] = (20.0, 20.0, 20.0, 25.0, 25.0, 25.0)
-    joint_impedance: tuple[float, ...] | None = None
-    cartesian_impedance: tuple[float, ...] | None = None
-    gripper: bool = True
-    gripper_speed: float = 0.1
-    gripper_force: float = 20.0
-    gripper_timeout_s: float = 5.0
-    control: Literal["motion", "impedance"] = "motion"
-    translational_stiffness: float = 500.0
-    rotational_stiffness: float = 50.0
-    timeout_s: float = 3.0
-    watchdog_s: float = 1.0
-
-    def __post_init__(self):
-        if self.realtime not in ("enforce", "ignore"):
-            raise ConfigError("realtime", f"must be 'enforce' (real robot) or 'ignore' (franky-sim), got {self.realtime!r}")
-        if self.control not in ("motion", "impedance"):
-            raise ConfigError("control", f"must be 'motion' or 'impedance', got {self.control!r}")
-        if not 0 < self.relative_dynamics_factor <= 1:
-            raise ConfigError("relative_dynamics_factor", f"must be in (0, 1], got {self.relative_dynamics_factor}")
-        object.__setattr__(self, "torque_thresholds", _vec(self.torque_thresholds, 7, "torque_thresholds"))
-        object.__setattr__(self, "force_thresholds", _vec(self.force_thresholds, 6, "force_thresholds"))
-        if self.joint_impedance is not None:
-            object.__setattr__(self, "joint_impedance", _vec(self.joint_impedance, 7, "joint_impedance"))
-        if self.cartesian_impedance is not None:
-            object.__setattr__(self, "cartesian_impedance", _vec(self.cartesian_impedance, 6, "cartesian_impedance"))
-        for name in ("gripper_speed", "gripper_force", "gripper_timeout_s", "translational_stiffness", "rotational_stiffness"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(name, f"must be > 0, got {getattr(self, name)}")
-        if not self.timeout_s > 1.0:
-            raise ConfigError("timeout_s", f"must be > 1 s (libfranka's own link timeout is about 1 s), got {self.timeout_s}")
-        if self.watchdog_s < 0:
-            raise ConfigError("watchdog_s", f"must be >= 0 (0 disables), got {self.watchdog_s}")
-
-
 @register_arm("franka")
 class FrankaArm(Arm):
-    """A Franka FR3/Panda through FCI. ``FrankaArm(robot_ip, realtime="ignore")`` for franky-sim.
+    """A Franka FR3/Panda through FCI. ``FrankaArm(ip, FrankaController(realtime="ignore"))`` for franky-sim.
 
-    Options are `FrankaOptions` fields, given as ``options=`` or keyword arguments (``controller=``
-    accepts a hardware-config FrankaController or dict). Only one FrankaArm per robot_ip may exist
-    in a process until it is closed: a second controller would fight the first.
+    ``controller`` is the validated `FrankaController` of the arm's hardware entry (the one schema of
+    this driver's options; its defaults when None), ``gripper`` whether the Franka Hand is attached
+    (the entry's ``gripper``), ``timeout_s`` the bound on every non-motion call (``env.driver_timeout_s``;
+    above libfranka's own link timeout of about 1 s). Only one FrankaArm per robot_ip may exist in a
+    process until it is closed: a second controller would fight the first.
     """
 
     name = "franka"
 
-    def __init__(self, robot_ip: str, options: FrankaOptions | None = None, *, controller: Any = None, **overrides):
+    def __init__(self, robot_ip: str, controller: FrankaController | None = None, *, gripper: bool = True,
+                 timeout_s: float = 3.0):
         if not isinstance(robot_ip, str) or not robot_ip.strip():
             raise ConfigError("robot_ip", f"must be a host name or IP address string, got {robot_ip!r}")
-        fields = asdict(options) if options is not None else {}
-        if controller is not None:
-            c = controller.model_dump() if hasattr(controller, "model_dump") else dict(controller)
-            rename = {"collision_torque_thresholds_nm": "torque_thresholds", "collision_force_thresholds_n": "force_thresholds"}
-            fields.update({rename.get(k, k): v for k, v in c.items()})
-        if "driver_timeout_s" in overrides:
-            overrides["timeout_s"] = overrides.pop("driver_timeout_s")
-        unknown = set(overrides) - set(FrankaOptions.__dataclass_fields__)
-        if unknown:
+        if not timeout_s > 1.0:
             raise ConfigError(
-                "franka", f"unknown option(s) {sorted(unknown)}; known: {sorted(FrankaOptions.__dataclass_fields__)}"
+                "env.driver_timeout_s",
+                f"the franka driver needs more than 1 s per call (libfranka's own link timeout is about 1 s), got {timeout_s}",
             )
-        fields.update(overrides)
-        self.options = FrankaOptions(**fields)
+        self.controller = controller if controller is not None else FrankaController()
+        self.has_gripper = bool(gripper)
+        self.timeout_s = float(timeout_s)
         self.robot_ip = robot_ip.strip()
         self._proc: subprocess.Popen | None = None
         self._conn: Connection | None = None
@@ -194,7 +130,7 @@ class FrankaArm(Arm):
             self._finalizer.detach()
             self._finalizer = weakref.finalize(self, _kill_proc, self._proc)
             self._wanted = True
-            opts = asdict(self.options)
+            opts = {**self.controller.model_dump(), "gripper": self.has_gripper}
             try:
                 self.info = self._call("connect", timeout_s, robot_ip=self.robot_ip, options=opts)
             except RobotFault as e:
@@ -206,7 +142,7 @@ class FrankaArm(Arm):
                         f"in Desk, or that franky-sim serves this address ({e})",
                     ) from None
                 raise
-            if self.options.gripper and "gripper_max_width" in self.info:
+            if self.has_gripper and "gripper_max_width" in self.info:
                 self.max_gripper_width = float(self.info["gripper_max_width"])
 
     def _call(self, op: str, wait_s: float, **kwargs):
@@ -315,7 +251,7 @@ class FrankaArm(Arm):
             if self.connected and self._conn is not None:
                 try:
                     self._conn.send(("close", {}))
-                    if self._conn.poll(min(3.0, self.options.timeout_s)):
+                    if self._conn.poll(min(3.0, self.timeout_s)):
                         self._conn.recv()
                 except (EOFError, OSError):
                     pass
@@ -330,7 +266,7 @@ class FrankaArm(Arm):
     def state(self) -> ArmState:
         """The arm's state. Safe from any thread, and answers while another thread is inside a
         blocking call (it goes over the read line, not the command line)."""
-        d = self._read("state", self.options.timeout_s)
+        d = self._read("state", self.timeout_s)
         # The controller's own clock: against wall time it shows a simulator's real-time factor.
         self.robot_time_s = d["robot_time_s"]
         self.robot_mode = d["robot_mode"]
@@ -348,14 +284,14 @@ class FrankaArm(Arm):
         if norm < 1e-6:
             raise ValueError(f"pose quaternion {pose[3:].tolist()} has zero length; use [qx, qy, qz, qw] of unit length")
         pose = np.concatenate([pose[:3], pose[3:] / norm])
-        self._call("command_pose", self.options.timeout_s, pose=pose)
+        self._call("command_pose", self.timeout_s, pose=pose)
 
     def command_gripper(self, width: float) -> None:
         width = float(width)
         if not math.isfinite(width):
             raise ValueError(f"gripper width must be a finite number of metres, got {width}")
         width = min(max(width, 0.0), self.max_gripper_width)
-        self._call("command_gripper", self.options.timeout_s, width=width)
+        self._call("command_gripper", self.timeout_s, width=width)
 
     def move_joints(self, q: np.ndarray, speed_factor: float = 0.2, timeout_s: float = 15.0) -> None:
         q = np.asarray(q, dtype=float)
@@ -365,7 +301,7 @@ class FrankaArm(Arm):
             raise ValueError(f"speed_factor must be in (0, 1], got {speed_factor}")
         # The child stops the arm itself at timeout_s (a bounded stop motion, STOP_TIMEOUT_S); the
         # margin covers that stop plus one ordinary call.
-        self._call("move_joints", timeout_s + STOP_TIMEOUT_S + self.options.timeout_s, q=q, speed_factor=float(speed_factor), timeout_s=float(timeout_s))
+        self._call("move_joints", timeout_s + STOP_TIMEOUT_S + self.timeout_s, q=q, speed_factor=float(speed_factor), timeout_s=float(timeout_s))
 
     def stop(self) -> None:
         """Bring the arm to rest. Safe from any thread: when another thread is inside a call
@@ -374,7 +310,7 @@ class FrankaArm(Arm):
             return  # a dropped link already stopped the arm (libfranka halts without commands)
         if self._lock.acquire(blocking=False):
             try:
-                self._call("stop", self.options.timeout_s)
+                self._call("stop", self.timeout_s)
             finally:
                 self._lock.release()
             return
@@ -385,7 +321,7 @@ class FrankaArm(Arm):
         try:
             if line is None:
                 raise OSError("no stop line")
-            line.settimeout(self.options.timeout_s)
+            line.settimeout(self.timeout_s)
             line.sendall(b"s")
             if line.recv(1) == b"k":
                 return
@@ -427,7 +363,7 @@ class FrankaArm(Arm):
         return time.perf_counter() - t
 
     def robot_info(self) -> dict:
-        return self._call("info", self.options.timeout_s)
+        return self._call("info", self.timeout_s)
 
     def __repr__(self) -> str:
         return f"FrankaArm({self.robot_ip!r}, connected={self.connected})"

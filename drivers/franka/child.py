@@ -137,7 +137,7 @@ class FrankyArmServer:
         self.options = options
         rt = franky.RealtimeConfig.Enforce if options["realtime"] == "enforce" else franky.RealtimeConfig.Ignore
         self.robot = franky.Robot(robot_ip, realtime_config=rt, relative_dynamics_factor=options["relative_dynamics_factor"])
-        self.robot.set_collision_behavior(list(options["torque_thresholds"]), list(options["force_thresholds"]))
+        self.robot.set_collision_behavior(list(options["collision_torque_thresholds_nm"]), list(options["collision_force_thresholds_n"]))
         if options.get("joint_impedance"):
             self.robot.set_joint_impedance(list(options["joint_impedance"]))
         if options.get("cartesian_impedance"):

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from rlhw.errors import RlhwError
+from rlhw.hardware.types.franka import FrankaController
 from rlhw.network import FCI_PORT, tcp_connect_problem
 
 from drivers.franka.arm import FrankaArm
@@ -72,7 +73,7 @@ def probe(robot_ip: str, timeout_s: float = 10.0, realtime: str = "ignore", grip
     # for its client and refuses new ones for seconds after it closes.
     arm = None
     try:
-        arm = FrankaArm(robot_ip, realtime=realtime, gripper=gripper, timeout_s=max(1.5, min(timeout_s, 5.0)))
+        arm = FrankaArm(robot_ip, FrankaController(realtime=realtime), gripper=gripper, timeout_s=max(1.5, min(timeout_s, 5.0)))
         t = time.perf_counter()
         arm.connect(timeout_s=timeout_s)
         report.add("fci_connect", True, f"connected in {(time.perf_counter() - t):.2f} s; robot mode {arm.info.get('robot_mode')}"

@@ -34,6 +34,8 @@ from typing import Callable
 import numpy as np
 
 from drivers.teleop.base import ReaderThreadDevice
+from rlhw.config.env import TeleopConfig
+from rlhw.robot.registry import register_teleop
 from rlhw.robot.teleop import Operator, TeleopEvent, TeleopReading
 
 #: key -> (axis, direction) of the hand's linear motion
@@ -42,6 +44,7 @@ EVENT_KEYS = {"y": TeleopEvent.SUCCESS, "n": TeleopEvent.FAILURE, "x": TeleopEve
 GRIPPER_KEYS = {"c": -1.0, "o": 1.0}
 
 
+@register_teleop("keyboard")
 class TerminalKeyboard(ReaderThreadDevice):
     """Reads keys from ``fd`` (default: standard input)."""
 
@@ -55,6 +58,10 @@ class TerminalKeyboard(ReaderThreadDevice):
         self.hold_s, self.gain, self.poll_s, self.clock = hold_s, min(gain, 1.0), poll_s, clock
         self._saved_mode = None
         self._reset_state()
+
+    @classmethod
+    def from_config(cls, config: TeleopConfig, env: object = None) -> "TerminalKeyboard":
+        return cls(hold_s=config.keyboard_hold_s, gain=config.gain)
 
     def _reset_state(self) -> None:
         self._pressed_at: dict[int, tuple[float, float]] = {}  # axis -> (direction, clock time)

@@ -34,7 +34,9 @@ from typing import Callable
 
 import numpy as np
 
+from rlhw.config.env import TeleopConfig
 from rlhw.errors import ConfigError
+from rlhw.robot.registry import register_teleop
 from rlhw.robot.teleop import Operator, TeleopDevice, TeleopEvent, TeleopReading
 
 ExpertFn = Callable[[object], np.ndarray]
@@ -117,6 +119,7 @@ register_expert("reach", reach_expert)
 register_expert("push_cube", push_cube_expert, progress=push_cube_progress)
 
 
+@register_teleop("scripted")
 class ScriptedExpert(TeleopDevice):
     """A simulated operator for ``env``; see the module docstring for the modes."""
 
@@ -141,6 +144,15 @@ class ScriptedExpert(TeleopDevice):
         self._pause_left = 0
         self.interventions = 0
         self._open = False
+
+    @classmethod
+    def from_config(cls, config: TeleopConfig, env) -> "ScriptedExpert":
+        return cls(
+            env, mode=config.mode, noise=config.noise, hesitation=config.hesitation, pause_steps=config.pause_steps,
+            patience=config.patience, intervene_prob=config.intervene_prob, intervene_decay=config.intervene_decay,
+            takeover_steps=config.takeover_steps,
+            seed=config.seed + env.seed,  # instances of a batched env differ
+        )
 
     def open(self, timeout_s: float = 5.0) -> None:
         self._open = True

@@ -27,7 +27,9 @@ from typing import Any
 import numpy as np
 
 from drivers.teleop.base import ReaderThreadDevice
+from rlhw.config.env import TeleopConfig
 from rlhw.errors import FaultKind, RobotFault
+from rlhw.robot.registry import register_teleop
 from rlhw.robot.teleop import Operator, TeleopEvent, TeleopReading
 
 GRIPPER_BUTTONS = ("LEFT", "BTN_1")
@@ -53,6 +55,7 @@ def shape_axis(value: float, deadband: float, gain: float) -> float:
     return float(np.copysign(min(scaled, 1.0), value))
 
 
+@register_teleop("spacemouse")
 class SpaceMouse(ReaderThreadDevice):
     """A SpaceMouse; ``hid_device`` replaces the USB enumeration with a given HID handle (recorded reports)."""
 
@@ -69,6 +72,10 @@ class SpaceMouse(ReaderThreadDevice):
         self._mouse = None
         self._last_t = None
         self._reset_state()
+
+    @classmethod
+    def from_config(cls, config: TeleopConfig, env: Any = None) -> "SpaceMouse":
+        return cls(config.spacemouse_name, deadband=config.deadband, gain=config.gain)
 
     def _reset_state(self) -> None:
         self._twist = np.zeros(6, dtype=np.float32)

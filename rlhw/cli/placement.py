@@ -12,6 +12,7 @@ import json
 import sys
 
 from rlhw.cli.common import add_config_arguments
+from rlhw.config.root import Config
 
 DEFAULT_CONFIG = "configs/hetero_18node.yaml"
 
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def detect_accelerators(config, address: str) -> dict[int, int]:
+def detect_accelerators(config: Config, address: str) -> dict[int, int]:
     """GPUs per node rank of the running Ray cluster at ``address``, after the runtime has checked
     node ranks and probed every node's hardware against the config (HardwareError otherwise).
     Only this path imports Ray."""

@@ -26,9 +26,12 @@ from pathlib import Path
 import numpy as np
 
 from rlhw.cli.common import add_config_arguments, positive_int
+from rlhw.config.root import Config
 from rlhw.errors import ConfigError
+from rlhw.robot.registry import teleop_devices
 
-DEVICES = ("spacemouse", "keyboard", "scripted")
+#: The teleop devices the driver registry knows (names only: no device module is imported).
+DEVICES = tuple(teleop_devices())
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     return record(config, args, overrides)
 
 
-def record(config, args, overrides: list[str]) -> int:
+def record(config: Config, args, overrides: list[str]) -> int:
     from rlhw.rl.demos import PROVENANCE_KEY, recorded_env
     from rlhw.rl.episodes import EpisodeRecorder
     from rlhw.robot import make_env
@@ -95,7 +98,7 @@ def record(config, args, overrides: list[str]) -> int:
     return 0
 
 
-def replay(config, path: Path, tolerance: float) -> int:
+def replay(config: Config, path: Path, tolerance: float) -> int:
     """Re-execute ``path``'s actions from its seed in sim; 0 when the final state is within ``tolerance``."""
     from rlhw.rl.episodes import episode_meta, load_episode
     from rlhw.robot import make_env

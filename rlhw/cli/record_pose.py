@@ -17,6 +17,7 @@ import select
 import sys
 import time
 
+from rlhw.config.root import Config
 from rlhw.errors import ConfigError
 
 #: How often the live pose is redrawn while waiting for Enter (s).
@@ -32,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sim", action="store_true", help="record in MuJoCo instead of on the configured robot (env.sim=mujoco)")
 
 
-def pose_path(config, name: str, out: str | None) -> str:
+def pose_path(config: Config, name: str, out: str | None) -> str:
     """Where the pose goes: ``--out``, else the file the task option NAME holds; checked writable."""
     from rlhw.robot.tasks import task_class
 
@@ -42,7 +43,7 @@ def pose_path(config, name: str, out: str | None) -> str:
     if out is None:
         source = f"env.task_options.{name}"
         task = config.env.task
-        known = tuple(getattr(task_class(task), "pose_options", ()))
+        known = task_class(task).pose_options
         if name not in known:
             raise ConfigError("NAME", f"task {task!r} has no pose option {name!r}; known: {', '.join(known) or '(none)'}"
                                       " (or pass --out FILE)")
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.now and not sys.stdin.isatty():
         raise ConfigError("--now", "stdin is not a terminal, so nobody can press Enter; pass --now to record the current pose")
     plan = plan_env(config)
-    sim_options = getattr(task_class(config.env.task), "sim_arm_options", None)
+    sim_options = task_class(config.env.task).sim_arm_options
     arm = build_arm(config, plan, seed=config.env.seed, sim_options=sim_options)
     arm.connect(timeout_s=config.env.connect_timeout_s)
     try:

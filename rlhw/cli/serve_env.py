@@ -19,6 +19,7 @@ import sys
 import threading
 
 from rlhw.cli.common import add_config_arguments
+from rlhw.config.root import Config
 from rlhw.errors import ConfigError
 
 DEFAULT_FACTORY = "rlhw.robot.factory:make_env"
@@ -89,7 +90,7 @@ def _check_address_fd(fd: int | None) -> int | None:
     return fd
 
 
-def _isolate(config, node_rank: int) -> dict:
+def _isolate(config: Config, node_rank: int) -> dict:
     """Node ``node_rank``'s robot-loop isolation (loop_cpus, loop_priority) on this process's main thread, before
     any other thread or driver child starts, so all of them inherit it: the whole server is the robot loop."""
     from rlhw.runtime.isolation import apply_loop_isolation
@@ -135,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     # Refuse an exposed bind, or a busy port, before touching any hardware.
     check_exposure(config.server, config.server.resolve_token())
     _check_port_free(config.server.host, config.server.port)
-    num_envs = getattr(config.env, "num_envs", 1)
+    num_envs = config.env.num_envs
     factory = _factory(args.env or (BATCHED_FACTORY if num_envs > 1 else DEFAULT_FACTORY))
     env = factory(config, args.robot)
     try:

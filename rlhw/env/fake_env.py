@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from rlhw.config.root import Config
 from rlhw.errors import RobotFault
 from rlhw.robot.spec import EnvSpec, TensorSpec
 
@@ -158,7 +159,7 @@ class FakeEnv:
         self.closed = True
 
 
-def make_fake_env(config=None, robot_rank: int = 0, **kwargs) -> FakeEnv:
+def make_fake_env(config: Config | None=None, robot_rank: int = 0, **kwargs) -> FakeEnv:
     """Factory with make_env's signature, for ``rlhw serve-env --env rlhw.env.fake_env:make_fake_env``.
 
     Keyword arguments come from the ``RLHW_FAKE_ENV`` environment variable (``cameras=2,h=128,w=128``)

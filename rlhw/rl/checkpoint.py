@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rlhw.config.root import Config
 from rlhw.errors import ConfigError
 from rlhw.rl.spaces import action_bounds
 from rlhw.robot.spec import EnvSpec
@@ -38,7 +39,7 @@ def spec_record(spec: EnvSpec) -> dict:
     }
 
 
-def policy_contract(spec: EnvSpec, sac_config) -> dict:
+def policy_contract(spec: EnvSpec, sac_config: SacConfig) -> dict:
     """What a checkpoint carries besides the weights: the env spec and ``train.sac`` the policy was built with."""
     return {SPEC_KEY: spec_record(spec), SAC_CONFIG_KEY: sac_config.model_dump(mode="json")}
 
@@ -140,7 +141,7 @@ class PolicyCheckpoint:
         return {k: v.detach().cpu().numpy() for k, v in self.state["sac"]["actor"].items()}
 
 
-def checked_init_from(config, spec: EnvSpec) -> PolicyCheckpoint:
+def checked_init_from(config: Config, spec: EnvSpec) -> PolicyCheckpoint:
     """``train.init_from``'s checkpoint, loaded and checked against the env it will train on."""
     checkpoint = PolicyCheckpoint.load(config.train.init_from, INIT_FROM)
     checkpoint.check_spec(spec, INIT_FROM)

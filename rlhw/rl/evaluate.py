@@ -33,6 +33,7 @@ from typing import Callable
 
 import numpy as np
 
+from rlhw.config.root import Config
 from rlhw.rl.checkpoint import PolicyCheckpoint
 from rlhw.rl.demos import PROVENANCE_KEY, recorded_env
 from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, RefusedSteps
@@ -115,7 +116,7 @@ class OpenEnv:
     """The env of arm ``robot_rank`` opened as an env worker opens it (``train.env_transport``), for one
     instance; ``close`` stops the arm (a `RobotEnv` stops it, a server child stops it on SIGTERM)."""
 
-    def __init__(self, config, robot_rank: int, log_dir: Path):
+    def __init__(self, config: Config, robot_rank: int, log_dir: Path):
         from rlhw.rl.pipeline.env_worker import env_transport
 
         self.server = None
@@ -216,7 +217,7 @@ class Evaluation:
         self.timer.actions_received()
         return answer.actions, answer.versions
 
-def evaluate(config, checkpoint: PolicyCheckpoint, episodes: int, run_dir, robot_rank: int = 0,
+def evaluate(config: Config, checkpoint: PolicyCheckpoint, episodes: int, run_dir, robot_rank: int = 0,
              on_episode: Callable[[EvalEpisode], None] | None = None) -> EvalReport:
     """Evaluate ``checkpoint`` for ``episodes`` episodes on arm ``robot_rank`` of ``config``; episodes and the
     config snapshot go to ``run_dir`` (a `RunDir`). The checkpoint is refused, before any step, when its spec

@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from rlhw.config.root import Config
 from rlhw.rl.checkpoint import checked_init_from, checkpoint_state, policy_contract, warm_start
 from rlhw.rl.demos import PROVENANCE_KEY, env_provenance, load_demos, recorded_env
 from rlhw.rl.episode_loop import Act, BatchView, EpisodeLoop, EpisodeResult, LoopHooks
@@ -33,7 +34,7 @@ def seed_everything(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
-def make_agent(config, spec, device) -> SAC:
+def make_agent(config: Config, spec, device) -> SAC:
     space = AgentSpace.from_spec(spec)
     return SAC(space.layout, space.low, space.high, config.train.sac, device=device)
 
@@ -78,7 +79,7 @@ def tally_verdicts(tally: VerdictTally, info: dict) -> None:
         tally.add(success, bool(info["judge_success"]), success)
 
 
-def train_local(config, run_dir: RunDir, env_factory: Callable | None = None, resume: bool = False,
+def train_local(config: Config, run_dir: RunDir, env_factory: Callable | None = None, resume: bool = False,
                 eval_env_factory: Callable | None = None) -> StopReason:
     """Train in this process until the target eval success or the step budget. Returns why it stopped.
 
@@ -103,7 +104,7 @@ def train_local(config, run_dir: RunDir, env_factory: Callable | None = None, re
 class LocalRun:
     """One local training run on open envs: the agent, its replay, the recorder and the session."""
 
-    def __init__(self, config, run_dir: RunDir, env, eval_env, rng: np.random.Generator, resume: bool):
+    def __init__(self, config: Config, run_dir: RunDir, env, eval_env, rng: np.random.Generator, resume: bool):
         cfg = self.cfg = config.train
         self.run_dir, self.env, self.eval_env, self.rng = run_dir, env, eval_env, rng
         space = AgentSpace.from_spec(env.spec)

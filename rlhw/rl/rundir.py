@@ -23,6 +23,8 @@ from typing import Any, Mapping
 import torch
 import yaml
 
+from rlhw.config.root import Config
+
 
 def _strict_json(value: Any) -> Any:
     """``value`` with every non-finite float (no eval yet, an empty loop-health window) as None: run.json
@@ -55,8 +57,8 @@ class RunDir:
         self.plot_path = self.path / "learning_curve.png"
 
     # ---- config and status
-    def write_config(self, config) -> None:
-        data = config.model_dump(mode="json") if hasattr(config, "model_dump") else dict(config)
+    def write_config(self, config: Config) -> None:
+        data = config.model_dump(mode="json")
         if isinstance(data.get("server"), dict) and data["server"].get("token") is not None:
             data["server"]["token"] = None  # never a secret on disk (pydantic masks it anyway); use token_env
         _atomic_write_text(self.config_path, yaml.safe_dump(data, sort_keys=False))

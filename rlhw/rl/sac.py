@@ -33,6 +33,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from rlhw.config.train import SacConfig
 from rlhw.config.vision import ImageEncoderConfig
 from rlhw.vision.augment import RandomShift
 from rlhw.vision.encoders import build_image_encoder
@@ -178,7 +179,7 @@ class Actor(nn.Module):
         return y * self.scale + self.bias, log_prob.sum(-1, keepdim=True), torch.tanh(mean) * self.scale + self.bias
 
 
-def build_actor(layout: ObsLayout, act_low, act_high, cfg) -> Actor:
+def build_actor(layout: ObsLayout, act_low, act_high, cfg: SacConfig) -> Actor:
     """The acting network alone (encoder + actor) for a rollout worker, from ``train.sac``; its weights
     arrive with `SAC.policy_state`."""
     return Actor(Encoder(layout, cfg.image_encoder, for_acting=True), np.asarray(act_low, np.float32),
@@ -262,7 +263,7 @@ class SAC:
     ``augment_seed`` seeds the DrQ random shifts of training images (default: torch's current seed, so a
     process seeded with `torch.manual_seed` augments reproducibly without drawing from the global stream)."""
 
-    def __init__(self, layout: ObsLayout, act_low, act_high, cfg, device: str | torch.device = "cpu",
+    def __init__(self, layout: ObsLayout, act_low, act_high, cfg: SacConfig, device: str | torch.device = "cpu",
                  augment_seed: int | None = None):
         self.cfg, self.layout, self.device = cfg, layout, torch.device(device)
         act_low = np.asarray(act_low, dtype=np.float32)

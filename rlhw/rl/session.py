@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rlhw.config.root import Config
 from rlhw.rl.rundir import MetricsLogger, RunDir, plot_learning_curve
 from rlhw.runtime.stop_signals import cause_text
 
@@ -82,7 +83,7 @@ class VerdictTally:
 
 
 class TrainingSession:
-    def __init__(self, config, run_dir: RunDir, counters: Counters | None = None):
+    def __init__(self, config: Config, run_dir: RunDir, counters: Counters | None = None):
         self.cfg = config.train
         self.config = config
         self.run_dir = run_dir

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import torch
 
+from rlhw.config.root import Config
 from rlhw.rl.rundir import RunDir
 from rlhw.rl.session import StopReason
 from rlhw.runtime.stop_signals import sigterm_interrupts
 
 
-def train(config, run_dir: RunDir, resume: bool = False) -> StopReason:
+def train(config: Config, run_dir: RunDir, resume: bool = False) -> StopReason:
     # Small MLPs on a few shared cores: one intra-op thread per process avoids spin-wait contention
     # (measured: 2 threads were >10x slower per update than 1 on a busy 2-core machine).
     torch.set_num_threads(1)
@@ -28,7 +29,7 @@ def train(config, run_dir: RunDir, resume: bool = False) -> StopReason:
         return train_pipeline(config, run_dir, resume=resume)
 
 
-def _absolute_init_from(config):
+def _absolute_init_from(config: Config):
     """``train.init_from`` checked readable before anything starts, and made absolute: the actor worker that
     loads it may run in another working directory. Its spec is checked once the env's is known."""
     from pathlib import Path

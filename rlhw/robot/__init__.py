@@ -18,6 +18,7 @@ _LAZY = {
     "GymRobotEnv": "rlhw.robot.gym",
     "register_arm": "rlhw.robot.registry",
     "register_camera": "rlhw.robot.registry",
+    "register_teleop": "rlhw.robot.registry",
     "make_arm": "rlhw.robot.registry",
     "make_camera": "rlhw.robot.registry",
 }

@@ -10,12 +10,16 @@ Which drivers (``env.driver`` / ``env.camera_driver`` / ``env.sim``):
 - ``env.driver: auto``: ``franka`` when there is a hardware entry, else ``mujoco``;
 - ``env.camera_driver: auto``: ``realsense`` for the franka driver, else the arm's simulator.
 
-What each driver receives (keyword arguments; unknown ones are dropped per the class signature):
+What each driver receives (keyword arguments; one that the driver's signature does not take is a
+ConfigError naming the config key it came from, never dropped):
 
-- franka: ``robot_ip``, ``gripper``, ``controller`` (the entry's FrankaController model), ``timeout_s``;
-- realsense: ``serial``, ``timeout_s``, and ``width``/``height``/``fps``/``depth`` from a RealSense
-  hardware entry with that serial (any node group), when there is one; mujoco/mock cameras: ``serial`` (the name), ``arm`` (the simulated arm they
-  render), ``width``, ``height``, ``index``;
+- franka: ``robot_ip``, the entry's validated ``controller`` (`FrankaController`, the driver's one
+  options schema), ``gripper``, ``timeout_s`` (``env.driver_timeout_s``);
+- realsense: ``serial``, and ``width``/``height``/``fps``/``depth`` from a RealSense hardware entry
+  with that serial (any node group), when there is one;
+- mujoco cameras: ``serial`` and ``name`` (the name), ``arm`` (the simulated arm they render),
+  ``width``, ``height``, ``index``, ``meshes``; mock cameras: ``serial``, ``arm``, ``width``,
+  ``height``, ``faults`` (``env.mock_faults``), ``seed``;
 - mujoco/mock arms: ``name``, ``seed``, ``home_q``, plus the task's ``sim_arm_options`` (e.g. a cube);
   the mock also gets ``faults`` (``env.mock_faults``) and ``timeout_s``.
 
@@ -29,8 +33,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlhw.config import ClusterConfig, ComponentRule, Config
 from rlhw.errors import ConfigError
+from rlhw.hardware.types.franka import FrankaConfig
+from rlhw.hardware.types.realsense import RealSenseConfig
+from rlhw.robot.arm import Arm
 from rlhw.robot.batch import BatchedEnv
+from rlhw.robot.camera import Camera
 from rlhw.robot.env import RobotEnv
 from rlhw.robot.registry import arm_class, camera_class
 from rlhw.robot.tasks import make_task
@@ -52,53 +61,63 @@ class EnvPlan:
     arm_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-def _env_components(cluster) -> list:
+def _env_components(cluster: ClusterConfig) -> list[ComponentRule]:
     env = cluster.components().get("env")
     return [env[1]] if env is not None else []
 
 
-def franka_entry(config, robot_rank: int):
+def franka_entry(config: Config, robot_rank: int) -> FrankaConfig | None:
     """The Franka hardware entry for ``robot_rank`` in the env component's node group, or None."""
-    cluster = getattr(config, "cluster", None)
-    if cluster is None:
-        return None
-    groups = {g.label: g for g in getattr(cluster, "node_groups", ())}
-    for rule in _env_components(cluster):
-        for entry in getattr(rule, "entries", ()):
-            label = entry.node_group if getattr(entry, "node_group", None) else None
-            group = groups.get(label) if label else None
-            hw = getattr(group, "hardware", None) if group is not None else None
-            if hw is None or str(hw.type).lower() != "franka":
+    groups = {g.label: g for g in config.cluster.node_groups}
+    for rule in _env_components(config.cluster):
+        for entry in rule.entries:
+            group = groups.get(entry.node_group) if entry.node_group else None
+            hw = group.hardware if group is not None else None
+            if hw is None or hw.type != "Franka":
                 continue
             if not 0 <= robot_rank < len(hw.configs):
                 raise ConfigError(
                     "robot_rank",
-                    f"robot rank {robot_rank} is out of range: node group {label!r} has {len(hw.configs)} Franka arm(s) "
-                    f"(ranks 0-{len(hw.configs) - 1})",
+                    f"robot rank {robot_rank} is out of range: node group {entry.node_group!r} has {len(hw.configs)} "
+                    f"Franka arm(s) (ranks 0-{len(hw.configs) - 1})",
                 )
             return hw.configs[robot_rank]
     return None
 
 
-def realsense_settings(config, serial: str) -> dict[str, Any]:
-    """width/height/fps/depth of camera ``serial`` when a RealSense hardware entry declares it."""
-    cluster = getattr(config, "cluster", None)
-    for group in getattr(cluster, "node_groups", ()) if cluster is not None else ():
-        hw = getattr(group, "hardware", None)
-        if hw is None or str(hw.type).lower() != "realsense":
+#: The fields of a RealSense hardware entry that the realsense driver takes.
+_REALSENSE_SETTINGS = ("width", "height", "fps", "depth")
+
+
+def _realsense_entry(config: Config, serial: str) -> tuple[RealSenseConfig, str] | None:
+    """The RealSense hardware entry (any node group) that declares camera ``serial``, and its config path."""
+    for g, group in enumerate(config.cluster.node_groups):
+        hw = group.hardware
+        if hw is None or hw.type != "RealSense":
             continue
-        for entry in hw.configs:
-            if getattr(entry, "serial", None) == serial:
-                return {k: getattr(entry, k) for k in ("width", "height", "fps", "depth") if hasattr(entry, k)}
-    return {}
+        for c, entry in enumerate(hw.configs):
+            if entry.serial == serial:
+                return entry, f"cluster.node_groups[{g}].hardware.configs[{c}]"
+    return None
 
 
-def plan_env(config, robot_rank: int = 0) -> EnvPlan:
+def realsense_settings(config: Config, serial: str) -> dict[str, Any]:
+    """width/height/fps/depth of camera ``serial`` when a RealSense hardware entry declares it."""
+    found = _realsense_entry(config, serial)
+    return {} if found is None else {k: getattr(found[0], k) for k in _REALSENSE_SETTINGS}
+
+
+def _realsense_args(config: Config, serial: str) -> dict[str, "_Arg"]:
+    found = _realsense_entry(config, serial)
+    return {} if found is None else {k: _Arg(getattr(found[0], k), f"{found[1]}.{k}") for k in _REALSENSE_SETTINGS}
+
+
+def plan_env(config: Config, robot_rank: int = 0) -> EnvPlan:
     env = config.env
     if robot_rank < 0:
         raise ConfigError("robot_rank", f"must be >= 0, got {robot_rank}")
     hw = franka_entry(config, robot_rank)
-    serials = tuple(getattr(hw, "camera_serials", ()) or ())
+    serials = hw.camera_serials if hw is not None else ()
     if env.sim is not None:
         arm_driver = env.sim
     elif env.driver == "auto":
@@ -137,39 +156,79 @@ def plan_env(config, robot_rank: int = 0) -> EnvPlan:
     return EnvPlan(arm_driver, camera_driver if env.images else None, names if env.images else (), robot, hw)
 
 
-def _call(cls, **kwargs):
-    """Construct a driver with the keyword arguments its signature accepts."""
-    params = inspect.signature(cls.__init__).parameters
+@dataclass(frozen=True)
+class _Arg:
+    """One keyword argument for a driver, and the config key it comes from (named when it is refused)."""
+
+    value: Any
+    path: str
+
+
+def _construct(cls: type, driver: str, **args: _Arg) -> Any:
+    """Construct driver ``cls`` with exactly ``args``.
+
+    Why refuse instead of dropping: a dropped argument is a setting the user believes in and the
+    driver never follows (a camera that ignores its resolution, an arm that ignores its scene).
+    """
+    params = inspect.signature(cls).parameters
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        dropped = sorted(k for k in kwargs if k not in params)
-        if dropped:
-            log.debug("%s does not take %s", cls.__name__, dropped)
-        kwargs = {k: v for k, v in kwargs.items() if k in params}
-    return cls(**kwargs)
+        unknown = sorted(k for k in args if k not in params)
+        if unknown:
+            key = unknown[0]
+            takes = [k for k, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+            raise ConfigError(
+                args[key].path,
+                f"the {driver} driver ({cls.__name__}) takes no argument {key!r}; remove it, or pick a driver that "
+                f"takes it (the {driver} driver takes: {', '.join(takes)})",
+            )
+    return cls(**{k: a.value for k, a in args.items()})
 
 
-def build_arm(config, plan: EnvPlan, *, seed: int, index: int = 0, sim_options: dict[str, Any] | None = None):
+def build_arm(config: Config, plan: EnvPlan, *, seed: int, index: int = 0,
+              sim_options: dict[str, Any] | None = None) -> Arm:
     """Construct (not connect) the arm ``plan`` chose; ``sim_options`` are the task's scene options
     (simulators only). Also used alone, without a task (`rlhw record-pose`)."""
     env_cfg = config.env
     arm_cls = arm_class(plan.arm_driver)
     if plan.arm_driver == "franka":
         hw = plan.hardware
-        return _call(
-            arm_cls,
-            robot_ip=hw.robot_ip,
-            gripper=getattr(hw, "gripper", True),
-            controller=getattr(hw, "controller", None),
-            timeout_s=env_cfg.driver_timeout_s,
-        )
-    arm_kwargs: dict[str, Any] = dict(name=f"{plan.robot}.{index}" if index else plan.robot, seed=seed, home_q=tuple(env_cfg.reset.home_q))
-    arm_kwargs.update(sim_options or {})
+        return arm_cls(hw.robot_ip, hw.controller, gripper=hw.gripper, timeout_s=env_cfg.driver_timeout_s)
+    name = f"{plan.robot}.{index}" if index else plan.robot
+    args = dict(name=_Arg(name, "env.driver"), seed=_Arg(seed, "env.seed"),
+                home_q=_Arg(tuple(env_cfg.reset.home_q), "env.reset.home_q"))
+    args.update({k: _Arg(v, "env.task") for k, v in (sim_options or {}).items()})  # the task asks its scene for them
     if plan.arm_driver == "mock":
-        arm_kwargs.update(faults=env_cfg.mock_faults, timeout_s=min(env_cfg.driver_timeout_s, 0.5))
-    return _call(arm_cls, **arm_kwargs)
+        args.update(faults=_Arg(env_cfg.mock_faults, "env.mock_faults"),
+                    timeout_s=_Arg(min(env_cfg.driver_timeout_s, 0.5), "env.driver_timeout_s"))
+    return _construct(arm_cls, plan.arm_driver, **args)
 
 
-def make_env(config, robot_rank: int = 0, *, index: int = 0, connect: bool = True) -> RobotEnv:
+def build_cameras(config: Config, plan: EnvPlan, arm: Arm, seed: int) -> dict[str, Camera]:
+    """Construct (not open) the cameras ``plan`` chose, by name; simulated ones render ``arm``."""
+    if plan.camera_driver is None:
+        return {}
+    env_cfg = config.env
+    driver = plan.camera_driver
+    cam_cls = camera_class(driver)
+    h, w = env_cfg.image_size
+    cameras = {}
+    for i, name in enumerate(plan.camera_names):
+        serial = _Arg(name, "env.camera_driver")
+        if driver == "realsense":
+            cameras[name] = _construct(cam_cls, driver, serial=serial, **_realsense_args(config, name))
+            continue
+        args = dict(serial=serial, arm=_Arg(arm, "env.camera_driver"),
+                    width=_Arg(w, "env.image_size"), height=_Arg(h, "env.image_size"))
+        if driver == "mock":
+            args.update(faults=_Arg(env_cfg.mock_faults, "env.mock_faults"), seed=_Arg(seed + 17 * i, "env.seed"))
+        else:
+            args.update(name=serial, index=_Arg(i, "env.camera_driver"),
+                        meshes=_Arg(env_cfg.sim_camera_meshes, "env.sim_camera_meshes"))
+        cameras[name] = _construct(cam_cls, driver, **args)
+    return cameras
+
+
+def make_env(config: Config, robot_rank: int = 0, *, index: int = 0, connect: bool = True) -> RobotEnv:
     """Build task + arm + cameras + safety for Franka rank ``robot_rank`` (or its simulated stand-in).
 
     ``index`` numbers env instances of one server (num_envs > 1) for seeds and names. The env is
@@ -182,18 +241,8 @@ def make_env(config, robot_rank: int = 0, *, index: int = 0, connect: bool = Tru
     allowed = getattr(task, "drivers", None)
     if allowed is not None and plan.arm_driver not in allowed:
         raise ConfigError("env.task", f"task {task.name!r} runs on {', '.join(allowed)} only, not {plan.arm_driver!r}; set env.sim={allowed[0]}")
-    arm = build_arm(config, plan, seed=seed, index=index, sim_options=getattr(task, "sim_arm_options", None))
-    cameras = {}
-    if plan.camera_driver is not None:
-        cam_cls = camera_class(plan.camera_driver)
-        h, w = env_cfg.image_size
-        for i, name in enumerate(plan.camera_names):
-            if plan.camera_driver == "realsense":
-                cameras[name] = _call(cam_cls, serial=name, timeout_s=env_cfg.driver_timeout_s, **realsense_settings(config, name))
-            else:
-                extra = ({"faults": env_cfg.mock_faults, "seed": seed + 17 * i} if plan.camera_driver == "mock"
-                         else {"meshes": env_cfg.sim_camera_meshes})
-                cameras[name] = _call(cam_cls, serial=name, name=name, arm=arm, width=w, height=h, index=i, **extra)
+    arm = build_arm(config, plan, seed=seed, index=index, sim_options=task.sim_arm_options)
+    cameras = build_cameras(config, plan, arm, seed)
     robot_env = RobotEnv(task, arm, cameras, env_cfg, seed=seed, robot=plan.robot)
     if connect:
         try:
@@ -204,7 +253,7 @@ def make_env(config, robot_rank: int = 0, *, index: int = 0, connect: bool = Tru
     return robot_env
 
 
-def make_batched_env(config, robot_rank: int = 0, *, connect: bool = True) -> BatchedEnv:
+def make_batched_env(config: Config, robot_rank: int = 0, *, connect: bool = True) -> BatchedEnv:
     """``env.num_envs`` instances in one `BatchedEnv` (simulators only: one real arm has one controller)."""
     n = config.env.num_envs
     plan = plan_env(config, robot_rank)

@@ -1,9 +1,10 @@
 """Drivers by name, so a config can say ``driver: franka`` and nothing imports franky until then.
 
-A driver module registers its classes with ``@register_arm("name")`` / ``@register_camera("name")``.
-``make_arm(name, **kwargs)`` imports the module that provides ``name`` on first use (the map below),
-so importing rlhw never imports franky, pyrealsense2 or mujoco. An unknown name is a ConfigError that
-lists the known names.
+A driver module registers its classes with ``@register_arm("name")`` / ``@register_camera("name")``,
+a teleop device with ``@register_teleop("name")`` (the ``env.teleop.device`` it implements).
+``make_arm(name, **kwargs)`` imports the module that provides ``name`` on first use (the maps below),
+so importing rlhw never imports franky, pyrealsense2, mujoco or a HID library. An unknown name is a
+ConfigError that lists the known names.
 """
 
 from __future__ import annotations
@@ -24,8 +25,16 @@ DRIVER_MODULES: dict[str, tuple[str, ...]] = {
     "mock": ("drivers.mock",),
 }
 
+#: teleop device name (``env.teleop.device``) -> the module that registers it.
+TELEOP_MODULES: dict[str, tuple[str, ...]] = {
+    "spacemouse": ("drivers.teleop.spacemouse",),
+    "keyboard": ("drivers.teleop.keyboard",),
+    "scripted": ("drivers.teleop.scripted",),
+}
+
 _ARMS: dict[str, type] = {}
 _CAMERAS: dict[str, type] = {}
+_TELEOPS: dict[str, type] = {}
 
 
 def register_arm(name: str) -> Callable[[T], T]:
@@ -36,6 +45,11 @@ def register_arm(name: str) -> Callable[[T], T]:
 def register_camera(name: str) -> Callable[[T], T]:
     """Class decorator: make a `Camera` implementation available as ``make_camera(name)``."""
     return _register(_CAMERAS, name, "camera")
+
+
+def register_teleop(name: str) -> Callable[[T], T]:
+    """Class decorator: make a `TeleopDevice` (with its ``from_config``) available as ``env.teleop.device: name``."""
+    return _register(_TELEOPS, name, "teleop")
 
 
 def _register(table: dict[str, type], name: str, kind: str) -> Callable[[T], T]:
@@ -53,13 +67,20 @@ def known_drivers() -> list[str]:
     return sorted(set(DRIVER_MODULES) | set(_ARMS) | set(_CAMERAS))
 
 
-def _lookup(table: dict[str, type], name: str, kind: str, path: str) -> type:
+def teleop_devices() -> list[str]:
+    """The teleop device names a config may give (their modules are not imported)."""
+    return sorted(set(TELEOP_MODULES) | set(_TELEOPS))
+
+
+def _lookup(table: dict[str, type], name: str, kind: str, path: str,
+            modules: dict[str, tuple[str, ...]] = DRIVER_MODULES) -> type:
     if name in table:
         return table[name]
-    if name not in DRIVER_MODULES:
-        raise ConfigError(path, f"unknown {kind} driver {name!r}; known drivers: {', '.join(known_drivers())}")
+    known = known_drivers() if modules is DRIVER_MODULES else teleop_devices()
+    if name not in modules:
+        raise ConfigError(path, f"unknown {kind} driver {name!r}; known drivers: {', '.join(known)}")
     errors = []
-    for module in DRIVER_MODULES[name]:
+    for module in modules[name]:
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as e:
@@ -71,7 +92,7 @@ def _lookup(table: dict[str, type], name: str, kind: str, path: str) -> type:
             raise ConfigError(path, f"{kind} driver {name!r} failed to import ({module}): {e}") from e
         if name in table:
             return table[name]
-    listed = [n for n in known_drivers() if n in table or n in DRIVER_MODULES]
+    listed = [n for n in known if n in table or n in modules]
     detail = "; ".join(errors) if errors else f"the module does not provide a {kind}"
     raise ConfigError(path, f"no {kind} driver named {name!r} ({detail}); known {kind} drivers: {', '.join(listed)}")
 
@@ -82,6 +103,10 @@ def arm_class(name: str, path: str = "env.driver") -> type:
 
 def camera_class(name: str, path: str = "env.camera_driver") -> type:
     return _lookup(_CAMERAS, name, "camera", path)
+
+
+def teleop_class(name: str, path: str = "env.teleop.device") -> type:
+    return _lookup(_TELEOPS, name, "teleop", path, TELEOP_MODULES)
 
 
 def make_arm(driver: str, /, **kwargs):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlhw.config.env import EnvConfig
 from rlhw.errors import ConfigError
 
 #: What a task may use of a simulated arm in a rehearsal: the driver's facts and the scene writes a person
@@ -43,7 +44,7 @@ class MeasuredArm:
         raise AttributeError("a rehearsal task cannot change the arm's attributes")
 
 
-def check_rehearsal(task, env_config) -> None:
+def check_rehearsal(task, env_config: EnvConfig) -> None:
     """Refuse a rehearsal (``env.sim_state: hidden``) that would need hidden state, naming the key to change."""
     if env_config.sim_state != "hidden":
         return

@@ -21,12 +21,17 @@ Rules:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rlhw.config.env import TeleopConfig
 from rlhw.errors import FaultKind, RobotFault
+from rlhw.robot.registry import teleop_class
 from rlhw.robot.teleop import TeleopDevice, TeleopEvent
+
+if TYPE_CHECKING:
+    from rlhw.robot.env import RobotEnv
 
 LABELS = {TeleopEvent.SUCCESS: "success", TeleopEvent.FAILURE: "failure", TeleopEvent.END_EPISODE: None}
 
@@ -53,13 +58,13 @@ class Takeover:
         self.opened = False
 
     @classmethod
-    def from_config(cls, config: TeleopConfig, env) -> "Takeover | None":
-        """None for ``device: none``; the drivers package is imported only when a device is asked for."""
+    def from_config(cls, config: TeleopConfig, env: "RobotEnv") -> "Takeover | None":
+        """None for ``device: none``; else the device registered under that name (its module is imported
+        only now, through the driver registry)."""
         if config.device == "none":
             return None
-        from drivers.teleop import make_teleop
-
-        return cls(make_teleop(config, env), config, env.spec.action.shape)
+        device = teleop_class(config.device).from_config(config, env)
+        return cls(device, config, env.spec.action.shape)
 
     @property
     def operator(self):

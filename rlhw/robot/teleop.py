@@ -16,8 +16,13 @@ from __future__ import annotations
 import abc
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from rlhw.config.env import TeleopConfig
+    from rlhw.robot.env import RobotEnv
 
 
 class Operator(enum.Enum):
@@ -70,6 +75,12 @@ class TeleopDevice(abc.ABC):
     #: who drives it (a class's declaration, read by the env: see `Operator`); a person unless a device says
     #: otherwise, so a new device is paced until it declares itself a program.
     operator: Operator = Operator.HUMAN
+
+    @classmethod
+    def from_config(cls, config: "TeleopConfig", env: "RobotEnv") -> "TeleopDevice":
+        """The device that ``env.teleop`` describes, for ``env`` (the registry's constructor: a device
+        registered with ``@register_teleop`` implements it; it reads its own fields of ``config``)."""
+        raise NotImplementedError(f"{cls.__qualname__} cannot be built from env.teleop; implement from_config")
 
     @abc.abstractmethod
     def open(self, timeout_s: float = 5.0) -> None:

@@ -11,7 +11,7 @@ from rlhw._lazy import lazy_getattr
 _EXPORTS = {
     "Cluster": "rlhw.runtime.cluster",
     "Worker": "rlhw.runtime.worker",
-    "WorkerAddress": "rlhw.runtime.worker",
+    "WorkerAddress": "rlhw.runtime.address",
     "WorkerInfo": "rlhw.runtime.worker",
     "WorkerGroup": "rlhw.runtime.group",
     "GroupCall": "rlhw.runtime.group",

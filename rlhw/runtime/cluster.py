@@ -101,7 +101,7 @@ class Cluster:
 
     def __init__(
         self,
-        config: "Config | ClusterConfig",
+        config: "Config",
         address: str | None = None,
         *,
         probe_hardware: bool = True,
@@ -109,7 +109,7 @@ class Cluster:
         attach_timeout_s: float = 120.0,
         ray_init: dict | None = None,
     ):
-        self.cluster_config: "ClusterConfig" = getattr(config, "cluster", config)
+        self.cluster_config: "ClusterConfig" = config.cluster
         self.config = config
         self._started_ray = False
         self._plan: "PlacementPlan | None" = None

@@ -20,7 +20,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rlhw.errors import ConfigError, WorkerError
 from rlhw.runtime.nodes import NAMESPACE
-from rlhw.runtime.worker import CONCURRENCY_GROUPS, WorkerAddress, actor_name
+from rlhw.runtime.address import CONCURRENCY_GROUPS, WorkerAddress, actor_name
 
 if TYPE_CHECKING:
     from rlhw.placement import Placement
@@ -295,7 +295,7 @@ def _hardware_json(cluster: "Cluster", rec: "Placement") -> dict:
         group = cluster.cluster_config.group(rec.node_group)
     except Exception:  # noqa: BLE001 - reserved groups ('node', 'cluster') have no section
         group = None
-    hw = getattr(group, "hardware", None)
+    hw = group.hardware if group is not None else None
     if hw is not None and hw.type == rec.hardware_type:
         out["devices"] = [
             hw.configs[r].model_dump(mode="json") for r in rec.hardware_ranks if 0 <= r < len(hw.configs)

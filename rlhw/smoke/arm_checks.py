@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from rlhw.config.env import EnvConfig
 from rlhw.errors import FaultKind, RobotFault, SafetyViolation
 from rlhw.network import FCI_PORT, tcp_connect_problem
 from rlhw.smoke.bounded import Outcome, TargetRun, call_bounded, failed, passed, skipped
@@ -70,7 +71,7 @@ def _fmt_xyz(v) -> str:
 
 
 def check_arm(run: TargetRun, arm_factory: Callable[[], Any], target: RobotTarget, options: SmokeOptions,
-              env_config, keep_open: bool = False):
+              env_config: EnvConfig, keep_open: bool = False):
     """Run the arm checks; returns the connected (guarded) arm when ``keep_open`` (sim cameras render
     it), else closes it and returns None."""
     is_franka = target.driver == "franka"
@@ -237,8 +238,8 @@ def _row_like(run: TargetRun, check: str, out: Outcome):
 # -- motion (only when allowed) ----------------------------------------------------------------
 
 
-def _motion_checks(run: TargetRun, arm, target: RobotTarget, options: SmokeOptions, env_config) -> None:
-    has_gripper = target.entry is None or bool(getattr(target.entry, "gripper", True))
+def _motion_checks(run: TargetRun, arm, target: RobotTarget, options: SmokeOptions, env_config: EnvConfig) -> None:
+    has_gripper = target.entry is None or target.entry.gripper
     if not options.motion_allowed:
         reason = "moves the arm: " + options.motion_refusal()
         run.note("motion", skipped(reason))

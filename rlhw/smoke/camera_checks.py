@@ -14,6 +14,7 @@ import statistics
 import time
 from typing import Any, Callable
 
+from rlhw.config.env import EnvConfig
 from rlhw.errors import FaultKind, RobotFault
 from rlhw.smoke.bounded import Outcome, TargetRun, call_bounded, failed, passed, skipped
 from rlhw.smoke.hints import CAMERA_MISSING, USB2_LINK
@@ -52,7 +53,7 @@ def realsense_link(serial: str, timeout_s: float) -> tuple[bool, str, str]:
 
 
 def check_camera(run: TargetRun, camera_factory: Callable[[], Any], target: CameraTarget, options: SmokeOptions,
-                 env_config, advance: Callable[[float], None] | None = None) -> None:
+                 env_config: EnvConfig, advance: Callable[[float], None] | None = None) -> None:
     """Run the camera checks. ``advance(dt)`` steps the simulated arm a simulated camera renders."""
     timeout = options.timeout_s
     simulated = advance is not None
@@ -206,7 +207,7 @@ def _fps_check(stream: dict[str, Any], fps_cfg: float, simulated: bool) -> Outco
     return passed(value, "measured on the camera's timestamps", fps=round(rate, 2), configured_fps=fps_cfg)
 
 
-def _frame_age_check(stream: dict[str, Any], cam, env_config, simulated: bool) -> Outcome:
+def _frame_age_check(stream: dict[str, Any], cam, env_config: EnvConfig, simulated: bool) -> Outcome:
     missing = _stream_missing(stream)
     if missing:
         return missing

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from rlhw.config.root import Config
 from rlhw.env import server_child
 from rlhw.smoke.bounded import Outcome, TargetRun, call_bounded, failed, passed, skipped
 from rlhw.smoke.options import SmokeOptions
@@ -85,7 +86,7 @@ class ServerProcess:
                 pass
 
 
-def check_env_server(run: TargetRun, target: EnvServerTarget, options: SmokeOptions, config) -> None:
+def check_env_server(run: TargetRun, target: EnvServerTarget, options: SmokeOptions, config: Config) -> None:
     timeout = options.timeout_s
     robot = target.robot
     simulated = robot is not None and robot.simulated
@@ -124,7 +125,7 @@ def check_env_server(run: TargetRun, target: EnvServerTarget, options: SmokeOpti
             server.kill()
 
 
-def _talk(run: TargetRun, address: str | None, options: SmokeOptions, simulated: bool, config) -> None:
+def _talk(run: TargetRun, address: str | None, options: SmokeOptions, simulated: bool, config: Config) -> None:
     timeout = options.timeout_s
     token = config.server.resolve_token()
     run.run("health", lambda: _health_check(address, timeout))

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 
+from rlhw.config.root import Config
 from rlhw.smoke.bounded import Outcome, TargetRun, failed, passed, skipped
 from rlhw.smoke.options import SmokeOptions
 
@@ -27,7 +28,7 @@ def _interfaces() -> set[str]:
         return set()
 
 
-def check_node(run: TargetRun, config, node_rank: int, options: SmokeOptions, in_worker_env: bool = False) -> None:
+def check_node(run: TargetRun, config: Config, node_rank: int, options: SmokeOptions, in_worker_env: bool = False) -> None:
     cluster = config.cluster
     node_env = cluster.node_env(node_rank)
     timeout = options.timeout_s

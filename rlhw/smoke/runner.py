@@ -14,13 +14,14 @@ import socket
 import time
 from typing import Any
 
+from rlhw.config.root import Config
 from rlhw.smoke.bounded import TargetRun, failed, skipped
 from rlhw.smoke.options import SmokeOptions
 from rlhw.smoke.results import CheckResult, SmokeReport
 from rlhw.smoke.targets import RobotTarget, Targets, select_targets, _with_images
 
 
-def run_smoke_test(config, options: SmokeOptions, config_name: str = "") -> SmokeReport:
+def run_smoke_test(config: Config, options: SmokeOptions, config_name: str = "") -> SmokeReport:
     """Select the targets of ``config`` and check them; returns the report (never raises for a
     failed check, only for a config/usage error)."""
     t0 = time.perf_counter()
@@ -59,7 +60,7 @@ def run_smoke_test(config, options: SmokeOptions, config_name: str = "") -> Smok
 # -- one node ------------------------------------------------------------------------------------
 
 
-def run_node(config, node_rank: int, targets: Targets, options: SmokeOptions, in_worker_env: bool = False) -> list[CheckResult]:
+def run_node(config: Config, node_rank: int, targets: Targets, options: SmokeOptions, in_worker_env: bool = False) -> list[CheckResult]:
     """Every check of one node, in this process (locally, or inside the Ray task pinned to it)."""
     from rlhw.smoke.node_checks import check_node
 
@@ -87,7 +88,7 @@ def run_node(config, node_rank: int, targets: Targets, options: SmokeOptions, in
     return rows
 
 
-def _check_robot(config, robot: RobotTarget, options: SmokeOptions) -> list[CheckResult]:
+def _check_robot(config: Config, robot: RobotTarget, options: SmokeOptions) -> list[CheckResult]:
     if robot.simulated:
         return _check_simulated_robot(config, robot, options)
     rows: list[CheckResult] = []
@@ -98,7 +99,7 @@ def _check_robot(config, robot: RobotTarget, options: SmokeOptions) -> list[Chec
     return rows
 
 
-def _check_simulated_robot(config, robot: RobotTarget, options: SmokeOptions) -> list[CheckResult]:
+def _check_simulated_robot(config: Config, robot: RobotTarget, options: SmokeOptions) -> list[CheckResult]:
     """The simulated arm, then its cameras, which render that arm's scene (so it stays connected
     for them, even when only cameras were asked for)."""
     from rlhw.robot.factory import make_env
@@ -154,7 +155,7 @@ def _connect_scene_arm(run: TargetRun, arm_factory, timeout: float):
         return None
 
 
-def _check_real_arm(config, robot: RobotTarget, options: SmokeOptions) -> list[CheckResult]:
+def _check_real_arm(config: Config, robot: RobotTarget, options: SmokeOptions) -> list[CheckResult]:
     from rlhw.robot.registry import arm_class
     from rlhw.smoke.arm_checks import check_arm
 
@@ -173,7 +174,7 @@ def _check_real_arm(config, robot: RobotTarget, options: SmokeOptions) -> list[C
     return run.rows
 
 
-def _check_standalone_camera(config, cam, options: SmokeOptions) -> list[CheckResult]:
+def _check_standalone_camera(config: Config, cam, options: SmokeOptions) -> list[CheckResult]:
     from rlhw.robot.registry import camera_class
     from rlhw.smoke.camera_checks import check_camera
 
@@ -218,7 +219,7 @@ def _node_budget(targets: Targets, options: SmokeOptions) -> float:
             + per_server * len(targets.env_servers))
 
 
-def _node_job(config, node_rank: int, targets: Targets, options: SmokeOptions) -> list[dict]:
+def _node_job(config: Config, node_rank: int, targets: Targets, options: SmokeOptions) -> list[dict]:
     import ray
 
     node_id = ray.get_runtime_context().get_node_id()
@@ -228,7 +229,7 @@ def _node_job(config, node_rank: int, targets: Targets, options: SmokeOptions) -
     return [r.to_json() for r in rows]
 
 
-def _run_on_ray(config, targets: Targets, options: SmokeOptions, report: SmokeReport) -> list[CheckResult]:
+def _run_on_ray(config: Config, targets: Targets, options: SmokeOptions, report: SmokeReport) -> list[CheckResult]:
     hint = ("start Ray on every node with its rank: `ray start --head --labels rlhw.node_rank=0` on the head, "
             "`ray start --address HEAD:6379 --labels rlhw.node_rank=N` on node N")
     try:
@@ -275,7 +276,7 @@ def _run_on_ray(config, targets: Targets, options: SmokeOptions, report: SmokeRe
     return rows
 
 
-def _ray_nodes(config, options: SmokeOptions, report: SmokeReport) -> dict[int, tuple[str, str]]:
+def _ray_nodes(config: Config, options: SmokeOptions, report: SmokeReport) -> dict[int, tuple[str, str]]:
     """node rank -> (Ray node id, ip), through the runtime's rank discovery (labels, or
     RLHW_NODE_RANK). When the cluster does not match the config (a node missing), the runtime
     refuses it as a whole; the smoke test still checks the nodes that are there, by label."""

@@ -17,7 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlhw.config.root import Config
 from rlhw.errors import ConfigError
+from rlhw.hardware.types.franka import FrankaConfig
 from rlhw.smoke.options import SmokeOptions
 
 SIMULATORS = ("mujoco", "mock")
@@ -48,7 +50,7 @@ class RobotTarget:
     rank: int  # Franka rank within its node group (the --robot number and serve-env's --robot)
     driver: str  # franka | mujoco | mock
     group: str | None = None
-    entry: Any = None  # FrankaConfig, when there is a hardware entry
+    entry: FrankaConfig | None = None  # when there is a hardware entry
     cameras: tuple[CameraTarget, ...] = ()
 
     @property
@@ -93,7 +95,7 @@ class Targets:
         return not (self.robots or self.cameras or self.nodes or self.env_servers)
 
 
-def sim_driver(config) -> str | None:
+def sim_driver(config: Config) -> str | None:
     env = config.env
     if env.sim is not None:
         return env.sim
@@ -132,12 +134,12 @@ def _env_node(cluster) -> int:
         return 0
 
 
-def _with_images(config):
+def _with_images(config: Config):
     """The config with camera observations on, so make_env builds the cameras (sim mode)."""
     return config.model_copy(update={"env": config.env.model_copy(update={"images": True})})
 
 
-def select_targets(config, options: SmokeOptions) -> Targets:
+def select_targets(config: Config, options: SmokeOptions) -> Targets:
     cluster = config.cluster
     if options.node_group is not None:
         cluster.group(options.node_group)  # PlacementError naming the known groups
@@ -181,7 +183,7 @@ def select_targets(config, options: SmokeOptions) -> Targets:
     return targets
 
 
-def _real_targets(config, options: SmokeOptions, targets: Targets) -> None:
+def _real_targets(config: Config, options: SmokeOptions, targets: Targets) -> None:
     from rlhw.robot.factory import realsense_settings
 
     cluster = config.cluster
@@ -218,7 +220,7 @@ def _camera(serial, node_rank, driver, settings, robot, group) -> CameraTarget:
     )
 
 
-def _sim_targets(config, options: SmokeOptions, sim: str, targets: Targets) -> None:
+def _sim_targets(config: Config, options: SmokeOptions, sim: str, targets: Targets) -> None:
     from rlhw.robot.factory import franka_entry, plan_env
 
     cluster = config.cluster

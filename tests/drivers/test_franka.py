@@ -15,10 +15,12 @@ import time
 import numpy as np
 import pytest
 
-from drivers.franka import FrankaArm, FrankaOptions, probe
+from drivers.franka import FrankaArm, probe
 from drivers.franka.arm import STOP_TIMEOUT_S
 from drivers.franky_sim import FrankySim
+from rlhw.config import validate_config
 from rlhw.errors import ConfigError, FaultKind, RobotFault
+from rlhw.hardware.types.franka import FrankaController
 from rlhw.robot.arm import ArmState
 from rlhw.robot.registry import arm_class
 from tests.waiting import process_gone, wait_until
@@ -26,6 +28,8 @@ from tests.waiting import process_gone, wait_until
 # franky-sim runs at ~0.9x real time on an idle 2-core box and slower when tests share it:
 # motion assertions use generous time and loose tolerances; fault timing uses the driver bound.
 CALL_TIMEOUT_S = 3.0
+#: franky-sim has no realtime kernel behind it.
+SIM = FrankaController(realtime="ignore")
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +42,7 @@ def sim():
 def arm(sim):
     # gripper_timeout_s: franky-sim's hand runs at the sim's real-time factor, which drops well
     # below 1 when tests share the machine; 5 s (the default) is for real hardware.
-    a = FrankaArm(sim.host, realtime="ignore", relative_dynamics_factor=0.2, timeout_s=CALL_TIMEOUT_S, gripper_timeout_s=30)
+    a = FrankaArm(sim.host, FrankaController(realtime="ignore", relative_dynamics_factor=0.2, gripper_timeout_s=30), timeout_s=CALL_TIMEOUT_S)
     a.connect(timeout_s=30)
     yield a
     a.close()
@@ -67,53 +71,65 @@ def test_franka_is_registered_under_its_config_name():
     assert arm_class("franka") is FrankaArm
 
 
+def _franka_config(controller: dict) -> dict:
+    return {"cluster": {"num_nodes": 1, "node_groups": [{"label": "robot", "node_ranks": [0], "hardware": {
+        "type": "Franka", "configs": [{"node_rank": 0, "robot_ip": "127.0.0.1", "controller": controller}]}}]}}
+
+
 @pytest.mark.parametrize(
     "options, field",
     [
         ({"realtime": "maybe"}, "realtime"),
         ({"relative_dynamics_factor": 1.5}, "relative_dynamics_factor"),
-        ({"torque_thresholds": (1.0, 2.0)}, "torque_thresholds"),
-        ({"force_thresholds": -3.0}, "force_thresholds"),
-        ({"timeout_s": 0.5}, "timeout_s"),
+        ({"collision_torque_thresholds_nm": (1.0, 2.0)}, "collision_torque_thresholds_nm"),
+        ({"collision_force_thresholds_n": [-3.0] * 6}, "collision_force_thresholds_n"),
         ({"control": "teleport"}, "control"),
+        ({"watchdog_s": -1}, "watchdog_s"),
+        ({"gripper_force": 0}, "gripper_force"),
     ],
 )
-def test_bad_option_is_refused_naming_the_field(options, field):
+def test_bad_driver_option_is_refused_at_the_config_edge_naming_its_key(options, field):
     with pytest.raises(ConfigError) as e:
-        FrankaOptions(**options)
-    assert e.value.path == field
+        validate_config(_franka_config(options))
+    prefix = "cluster.node_groups[0].hardware.configs[0].controller."
+    assert e.value.path.startswith(prefix)
+    assert e.value.path[len(prefix):].split("[")[0] == field  # the key, or one item of it
 
 
-def test_unknown_option_lists_the_known_ones():
-    with pytest.raises(ConfigError, match="unknown option.*relative_dynamics_factor"):
-        FrankaArm("127.0.0.1", relative_dynamics=0.1)
+def test_unknown_driver_option_is_refused_naming_it_and_suggesting_the_known_key():
+    with pytest.raises(ConfigError) as e:
+        validate_config(_franka_config({"relative_dynamics": 0.1}))
+    assert e.value.path == "cluster.node_groups[0].hardware.configs[0].controller.relative_dynamics"
+    assert "relative_dynamics_factor" in e.value.message
 
 
-def test_hardware_config_controller_fields_map_onto_driver_options():
-    from rlhw.hardware.types.franka import FrankaController
-
+def test_the_driver_takes_the_validated_controller_as_it_is():
     c = FrankaController(realtime="ignore", relative_dynamics_factor=0.3)
-    a = FrankaArm("127.0.0.250", controller=c)
+    a = FrankaArm("127.0.0.250", c, gripper=False)
     try:
-        assert a.options.realtime == "ignore"
-        assert a.options.relative_dynamics_factor == 0.3
-        assert a.options.torque_thresholds == tuple(c.collision_torque_thresholds_nm)
+        assert a.controller is c and not a.has_gripper
     finally:
         a.close()
 
 
+def test_a_call_bound_below_libfrankas_own_link_timeout_is_refused():
+    with pytest.raises(ConfigError) as e:
+        FrankaArm("127.0.0.249", SIM, timeout_s=0.5)
+    assert e.value.path == "env.driver_timeout_s"
+
+
 def test_second_arm_for_the_same_ip_is_refused_until_the_first_is_closed():
-    first = FrankaArm("127.0.0.251", realtime="ignore")
+    first = FrankaArm("127.0.0.251", SIM)
     with pytest.raises(ConfigError, match="already controlled by another FrankaArm"):
-        FrankaArm("127.0.0.251", realtime="ignore")
+        FrankaArm("127.0.0.251", SIM)
     first.close()
-    second = FrankaArm("127.0.0.251", realtime="ignore")
+    second = FrankaArm("127.0.0.251", SIM)
     second.close()
 
 
 @pytest.mark.timeout(30)
 def test_connect_to_an_address_with_no_robot_raises_network_fault_quickly():
-    a = FrankaArm("127.0.0.253", realtime="ignore", gripper=False)
+    a = FrankaArm("127.0.0.253", SIM, gripper=False)
     t = time.monotonic()
     with pytest.raises(RobotFault) as e:
         a.connect(timeout_s=10)
@@ -125,7 +141,7 @@ def test_connect_to_an_address_with_no_robot_raises_network_fault_quickly():
 
 
 def test_calls_before_connect_say_to_connect_first():
-    a = FrankaArm("127.0.0.252", realtime="ignore")
+    a = FrankaArm("127.0.0.252", SIM)
     try:
         with pytest.raises(RobotFault, match="connect"):
             a.state()
@@ -192,7 +208,7 @@ def test_watchdog_stops_the_arm_when_targets_stop_arriving(sim, arm):
     # runs at full real-time speed on an idle machine; the module's arm hands over the robot meanwhile.
     module_arm = arm
     module_arm.close()
-    arm = FrankaArm(sim.host, realtime="ignore", relative_dynamics_factor=0.05, timeout_s=CALL_TIMEOUT_S, watchdog_s=1.0)
+    arm = FrankaArm(sim.host, FrankaController(realtime="ignore", relative_dynamics_factor=0.05, watchdog_s=1.0), timeout_s=CALL_TIMEOUT_S)
     try:
         arm.connect(timeout_s=30)
         start = arm.state().ee_pose
@@ -483,7 +499,7 @@ def sim2():
 def test_impedance_control_pulls_the_hand_toward_streamed_targets(sim2):
     # Compliant by design: at the default 500 N/m franky-sim settles ~1-1.5 cm short of the target
     # (no integral action against its friction/gravity model), so this checks the pull, not precision.
-    a = FrankaArm(sim2.host, realtime="ignore", control="impedance", gripper=False, timeout_s=CALL_TIMEOUT_S)
+    a = FrankaArm(sim2.host, FrankaController(realtime="ignore", control="impedance"), gripper=False, timeout_s=CALL_TIMEOUT_S)
     try:
         a.connect(timeout_s=30)
         target = a.state().ee_pose.copy()
@@ -506,7 +522,8 @@ CONTROLLER_SCRIPT = """
 import sys, time
 import numpy as np
 from drivers.franka import FrankaArm
-arm = FrankaArm(sys.argv[1], realtime="ignore", gripper=False, watchdog_s=0, relative_dynamics_factor=0.05)
+from rlhw.hardware.types.franka import FrankaController
+arm = FrankaArm(sys.argv[1], FrankaController(realtime="ignore", watchdog_s=0, relative_dynamics_factor=0.05), gripper=False)
 arm.connect(timeout_s=30)
 start = arm.state().ee_pose.copy()
 target = start.copy()
@@ -533,7 +550,7 @@ def test_when_the_controlling_process_dies_its_driver_process_stops_the_arm_and_
         proc.wait(timeout=10)
         assert wait_until(lambda: process_gone(child_pid), timeout_s=10, period_s=0.1), \
             "driver process outlived its controller"
-        observer = FrankaArm(sim2.host, realtime="ignore", gripper=False)
+        observer = FrankaArm(sim2.host, SIM, gripper=False)
         try:
             observer.connect(timeout_s=30)
             p = observer.state().ee_pose[:3]
@@ -548,7 +565,7 @@ def test_when_the_controlling_process_dies_its_driver_process_stops_the_arm_and_
 
 @pytest.mark.timeout(120)
 def test_killing_the_simulator_mid_motion_raises_a_fault_within_the_driver_timeout(sim2):
-    a = FrankaArm(sim2.host, realtime="ignore", relative_dynamics_factor=0.05, timeout_s=CALL_TIMEOUT_S, gripper=False)
+    a = FrankaArm(sim2.host, FrankaController(realtime="ignore", relative_dynamics_factor=0.05), timeout_s=CALL_TIMEOUT_S, gripper=False)
     try:
         a.connect(timeout_s=30)
         q = a.state().q

@@ -53,8 +53,9 @@ def move_with_franky(host: str, position) -> np.ndarray:
 
 def driver_pose(host: str) -> np.ndarray:
     from drivers.franka import FrankaArm
+    from rlhw.hardware.types.franka import FrankaController
 
-    arm = FrankaArm(host, realtime="ignore")
+    arm = FrankaArm(host, FrankaController(realtime="ignore"))
     arm.connect()
     try:
         return np.array(arm.state().ee_pose)

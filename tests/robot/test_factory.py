@@ -145,3 +145,32 @@ def test_real_hardware_drivers_are_built_from_the_config_without_touching_the_ro
         assert env.spec.robot == "franka@172.16.0.2"
     finally:
         env.close()
+
+
+def test_a_driver_argument_the_driver_does_not_take_is_an_error_naming_it_never_dropped():
+    from rlhw.robot import tasks
+    from rlhw.robot.tasks.reach import Reach
+
+    @tasks.register_task("lava_scene")
+    class LavaScene(Reach):
+        sim_arm_options = {"lava": True}  # a scene option no simulator knows
+
+    try:
+        with pytest.raises(ConfigError) as err:
+            make_env(make_config({"task": "lava_scene"}), connect=False)
+    finally:
+        del tasks._TASKS["lava_scene"]
+    assert err.value.path == "env.task"
+    assert "'lava'" in err.value.message and "mock driver (MockArm)" in err.value.message
+    assert "takes: name, seed" in err.value.message  # and what it does take
+
+
+def test_the_franka_driver_receives_the_validated_controller_of_its_hardware_entry():
+    cfg = make_config({"sim": None, "images": False, "driver_timeout_s": 4.0}, FRANKA_CLUSTER)
+    env = make_env(cfg, robot_rank=1, connect=False)
+    try:
+        entry = cfg.cluster.node_groups[0].hardware.configs[1]
+        assert env.arm.controller is entry.controller
+        assert (env.arm.robot_ip, env.arm.has_gripper, env.arm.timeout_s) == ("127.0.0.2", True, 4.0)
+    finally:
+        env.close()

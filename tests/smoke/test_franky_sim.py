@@ -13,6 +13,7 @@ import pytest
 from drivers.franka import FrankaArm
 from drivers.franky_sim import FrankySim, free_loopback_host
 from rlhw.cli.smoke_test import main
+from rlhw.hardware.types.franka import FrankaController
 from rlhw.smoke import FAIL, PASS, SKIP
 from rlhw.smoke.hints import ROBOT_UNREACHABLE
 
@@ -27,7 +28,7 @@ def sim():
 
 
 def hand_position(host: str) -> np.ndarray:
-    arm = FrankaArm(host, realtime="ignore", timeout_s=3.0)
+    arm = FrankaArm(host, FrankaController(realtime="ignore"), timeout_s=3.0)
     try:
         arm.connect(timeout_s=20)
         return np.asarray(arm.state().ee_pose[:3], float)

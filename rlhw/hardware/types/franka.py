@@ -22,7 +22,11 @@ _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-
 
 
 class FrankaController(StrictModel):
-    """How the driver talks to the arm (franky's RealtimeConfig, dynamics, collision behaviour)."""
+    """How the driver talks to the arm: the ONE schema of the franka driver's options.
+
+    Validated here, at the config edge (``hardware.configs[*].controller``); `drivers.franka.FrankaArm`
+    receives this object as it is and checks nothing again.
+    """
 
     realtime: Literal["enforce", "ignore"] = Field(
         "enforce",
@@ -42,6 +46,23 @@ class FrankaController(StrictModel):
     )
     cartesian_impedance: Optional[tuple[float, float, float, float, float, float]] = Field(
         None, description="Cartesian stiffness (N/m, Nm/rad); None keeps franky's default"
+    )
+    control: Literal["motion", "impedance"] = Field(
+        "motion",
+        description="how Cartesian targets are tracked: 'motion' sends each as an asynchronous franky CartesianMotion "
+        "(Ruckig, preempted by the next; bounded by relative_dynamics_factor); 'impedance' streams them into one "
+        "compliant CartesianImpedanceTracker (stiffness below)",
+    )
+    translational_stiffness: float = Field(500.0, gt=0, allow_inf_nan=False, description="impedance control: N/m")
+    rotational_stiffness: float = Field(50.0, gt=0, allow_inf_nan=False, description="impedance control: Nm/rad")
+    gripper_speed: float = Field(0.1, gt=0, allow_inf_nan=False, description="Franka Hand finger speed (m/s)")
+    gripper_force: float = Field(20.0, gt=0, allow_inf_nan=False, description="Franka Hand grasp force (N)")
+    gripper_timeout_s: float = Field(
+        5.0, gt=0, allow_inf_nan=False, description="a gripper command still running after this is a 'timeout' fault"
+    )
+    watchdog_s: float = Field(
+        1.0, ge=0, allow_inf_nan=False,
+        description="stop the arm when no Cartesian target arrived for this long while tracking (s); 0 disables",
     )
 
     @field_validator(

@@ -23,6 +23,8 @@ import time
 import numpy as np
 import torch
 
+from rlhw.config.root import Config
+from rlhw.config.train import SacConfig
 from rlhw.errors import RlhwError
 from rlhw.rl.pipeline.lane import LaneError
 from rlhw.rl.pipeline.messages import REPLAY_CHANNEL, WEIGHTS_CHANNEL, Actions, EnvStep, PolicyWeights, expect
@@ -40,7 +42,7 @@ class ActingPolicy:
     """SAC's policy network acting for a batch: uniform random actions during warm-up (version -1), then SAC's
     stochastic action, the mean for eval rows; with the version of the weights behind each action."""
 
-    def __init__(self, spec: EnvSpec, sac_config, device: torch.device, seed: int):
+    def __init__(self, spec: EnvSpec, sac_config: SacConfig, device: torch.device, seed: int):
         space = AgentSpace.from_spec(spec)
         self.layout, self.low, self.high, self.device = space.layout, space.low, space.high, device
         torch.manual_seed(seed)
@@ -196,7 +198,7 @@ class PolicyNextToArm:
     """The env worker's step lane when it acts itself (``train.policy_at: env``): `send` answers at once in
     the calling thread; a `Feeder` forwards the transitions and follows the weights."""
 
-    def __init__(self, spec: EnvSpec, config, env_rank: int, num_actor_ranks: int, channel_prefix: str, device):
+    def __init__(self, spec: EnvSpec, config: Config, env_rank: int, num_actor_ranks: int, channel_prefix: str, device):
         cfg = config.train
         self.policy = ActingPolicy(spec, cfg.sac, device, seed=cfg.seed + 2000 + env_rank)
         self.feeder = Feeder(self.policy, ReplayForwarder(channel_prefix, num_actor_ranks, cfg.step_timeout_s),

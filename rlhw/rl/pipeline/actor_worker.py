@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from rlhw.config.root import Config
 from rlhw.rl.checkpoint import INIT_FROM, PolicyCheckpoint, checkpoint_state, policy_contract, warm_start
 from rlhw.rl.demos import load_demos
 from rlhw.rl.episodes import episode_files, episode_transitions, load_episode
@@ -33,7 +34,7 @@ from rlhw.runtime.worker import Worker
 
 
 class ActorWorker(Worker):
-    def __init__(self, config, run_dir: str, num_acting: int, channel_prefix: str = ""):
+    def __init__(self, config: Config, run_dir: str, num_acting: int, channel_prefix: str = ""):
         # learner_threads of this node's env_configs, else 1 (small MLPs on shared cores: see rlhw.rl.trainer)
         self.learner_threads = apply_learner_threads(config.cluster.node_env(self.info.node_rank).isolation)
         from rlhw.runtime.channel import Channel

@@ -32,6 +32,7 @@ import signal
 import time
 import uuid
 
+from rlhw.config.root import Config
 from rlhw.errors import ConfigError, WorkerError
 from rlhw.rl.checkpoint import checked_init_from
 from rlhw.rl.demos import env_provenance, load_demos
@@ -58,7 +59,7 @@ class PipelineFailure(Exception):
         super().__init__(f"{who}: {reason}")
 
 
-def _check(config) -> None:
+def _check(config: Config) -> None:
     n = config.env.num_envs
     if n > 1 and not simulated(config, 0):  # rank 0 may be simulated while another env worker drives a real arm
         raise ConfigError("env.num_envs", f"is {n}, but the env workers drive a real arm, which hosts one "
@@ -77,7 +78,7 @@ def _check(config) -> None:
 class Pipeline:
     """The three worker groups and their channels, launched on a Cluster. Also used by tests/benchmarks."""
 
-    def __init__(self, config, run_dir: RunDir, cluster=None, resume: bool = False):
+    def __init__(self, config: Config, run_dir: RunDir, cluster=None, resume: bool = False):
         from rlhw.runtime.channel import Channel
         from rlhw.runtime.cluster import Cluster
 
@@ -166,7 +167,7 @@ class Pipeline:
             self.cluster.shutdown()
 
 
-def _rehearsal_ray_init(config) -> dict:
+def _rehearsal_ray_init(config: Config) -> dict:
     """Sim-only rehearsal of a GPU layout on a machine without those GPUs (``env.sim`` on one node): give the
     embedded Ray as many logical GPUs as the config declares, so the placement is kept as written; the
     workers then find no CUDA device and run on CPU (``train.device: auto``)."""
@@ -187,7 +188,7 @@ def _rehearsal_ray_init(config) -> dict:
     return {"num_gpus": len(declared)} if len(declared) > present else {}
 
 
-def train_pipeline(config, run_dir: RunDir, resume: bool = False, cluster=None) -> StopReason:
+def train_pipeline(config: Config, run_dir: RunDir, resume: bool = False, cluster=None) -> StopReason:
     """Train on the pipeline until the session says stop (target eval success, step budget, a failed worker,
     Ctrl-C); returns why it stopped. ``cluster``: an existing `Cluster` (tests, benchmarks), else its own."""
     try:
@@ -211,7 +212,7 @@ class Controller:
     decides how much the env workers collect, how many updates the actor workers run, and when to evaluate,
     log, checkpoint and stop; observations and transitions never pass through it."""
 
-    def __init__(self, config, run_dir: RunDir, pipe: Pipeline):
+    def __init__(self, config: Config, run_dir: RunDir, pipe: Pipeline):
         self.cfg, self.run_dir, self.pipe = config.train, run_dir, pipe
         r = pipe.resumed
         self.session = TrainingSession(config, run_dir, Counters(

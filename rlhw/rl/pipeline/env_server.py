@@ -25,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from rlhw.config.root import Config
 from rlhw.env import server_child
 from rlhw.errors import RlhwError
 
@@ -40,7 +41,7 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
-def config_to_yaml(config, path: Path) -> Path:
+def config_to_yaml(config: Config, path: Path) -> Path:
     """The resolved config as YAML for the child (the token travels in the environment, not on disk)."""
     data = config.model_dump(mode="json")
     data.get("server", {}).pop("token", None)
@@ -51,7 +52,7 @@ def config_to_yaml(config, path: Path) -> Path:
 class EnvServerProcess:
     """One `rlhw serve-env` child: ``start()`` returns its address; ``stop()`` is SIGTERM then SIGKILL."""
 
-    def __init__(self, config, robot_rank: int, log_path: Path | None = None, start_timeout_s: float = 90.0):
+    def __init__(self, config: Config, robot_rank: int, log_path: Path | None = None, start_timeout_s: float = 90.0):
         self.config = config
         self.robot_rank = robot_rank
         self.start_timeout_s = start_timeout_s
@@ -160,7 +161,7 @@ class EnvServerProcess:
 
 
 
-def open_remote_env(config, robot_rank: int, log_path: Path, session_id: str):
+def open_remote_env(config: Config, robot_rank: int, log_path: Path, session_id: str):
     """A `rlhw serve-env` child for arm ``robot_rank`` and a `RemoteEnv` session to it, with the run's step
     timeouts: how an env worker (and `rlhw eval`) reaches a real arm. Returns (server, env); a server whose
     instance count differs from ``env.num_envs`` is stopped and refused."""
@@ -171,7 +172,7 @@ def open_remote_env(config, robot_rank: int, log_path: Path, session_id: str):
     server = EnvServerProcess(config, robot_rank, log_path, cfg.env_start_timeout_s)
     address = server.start()
     try:
-        token = config.server.resolve_token() if hasattr(config.server, "resolve_token") else None
+        token = config.server.resolve_token()
         env = RemoteEnv(address, token=token, timeout_s=cfg.step_timeout_s,
                         reset_timeout_s=max(cfg.step_timeout_s, config.server.reset_deadline_s),
                         reconnect_s=5.0, session_id=session_id,

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rlhw.config.root import Config
 from rlhw.errors import ConfigError
 from rlhw.rl.demos import PROVENANCE_KEY, recorded_env
 from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, RefusedSteps, Stepped
@@ -64,7 +65,7 @@ def episode_dir(run_dir: Path, env_rank: int, instance: int, num_envs: int) -> P
 
 
 class EnvWorker(Worker):
-    def __init__(self, config, run_dir: str, num_rollout: int, channel_prefix: str = "",
+    def __init__(self, config: Config, run_dir: str, num_rollout: int, channel_prefix: str = "",
                  lane_addresses: list[LaneAddress | None] | None = None, lane_token: bytes | None = None,
                  num_actor: int = 1):
         import torch
@@ -80,7 +81,7 @@ class EnvWorker(Worker):
         self.thread = threading.Thread(target=self._loop, daemon=True, name=f"env-loop-{self.rank}")
         self.thread.start()
 
-    def _setup(self, config, run_dir: str, num_rollout: int, channel_prefix: str) -> None:
+    def _setup(self, config: Config, run_dir: str, num_rollout: int, channel_prefix: str) -> None:
         """Everything but the rollout worker's lanes and the loop thread: the env behind its transport, the
         episode loop and its hooks, the counters (a test drives `_run_episodes` on what this builds)."""
         self.config = config
@@ -359,7 +360,7 @@ class EnvWorker(Worker):
         return Actions(np.asarray(answer.actions, np.float32), np.asarray(answer.versions, np.int64))
 
 
-def open_env_lane(config, rank: int, rollout_rank: int, addresses: list[LaneAddress | None] | None,
+def open_env_lane(config: Config, rank: int, rollout_rank: int, addresses: list[LaneAddress | None] | None,
                   token: bytes | None, channel_prefix: str) -> EnvLaneEnd:
     """The env end of ``train.step_lane``: a direct stream to rollout worker ``rollout_rank``, or the channels."""
     timeout = config.train.step_timeout_s
@@ -371,14 +372,14 @@ def open_env_lane(config, rank: int, rollout_rank: int, addresses: list[LaneAddr
     return ChannelEnvEnd(channel_prefix, rank, rollout_rank, timeout)
 
 
-def has_real_arm(config) -> bool:
+def has_real_arm(config: Config) -> bool:
     try:
-        return any(getattr(g.hardware, "type", None) == "Franka" for g in config.cluster.node_groups if g.hardware)
+        return any(g.hardware.type == "Franka" for g in config.cluster.node_groups if g.hardware is not None)
     except Exception:  # noqa: BLE001
         return False
 
 
-def simulated(config, robot_rank: int) -> bool:
+def simulated(config: Config, robot_rank: int) -> bool:
     """Every env instance of env worker ``robot_rank`` is simulated: its arm driver is a simulator, and no
     node group declares a real arm that the ``auto``/``franka`` driver would drive (``env.sim`` forces one)."""
     from rlhw.robot.factory import SIMULATORS, plan_env
@@ -388,7 +389,7 @@ def simulated(config, robot_rank: int) -> bool:
     return config.env.sim is not None or config.env.driver not in ("auto", "franka") or not has_real_arm(config)
 
 
-def env_transport(config, robot_rank: int) -> str:
+def env_transport(config: Config, robot_rank: int) -> str:
     """``in_process`` or ``server``: where env worker ``robot_rank``'s env runs (``train.env_transport``; auto:
     in this process when it is simulated). A real arm runs in a server child, so that a hung or crashed driver
     cannot take the worker down and the worker can restart it."""

@@ -27,6 +27,7 @@ import threading
 import numpy as np
 import torch
 
+from rlhw.config.root import Config
 from rlhw.rl.pipeline.acting import ActingPolicy, Feeder, ReplayForwarder, WeightsFollower
 from rlhw.rl.pipeline.lane import ChannelRolloutEnd, DirectRolloutEnd, LaneAddress, RolloutLaneEnd
 from rlhw.rl.pipeline.messages import Actions, EnvStep, RolloutProgress
@@ -37,7 +38,7 @@ from rlhw.runtime.worker import Worker
 
 
 class RolloutWorker(Worker):
-    def __init__(self, config, num_actor_ranks: int, num_env: int, channel_prefix: str = "",
+    def __init__(self, config: Config, num_actor_ranks: int, num_env: int, channel_prefix: str = "",
                  lane_token: bytes | None = None):
         torch.set_num_threads(1)
         self.config, self.cfg = config, config.train
@@ -124,7 +125,7 @@ class RolloutWorker(Worker):
         self.batches += 1
 
 
-def open_rollout_lane(config, rank: int, node_ip: str, token: bytes | None, channel_prefix: str,
+def open_rollout_lane(config: Config, rank: int, node_ip: str, token: bytes | None, channel_prefix: str,
                       serves_several: bool) -> RolloutLaneEnd:
     """The rollout end of ``train.step_lane``: a direct lane listening on this node's IP, or the channel relay."""
     timeout = config.train.step_timeout_s

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable, TypeVar
 
+from rlhw.config.env import EnvConfig
 from rlhw.errors import ConfigError
 from rlhw.robot.tasks.base import Command, Task
 
@@ -48,7 +49,7 @@ def task_class(name: str) -> type:
     return _TASKS[name]
 
 
-def make_task(name: str, config, options=None) -> Task:
+def make_task(name: str, config: EnvConfig, options=None) -> Task:
     return task_class(name)(config, options)
 
 

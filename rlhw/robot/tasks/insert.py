@@ -39,6 +39,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from rlhw.config.env import EnvConfig
 from rlhw.errors import ConfigError
 from rlhw.robot.arm import ArmState
 from rlhw.robot.camera import Frame
@@ -63,7 +64,7 @@ class Insert(Task):
     sim_arm_options = {"peg": True}
     pose_options = POSE_OPTIONS
 
-    def __init__(self, config, options: Mapping[str, Any] | None = None):
+    def __init__(self, config: EnvConfig, options: Mapping[str, Any] | None = None):
         super().__init__(config, options)
         self.check_options(OPTIONS)
         if "goal_pose" not in self.options:
@@ -94,7 +95,7 @@ class Insert(Task):
         self._place_hole = None
         self._judged: tuple[ArmState | None, bool] = (None, False)
 
-    def _validate(self, config) -> None:
+    def _validate(self, config: EnvConfig) -> None:
         opt = "env.task_options."
         qx, qy, qz, qw = self.goal[3:7]
         down = -(1.0 - 2.0 * (qx * qx + qy * qy))  # minus the z of the hand's approach axis

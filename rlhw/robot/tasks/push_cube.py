@@ -42,6 +42,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from rlhw.config.env import EnvConfig
 from rlhw.errors import ConfigError
 from rlhw.robot.arm import ArmState
 from rlhw.robot.camera import Frame
@@ -75,7 +76,7 @@ class PushCube(Task):
     sim_arm_options = {"cube": True}
     success_measured = False  # a cube in place: no sensor of a real cell says so
 
-    def __init__(self, config, options: Mapping[str, Any] | None = None):
+    def __init__(self, config: EnvConfig, options: Mapping[str, Any] | None = None):
         super().__init__(config, options)
         self.check_options({"cube_low", "cube_high", "goal_min_m", "goal_max_m", "success_m",
                             "reward_scale_m", "terminate_on_success", "goal_xy", "observe_cube", "observe_wrench",

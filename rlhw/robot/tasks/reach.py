@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from rlhw.config.env import EnvConfig
 from rlhw.robot.arm import ArmState
 from rlhw.robot.camera import Frame
 from rlhw.robot.spec import TensorSpec
@@ -38,7 +39,7 @@ def gripper_width_observation(width: float) -> float:
 class Reach(Task):
     opens_gripper_at_reset = True  # nothing in the hand; gripper_width must not differ between drivers
 
-    def __init__(self, config, options: Mapping[str, Any] | None = None):
+    def __init__(self, config: EnvConfig, options: Mapping[str, Any] | None = None):
         super().__init__(config, options)
         self.check_options(set())
         rc = config.reach

@@ -1,0 +1,50 @@
+"""Teleop devices register by name like arms and cameras: the env looks them up, it never imports them."""
+
+from __future__ import annotations
+
+import ast
+import typing
+from pathlib import Path
+
+import pytest
+
+import rlhw.robot.takeover as takeover_module
+from rlhw.config.env import TeleopConfig
+from rlhw.errors import ConfigError
+from rlhw.robot import registry
+from rlhw.robot.teleop import TeleopDevice
+
+
+def test_every_device_the_config_accepts_is_registered_under_that_name():
+    names = set(typing.get_args(TeleopConfig.model_fields["device"].annotation)) - {"none"}
+    assert names == set(registry.teleop_devices())
+    for name in names:
+        cls = registry.teleop_class(name)
+        assert issubclass(cls, TeleopDevice) and cls.name == name
+
+
+def test_a_device_is_built_from_its_own_fields_of_env_teleop():
+    config = TeleopConfig(device="spacemouse", spacemouse_name="SpaceMouseCompact", deadband=0.2, gain=0.5)
+    mouse = registry.teleop_class("spacemouse").from_config(config, None)
+    assert (mouse.model, mouse.deadband, mouse.gain) == ("SpaceMouseCompact", 0.2, 0.5)
+
+
+def test_an_unknown_device_names_the_config_key_and_the_known_devices():
+    with pytest.raises(ConfigError) as err:
+        registry.teleop_class("joystick")
+    assert err.value.path == "env.teleop.device"
+    for name in ("keyboard", "scripted", "spacemouse"):
+        assert name in str(err.value)
+
+
+def test_teleop_names_stay_out_of_the_arm_drivers_list():
+    with pytest.raises(ConfigError) as err:
+        registry.make_arm("keyboard")
+    assert "unknown arm driver 'keyboard'" in str(err.value)
+
+
+def test_the_takeover_reaches_devices_only_through_the_registry():
+    tree = ast.parse(Path(takeover_module.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not any(m and m.split(".")[0] == "drivers" for m in imported), imported
