@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--encoder", default="cnn", choices=("cnn", "resnet10", "resnet18"), help="image encoder kind")
     parser.add_argument("--encoder-weights", default=None, help="local state_dict file to start the encoder from")
     parser.add_argument("--frozen", action="store_true", help="freeze the encoder backbone (with --encoder-weights)")
-    parser.add_argument("--positive-last-k", type=int, default=5, help="last frames of a successful episode labelled success")
+    parser.add_argument("--positive-last-k", type=int, default=2, help="last frames of a successful episode labelled success (default 2: an episode ends as the cube arrives, so earlier frames seldom show it in)")
     parser.add_argument("--ambiguous-gap", type=int, default=3, help="frames before those left out (neither label)")
     parser.add_argument("--threshold", type=float, default=0.5, help="success when P >= threshold (saved in the file)")
     parser.add_argument("--held-out", type=float, default=0.25, help="fraction of episodes held out for the metrics")

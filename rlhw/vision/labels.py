@@ -30,7 +30,7 @@ import numpy as np
 class LabelRules:
     """How episode outcomes become frame labels (see the module docstring)."""
 
-    positive_last_k: int = 5
+    positive_last_k: int = 2
     ambiguous_gap: int = 3
     early_frames_negative: bool = True
     failed_frames_negative: bool = True

@@ -109,3 +109,36 @@ def test_the_scripted_operator_recording_demos_marks_success_as_a_person_would(t
         assert steps < config.env.max_episode_steps
     finally:
         env.close()
+
+
+def test_every_episode_starts_with_the_hand_at_the_configured_start_inside_the_task_box(tmp_path):
+    """The lab's reset pose (env.task_options.hand_start) is where the first observation finds the hand, and the
+    task box (env.safety.workspace_high z = 12 cm) keeps a policy that pulls up from leaving the table."""
+    env = make_env(rehearsal(tmp_path))
+    try:
+        for seed in (0, 1):
+            obs, _ = env.reset(seed=seed)
+            np.testing.assert_allclose(obs["ee_position"], [0.35, 0.0, 0.10], atol=0.003)
+            for _ in range(10):
+                obs, *_ = env.step(np.array([0.0, 0.0, 1.0], np.float32))
+            assert obs["ee_position"][2] <= 0.12 + 1e-3
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("start, why", [([0.35, 0.0, 0.30], "inside the safety workspace"),
+                                        ([0.35, 0.0, 0.05], "must clear the cube's top")])
+def test_a_hand_start_outside_the_box_or_into_the_cube_is_refused_by_key(tmp_path, start, why):
+    with pytest.raises(ConfigError) as e:
+        make_env(rehearsal(tmp_path, f"env.task_options.hand_start={start}"), connect=False)
+    assert e.value.path == "env.task_options.hand_start" and why in e.value.message
+
+
+def test_the_reach_target_box_does_not_constrain_another_tasks_workspace():
+    """env.reach.* configures reach only: push_cube's 12 cm box is valid although reach's default targets lie above it."""
+    config = load_config(PIXELS, SMALL)
+    assert config.env.safety.workspace_high[2] < config.env.reach.target_low[2]
+    with pytest.raises(ConfigError) as e:
+        load_config(PIXELS, [*SMALL, "env.task=reach", "env.sim_state=visible", "env.task_options={}",
+                             "env.reward.classifier=null"])
+    assert e.value.path == "env.reach.target_low"

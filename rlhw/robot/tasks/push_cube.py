@@ -28,7 +28,10 @@ Options (``env.task_options``): ``cube_low``/``cube_high`` (xy box of cube start
 - ``observe_cube`` (default true): the four cube observations; false leaves ``ee_position``,
   ``goal_position``, ``gripper_width`` (+ ``external_wrench``): the camera must find the cube;
 - ``observe_wrench`` (default false): ``external_wrench``, the measured wrench over the safety bounds (6);
-- ``reward``: ``dense`` (default, the shaping above) or ``sparse`` (1 on success, else 0, HIL-SERL's).
+- ``reward``: ``dense`` (default, the shaping above) or ``sparse`` (1 on success, else 0, HIL-SERL's);
+- ``hand_start``: ``[x, y, z]``, where every episode starts the hand: after the homing move the env takes it
+  there in a slow straight line (and straight up to that height before the next homing move), as a lab sets a
+  task's reset pose. Default null: the episode starts at home, some 45 cm above the table.
 
 Under ``env.sim_state: hidden`` the task never reads the cube: its success is not measured (a classifier or
 an operator decides), it does not truncate on a cube out of reach, and ``judge`` (the simulator's verdict)
@@ -80,7 +83,7 @@ class PushCube(Task):
         super().__init__(config, options)
         self.check_options({"cube_low", "cube_high", "goal_min_m", "goal_max_m", "success_m",
                             "reward_scale_m", "terminate_on_success", "goal_xy", "observe_cube", "observe_wrench",
-                            "reward"})
+                            "reward", "hand_start"})
         self.cube_low = self.vector_option("cube_low", (0.42, -0.08), 2, "[x, y] in metres")
         self.cube_high = self.vector_option("cube_high", (0.52, 0.08), 2, "[x, y] in metres")
         self.goal_min = self.option("goal_min_m", 0.08)
@@ -93,6 +96,8 @@ class PushCube(Task):
         self.observe_cube = self.option("observe_cube", True, bool)
         self.observe_wrench = self.option("observe_wrench", False, bool)
         self.reward_kind = self.option("reward", "dense", str)
+        self.hand_start = (None if self.options.get("hand_start") is None
+                           else self.vector_option("hand_start", None, 3, "[x, y, z] in metres, or null"))
         self.wrench_scale = np.array([config.safety.max_contact_force_n] * 3 + [config.safety.max_contact_torque_nm] * 3)
         self.scale = config.action.scale_m
         self.use_gripper = config.action.gripper
@@ -124,6 +129,12 @@ class PushCube(Task):
                 "env.safety.workspace_low",
                 f"push_cube needs the hand down to z <= {MAX_FLOOR_Z} m to touch the 5 cm cube, but the safety "
                 f"workspace stops at z = {self.ws_low[2]}; set env.safety.workspace_low=[0.25, -0.3, 0.02]")
+        if self.hand_start is not None and (np.any(self.hand_start < self.ws_low) or np.any(self.hand_start > self.ws_high)):
+            raise ConfigError("env.task_options.hand_start", f"the hand's start {self.hand_start.tolist()} must lie inside the "
+                              f"safety workspace {self.ws_low.tolist()}..{self.ws_high.tolist()}")
+        if self.hand_start is not None and self.hand_start[2] < CUBE_HALF_SIZE * 2 + 0.02:
+            raise ConfigError("env.task_options.hand_start", f"the hand's start z {self.hand_start[2]} must clear the cube's "
+                              f"top by 2 cm (z >= {CUBE_HALF_SIZE * 2 + 0.02} m): the start is reached before the cube is seen")
         margin = CUBE_HALF_SIZE
         if np.any(self.cube_low < self.ws_low[:2] + margin) or np.any(self.cube_high > self.ws_high[:2] - margin):
             raise ConfigError(
@@ -205,6 +216,20 @@ class PushCube(Task):
         else:
             goal = np.clip(goal, goal_low, goal_high)
         return start, goal
+
+    def approach_path(self, state: ArmState) -> list[np.ndarray]:
+        """To ``hand_start`` in one straight line from home (none without it)."""
+        if self.hand_start is None:
+            return []
+        return [np.concatenate([self.hand_start, np.asarray(state.ee_pose[3:7], dtype=float)])]
+
+    def retreat_path(self, state: ArmState) -> list[np.ndarray]:
+        """Straight up to ``hand_start``'s height when below it, so that the homing joint move does not sweep
+        the fingers across the table and the cube."""
+        hand = np.asarray(state.ee_position, dtype=float)
+        if self.hand_start is None or hand[2] >= self.hand_start[2] - 0.005:
+            return []
+        return [np.concatenate([hand[:2], self.hand_start[2:3], np.asarray(state.ee_pose[3:7], dtype=float)])]
 
     def command(self, action: np.ndarray, state: ArmState) -> Command:
         target = state.ee_position + np.asarray(action[:3], dtype=float) * self.scale
