@@ -42,7 +42,7 @@ def pose_path(config, name: str, out: str | None) -> str:
     if out is None:
         source = f"env.task_options.{name}"
         task = config.env.task
-        known = tuple(getattr(task_class(task), "pose_options", ()))
+        known = tuple(task_class(task).pose_options)
         if name not in known:
             raise ConfigError("NAME", f"task {task!r} has no pose option {name!r}; known: {', '.join(known) or '(none)'}"
                                       " (or pass --out FILE)")
@@ -65,7 +65,7 @@ def pose_path(config, name: str, out: str | None) -> str:
 
 
 def describe(state) -> str:
-    x, y, z, qx, qy, qz, qw = (float(v) for v in state.ee_pose)
+    (x, y, z), (qx, qy, qz, qw) = state.pose.position.tolist(), state.pose.quaternion.tolist()
     return (f"hand at x={x:+.4f} y={y:+.4f} z={z:+.4f} m, quat(xyzw)=[{qx:+.3f} {qy:+.3f} {qz:+.3f} {qw:+.3f}], "
             f"gripper {state.gripper_width * 1000:.1f} mm")
 
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.now and not sys.stdin.isatty():
         raise ConfigError("--now", "stdin is not a terminal, so nobody can press Enter; pass --now to record the current pose")
     plan = plan_env(config)
-    sim_options = getattr(task_class(config.env.task), "sim_arm_options", None)
+    sim_options = task_class(config.env.task).sim_arm_options
     arm = build_arm(config, plan, seed=config.env.seed, sim_options=sim_options)
     arm.connect(timeout_s=config.env.connect_timeout_s)
     try:

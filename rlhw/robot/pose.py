@@ -57,7 +57,7 @@ def _unit(q: list[float], what: str) -> tuple[float, float, float, float]:
 
 def _frozen(values) -> np.ndarray:
     arr = np.array(values, dtype=float)
-    arr.flags.writeable = False
+    arr.setflags(write=False)
     return arr
 
 
@@ -67,7 +67,7 @@ def _readonly(values) -> np.ndarray:
         arr = values.view()
     else:
         arr = np.array(values, dtype=float)
-    arr.flags.writeable = False
+    arr.setflags(write=False)
     return arr
 
 
@@ -122,10 +122,8 @@ class Pose:
     quaternion: np.ndarray
 
     def __init__(self, position: Iterable[float] = (0.0, 0.0, 0.0), quaternion: Iterable[float] = (0.0, 0.0, 0.0, 1.0)):
-        p = _floats(position, 3, "position")
-        q = _unit(_floats(quaternion, 4, "quaternion"), "quaternion")
-        _set_position(self, _frozen(p))
-        _set_quaternion(self, _frozen(q))
+        _set_position(self, _frozen(_floats(position, 3, "position")))
+        _set_quaternion(self, _frozen(_unit(_floats(quaternion, 4, "quaternion"), "quaternion")))
 
     @classmethod
     def unchecked(cls, position, quaternion) -> "Pose":
@@ -155,7 +153,10 @@ class Pose:
     def from_wxyz(cls, position: Iterable[float], wxyz: Iterable[float]) -> "Pose":
         """From a position and MuJoCo's scalar-first quaternion ``[qw, qx, qy, qz]``."""
         w, x, y, z = _floats(wxyz, 4, "quaternion (w first)")
-        return cls(position, (x, y, z, w))
+        pose = object.__new__(cls)
+        _set_position(pose, _frozen(_floats(position, 3, "position")))
+        _set_quaternion(pose, _frozen(_unit([x, y, z, w], "quaternion (w first)")))
+        return pose
 
     @property
     def wxyz(self) -> tuple[float, float, float, float]:

@@ -8,6 +8,7 @@ import pickle
 import numpy as np
 import pytest
 
+from rlhw.robot.arm import ArmState
 from rlhw.robot.pose import IDENTITY, Pose, rotation_error
 
 DOWN = (1.0, 0.0, 0.0, 0.0)  # half a turn about x: the hand pointing at the table
@@ -116,3 +117,11 @@ def test_with_position_and_translated_keep_the_orientation():
 
 def test_the_down_pose_points_the_hands_z_axis_at_the_table():
     np.testing.assert_allclose(Pose(quaternion=DOWN).rotation_matrix[:, 2], [0, 0, -1], atol=1e-12)
+
+
+def test_a_pose_pickles_and_an_arm_state_keeps_the_7_vector_for_the_wire():
+    pose = Pose((0.4, 0.0, 0.3), DOWN)
+    assert pickle.loads(pickle.dumps(pose)) == pose
+    state = ArmState(0.0, np.zeros(7), np.zeros(7), pose, 0.04)
+    assert state.ee_pose.tolist() == [0.4, 0.0, 0.3, 1.0, 0.0, 0.0, 0.0]
+    assert state.ee_position is pose.position
