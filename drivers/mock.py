@@ -50,12 +50,14 @@ from rlhw.config.env import DROP_FRAMES, MOCK_ARM_FAULTS, MOCK_CAMERA_FAULTS, MO
 from rlhw.errors import FaultKind, RobotFault
 from rlhw.robot.arm import HOME_Q, Arm, ArmState
 from rlhw.robot.camera import Camera, Frame, Intrinsics
+from rlhw.robot.pose import Pose
 from rlhw.robot.registry import register_arm, register_camera
 
 #: End-effector position of the stand-in kinematics at HOME_Q (close to a real FR3 with its hand).
 HOME_EE = np.array([0.307, 0.0, 0.487])
 #: Hand pointing down: 180 degrees about x, as [qx, qy, qz, qw].
 DOWN_QUAT = np.array([1.0, 0.0, 0.0, 0.0])
+DOWN_QUAT.flags.writeable = False
 
 # Linear stand-in for the arm's position kinematics near home (metres per radian). Each joint moves
 # the hand in a plausible direction; the pseudo-inverse maps hand targets back to joints.
@@ -270,18 +272,17 @@ class MockArm(Arm):
             timestamp=time.time(),
             q=self.q.copy(),
             dq=self.dq.copy(),
-            ee_pose=np.concatenate([ee, DOWN_QUAT]),
+            pose=Pose.unchecked(ee, DOWN_QUAT),  # the stand-in kinematics: finite, unit
             gripper_width=float(self.width),
             errors=self.errors,
             external_wrench=self.external_wrench.copy(),
         )
 
-    def command_pose(self, pose: np.ndarray) -> None:
+    def command_pose(self, pose: Pose) -> None:
         self._enter("command_pose")
         self._catch_up()
         self._require_ready("command_pose")
-        pose = np.asarray(pose, dtype=float)
-        self.target = pose[:3].copy()
+        self.target = np.array(pose.position)
         self._motion("command_pose", self.target.copy())
 
     def command_gripper(self, width: float) -> None:

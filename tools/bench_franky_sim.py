@@ -94,17 +94,16 @@ def main() -> int:
                 home = arm.state()
                 for rate in args.rates:
                     arm.move_joints(home.q, speed_factor=0.3, timeout_s=30)
-                    base = arm.state().ee_pose.copy()
+                    base = arm.state().pose
 
                     def step(t: float) -> float:
-                        target = base.copy()
-                        target[0] += AMPLITUDE_M * math.sin(2 * math.pi * SINE_HZ * t)
+                        offset = (AMPLITUDE_M * math.sin(2 * math.pi * SINE_HZ * t), 0.0, 0.0)
                         st = arm.state()
-                        arm.command_pose(target)
+                        arm.command_pose(base.with_position(base.position + offset))
                         # compare the measured hand with where the target was when it was commanded
                         # one step earlier (a tracker is at best one period behind)
-                        previous = base[0] + AMPLITUDE_M * math.sin(2 * math.pi * SINE_HZ * (t - 1.0 / rate))
-                        return float(st.ee_pose[0] - previous)
+                        previous = base.position[0] + AMPLITUDE_M * math.sin(2 * math.pi * SINE_HZ * (t - 1.0 / rate))
+                        return float(st.ee_position[0] - previous)
 
                     baseline = run_loop(rate, args.seconds)
                     arm.state()

@@ -133,7 +133,6 @@ def arm_block(arm: MujocoArm, steps: int, rng, period: float, record: list):
     """The driver alone: read state, command a nearby pose, advance; joint targets recorded."""
     low, high = np.array([0.3, -0.25, 0.15]), np.array([0.65, 0.25, 0.55])
     noise = rng.uniform(-0.03, 0.03, size=(steps, 3))
-    pose = np.empty(7)
     data = arm.data
     per_step = []
     tick = time.thread_time_ns
@@ -141,9 +140,7 @@ def arm_block(arm: MujocoArm, steps: int, rng, period: float, record: list):
         for dx in noise:
             t0 = tick()
             st = arm.state()
-            pose[:3] = np.clip(st.ee_pose[:3] + dx, low, high)
-            pose[3:] = st.ee_pose[3:]
-            arm.command_pose(pose)
+            arm.command_pose(st.pose.with_position(np.clip(st.ee_position + dx, low, high)))
             arm.advance(period)
             per_step.append(tick() - t0)
             record.append(data.ctrl.copy())

@@ -35,6 +35,7 @@ import drivers.mujoco  # noqa: E402,F401  (chooses the GL backend before mujoco 
 from rlhw.config import load_config  # noqa: E402
 from rlhw.config.vision import ImageEncoderConfig  # noqa: E402
 from rlhw.robot import make_env  # noqa: E402
+from rlhw.robot.pose import Pose  # noqa: E402
 from rlhw.vision.augment import random_shift  # noqa: E402
 from rlhw.vision.classifier import ClassifierSpec, SuccessClassifier, save_classifier  # noqa: E402
 from rlhw.vision.encoders import build_image_encoder  # noqa: E402
@@ -78,7 +79,7 @@ def render(size: int, n: int, meshes: str = "visual") -> tuple[float, float]:
     cam, arm = env.cameras["front"], env.arm
     xs = iter(np.linspace(0.42, 0.52, n + 1))
     try:
-        return per_call(lambda: (arm.set_object_pose("cube", np.array([next(xs), 0.0, 0.025])), cam.latest()), n)
+        return per_call(lambda: (arm.set_object_pose("cube", Pose((next(xs), 0.0, 0.025))), cam.latest()), n)
     finally:
         env.close()
 

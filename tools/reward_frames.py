@@ -31,6 +31,7 @@ import drivers.mujoco  # noqa: F401  (chooses the GL backend before mujoco is im
 from rlhw.config import load_config
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.robot import make_env
+from rlhw.robot.pose import Pose
 
 
 class PushCubeStager:
@@ -59,7 +60,7 @@ class PushCubeStager:
         xy = self.start + f * (self.end - self.start)
         if f < 1.0:
             xy = xy + self.rng.normal(0, 0.004, 2)
-        self.arm.set_object_pose("cube", np.array([*xy, self.z]))
+        self.arm.set_object_pose("cube", Pose((*xy, self.z)))
         return self.rng.uniform(-0.4, 0.4, 3).astype(np.float32)
 
 
@@ -91,7 +92,7 @@ class InsertStager:
             raise ValueError(f"steps: insert needs steps - hold >= 3 (line up, go down the hole in two steps), "
                              f"got steps={steps}, hold={hold}")
         self.env, self.task, self.rng, self.steps, self.hold = env, env.task, rng, steps, hold
-        goal, start = self.task.goal[:3].copy(), np.asarray(env.measured_state.ee_position, dtype=float)
+        goal, start = self.task.goal.position.copy(), np.asarray(env.measured_state.ee_position, dtype=float)
         moving = steps - hold
         if succeed:
             over = goal + [0.0, 0.0, self.task.depth + self.CLEARANCE_M]

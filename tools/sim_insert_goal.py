@@ -24,8 +24,7 @@ def main(out: str = "configs/poses/sim_insert_goal.json") -> None:
     arm = MujocoArm(name="mujoco-sim0", peg=True)
     arm.connect()
     home = arm.state()
-    qx, qy, qz, qw = home.ee_pose[3:7]
-    q = arm.solve_ik(np.array(GOAL_XYZ), np.array([qw, qx, qy, qz]), home.q, iterations=100)
+    q = arm.solve_ik(home.pose.with_position(GOAL_XYZ), home.q, iterations=100)
     arm.move_joints(q, speed_factor=0.5)
     state = arm.state()
     assert np.linalg.norm(state.ee_position - GOAL_XYZ) < 5e-3, state.ee_position  # servo steady state: a few mm

@@ -32,6 +32,7 @@ from rlhw.errors import ConfigError, FaultKind, RobotFault, WorkerError
 from rlhw.hardware.types.franka import FrankaController
 from rlhw.network import FCI_PORT, tcp_connect_problem
 from rlhw.robot.arm import Arm, ArmState
+from rlhw.robot.pose import Pose
 from rlhw.robot.registry import register_arm
 
 #: Mirrors drivers.franka.child.STOP_TIMEOUT_S (not imported: the child module is for the driver process).
@@ -271,20 +272,15 @@ class FrankaArm(Arm):
         self.robot_time_s = d["robot_time_s"]
         self.robot_mode = d["robot_mode"]
         return ArmState(
-            timestamp=d["timestamp"], q=d["q"], dq=d["dq"], ee_pose=d["ee_pose"],
+            timestamp=d["timestamp"], q=d["q"], dq=d["dq"],
+            pose=Pose.from_vector(d["ee_pose"]),  # the pipe carries the 7-vector [x, y, z, qx, qy, qz, qw]
             gripper_width=d["gripper_width"], errors=tuple(d["errors"]),
             external_wrench=d.get("external_wrench"),
         )
 
-    def command_pose(self, pose: np.ndarray) -> None:
-        pose = np.asarray(pose, dtype=float)
-        if pose.shape != (7,) or not np.all(np.isfinite(pose)):
-            raise ValueError(f"pose must be 7 finite numbers [x, y, z, qx, qy, qz, qw], got {pose!r}")
-        norm = float(np.linalg.norm(pose[3:]))
-        if norm < 1e-6:
-            raise ValueError(f"pose quaternion {pose[3:].tolist()} has zero length; use [qx, qy, qz, qw] of unit length")
-        pose = np.concatenate([pose[:3], pose[3:] / norm])
-        self._call("command_pose", self.timeout_s, pose=pose)
+    def command_pose(self, pose: Pose) -> None:
+        # finite, with a unit quaternion: a Pose checks that when it is made; the pipe takes the 7-vector
+        self._call("command_pose", self.timeout_s, pose=pose.vector)
 
     def command_gripper(self, width: float) -> None:
         width = float(width)

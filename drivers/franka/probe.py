@@ -79,7 +79,7 @@ def probe(robot_ip: str, timeout_s: float = 10.0, realtime: str = "ignore", grip
         report.add("fci_connect", True, f"connected in {(time.perf_counter() - t):.2f} s; robot mode {arm.info.get('robot_mode')}"
                    + (f"; gripper max width {arm.info['gripper_max_width']:.3f} m" if "gripper_max_width" in arm.info else ""))
         st = arm.state()
-        report.add("state", True, f"q={[round(float(v), 3) for v in st.q]} ee_xyz={[round(float(v), 3) for v in st.ee_pose[:3]]}"
+        report.add("state", True, f"q={[round(float(v), 3) for v in st.q]} ee_xyz={[round(float(v), 3) for v in st.ee_position]}"
                    f" gripper={st.gripper_width:.3f} m")
         report.add("errors", not st.errors, ", ".join(st.errors) or "none",
                    "" if not st.errors else "clear them (recover) or release the user stop in Desk")

@@ -40,9 +40,10 @@ from drivers.mujoco import scene as _scene
 from drivers.mujoco.contact import NO_WRENCH, ContactSensor
 from drivers.mujoco.ik import TcpIk
 from drivers.mujoco.layout import ArmLayout
-from drivers.mujoco.state import StateViews, wxyz, xyzw
+from drivers.mujoco.state import StateViews
 from rlhw.errors import FaultKind, RobotFault
-from rlhw.robot.arm import HOME_Q, Arm, ArmState
+from rlhw.robot.arm import HOME_Q, Arm, ArmCapability, ArmState
+from rlhw.robot.pose import Pose
 
 #: FR3 joint velocity limits (rad/s), used to time `move_joints`.
 FR3_MAX_JOINT_VELOCITY = np.array([2.62, 2.62, 2.62, 2.62, 5.26, 4.18, 5.26])
@@ -58,6 +59,7 @@ class MujocoArm(Arm):
 
     realtime = False
     max_gripper_width = 0.08
+    capabilities = frozenset(ArmCapability)  # a simulator: every scene hook
 
     def __init__(
         self,
@@ -235,13 +237,11 @@ class MujocoArm(Arm):
     def state(self) -> ArmState:
         d = self.sync()
         v = self._views
-        w, qx, qy, qz = self._tcp_quat(v)
-        x, y, z = v.tcp_xpos.tolist()
         return ArmState(
             timestamp=self.to_wall_clock(d.time),
             q=v.qpos_arm.copy(),
             dq=v.qvel_arm.copy(),
-            ee_pose=np.array((x, y, z, qx, qy, qz, w)),
+            pose=Pose.from_wxyz(v.tcp_xpos, self._tcp_quat(v)),  # MuJoCo's w-first order ends here
             gripper_width=v.gripper_width(),
             errors=tuple(self._errors),
             external_wrench=self._wrench,
@@ -266,21 +266,10 @@ class MujocoArm(Arm):
             raise RobotFault(
                 FaultKind.REFLEX, f"sim arm {self.name!r} is in error state {self._errors}; call recover() first")
 
-    def command_pose(self, pose: np.ndarray) -> None:
-        """Track the TCP pose ``[x, y, z, qx, qy, qz, qw]`` (base frame): solves IK now, servos during `advance`."""
+    def command_pose(self, pose: Pose) -> None:
+        """Track the TCP `Pose` (base frame): solves IK now, servos during `advance`."""
         d = self._live()
-        pose = np.asarray(pose, dtype=float)
-        if pose.shape != (7,):
-            raise ValueError(f"pose: expected 7 finite numbers [x, y, z, qx, qy, qz, qw], got {pose!r}")
-        values = pose.tolist()
-        # a sum is non-finite when an element is (or, harmlessly, when huge ones overflow: then look closer)
-        if not math.isfinite(sum(values)) and not np.isfinite(pose).all():
-            raise ValueError(f"pose: expected 7 finite numbers [x, y, z, qx, qy, qz, qw], got {pose!r}")
-        x, y, z, qx, qy, qz, qw = values
-        norm = math.sqrt(qw * qw + qx * qx + qy * qy + qz * qz)
-        if norm < 1e-6:
-            raise ValueError(f"pose: quaternion {pose[3:]} has zero norm")
-        inv = 1.0 / norm
+        target_wxyz = pose.wxyz  # finite and unit: a Pose checks that when it is made
         self._refuse_if_faulted()
         # One IK iteration per control step, linearised at the measured state: closed loop on the
         # measured pose, so successive steps converge while the servos move. It uses the live
@@ -291,16 +280,15 @@ class MujocoArm(Arm):
             mujoco.mj_comPos(self.model, d)
             self._com_current = True
         v = self._views
-        v.ctrl_arm[:] = self._ik.iteration(d, v.qpos_arm.tolist(), (x, y, z), (qw * inv, qx * inv, qy * inv, qz * inv),
+        v.ctrl_arm[:] = self._ik.iteration(d, v.qpos_arm.tolist(), pose.position.tolist(), target_wxyz,
                                            self._tcp_quat(v), v.tcp_xpos.tolist())
 
-    def solve_ik(self, position: np.ndarray, quat_wxyz: np.ndarray, q_start: np.ndarray,
-                 iterations: int = 20) -> np.ndarray:
-        """Joint angles (within the ranges, minus a margin) that put the TCP at the pose
-        (``quat_wxyz`` is MuJoCo's w-first order), from ``q_start``, on a scratch MjData: the
-        arm's own state is untouched. For planning; `command_pose` does one iteration per step."""
+    def solve_ik(self, target: Pose, q_start: np.ndarray, iterations: int = 20) -> np.ndarray:
+        """Joint angles (within the ranges, minus a margin) that put the TCP at ``target``, from
+        ``q_start``, on a scratch MjData: the arm's own state is untouched. For planning;
+        `command_pose` does one iteration per step."""
         self._live()
-        return self._ik.solve(position, quat_wxyz, q_start, iterations)
+        return self._ik.solve(target.position, np.array(target.wxyz), q_start, iterations)
 
     def command_joints(self, q: np.ndarray) -> None:
         """Servo to joint target ``q`` (non-blocking; tracked during `advance`)."""
@@ -400,9 +388,9 @@ class MujocoArm(Arm):
             faults.append("sim_unstable")
         return faults
 
-    def place_hole(self, goal_pose: np.ndarray, insertion_depth_m: float) -> None:
+    def place_hole(self, goal_pose: Pose, insertion_depth_m: float) -> None:
         """Put the block so that the peg is ``insertion_depth_m`` deep in its hole when the TCP is
-        at ``goal_pose`` ``[x, y, z, qx, qy, qz, qw]`` (sim only; scene built with ``peg=True``)."""
+        at ``goal_pose`` (sim only; scene built with ``peg=True``)."""
         d = self._live()
         hole = self.layout.hole_mocap
         if hole is None:
@@ -437,28 +425,25 @@ class MujocoArm(Arm):
                              "build MujocoArm(cube=True) for the cube")
         return self._objects[name]
 
-    def object_pose(self, name: str = "cube") -> np.ndarray:
-        """Pose ``[x, y, z, qx, qy, qz, qw]`` of a free object in the base frame (sim only)."""
+    def object_pose(self, name: str = "cube") -> Pose:
+        """The `Pose` of a free object in the base frame (sim only)."""
         qadr = self._object_qadr(name)
         qpos = self._live().qpos
-        return np.concatenate([qpos[qadr:qadr + 3], xyzw(qpos[qadr + 3:qadr + 7])])
+        return Pose.from_wxyz(qpos[qadr:qadr + 3], qpos[qadr + 3:qadr + 7])
 
-    def set_object_pose(self, name: str, pose: np.ndarray) -> None:
-        """Teleport a free object to ``pose`` (position, or ``[x, y, z, qx, qy, qz, qw]``) at rest."""
+    def set_object_pose(self, name: str, pose: Pose) -> None:
+        """Teleport a free object to ``pose`` (``Pose(position)``: upright) at rest."""
         qadr = self._object_qadr(name)
         d = self._live()
-        pose = np.asarray(pose, dtype=float)
-        if pose.shape not in ((3,), (7,)) or not np.all(np.isfinite(pose)):
-            raise ValueError(f"pose: expected 3 or 7 finite numbers, got {pose!r}")
-        d.qpos[qadr:qadr + 3] = pose[:3]
-        d.qpos[qadr + 3:qadr + 7] = wxyz(pose[3:] / np.linalg.norm(pose[3:])) if pose.shape == (7,) else (1, 0, 0, 0)
+        d.qpos[qadr:qadr + 3] = pose.position
+        d.qpos[qadr + 3:qadr + 7] = pose.wxyz
         dadr = self.model.jnt_dofadr[self.model.joint(name).id]
         d.qvel[dadr:dadr + 6] = 0.0
         self._moved()
 
     def park_object(self, name: str = "cube") -> None:
         """Put an object back out of reach and out of view."""
-        self.set_object_pose(name, _scene.CUBE_PARKED)
+        self.set_object_pose(name, Pose(_scene.CUBE_PARKED))
 
     def set_target_marker(self, position: np.ndarray) -> None:
         """Move the translucent goal marker (visual only, no collisions) to ``position``."""

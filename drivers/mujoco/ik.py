@@ -13,7 +13,7 @@ import operator
 import mujoco
 import numpy as np
 
-from rlhw.robot.poses import rotation_error
+from rlhw.robot.pose import rotation_error
 
 #: Largest joint change (rad) one IK iteration may ask for.
 MAX_IK_STEP = 0.25

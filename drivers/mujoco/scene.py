@@ -40,6 +40,8 @@ import numpy as np
 
 import franky_sim
 
+from rlhw.robot.pose import Pose
+
 log = logging.getLogger(__name__)
 
 ASSET_DIR = os.path.join(os.path.dirname(franky_sim.__file__), "assets")
@@ -102,20 +104,14 @@ def _add_peg_in_hole(spec: mujoco.MjSpec, hand) -> None:
         block.add_geom(name=name, type=mujoco.mjtGeom.mjGEOM_BOX, pos=pos, size=size, rgba=rgba, friction=friction, **soft)
 
 
-def hole_block_pose(goal_pose, insertion_depth_m: float) -> tuple[np.ndarray, np.ndarray]:
-    """Mocap position and quaternion (w, x, y, z) of ``hole_block`` such that the peg is
-    ``insertion_depth_m`` deep in the hole, on its axis, when the TCP is at ``goal_pose``
-    ``[x, y, z, qx, qy, qz, qw]``. The hole's axis is the hand's approach axis at the goal."""
-    goal_pose = np.asarray(goal_pose, dtype=float)
-    qx, qy, qz, qw = goal_pose[3:7] / np.linalg.norm(goal_pose[3:7])
-    tcp_wxyz = np.array([qw, qx, qy, qz])
-    rot = np.zeros(9)
-    mujoco.mju_quat2Mat(rot, tcp_wxyz)
-    approach = rot.reshape(3, 3)[:, 2]  # the hand's z axis: out of the hand, into the hole
-    top = goal_pose[:3] + approach * (PEG_TIP - insertion_depth_m)
-    flip = np.zeros(4)  # the block's z points out of the hole: the hand's frame turned about its x
-    mujoco.mju_mulQuat(flip, tcp_wxyz, np.array([0.0, 1.0, 0.0, 0.0]))
-    return top, flip
+def hole_block_pose(goal: Pose, insertion_depth_m: float) -> tuple[np.ndarray, tuple[float, float, float, float]]:
+    """Mocap position and quaternion (w, x, y, z: MuJoCo's order) of ``hole_block`` such that the peg
+    is ``insertion_depth_m`` deep in the hole, on its axis, when the TCP is at ``goal``. The hole's
+    axis is the hand's approach axis (its z) at the goal."""
+    top = goal.transform((0.0, 0.0, PEG_TIP - insertion_depth_m))  # out of the hand, into the hole
+    # the block's z points out of the hole: the hand's frame turned half a turn about its x
+    block = goal * Pose(quaternion=(1.0, 0.0, 0.0, 0.0))
+    return top, block.wxyz
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,10 @@
-"""Reading the sim arm's state cheaply: live views into its MjData, and quaternion order helpers."""
+"""Reading the sim arm's state cheaply: live views into its MjData."""
 
 from __future__ import annotations
 
 import mujoco
-import numpy as np
 
 from drivers.mujoco.layout import ArmLayout
-
-
-def xyzw(wxyz: np.ndarray) -> np.ndarray:
-    """MuJoCo's w-first quaternion in the scalar-last order rlhw's poses use."""
-    return np.array([wxyz[1], wxyz[2], wxyz[3], wxyz[0]])
-
-
-def wxyz(xyzw: np.ndarray) -> np.ndarray:
-    """A scalar-last quaternion in MuJoCo's w-first order."""
-    return np.array([xyzw[3], xyzw[0], xyzw[1], xyzw[2]])
 
 
 class StateViews:

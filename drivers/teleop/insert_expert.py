@@ -24,7 +24,7 @@ CLEARANCE_M = 0.008
 def insert_expert_action(env) -> np.ndarray:
     """The next action (float32 in [-1, 1], shape of ``env.spec.action``) for a `RobotEnv` running insert."""
     task = env.task
-    goal = np.asarray(task.goal[:3], dtype=float)
+    goal = task.goal.position
     hand = np.asarray(env.measured_state.ee_position, dtype=float)
     target = goal.copy()
     if np.linalg.norm(goal[:2] - hand[:2]) > ALIGNED_M:

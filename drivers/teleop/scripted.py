@@ -90,7 +90,7 @@ ALIGNED_M = 0.015    # lateral tolerance to count as on the goal line
 def push_cube_expert(env) -> np.ndarray:
     """Go behind the cube on the cube-goal line (above it), descend, push along the line."""
     hand = np.asarray(env.measured_state.ee_position, dtype=float)
-    cube = np.asarray(env.arm.object_pose("cube")[:3], dtype=float)
+    cube = np.array(env.arm.object_pose("cube").position)
     goal = np.asarray(env.task.goal, dtype=float)
     line = goal[:2] - cube[:2]
     u = line / max(float(np.linalg.norm(line)), 1e-6)
@@ -112,7 +112,7 @@ def push_cube_expert(env) -> np.ndarray:
 
 def push_cube_progress(env) -> float:
     """The operator's sense of progress on push_cube: the task's dense shaping of what it sees (the cube too)."""
-    return env.task.shaping(env.measured_state.ee_position, env.arm.object_pose("cube")[:3])
+    return env.task.shaping(env.measured_state.ee_position, env.arm.object_pose("cube").position)
 
 
 register_expert("reach", reach_expert)

@@ -43,7 +43,7 @@ def pose_path(config: Config, name: str, out: str | None) -> str:
     if out is None:
         source = f"env.task_options.{name}"
         task = config.env.task
-        known = task_class(task).pose_options
+        known = tuple(task_class(task).pose_options)
         if name not in known:
             raise ConfigError("NAME", f"task {task!r} has no pose option {name!r}; known: {', '.join(known) or '(none)'}"
                                       " (or pass --out FILE)")
@@ -66,7 +66,7 @@ def pose_path(config: Config, name: str, out: str | None) -> str:
 
 
 def describe(state) -> str:
-    x, y, z, qx, qy, qz, qw = (float(v) for v in state.ee_pose)
+    (x, y, z), (qx, qy, qz, qw) = state.pose.position.tolist(), state.pose.quaternion.tolist()
     return (f"hand at x={x:+.4f} y={y:+.4f} z={z:+.4f} m, quat(xyzw)=[{qx:+.3f} {qy:+.3f} {qz:+.3f} {qw:+.3f}], "
             f"gripper {state.gripper_width * 1000:.1f} mm")
 

@@ -21,6 +21,8 @@ _LAZY = {
     "register_teleop": "rlhw.robot.registry",
     "make_arm": "rlhw.robot.registry",
     "make_camera": "rlhw.robot.registry",
+    "Pose": "rlhw.robot.pose",
+    "ArmCapability": "rlhw.robot.arm",
 }
 
 __all__ = list(_LAZY)

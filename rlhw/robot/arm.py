@@ -4,14 +4,23 @@ Commands are *targets*: `command_pose` and `command_gripper` return at once and 
 target until the next one, which is how a 10-30 Hz RL loop drives an impedance controller.
 `move_joints` is the one blocking motion (used by reset); it takes a timeout like every other
 call that can block. A driver reports trouble by raising `rlhw.errors.RobotFault`.
+
+Optional abilities (a simulator's scene hooks) are declared, not probed: a driver lists the
+`ArmCapability` members it implements in ``capabilities``, the env and tasks ask ``arm.has(...)``,
+and a class that declares one without implementing its methods fails when it is defined.
 """
 
 from __future__ import annotations
 
 import abc
+import enum
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping, NoReturn
 
 import numpy as np
+
+from rlhw.robot.pose import Pose
 
 #: Franka FR3 / Panda home posture (radians), the usual "ready" pose.
 HOME_Q = np.array([0.0, -np.pi / 4, 0.0, -3 * np.pi / 4, 0.0, np.pi / 2, np.pi / 4])
@@ -21,7 +30,8 @@ HOME_Q = np.array([0.0, -np.pi / 4, 0.0, -3 * np.pi / 4, 0.0, np.pi / 2, np.pi /
 class ArmState:
     """One reading of the arm.
 
-    ``ee_pose`` is ``[x, y, z, qx, qy, qz, qw]`` of the flange/TCP in the base frame (metres).
+    ``pose`` is the flange/TCP `Pose` in the base frame (metres; quaternion scalar last, see
+    rlhw/robot/pose.py); ``ee_pose`` is its 7-vector ``[x, y, z, qx, qy, qz, qw]``, for the wire and files.
     ``timestamp`` is wall-clock seconds (``time.time()``) when the reading was taken, so it can be
     compared across processes on one machine. ``errors`` lists active error flags by name; empty
     means the arm is ready to move. ``external_wrench`` is the measured external wrench on the hand
@@ -33,30 +43,77 @@ class ArmState:
     timestamp: float
     q: np.ndarray
     dq: np.ndarray
-    ee_pose: np.ndarray
+    pose: Pose
     gripper_width: float
     errors: tuple[str, ...] = field(default_factory=tuple)
     external_wrench: np.ndarray | None = None
 
-    def __init__(self, timestamp: float, q: np.ndarray, dq: np.ndarray, ee_pose: np.ndarray,
+    def __init__(self, timestamp: float, q: np.ndarray, dq: np.ndarray, pose: Pose,
                  gripper_width: float, errors: tuple[str, ...] = (), external_wrench: np.ndarray | None = None):
         # Every driver builds one per control step: filling the instance dict directly costs
         # half of the generated frozen __init__ (an object.__setattr__ call per field). Still
         # frozen: assigning a field afterwards raises FrozenInstanceError.
         fields = self.__dict__
         fields["timestamp"], fields["q"], fields["dq"] = timestamp, q, dq
-        fields["ee_pose"], fields["gripper_width"], fields["errors"] = ee_pose, gripper_width, errors
+        fields["pose"], fields["gripper_width"], fields["errors"] = pose, gripper_width, errors
         fields["external_wrench"] = external_wrench
 
     @property
     def ee_position(self) -> np.ndarray:
-        return self.ee_pose[:3]
+        """The hand's position (m, base frame): ``pose.position`` (read-only)."""
+        return self.pose.position
+
+    @property
+    def ee_pose(self) -> np.ndarray:
+        """``[x, y, z, qx, qy, qz, qw]``: the 7-vector form of ``pose`` (a new array), for the wire and files."""
+        return self.pose.vector
+
+
+class ArmCapability(enum.Enum):
+    """An optional ability of a driver; the value names the `Arm` methods that provide it.
+
+    Real arms have none: each is something a simulator can do that a real cell does by hand (or not at all).
+    """
+
+    #: ``restore_initial_state()``: back to the state ``connect`` made, bit for bit (seeded resets).
+    RESTORE_INITIAL_STATE = ("restore_initial_state",)
+    #: ``object_pose(name)``: read a free object's pose; simulator state a real cell does not measure.
+    OBJECT_STATE = ("object_pose",)
+    #: ``set_object_pose(name, pose)``, ``park_object(name)``: put an object somewhere (a person, on a real cell).
+    PLACE_OBJECTS = ("set_object_pose", "park_object")
+    #: ``set_target_marker(position)``: show a goal point in rendered images.
+    TARGET_MARKER = ("set_target_marker",)
+    #: ``set_floor_mark(xy)``: a taped square on the table.
+    FLOOR_MARK = ("set_floor_mark",)
+    #: ``place_hole(goal_pose, depth)``: put the hole block under a recorded goal.
+    PLACE_HOLE = ("place_hole",)
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return self.value
 
 
 class Arm(abc.ABC):
     """A 7-DoF arm with a parallel gripper. One `Arm` object owns one physical (or simulated) arm."""
 
     name: str = "arm"
+    #: The optional abilities this driver implements (see `ArmCapability`); checked when the class is made.
+    capabilities: frozenset[ArmCapability] = frozenset()
+    #: What the driver learnt about the robot at ``connect`` (franka: robot mode, gripper max width), for reports.
+    info: Mapping[str, Any] = MappingProxyType({})
+    #: Why the last call failed, when the driver knows more than it raised (franka: a failed ``recover``).
+    last_error: str | None = None
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        for capability in cls.capabilities:
+            missing = [m for m in capability.methods if getattr(cls, m, None) is getattr(Arm, m)]
+            if missing:
+                raise TypeError(f"{cls.__name__} declares {capability} but does not implement {', '.join(missing)}")
+
+    def has(self, capability: ArmCapability) -> bool:
+        """Whether this driver declares ``capability``: ask before calling its methods."""
+        return capability in self.capabilities
 
     @abc.abstractmethod
     def connect(self, timeout_s: float = 10.0) -> None:
@@ -71,8 +128,8 @@ class Arm(abc.ABC):
         """The latest state. Raises RobotFault on a dead link; never blocks past the driver timeout."""
 
     @abc.abstractmethod
-    def command_pose(self, pose: np.ndarray) -> None:
-        """Track an absolute end-effector target ``[x, y, z, qx, qy, qz, qw]`` (non-blocking)."""
+    def command_pose(self, pose: Pose) -> None:
+        """Track an absolute end-effector target `Pose` in the base frame (non-blocking)."""
 
     @abc.abstractmethod
     def command_gripper(self, width: float) -> None:
@@ -110,6 +167,31 @@ class Arm(abc.ABC):
 
     def close_gripper(self) -> None:
         self.command_gripper(0.0)
+
+    # Optional abilities: declared in ``capabilities`` by the drivers that implement them.
+    def _lacks(self, capability: ArmCapability) -> NoReturn:
+        raise NotImplementedError(f"{type(self).__name__} does not declare {capability}; ask arm.has({capability}) first")
+
+    def restore_initial_state(self) -> None:
+        self._lacks(ArmCapability.RESTORE_INITIAL_STATE)
+
+    def object_pose(self, name: str) -> Pose:
+        self._lacks(ArmCapability.OBJECT_STATE)
+
+    def set_object_pose(self, name: str, pose: Pose) -> None:
+        self._lacks(ArmCapability.PLACE_OBJECTS)
+
+    def park_object(self, name: str) -> None:
+        self._lacks(ArmCapability.PLACE_OBJECTS)
+
+    def set_target_marker(self, position: np.ndarray) -> None:
+        self._lacks(ArmCapability.TARGET_MARKER)
+
+    def set_floor_mark(self, xy: np.ndarray) -> None:
+        self._lacks(ArmCapability.FLOOR_MARK)
+
+    def place_hole(self, goal_pose: Pose, insertion_depth_m: float) -> None:
+        self._lacks(ArmCapability.PLACE_HOLE)
 
     def __enter__(self) -> "Arm":
         self.connect()

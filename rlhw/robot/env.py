@@ -27,7 +27,7 @@ import numpy as np
 
 from rlhw.config.env import EnvConfig
 from rlhw.errors import ErrorReason, FaultKind, RobotFault, SafetyViolation
-from rlhw.robot.arm import Arm, ArmState
+from rlhw.robot.arm import Arm, ArmCapability, ArmState
 from rlhw.robot.camera import Camera, Frame
 from rlhw.robot.clock import SYSTEM_CLOCK, Clock
 from rlhw.robot.images import fit_image
@@ -93,7 +93,7 @@ class RobotEnv:
         self.cameras: dict[str, Camera] = dict(cameras or {})
         self.period = 1.0 / config.control_hz
         self.safety = SafetyLayer(arm, config.safety, self.period)
-        self.realtime = bool(getattr(arm, "realtime", True))
+        self.realtime = bool(arm.realtime)
         self.seed = config.seed if seed is None else seed
         self._rng = np.random.default_rng(self.seed)
         check_rehearsal(task, config)
@@ -127,7 +127,7 @@ class RobotEnv:
             action=task.action_spec(),
             control_hz=config.control_hz,
             num_envs=1,
-            robot=robot or getattr(arm, "name", type(arm).__name__),
+            robot=robot or arm.name,
             cameras=tuple(self.cameras),
             description=f"{task.name} on {type(arm).__name__}" + (" (simulated time)" if not self.realtime else ""),
         )
@@ -230,13 +230,12 @@ class RobotEnv:
         home = np.array(rc.home_q)
         # Unchecked read: a joint parked at its limit must not block the move that takes it away.
         state = self.arm.state()
-        restore = getattr(self.arm, "restore_initial_state", None)
-        if restore is not None and not self.realtime and not state.errors:
+        if self.arm.has(ArmCapability.RESTORE_INITIAL_STATE) and not self.realtime and not state.errors:
             # A simulator that can starts every episode from its initial state, bit for bit, so
             # that reset(seed=s) does not depend on what the previous episode left (skipping the
             # move when near home, or a move that stops within 5 mrad, left seeded resets
             # millimetres apart). A latched fault is still handled below, as on a real arm.
-            restore()
+            self.arm.restore_initial_state()
             state = self.arm.state()
         self.safety.set_contact_zone(*(self.task.contact_zone or (None,)))  # slow out of it too
         state = self._follow(self.task.retreat_path(state), state)
@@ -249,7 +248,7 @@ class RobotEnv:
             direction = self._rng.normal(size=3)
             offset = direction / max(np.linalg.norm(direction), 1e-9) * rc.randomize_radius_m * self._rng.uniform() ** (1 / 3)
             target = np.clip(state.ee_position + offset, self.safety.low, self.safety.high)
-            self.arm.command_pose(np.concatenate([target, state.ee_pose[3:7]]))
+            self.arm.command_pose(state.pose.with_position(target))
             self._wait(rc.settle_s)
             state = self._read_state()
         if self.config.action.gripper or (self.task.opens_gripper_at_reset

@@ -8,7 +8,8 @@ operator brings the arm there (hand-guiding, or teleop) and `rlhw record-pose` w
      "ee_pose": [x, y, z, qx, qy, qz, qw], "q": [7 joint angles], "gripper_width": 0.02,
      "frame": "base"}
 
-(metres, radians, quaternion x-y-z-w, the arm's base frame: the frame `ArmState.ee_pose` is in).
+(metres, radians, quaternion x-y-z-w, the arm's base frame: the frame `ArmState.pose` is in). The file
+keeps the 7-vector; in memory the hand pose is a `Pose` (rlhw/robot/pose.py), converted here, at the edge.
 A config names the file (e.g. ``env.task_options.goal_pose``); `load_pose` checks it once, at the
 edge, and a missing or garbled file is a ConfigError that names the option and the command to fix it.
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import os
 from dataclasses import dataclass
 
@@ -25,6 +25,7 @@ import numpy as np
 
 from rlhw.errors import ConfigError
 from rlhw.robot.arm import ArmState
+from rlhw.robot.pose import Pose
 
 FORMAT = "rlhw-pose/1"
 
@@ -34,28 +35,19 @@ class RecordedPose:
     name: str
     robot: str
     time: float
-    ee_pose: np.ndarray
+    pose: Pose  # the hand's, in the base frame
     q: np.ndarray
     gripper_width: float
 
-    @property
-    def position(self) -> np.ndarray:
-        return self.ee_pose[:3]
-
-    @property
-    def orientation(self) -> np.ndarray:
-        """Unit quaternion ``[qx, qy, qz, qw]``."""
-        return self.ee_pose[3:7]
-
     @classmethod
     def from_state(cls, name: str, robot: str, state: ArmState) -> "RecordedPose":
-        return cls(name, robot, float(state.timestamp), np.array(state.ee_pose, dtype=float),
-                   np.array(state.q, dtype=float), float(state.gripper_width))
+        return cls(name, robot, float(state.timestamp), state.pose, np.array(state.q, dtype=float),
+                   float(state.gripper_width))
 
     def to_json(self) -> dict:
         stamp = datetime.datetime.fromtimestamp(self.time, datetime.timezone.utc).isoformat(timespec="seconds")
         return {"format": FORMAT, "name": self.name, "robot": self.robot, "time": self.time, "time_iso": stamp,
-                "ee_pose": self.ee_pose.tolist(), "q": self.q.tolist(), "gripper_width": self.gripper_width,
+                "ee_pose": self.pose.vector.tolist(), "q": self.q.tolist(), "gripper_width": self.gripper_width,
                 "frame": "base"}
 
 
@@ -86,31 +78,12 @@ def load_pose(path: str, option: str, config_hint: str = "CONFIG") -> RecordedPo
     try:
         ee = np.array(data["ee_pose"], dtype=float)
         q = np.array(data["q"], dtype=float)
-        pose = RecordedPose(str(data["name"]), str(data["robot"]), float(data["time"]), ee, q,
-                            float(data["gripper_width"]))
+        name, robot, time, width = str(data["name"]), str(data["robot"]), float(data["time"]), float(data["gripper_width"])
     except (KeyError, TypeError, ValueError) as e:
         raise ConfigError(option, f"pose file {path!r} is garbled ({type(e).__name__}: {e}); {fix}") from None
     norm = float(np.linalg.norm(ee[3:])) if ee.shape == (7,) else 0.0
-    if ee.shape != (7,) or q.shape != (7,) or not np.all(np.isfinite(ee)) or not math.isclose(norm, 1.0, abs_tol=1e-3):
+    if ee.shape != (7,) or q.shape != (7,) or not np.all(np.isfinite(ee)) or abs(norm - 1.0) > 1e-3:
         raise ConfigError(option, f"pose file {path!r} is garbled: ee_pose needs 7 finite numbers with a unit "
                                   f"quaternion and q 7 angles; {fix}")
-    return pose
+    return RecordedPose(name, robot, time, Pose.from_vector(ee), q, width)
 
-
-def rotation_error(current_xyzw, goal_xyzw) -> tuple[float, float, float]:
-    """The rotation from ``current`` to ``goal`` (quaternions x-y-z-w), as a rotation vector (rad,
-    base frame), the short way round. Plain floats: the MuJoCo arm's IK calls it every iteration."""
-    cx, cy, cz, cw = map(float, current_xyzw)
-    gx, gy, gz, gw = map(float, goal_xyzw)
-    # e = goal * conj(current)
-    ew = gw * cw + gx * cx + gy * cy + gz * cz
-    ex = -gw * cx + gx * cw - gy * cz + gz * cy
-    ey = -gw * cy + gx * cz + gy * cw - gz * cx
-    ez = -gw * cz - gx * cy + gy * cx + gz * cw
-    if ew < 0:
-        ew, ex, ey, ez = -ew, -ex, -ey, -ez
-    sin_half = math.sqrt(ex * ex + ey * ey + ez * ez)
-    if sin_half < 1e-12:
-        return 2.0 * ex, 2.0 * ey, 2.0 * ez
-    scale = 2.0 * math.atan2(sin_half, ew) / sin_half
-    return ex * scale, ey * scale, ez * scale

@@ -4,7 +4,7 @@ A task that learns in sim from the simulator's object state (where the cube is) 
 real cell, where no sensor reports it. Under ``hidden``:
 
 - the task is bound to a `MeasuredArm`, a view of the simulated arm without its object-state READS
-  (``object_pose``, ``objects``): observations, reward, success, termination and truncation can only be
+  (`ArmCapability.OBJECT_STATE`: ``object_pose``; ``objects``): observations, reward, success, termination and truncation can only be
   computed from the measured `ArmState` (proprio, measured wrench), camera frames, poses recorded with
   ``rlhw record-pose``, and the classifier's verdict (``env.reward``). The view keeps the scene WRITES a
   person does on a real cell between episodes: placing an object (``set_object_pose``), taping a mark
@@ -22,18 +22,27 @@ from typing import Any
 
 from rlhw.config.env import EnvConfig
 from rlhw.errors import ConfigError
+from rlhw.robot.arm import Arm, ArmCapability
 
-#: What a task may use of a simulated arm in a rehearsal: the driver's facts and the scene writes a person
-#: makes on a real cell. Everything else (``object_pose``, ``objects``, MjData) is the simulator's secret.
-MEASURED_ATTRIBUTES = frozenset({"name", "realtime", "max_gripper_width", "set_object_pose", "park_object",
-                                 "set_target_marker", "set_floor_mark", "place_hole"})
+#: The optional abilities a rehearsal task may use: the scene writes a person makes on a real cell.
+MEASURED_CAPABILITIES = frozenset({ArmCapability.PLACE_OBJECTS, ArmCapability.TARGET_MARKER,
+                                   ArmCapability.FLOOR_MARK, ArmCapability.PLACE_HOLE})
+#: What a task may use of a simulated arm in a rehearsal: the driver's facts and the methods of
+#: `MEASURED_CAPABILITIES`. Everything else (``object_pose``, ``objects``, MjData) is the simulator's secret.
+MEASURED_ATTRIBUTES = frozenset({"name", "realtime", "max_gripper_width"}).union(
+    *(capability.methods for capability in MEASURED_CAPABILITIES))
 
 
 class MeasuredArm:
     """The arm as a rehearsal task sees it: see `MEASURED_ATTRIBUTES`; any other attribute does not exist."""
 
-    def __init__(self, arm: Any):
+    def __init__(self, arm: Arm):
         object.__setattr__(self, "_arm", arm)
+        object.__setattr__(self, "capabilities", arm.capabilities & MEASURED_CAPABILITIES)
+
+    def has(self, capability: ArmCapability) -> bool:
+        """`Arm.has`, less what a real cell cannot do (read object state, restore the world)."""
+        return capability in self.capabilities
 
     def __getattr__(self, name: str) -> Any:
         if name in MEASURED_ATTRIBUTES:

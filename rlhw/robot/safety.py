@@ -40,6 +40,7 @@ import numpy as np
 from rlhw.config.env import SafetyConfig
 from rlhw.errors import ErrorReason, FaultKind, RobotFault, SafetyViolation
 from rlhw.robot.arm import Arm, ArmState
+from rlhw.robot.pose import MIN_QUATERNION_NORM, Pose
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,24 @@ def _finite_floats(values, what: str) -> list[float]:
     if not math.isfinite(sum(floats)):
         _require_finite(arr, what)
     return floats
+
+
+def _unit_quaternion(values) -> np.ndarray:
+    """A caller's orientation ``[qx, qy, qz, qw]``: finite (rule 1) and normalised, for `Pose.unchecked`.
+    Per step, the usual case is a task's held orientation, already a unit float array: passed on as it is."""
+    arr = np.asarray(values, dtype=float)
+    x, y, z, w = _finite_floats(arr, "end-effector orientation")
+    norm = math.sqrt(x * x + y * y + z * z + w * w)
+    if norm < MIN_QUATERNION_NORM:
+        raise SafetyViolation(f"end-effector orientation {[x, y, z, w]} has zero length; nothing was sent to the arm")
+    if abs(norm - 1.0) <= 1e-12:
+        return arr
+    return np.array((x / norm, y / norm, z / norm, w / norm))
+
+
+def _pose_sum(pose: Pose) -> float:
+    """The sum of a measured pose's 7 numbers: non-finite iff one of them is (a driver read NaN)."""
+    return sum(pose.position.tolist()) + sum(pose.quaternion.tolist())
 
 
 class SafetyLayer:
@@ -176,35 +195,33 @@ class SafetyLayer:
         """Send a bounded Cartesian target (rules 1-3, 6). ``state`` is the latest measured state;
         ``max_step`` (m) caps this step further (slow approaches)."""
         self._check_unlocked()
-        quat = _finite_floats(state.ee_pose[3:7] if orientation is None else orientation, "end-effector orientation")
+        quat = state.pose.quaternion if orientation is None else _unit_quaternion(orientation)
         report, target = self._clip(target_xyz, state.ee_position, max_step)
-        pose = np.array(target + quat)
-        report.target = pose[:3]
+        pose = Pose.unchecked(target, quat)  # finite (rule 1) and clipped (rules 2, 3, 6)
+        report.target = pose.position
         self.arm.command_pose(pose)
         return report
 
-    def approach(self, pose: np.ndarray, state: ArmState, read_state: Callable[[], ArmState],
+    def approach(self, pose: Pose, state: ArmState, read_state: Callable[[], ArmState],
                  wait: Callable[[float], None], speed_mps: float, tolerance_m: float = 0.002,
                  timeout_s: float = 20.0) -> ArmState:
-        """A slow straight-line move of the hand to ``pose`` ``[x, y, z, qx, qy, qz, qw]`` made of
-        ordinary bounded steps (rules 1-3 and 6 at ``speed_mps`` or less), for a task's reset path.
+        """A slow straight-line move of the hand to ``pose`` made of ordinary bounded steps (rules 1-3 and 6 at ``speed_mps`` or less), for a task's reset path.
 
         Each step waits one control period (``wait``) and reads the state with ``read_state`` (the
         env's checked read: a contact or limit fault ends the move like any step). Returns the
         state once the hand is within ``tolerance_m``; RobotFault ``timeout`` when ``timeout_s`` of
         control periods pass first (blocked by an obstacle, or a target outside the workspace)."""
-        pose = _require_finite(pose, "approach pose")
         step = max(speed_mps * self.period, 1e-4)
         for _ in range(max(1, int(timeout_s / self.period))):
-            if np.linalg.norm(state.ee_position - pose[:3]) <= tolerance_m:
+            if state.pose.distance(pose).translation_m <= tolerance_m:
                 return state
-            self.move_to(pose[:3], state, pose[3:7], max_step=step)
+            self.move_to(pose.position, state, pose.quaternion, max_step=step)
             wait(self.period)
             state = read_state()
-        if np.linalg.norm(state.ee_position - pose[:3]) <= tolerance_m:
+        if state.pose.distance(pose).translation_m <= tolerance_m:
             return state
         self.safe_stop()
-        raise RobotFault(FaultKind.TIMEOUT, f"the approach to {np.round(pose[:3], 4).tolist()} did not arrive within {timeout_s} s "
+        raise RobotFault(FaultKind.TIMEOUT, f"the approach to {np.round(pose.position, 4).tolist()} did not arrive within {timeout_s} s "
                                     f"(hand at {np.round(state.ee_position, 4).tolist()}); an obstacle, or a target outside the workspace")
 
     def set_gripper(self, width: float) -> bool:
@@ -261,7 +278,7 @@ class SafetyLayer:
             # Plain floats: 7 numbers each, cheaper than a dozen numpy calls. A sum is non-finite
             # iff an element is NaN/inf (or beyond 1e308); for finite numbers a - b < 0 iff a < b.
             ql, dql = q.tolist(), dq.tolist()
-            if not math.isfinite(sum(ql) + sum(dql) + sum(np.asarray(state.ee_pose).ravel().tolist())):
+            if not math.isfinite(sum(ql) + sum(dql) + _pose_sum(state.pose)):
                 problem = (FaultKind.LIMIT, "the arm reported non-finite joint or pose values")
             elif (min(map(operator.sub, ql, self._q_min_list)) < 0.0
                   or min(map(operator.sub, self._q_max_list, ql)) < 0.0
@@ -270,7 +287,7 @@ class SafetyLayer:
             else:
                 return None
         # any other shape: the vectorised test (numpy reports a length mismatch)
-        elif not math.isfinite(float(q.sum()) + float(dq.sum()) + float(np.asarray(state.ee_pose).sum())):
+        elif not math.isfinite(float(q.sum()) + float(dq.sum()) + _pose_sum(state.pose)):
             problem = (FaultKind.LIMIT, "the arm reported non-finite joint or pose values")
         elif ((q < self.q_min) | (q > self.q_max) | (np.abs(dq) > self.dq_max)).any():
             problem = self._describe_limit(q, dq)

@@ -17,6 +17,7 @@ import numpy as np
 from rlhw.config.env import EnvConfig
 from rlhw.errors import FaultKind, RobotFault, SafetyViolation
 from rlhw.network import FCI_PORT, tcp_connect_problem
+from rlhw.robot.pose import Pose
 from rlhw.smoke.bounded import Outcome, TargetRun, call_bounded, failed, passed, skipped
 from rlhw.smoke.hints import REALTIME_KERNEL, ROBOT_UNREACHABLE
 from rlhw.smoke.options import SmokeOptions
@@ -124,7 +125,7 @@ def _connect_check(holder: dict[str, Any], arm_factory: Callable[[], Any], targe
     holder["arm"] = arm
     arm.connect(timeout_s=timeout)
     dt = time.perf_counter() - t
-    info = getattr(arm, "info", {}) or {}
+    info = arm.info
     extra = f"; robot mode {info['robot_mode']}" if "robot_mode" in info else ""
     if "gripper_max_width" in info:
         extra += f"; gripper max width {info['gripper_max_width']:.3f} m"
@@ -175,7 +176,7 @@ def _state_check(arm, options: SmokeOptions) -> Outcome:
     p50 = statistics.median(lat) * 1e3
     return passed(
         f"{rate:.0f} reads/s, p50 {p50:.1f} ms",
-        f"ee_xyz={_fmt_xyz(st.ee_pose[:3])} gripper={st.gripper_width:.3f} m; max read {max(lat) * 1e3:.1f} ms",
+        f"ee_xyz={_fmt_xyz(st.ee_position)} gripper={st.gripper_width:.3f} m; max read {max(lat) * 1e3:.1f} ms",
         reads=len(lat), p50_ms=round(p50, 3), max_ms=round(max(lat) * 1e3, 3),
         ee_pose=[float(x) for x in st.ee_pose], q=[float(x) for x in st.q],
     )
@@ -190,7 +191,7 @@ def _error_flags_check(arm, timeout: float) -> Outcome:
     after = arm.state().errors if ok else st.errors
     if ok and not after:
         return passed("cleared", f"found {flags}; automatic error recovery cleared them", flags=list(st.errors))
-    why = getattr(arm, "last_error", None) or "errors remain"
+    why = arm.last_error or "errors remain"
     return failed(f"error flags {flags}; recovery did not clear them: {why}", flags, flags=list(st.errors))
 
 
@@ -199,7 +200,7 @@ def _recovery_check(arm, timeout: float) -> Outcome:
     ok = arm.recover(timeout_s=timeout)
     dt = time.perf_counter() - t
     if not ok:
-        why = getattr(arm, "last_error", None) or "recover() returned False"
+        why = arm.last_error or "recover() returned False"
         return failed(f"automatic error recovery failed: {why}", "failed")
     return passed(f"{dt * 1e3:.0f} ms", "automatic error recovery answered and left no errors (no motion)")
 
@@ -262,21 +263,21 @@ def _pause(arm) -> float:
     return RESEND_S
 
 
-def _wait_pose(arm, goal: np.ndarray, limit_s: float) -> tuple[float, float]:
+def _wait_pose(arm, goal: Pose, limit_s: float) -> tuple[float, float]:
     """Seconds to arrive (simulated seconds for a simulated arm) and the remaining error."""
     t0 = time.monotonic()
     sim_t = 0.0
     while True:
         arm.command_pose(goal)  # same target again: keeps the driver's watchdog fed, no new motion
         sim_t += _pause(arm)
-        err = float(np.linalg.norm(np.asarray(arm.state().ee_pose[:3]) - goal[:3]))
+        err = arm.state().pose.distance(goal).translation_m
         if err < ARRIVED_M:
             return (time.monotonic() - t0 if arm.realtime else sim_t), err
         if time.monotonic() - t0 > limit_s:
             raise RobotFault(FaultKind.TIMEOUT, f"did not reach the target within {limit_s:g} s (still {err * 1e3:.1f} mm away)")
 
 
-def _step_response(arm, start: np.ndarray, goal: np.ndarray, period_s: float) -> float:
+def _step_response(arm, start: Pose, goal: Pose, period_s: float) -> float:
     """How far (m) the hand follows a target ``goal`` in one control period: what a policy's step achieves.
     A policy trained on one driver expects the fraction it saw there (the MuJoCo arm: about 64 % of a 25 mm
     step at 10 Hz); a controller that follows much less makes it reach slower or not at all."""
@@ -285,27 +286,26 @@ def _step_response(arm, start: np.ndarray, goal: np.ndarray, period_s: float) ->
         time.sleep(period_s)
     else:
         arm.advance(period_s)
-    return float(np.linalg.norm(np.asarray(arm.state().ee_pose[:3]) - start[:3]))
+    return arm.state().pose.distance(start).translation_m
 
 
 def _small_motion_check(arm, safety, options: SmokeOptions, control_hz: float = 10.0) -> Outcome:
     """``options.motion_m`` up (down when up would leave the workspace) and back to the start; on the way out,
     the commanded displacement against the one measured after one control period (`_step_response`)."""
     d = options.motion_m
-    start = np.asarray(arm.state().ee_pose, float)
-    p = start[:3]
+    start = arm.state().pose
+    p = start.position
     low, high = np.asarray(safety.workspace_low), np.asarray(safety.workspace_high)
     if np.any(p < low) or np.any(p > high):
         return failed(f"the hand at {_fmt_xyz(p)} is outside the safety workspace {_fmt_xyz(low)}-{_fmt_xyz(high)}; "
                       "move it inside (Desk, guiding mode) before a motion test", "refused", hint="")
     up = p[2] + d <= high[2]
-    goal = start.copy()
-    goal[2] += d if up else -d
+    goal = start.with_position(p + (0.0, 0.0, d if up else -d))
     arm.allow = True
     try:
         followed = _step_response(arm, start, goal, 1.0 / control_hz)
         t_out, _ = _wait_pose(arm, goal, options.timeout_s)
-        moved = float(np.linalg.norm(np.asarray(arm.state().ee_pose[:3]) - p))
+        moved = arm.state().pose.distance(start).translation_m
         t_back, err = _wait_pose(arm, start, options.timeout_s)
     except BaseException:
         arm.stop()  # a motion that did not arrive must not keep going (arrived ones end by themselves)
@@ -338,7 +338,7 @@ def _wait_width(arm, width: float, limit_s: float) -> float:
 
 def _gripper_check(arm, timeout: float) -> Outcome:
     """Close to 10 mm, then open fully."""
-    wmax = float(getattr(arm, "max_gripper_width", 0.08))
+    wmax = float(arm.max_gripper_width)
     arm.allow = True
     try:
         t_close = _wait_width(arm, 0.01, timeout)

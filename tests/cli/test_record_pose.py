@@ -34,7 +34,7 @@ def test_on_mujoco_it_records_where_the_hand_is_to_the_file_the_config_names(tmp
     arm = MujocoArm(peg=True)  # a fresh sim arm stands at home: nothing was moved
     arm.connect()
     home = arm.state()
-    assert pose.ee_pose == pytest.approx(home.ee_pose) and pose.q == pytest.approx(home.q)
+    assert pose.pose.isclose(home.pose, 1e-12, 1e-9) and pose.q == pytest.approx(home.q)
     assert pose.name == "goal_pose" and pose.robot == "mujoco-sim0" and pose.gripper_width == pytest.approx(0.02)
     saved = json.loads(out.read_text())
     assert saved["frame"] == "base" and saved["time_iso"]
@@ -44,7 +44,7 @@ def test_on_mujoco_it_records_where_the_hand_is_to_the_file_the_config_names(tmp
 def test_out_overrides_the_configured_file(tmp_path):
     out = tmp_path / "elsewhere.json"
     assert main(["record-pose", SIM_INSERT, "goal_pose", "--now", "--out", str(out)]) == 0
-    assert load_pose(str(out), "goal_pose").ee_pose.shape == (7,)
+    assert load_pose(str(out), "goal_pose").pose.vector.shape == (7,)
 
 
 def test_without_a_terminal_and_without_now_it_says_to_pass_now(tmp_path, capsys):
@@ -81,7 +81,7 @@ def test_the_recorded_pose_is_accepted_by_the_insert_task(tmp_path):
 
     config = load_config(SIM_INSERT, [f"env.task_options.goal_pose={out}", "env.safety.workspace_high=[0.7,0.3,0.65]"])
     task = make_task("insert", config.env, config.env.task_options)
-    assert np.allclose(task.goal, load_pose(str(out), "goal_pose").ee_pose)
+    assert task.goal == load_pose(str(out), "goal_pose").pose
 
 
 def test_at_a_terminal_it_shows_the_live_pose_and_records_on_enter(tmp_path):

@@ -22,6 +22,7 @@ from rlhw.config import validate_config
 from rlhw.errors import ConfigError, FaultKind, RobotFault
 from rlhw.hardware.types.franka import FrankaController
 from rlhw.robot.arm import ArmState
+from rlhw.robot.pose import Pose
 from rlhw.robot.registry import arm_class
 from tests.waiting import process_gone, wait_until
 
@@ -159,8 +160,8 @@ def test_state_reports_joints_pose_gripper_and_a_fresh_timestamp(arm):
     assert isinstance(st, ArmState)
     assert st.q.shape == (7,) and st.dq.shape == (7,) and st.ee_pose.shape == (7,)
     assert abs(time.time() - st.timestamp) < 1.0
-    assert np.linalg.norm(st.ee_pose[3:]) == pytest.approx(1.0, abs=1e-6)
-    assert 0.3 < st.ee_pose[0] < 0.8 and 0.2 < st.ee_pose[2] < 0.8  # in front of and above the base
+    assert np.linalg.norm(st.pose.quaternion) == pytest.approx(1.0, abs=1e-6)
+    assert 0.3 < st.ee_position[0] < 0.8 and 0.2 < st.ee_position[2] < 0.8  # in front of and above the base
     assert 0.0 <= st.gripper_width <= 0.08
     assert st.errors == ()
     assert arm.max_gripper_width == pytest.approx(0.08)
@@ -176,30 +177,29 @@ def test_nothing_moves_unless_commanded(arm):
 
 @pytest.mark.timeout(120)
 def test_streamed_pose_targets_move_the_hand_to_the_target(arm):
-    start = arm.state().ee_pose
-    target = start.copy()
-    target[0] += 0.03
-    target[2] -= 0.02
+    start = arm.state().pose
+    target = start.translated((0.03, 0.0, -0.02))
 
     def reached():
         arm.command_pose(target)  # stream at 10 Hz, as an RL loop does
-        return np.linalg.norm(arm.state().ee_pose[:3] - target[:3]) < 0.004
+        return arm.state().pose.distance(target).translation_m < 0.004
 
     assert wait_until(reached, timeout_s=20, period_s=0.1)
-    orientation_error = 1 - abs(float(np.dot(arm.state().ee_pose[3:], start[3:])))
+    orientation_error = 1 - abs(float(np.dot(arm.state().pose.quaternion, start.quaternion)))
     assert orientation_error < 1e-3
 
 
 @pytest.mark.timeout(120)
 def test_pose_with_nan_or_wrong_shape_is_rejected_before_reaching_the_arm(arm):
-    bad = arm.state().ee_pose.copy()
+    # The driver takes a Pose, which cannot be made bad: the check happens where the numbers come in.
+    bad = arm.state().ee_pose
     bad[1] = np.nan
     with pytest.raises(ValueError, match="finite"):
-        arm.command_pose(bad)
-    with pytest.raises(ValueError, match="7 finite"):
-        arm.command_pose(np.zeros(6))
+        Pose.from_vector(bad)
+    with pytest.raises(ValueError, match="7 numbers"):
+        Pose.from_vector(np.zeros(6))
     with pytest.raises(ValueError, match="zero length"):
-        arm.command_pose(np.array([0.5, 0, 0.4, 0, 0, 0, 0]))
+        Pose.from_vector([0.5, 0, 0.4, 0, 0, 0, 0])
 
 
 @pytest.mark.timeout(120)
@@ -211,19 +211,17 @@ def test_watchdog_stops_the_arm_when_targets_stop_arriving(sim, arm):
     arm = FrankaArm(sim.host, FrankaController(realtime="ignore", relative_dynamics_factor=0.05, watchdog_s=1.0), timeout_s=CALL_TIMEOUT_S)
     try:
         arm.connect(timeout_s=30)
-        start = arm.state().ee_pose
-        far = start.copy()
-        far[1] += 0.3
+        far = arm.state().pose.translated((0.0, 0.3, 0.0))
         arm.command_pose(far)  # then silence: the watchdog (1 s) must stop the motion
         time.sleep(3.0)  # the silence under test: the watchdog expires within it and the arm halts
-        a = arm.state().ee_pose[:3]
+        a = arm.state().ee_position
         time.sleep(0.5)  # the observation window: a stopped arm does not move during it
-        b = arm.state().ee_pose[:3]
+        b = arm.state().ee_position
     finally:
         arm.close()
         module_arm.connect(timeout_s=30)
     assert np.linalg.norm(b - a) < 1e-3, "arm still moving after the command stream went silent"
-    assert np.linalg.norm(b - far[:3]) > 0.05, "arm reached a target it should have been stopped short of"
+    assert np.linalg.norm(b - far.position) > 0.05, "arm reached a target it should have been stopped short of"
 
 
 @pytest.mark.timeout(120)
@@ -351,8 +349,7 @@ def test_a_monitor_thread_reads_state_throughout_streaming_stop_recover_and_grip
     m.start()
     try:
         start = arm.state()
-        target = start.ee_pose.copy()
-        target[0] += 0.02
+        target = start.pose.translated((0.02, 0.0, 0.0))
         for _ in range(10):  # 1 s of a 10 Hz RL loop
             arm.command_pose(target)
             time.sleep(0.1)  # the RL loop's pace
@@ -392,15 +389,13 @@ def test_the_read_line_serves_only_reads():
 @pytest.mark.timeout(120)
 def test_stop_halts_a_motion_and_is_harmless_when_idle(arm):
     st = arm.state()
-    target = st.ee_pose.copy()
-    target[1] += 0.2
-    arm.command_pose(target)
-    assert wait_until(lambda: np.linalg.norm(arm.state().ee_pose[:3] - st.ee_pose[:3]) > 0.002,
+    arm.command_pose(st.pose.translated((0.0, 0.2, 0.0)))
+    assert wait_until(lambda: np.linalg.norm(arm.state().ee_position - st.ee_position) > 0.002,
                       timeout_s=10, period_s=0.05)  # moving
     arm.stop()
-    a = arm.state().ee_pose[:3]
+    a = arm.state().ee_position
     time.sleep(0.5)  # the observation window: a stopped arm does not move during it
-    b = arm.state().ee_pose[:3]
+    b = arm.state().ee_position
     assert np.linalg.norm(b - a) < 1e-3
     arm.stop()
     arm.stop()
@@ -502,18 +497,17 @@ def test_impedance_control_pulls_the_hand_toward_streamed_targets(sim2):
     a = FrankaArm(sim2.host, FrankaController(realtime="ignore", control="impedance"), gripper=False, timeout_s=CALL_TIMEOUT_S)
     try:
         a.connect(timeout_s=30)
-        target = a.state().ee_pose.copy()
-        target[0] += 0.03
+        target = a.state().pose.translated((0.03, 0.0, 0.0))
 
         def reached():
             a.command_pose(target)
-            return np.linalg.norm(a.state().ee_pose[:3] - target[:3]) < 0.02
+            return a.state().pose.distance(target).translation_m < 0.02
 
         assert wait_until(reached, timeout_s=20, period_s=0.1)
         a.stop()  # TorqueStopMotion: damped to rest
-        p = a.state().ee_pose[:3]
+        p = a.state().ee_position
         time.sleep(0.5)  # the observation window: a stopped arm does not move during it
-        assert np.linalg.norm(a.state().ee_pose[:3] - p) < 2e-3
+        assert np.linalg.norm(a.state().ee_position - p) < 2e-3
     finally:
         a.close()
 
@@ -525,12 +519,10 @@ from drivers.franka import FrankaArm
 from rlhw.hardware.types.franka import FrankaController
 arm = FrankaArm(sys.argv[1], FrankaController(realtime="ignore", watchdog_s=0, relative_dynamics_factor=0.05), gripper=False)
 arm.connect(timeout_s=30)
-start = arm.state().ee_pose.copy()
-target = start.copy()
-target[1] += 0.25
-arm.command_pose(target)
+start = arm.state().pose
+arm.command_pose(start.translated((0.0, 0.25, 0.0)))
 deadline = time.monotonic() + 10
-while np.linalg.norm(arm.state().ee_pose[:3] - start[:3]) < 0.002 and time.monotonic() < deadline:
+while np.linalg.norm(arm.state().ee_position - start.position) < 0.002 and time.monotonic() < deadline:
     time.sleep(0.05)  # polling for the motion to start, bounded by the deadline
 print(arm._proc.pid, flush=True)  # the arm is moving: the test may kill this controller now
 time.sleep(60)  # a controller that lives until the test kills it
@@ -553,9 +545,9 @@ def test_when_the_controlling_process_dies_its_driver_process_stops_the_arm_and_
         observer = FrankaArm(sim2.host, SIM, gripper=False)
         try:
             observer.connect(timeout_s=30)
-            p = observer.state().ee_pose[:3]
+            p = observer.state().ee_position
             time.sleep(0.5)  # the observation window: a stopped arm does not move during it
-            assert np.linalg.norm(observer.state().ee_pose[:3] - p) < 1e-3, "arm still moving after its controller died"
+            assert np.linalg.norm(observer.state().ee_position - p) < 1e-3, "arm still moving after its controller died"
         finally:
             observer.close()
     finally:

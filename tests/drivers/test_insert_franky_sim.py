@@ -51,14 +51,14 @@ def move_with_franky(host: str, position) -> np.ndarray:
     return np.array(json.loads(r.stdout.strip().splitlines()[-1]))
 
 
-def driver_pose(host: str) -> np.ndarray:
+def driver_pose(host: str):
     from drivers.franka import FrankaArm
     from rlhw.hardware.types.franka import FrankaController
 
     arm = FrankaArm(host, FrankaController(realtime="ignore"))
     arm.connect()
     try:
-        return np.array(arm.state().ee_pose)
+        return arm.state().pose
     finally:
         arm.close()
 
@@ -80,9 +80,9 @@ def test_record_pose_then_insert_against_franky_sim(tmp_path, capsys):
         goal = load_pose(str(out), "goal_pose")
         # what the env's own driver reads there (its EE frame is the one the task compares against)
         now = driver_pose(sim.host)
-        assert goal.ee_pose[:3] == pytest.approx(now[:3], abs=1e-3)
-        assert abs(float(np.dot(goal.ee_pose[3:], now[3:]))) == pytest.approx(1.0, abs=1e-4)
-        assert np.linalg.norm(goal.ee_pose[:3] - [0.307, 0.0, 0.487]) > 0.1  # where franky moved it, not home
+        assert goal.pose.position == pytest.approx(now.position, abs=1e-3)
+        assert abs(float(np.dot(goal.pose.quaternion, now.quaternion))) == pytest.approx(1.0, abs=1e-4)
+        assert np.linalg.norm(goal.pose.position - [0.307, 0.0, 0.487]) > 0.1  # where franky moved it, not home
 
         env = make_env(load_config("configs/franky_sim.yaml", overrides))
         try:

@@ -37,7 +37,7 @@ def test_reset_puts_the_peg_over_the_hole_at_a_start_in_the_box_with_the_goal_or
     obs, info = env.reset(seed=3)
     task, state = env.task, env.arm.state()
     assert info["fault"] is None and info["reset_faults"] == []
-    offset = state.ee_position - task.goal[:3]
+    offset = state.ee_position - task.goal.position
     assert np.all(offset >= task.start_low - 0.003) and np.all(offset <= task.start_high + 0.003)
     assert np.linalg.norm(obs["orientation_error"]) < 0.02
     assert obs["to_goal"] == pytest.approx(-offset, abs=1e-4)
@@ -64,7 +64,7 @@ def test_pressing_the_peg_on_the_block_is_measured_and_past_the_bound_is_a_conta
     e = make_env(load_config(SIM, ["env.safety.max_contact_force_n=8"]))
     try:
         e.reset(seed=0)
-        beside = e.task.goal[:3] + [0.03, 0.0, 0.0]  # over the block's wall, beside the hole
+        beside = e.task.goal.position + [0.03, 0.0, 0.0]  # over the block's wall, beside the hole
         info = {}
         for _ in range(50):
             hand = e.arm.state().ee_position

@@ -9,12 +9,12 @@ import numpy as np
 
 from drivers.mock import MockArm
 from rlhw.robot.arm import HOME_Q
+from rlhw.robot.pose import Pose
 
 
 def _drive(arm: MockArm, steps: int) -> None:
-    pose = np.array([0.4, 0.0, 0.3, 1.0, 0.0, 0.0, 0.0])
     for i in range(steps):
-        arm.command_pose(pose + 1e-4 * (i % 7))
+        arm.command_pose(Pose(np.array([0.4, 0.0, 0.3]) + 1e-4 * (i % 7), (1.0, 0.0, 0.0, 0.0)))
         if i % 10 == 0:
             arm.command_gripper(0.04)
 

@@ -13,6 +13,7 @@ from drivers.mujoco import MujocoArm
 from drivers.mujoco import scene
 from rlhw.errors import RobotFault
 from rlhw.robot.arm import HOME_Q
+from rlhw.robot.pose import Pose
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -33,7 +34,7 @@ def arm():
     a.close()
 
 
-def track(arm: MujocoArm, pose: np.ndarray, seconds: float, period: float = 0.1) -> None:
+def track(arm: MujocoArm, pose: Pose, seconds: float, period: float = 0.1) -> None:
     for _ in range(int(round(seconds / period))):
         arm.command_pose(pose)
         arm.advance(period)
@@ -58,7 +59,7 @@ def test_connect_starts_at_home_at_rest_with_gripper_open_and_no_errors(arm):
     np.testing.assert_allclose(st.q, HOME_Q, atol=1e-9)
     np.testing.assert_allclose(st.dq, 0.0, atol=1e-9)
     np.testing.assert_allclose(st.ee_position, HOME_TCP, atol=1e-3)
-    assert quat_angle(st.ee_pose[3:], DOWN) < 1e-3
+    assert quat_angle(st.pose.quaternion, DOWN) < 1e-3
     assert st.gripper_width == pytest.approx(0.08)
     assert st.errors == ()
     assert arm.realtime is False
@@ -85,11 +86,11 @@ def test_nothing_moves_without_a_command(arm):
 
 
 def test_cartesian_target_is_reached_within_5_mm_and_orientation_held(arm):
-    target = np.concatenate([HOME_TCP + [0.12, 0.10, -0.20], DOWN])
+    target = Pose(HOME_TCP + [0.12, 0.10, -0.20], DOWN)
     track(arm, target, seconds=1.5)
     st = arm.state()
-    assert np.linalg.norm(st.ee_position - target[:3]) < 0.005
-    assert quat_angle(st.ee_pose[3:], DOWN) < 0.02
+    assert np.linalg.norm(st.ee_position - target.position) < 0.005
+    assert quat_angle(st.pose.quaternion, DOWN) < 0.02
     assert st.errors == ()
 
 
@@ -97,11 +98,11 @@ def test_cartesian_target_with_a_rotated_hand_is_reached(arm):
     # 30 degrees of yaw about the base z axis, composed with pointing down.
     yaw = np.deg2rad(30)
     rotated = np.array([np.cos(yaw / 2), np.sin(yaw / 2), 0.0, 0.0])  # xyzw of Rz(yaw) * Rx(pi)
-    target = np.concatenate([[0.45, -0.05, 0.30], rotated])
+    target = Pose([0.45, -0.05, 0.30], rotated)
     track(arm, target, seconds=2.0)
     st = arm.state()
-    assert np.linalg.norm(st.ee_position - target[:3]) < 0.005
-    assert quat_angle(st.ee_pose[3:], rotated) < 0.03
+    assert np.linalg.norm(st.ee_position - target.position) < 0.005
+    assert quat_angle(st.pose.quaternion, rotated) < 0.03
 
 
 def test_gripper_closes_opens_and_holds_an_intermediate_width(arm):
@@ -152,12 +153,13 @@ def test_move_joints_refuses_a_target_outside_the_fr3_joint_limits(arm):
 
 
 def test_commands_with_nan_or_wrong_shape_are_rejected_before_anything_moves(arm):
+    # A pose target cannot even be made bad: Pose refuses NaN, wrong lengths and zero quaternions.
+    with pytest.raises(ValueError, match="pose position"):
+        Pose.from_vector([0.4, 0.0, np.nan, 1, 0, 0, 0])
     with pytest.raises(ValueError, match="pose"):
-        arm.command_pose(np.array([0.4, 0.0, np.nan, 1, 0, 0, 0]))
-    with pytest.raises(ValueError, match="pose"):
-        arm.command_pose(np.zeros(3))
+        Pose.from_vector(np.zeros(3))
     with pytest.raises(ValueError, match="quaternion"):
-        arm.command_pose(np.array([0.4, 0.0, 0.3, 0, 0, 0, 0]))
+        Pose.from_vector([0.4, 0.0, 0.3, 0, 0, 0, 0])
     with pytest.raises(ValueError, match="width"):
         arm.command_gripper(float("inf"))
     with pytest.raises(ValueError, match="q"):
@@ -167,7 +169,7 @@ def test_commands_with_nan_or_wrong_shape_are_rejected_before_anything_moves(arm
 
 
 def test_stop_holds_the_pose_reached_so_far(arm):
-    target = np.concatenate([HOME_TCP + [0.15, 0.0, -0.2], DOWN])
+    target = Pose(HOME_TCP + [0.15, 0.0, -0.2], DOWN)
     arm.command_pose(target)
     arm.advance(0.1)
     arm.stop()
@@ -175,19 +177,19 @@ def test_stop_holds_the_pose_reached_so_far(arm):
     arm.advance(1.0)
     st = arm.state()
     assert np.linalg.norm(st.ee_position - at_stop) < 0.03  # braking distance of the servos
-    assert np.linalg.norm(st.ee_position - target[:3]) > 0.1  # it did not go on to the target
+    assert np.linalg.norm(st.ee_position - target.position) > 0.1  # it did not go on to the target
     assert np.abs(st.dq).max() < 0.01
     arm.stop()  # stopping a stopped arm is fine
 
 
 def test_pressing_into_the_table_latches_a_collision_reflex_until_recover(arm):
-    below_table = np.concatenate([[0.45, 0.0, -0.10], DOWN])
+    below_table = Pose([0.45, 0.0, -0.10], DOWN)
     with pytest.raises(RobotFault, match="collision") as e:
         track(arm, below_table, seconds=5.0)
     assert e.value.kind == "reflex"
     assert "collision" in arm.state().errors
     with pytest.raises(RobotFault) as refused:
-        arm.command_pose(np.concatenate([[0.45, 0.0, 0.3], DOWN]))
+        arm.command_pose(Pose([0.45, 0.0, 0.3], DOWN))
     assert refused.value.kind == "reflex"
     with pytest.raises(RobotFault):
         arm.move_joints(HOME_Q)
@@ -200,7 +202,7 @@ def test_pressing_into_the_table_latches_a_collision_reflex_until_recover(arm):
 
 def test_calls_before_connect_or_after_close_report_not_connected():
     a = MujocoArm()
-    for call in (a.state, lambda: a.command_pose(np.r_[HOME_TCP, DOWN]), lambda: a.advance(0.1)):
+    for call in (a.state, lambda: a.command_pose(Pose(HOME_TCP, DOWN)), lambda: a.advance(0.1)):
         with pytest.raises(RobotFault) as e:
             call()
         assert e.value.kind == "not_connected"
@@ -222,7 +224,7 @@ def test_many_arms_share_one_model_but_move_independently():
     for _ in range(12):
         for a, g in zip(arms, goals):
             if g is not None:
-                a.command_pose(np.concatenate([g, DOWN]))
+                a.command_pose(Pose(g, DOWN))
             a.advance(0.1)
     for a, g in zip(arms, goals):
         pos = a.state().ee_position
@@ -241,11 +243,11 @@ def test_cube_is_a_sim_only_object_with_pose_accessors():
     a = MujocoArm(cube=True)
     a.connect()
     assert a.objects == ("cube",)
-    a.set_object_pose("cube", [0.5, 0.1, scene.CUBE_HALF_SIZE])
+    a.set_object_pose("cube", Pose((0.5, 0.1, scene.CUBE_HALF_SIZE)))
     a.advance(0.5)
     pose = a.object_pose("cube")
-    np.testing.assert_allclose(pose[:3], [0.5, 0.1, scene.CUBE_HALF_SIZE], atol=2e-3)  # rests on the table
-    assert pose.shape == (7,) and abs(np.linalg.norm(pose[3:]) - 1) < 1e-9
+    np.testing.assert_allclose(pose.position, [0.5, 0.1, scene.CUBE_HALF_SIZE], atol=2e-3)  # rests on the table
+    assert pose.angle_to(Pose()) < 0.05  # upright: it settled flat
     a.set_target_marker(np.array([0.4, -0.1, 0.05]))
     np.testing.assert_allclose(a.data.mocap_pos[0], [0.4, -0.1, 0.05])
 
@@ -279,7 +281,7 @@ def test_compiled_scene_is_cached_on_disk_and_reloads_identically(tmp_path, monk
 
 def test_tracking_an_unreachable_corner_stops_short_of_the_joint_limits(arm):
     # Close to the base and low: the elbow (joint 4) would have to fold past its limit.
-    corner = np.concatenate([[0.22, 0.10, 0.12], DOWN])
+    corner = Pose([0.22, 0.10, 0.12], DOWN)
     track(arm, corner, seconds=3.0)
     st = arm.state()
     margin_to_limit = np.minimum(st.q - arm.joint_low, arm.joint_high - st.q)
@@ -295,7 +297,7 @@ def test_an_out_of_reach_target_is_approached_as_far_as_possible_without_diving(
         here = arm.state().ee_position
         delta = corner - here
         step = here + delta * min(1.0, 0.03 / max(np.linalg.norm(delta), 1e-9))  # as the safety layer bounds it
-        arm.command_pose(np.concatenate([step, DOWN]))
+        arm.command_pose(Pose(step, DOWN))
         arm.advance(0.1)
         assert arm.state().ee_position[2] > 0.3  # never heads for the table
     st = arm.state()
@@ -305,9 +307,9 @@ def test_an_out_of_reach_target_is_approached_as_far_as_possible_without_diving(
 
 def test_solve_ik_plans_a_posture_without_moving_the_arm(arm):
     goal = np.array([0.5, 0.1, 0.25])
-    q = arm.solve_ik(goal, np.array([0.0, 1.0, 0.0, 0.0]), arm.state().q)  # w-first: pointing down
+    q = arm.solve_ik(Pose(goal, DOWN), arm.state().q)
     np.testing.assert_allclose(arm.state().q, HOME_Q, atol=1e-9)  # planning left the arm alone
     arm.move_joints(q, speed_factor=0.5)
     st = arm.state()
     assert np.linalg.norm(st.ee_position - goal) < 0.003
-    assert quat_angle(st.ee_pose[3:], DOWN) < 0.01
+    assert quat_angle(st.pose.quaternion, DOWN) < 0.01

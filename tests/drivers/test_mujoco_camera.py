@@ -9,6 +9,7 @@ import drivers.mujoco  # noqa: F401  (chooses the GL backend before mujoco is im
 from drivers.mujoco import MujocoArm, MujocoCamera, scene_camera_for
 from drivers.mujoco import _gl
 from rlhw.errors import RobotFault
+from rlhw.robot.pose import Pose
 from rlhw.robot.registry import make_arm, make_camera
 
 pytestmark = pytest.mark.timeout(180)
@@ -20,7 +21,7 @@ DOWN = np.array([1.0, 0.0, 0.0, 0.0])
 def rig():
     arm = MujocoArm(name="cam-test", cube=True)
     arm.connect()
-    arm.set_object_pose("cube", [0.5, 0.0, 0.025])
+    arm.set_object_pose("cube", Pose((0.5, 0.0, 0.025)))
     front = MujocoCamera("front", arm, width=64, height=48)
     wrist = MujocoCamera("cam-1", arm, width=64, height=48, index=1)
     front.open()
@@ -68,7 +69,7 @@ def test_wrist_camera_sees_the_hand_move_while_the_front_camera_sees_the_arm(rig
     arm, front, wrist = rig
     arm.advance(0.1)
     w0, f0 = wrist.latest().color.astype(int), front.latest().color.astype(int)
-    target = np.concatenate([arm.state().ee_position + [0.0, 0.12, -0.15], DOWN])
+    target = Pose(arm.state().ee_position + [0.0, 0.12, -0.15], DOWN)
     for _ in range(8):
         arm.command_pose(target)
         arm.advance(0.1)
@@ -134,7 +135,7 @@ def test_cameras_of_many_arms_share_one_gl_context_yet_show_their_own_arm():
         for c in cams:
             c.open()
         assert cams[0]._renderer is cams[1]._renderer  # one context (~100 MiB in software GL), not two
-        target = np.concatenate([moving.state().ee_position + [0.1, 0.15, -0.2], DOWN])
+        target = Pose(moving.state().ee_position + [0.1, 0.15, -0.2], DOWN)
         for _ in range(10):
             moving.command_pose(target)
             moving.advance(0.1)
@@ -172,7 +173,7 @@ def test_collision_meshes_draw_the_same_scene_with_the_arm_coarser():
     one GL context, few pixels different (the arm's), and a moved cube seen in the same pixels by both."""
     arm = MujocoArm(name="meshes", cube=True)
     arm.connect()
-    arm.set_object_pose("cube", [0.45, 0.05, 0.025])
+    arm.set_object_pose("cube", Pose((0.45, 0.05, 0.025)))
     cams = [MujocoCamera("front", arm, width=64, height=64, meshes=m) for m in ("visual", "collision")]
     try:
         for c in cams:
@@ -185,7 +186,7 @@ def test_collision_meshes_draw_the_same_scene_with_the_arm_coarser():
         assert 0.005 < differs.mean() < 0.25  # the arm is drawn differently, the rest is the same
         alone = MujocoCamera("front", arm, width=64, height=64, meshes="collision")
         alone.open()
-        arm.set_object_pose("cube", [0.40, -0.05, 0.025])  # the cube shows in both renderings alike
+        arm.set_object_pose("cube", Pose((0.40, -0.05, 0.025)))  # the cube shows in both renderings alike
         arm.advance(0.1)
         moved_v, moved_c = cams[0].latest().color.astype(int), alone.latest().color.astype(int)
         alone.close()

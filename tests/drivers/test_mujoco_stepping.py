@@ -9,6 +9,7 @@ import pytest
 
 import drivers.mujoco  # noqa: F401  (chooses the GL backend before mujoco is imported)
 from drivers.mujoco import MujocoArm
+from rlhw.robot.pose import Pose
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -28,16 +29,14 @@ def test_advance_is_bit_for_bit_the_physics_of_one_mj_step_call_per_control_step
     arm = MujocoArm(cube=cube)
     arm.connect()
     if cube:
-        arm.set_object_pose("cube", [0.5, 0.0, 0.03])
+        arm.set_object_pose("cube", Pose((0.5, 0.0, 0.03)))
     bare = fresh_copy(arm)
     mujoco.mj_forward(arm.model, bare)
     rng = np.random.default_rng(0)
-    start = arm.state().ee_pose
+    start = arm.state().pose
     nstep = int(round(0.1 / arm.model.opt.timestep))
     for i in range(40):
-        target = start.copy()
-        target[:3] += rng.uniform(-0.08, 0.08, size=3)
-        arm.command_pose(target)
+        arm.command_pose(start.with_position(start.position + rng.uniform(-0.08, 0.08, size=3)))
         if i == 20:
             arm.command_gripper(0.02)
         bare.ctrl[:] = arm.data.ctrl
@@ -51,17 +50,18 @@ def test_advance_is_bit_for_bit_the_physics_of_one_mj_step_call_per_control_step
 def test_state_after_advance_reports_the_kinematics_of_the_new_state():
     arm = MujocoArm()
     arm.connect()
-    pose = arm.state().ee_pose + np.array([0.05, -0.05, -0.05, 0, 0, 0, 0])
+    home = arm.state().pose
+    pose = home.with_position(home.position + [0.05, -0.05, -0.05])
     for _ in range(5):
         arm.command_pose(pose)
         arm.advance(0.1)
         state = arm.state()
         check = fresh_copy(arm)
         mujoco.mj_kinematics(arm.model, check)
-        np.testing.assert_array_equal(state.ee_pose[:3], check.site_xpos[arm._tcp])
+        np.testing.assert_array_equal(state.pose.position, check.site_xpos[arm._tcp])
         quat = np.zeros(4)
         mujoco.mju_mat2Quat(quat, check.site_xmat[arm._tcp])
-        np.testing.assert_array_equal(state.ee_pose[3:], [*quat[1:], quat[0]])
+        np.testing.assert_array_equal(state.pose.quaternion, [*quat[1:], quat[0]])  # MuJoCo's w-first, flipped once
         np.testing.assert_array_equal(state.q, check.qpos[:7])
 
 
@@ -71,7 +71,7 @@ def test_recover_right_after_a_step_judges_a_table_contact_on_its_real_force():
     # (measured on a fresh forward pass), recover() must see that force and refuse to clear.
     arm = MujocoArm(collision_force_n=1e9)
     arm.connect()
-    below_table = np.concatenate([[0.45, 0.0, -0.10], DOWN])
+    below_table = Pose([0.45, 0.0, -0.10], DOWN)
     for _ in range(30):
         arm.command_pose(below_table)
         arm.advance(0.1)

@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 
 import drivers.mujoco  # noqa: F401  (chooses the GL backend before mujoco is imported)
+from drivers.mock import MockArm
 from drivers.mujoco import MujocoArm
 from rlhw.config import load_config
 from rlhw.errors import ConfigError
 from rlhw.robot import make_env
+from rlhw.robot.pose import Pose
 from rlhw.robot.tasks.push_cube import PushCube
 
 pytestmark = pytest.mark.timeout(180)
@@ -88,7 +90,7 @@ def test_a_cube_pushed_out_of_reach_truncates_the_episode_and_is_not_an_end_stat
     try:
         env.reset(seed=3)
         far = env.task.ws_high[:2] + 0.1
-        env.arm.set_object_pose("cube", np.r_[far, 0.025])
+        env.arm.set_object_pose("cube", Pose(np.r_[far, 0.025]))
         obs, reward, terminated, truncated, info = env.step(np.zeros(env.spec.action.shape, np.float32))
         assert truncated and not terminated and not info["success"] and info["fault"] is None
         assert reward < 0 and env.task.cube_out_of_reach()
@@ -103,7 +105,7 @@ def test_push_cube_goals_differ_between_episodes_and_start_at_the_sampled_cube_p
         for seed in (0, 1):
             obs, _ = env.reset(seed=seed)
             goals.append(obs["goal_position"].copy())
-            np.testing.assert_allclose(obs["cube_position"], env.arm.object_pose("cube")[:3], atol=1e-6)
+            np.testing.assert_allclose(obs["cube_position"], env.arm.object_pose("cube").position, atol=1e-6)
         assert np.linalg.norm(goals[0] - goals[1]) > 1e-3
     finally:
         env.close()
@@ -120,7 +122,7 @@ def test_push_cube_on_a_driver_without_object_poses_is_refused_with_the_fix():
         make_env(load_config(SIM, ["env.sim=mock", "env.task=push_cube", "env.safety.workspace_low=[0.25,-0.3,0.02]"]))
     task = PushCube(load_config(SIM, PUSH[1:]).env)
     with pytest.raises(ConfigError, match="object_pose"):
-        task.bind(object())
+        task.bind(MockArm())  # a driver without the capability
 
 
 def test_push_cube_rejects_unknown_or_malformed_options():

@@ -9,6 +9,7 @@ import pytest
 from rlhw.config.env import SafetyConfig
 from rlhw.errors import RobotFault
 from rlhw.robot.arm import ArmState
+from rlhw.robot.pose import Pose
 from rlhw.robot.safety import SafetyLayer
 
 pytestmark = pytest.mark.timeout(60)
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.timeout(60)
 
 def state_at(xyz, wrench=None) -> ArmState:
     q = np.array([0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785])
-    return ArmState(0.0, q, np.zeros(7), np.array([*xyz, 1.0, 0.0, 0.0, 0.0]), 0.04, (), wrench)
+    return ArmState(0.0, q, np.zeros(7), Pose(xyz, (1.0, 0.0, 0.0, 0.0)), 0.04, (), wrench)
 
 
 class StubArm:
@@ -36,7 +37,7 @@ def layer(**limits) -> SafetyLayer:
 
 def test_an_arm_state_built_the_old_way_has_no_wrench_and_passes_the_contact_check():
     safety = layer()
-    state = ArmState(0.0, state_at([0.4, 0, 0.3]).q, np.zeros(7), np.array([0.4, 0, 0.3, 1, 0, 0, 0.0]), 0.04)
+    state = ArmState(0.0, state_at([0.4, 0, 0.3]).q, np.zeros(7), Pose((0.4, 0, 0.3), (1, 0, 0, 0.0)), 0.04)
     assert state.external_wrench is None
     safety.check_state(state)
     assert safety.arm.stops == 0
@@ -103,7 +104,7 @@ def test_insert_reset_paths_on_the_mock_move_in_slow_bounded_steps_and_end_at_th
     from tests.robot.conftest import make_config
 
     goal = tmp_path / "goal.json"
-    save_pose(str(goal), RecordedPose("goal_pose", "mock", 0.0, np.array([0.45, 0.0, 0.25, 1.0, 0, 0, 0]), np.zeros(7), 0.02))
+    save_pose(str(goal), RecordedPose("goal_pose", "mock", 0.0, Pose((0.45, 0.0, 0.25), (1.0, 0, 0, 0)), np.zeros(7), 0.02))
     env = make_env(make_config({"task": "insert", "task_options": {"goal_pose": str(goal), "path_speed_mps": 0.1}}))
     try:
         obs, info = env.reset(seed=0)
@@ -111,7 +112,7 @@ def test_insert_reset_paths_on_the_mock_move_in_slow_bounded_steps_and_end_at_th
         assert len(targets) > 10  # many small steps, no jump
         assert np.linalg.norm(np.diff(targets, axis=0), axis=1).max() <= 2 * 0.01 + 1e-9  # 0.1 m/s at 10 Hz
         assert targets[-1] == pytest.approx(env.task.start, abs=1e-9)
-        assert np.linalg.norm(obs["to_goal"] + (env.task.start - env.task.goal[:3])) < 0.003
+        assert np.linalg.norm(obs["to_goal"] + (env.task.start - env.task.goal.position)) < 0.003
     finally:
         env.close()
 
@@ -119,7 +120,7 @@ def test_insert_reset_paths_on_the_mock_move_in_slow_bounded_steps_and_end_at_th
 def test_an_approach_that_cannot_arrive_is_a_timeout_fault(mock_env):
     env = mock_env()
     env.reset()
-    beyond = np.array([0.9, 0.0, 0.3, 1.0, 0.0, 0.0, 0.0])  # outside the workspace: clipped, never reached
+    beyond = Pose((0.9, 0.0, 0.3), (1.0, 0.0, 0.0, 0.0))  # outside the workspace: clipped, never reached
     with pytest.raises(RobotFault, match="did not arrive") as caught:
         env.safety.approach(beyond, env.arm.state(), env.arm.state, env.arm.advance, speed_mps=0.3, timeout_s=2.0)
     assert caught.value.kind == "timeout"
@@ -133,7 +134,7 @@ def test_the_first_reset_leaves_the_hole_straight_up_at_the_contact_zone_speed(t
     from tests.robot.conftest import make_config
 
     goal = tmp_path / "goal.json"  # the mock's hand starts at HOME_EE: put the goal there
-    save_pose(str(goal), RecordedPose("goal_pose", "mock", 0.0, np.array([*HOME_EE, 1.0, 0, 0, 0]), np.zeros(7), 0.02))
+    save_pose(str(goal), RecordedPose("goal_pose", "mock", 0.0, Pose(HOME_EE, (1.0, 0, 0, 0)), np.zeros(7), 0.02))
     env = make_env(make_config({"task": "insert", "task_options": {"goal_pose": str(goal)}}))
     try:
         env.reset(seed=0)

@@ -7,6 +7,7 @@ import pytest
 
 from rlhw.errors import ConfigError
 from rlhw.robot import make_batched_env, make_env, plan_env
+from rlhw.robot.arm import ArmCapability
 from rlhw.robot.tasks.base import Task
 from tests.robot.conftest import FRANKA_CLUSTER, make_config
 
@@ -101,7 +102,7 @@ def test_a_task_needing_a_simulator_hook_explains_itself_on_other_drivers(mock_e
             return None
 
         def reset(self, state, rng):
-            self.require("object_pose")
+            self.require(ArmCapability.OBJECT_STATE)
 
         command = observe = reward = success = lambda *a: None
 

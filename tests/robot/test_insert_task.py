@@ -10,18 +10,18 @@ import pytest
 from rlhw.config import load_config
 from rlhw.errors import ConfigError
 from rlhw.robot.arm import ArmState
+from rlhw.robot.pose import Pose
 from rlhw.robot.poses import RecordedPose, load_pose, save_pose
 from rlhw.robot.tasks import make_task
-from rlhw.robot.poses import rotation_error
 from tests.robot.conftest import make_config
 
-GOAL = np.array([0.5, 0.0, 0.12, 1.0, 0.0, 0.0, 0.0])
+GOAL = Pose((0.5, 0.0, 0.12), (1.0, 0.0, 0.0, 0.0))
 Q = np.array([0.0, 0.3, 0.0, -2.4, 0.0, 2.7, 0.785])
 
 
 def goal_file(tmp_path, pose=GOAL) -> str:
     path = str(tmp_path / "goal.json")
-    save_pose(path, RecordedPose("goal_pose", "mock-sim0", 1.0e9, np.array(pose, float), Q, 0.02))
+    save_pose(path, RecordedPose("goal_pose", "mock-sim0", 1.0e9, pose, Q, 0.02))
     return path
 
 
@@ -31,12 +31,12 @@ def insert_task(tmp_path, options=None, **env):
 
 
 def state_at(xyz, quat=(1.0, 0.0, 0.0, 0.0)) -> ArmState:
-    return ArmState(0.0, Q, np.zeros(7), np.array([*xyz, *quat]), 0.02)
+    return ArmState(0.0, Q, np.zeros(7), Pose(xyz, quat), 0.02)
 
 
 def test_a_saved_pose_loads_back_exactly(tmp_path):
     pose = load_pose(goal_file(tmp_path), "env.task_options.goal_pose")
-    assert pose.ee_pose.tolist() == GOAL.tolist() and pose.q.tolist() == Q.tolist()
+    assert pose.pose == GOAL and pose.q.tolist() == Q.tolist()
     assert pose.name == "goal_pose" and pose.robot == "mock-sim0" and pose.gripper_width == 0.02
 
 
@@ -85,7 +85,7 @@ def test_options_that_cannot_work_are_refused_with_the_field_named(tmp_path, opt
 
 def test_a_goal_whose_hole_leans_away_from_vertical_is_refused(tmp_path):
     leaning = [0.5, 0.0, 0.12, np.cos(0.15), 0.0, 0.0, np.sin(0.15)]  # 180 deg about x, then 0.3 rad more
-    config = make_config({"task": "insert", "task_options": {"goal_pose": goal_file(tmp_path, leaning)}})
+    config = make_config({"task": "insert", "task_options": {"goal_pose": goal_file(tmp_path, Pose.from_vector(leaning))}})
     with pytest.raises(ConfigError, match="leans 17 deg from straight down") as e:
         make_task("insert", config.env, config.env.task_options)
     assert e.value.path == "env.task_options.goal_pose"
@@ -93,15 +93,15 @@ def test_a_goal_whose_hole_leans_away_from_vertical_is_refused(tmp_path):
 
 def test_success_needs_both_the_position_and_the_orientation_within_tolerance(tmp_path):
     task = insert_task(tmp_path)
-    assert task.success(state_at(GOAL[:3] + [0.0, 0.0, 0.005]))
-    assert not task.success(state_at(GOAL[:3] + [0.0, 0.0, 0.012]))
+    assert task.success(state_at(GOAL.position + [0.0, 0.0, 0.005]))
+    assert not task.success(state_at(GOAL.position + [0.0, 0.0, 0.012]))
     tilted = (np.cos(0.1), 0.0, 0.0, -np.sin(0.1))  # 0.2 rad away from the goal's [1, 0, 0, 0]
-    assert not task.success(state_at(GOAL[:3], tilted))
-    assert task.reward(state_at(GOAL[:3])) == 1.0 and task.reward(state_at(GOAL[:3] + 0.05)) == 0.0
+    assert not task.success(state_at(GOAL.position, tilted))
+    assert task.reward(state_at(GOAL.position)) == 1.0 and task.reward(state_at(GOAL.position + 0.05)) == 0.0
 
 
 def test_success_ends_the_episode_unless_terminate_on_success_is_false(tmp_path):
-    at_goal, above = state_at(GOAL[:3]), state_at(GOAL[:3] + [0.0, 0.0, 0.03])
+    at_goal, above = state_at(GOAL.position), state_at(GOAL.position + [0.0, 0.0, 0.03])
     task = insert_task(tmp_path)
     assert task.terminated(at_goal) and not task.terminated(above)
     running_on = insert_task(tmp_path, {"terminate_on_success": False})
@@ -109,14 +109,14 @@ def test_success_ends_the_episode_unless_terminate_on_success_is_false(tmp_path)
 
 
 def test_dense_shaping_is_off_by_default_and_adds_minus_distance_when_on(tmp_path):
-    assert insert_task(tmp_path).reward(state_at(GOAL[:3] + [0, 0, 0.05])) == 0.0
+    assert insert_task(tmp_path).reward(state_at(GOAL.position + [0, 0, 0.05])) == 0.0
     dense = insert_task(tmp_path, {"dense_reward": True, "reward_scale_m": 0.05})
-    assert dense.reward(state_at(GOAL[:3] + [0, 0, 0.05])) == pytest.approx(-1.0)
+    assert dense.reward(state_at(GOAL.position + [0, 0, 0.05])) == pytest.approx(-1.0)
 
 
 def test_the_observations_are_all_measurable_on_a_real_arm(tmp_path):
     task = insert_task(tmp_path)
-    obs = task.observe(ArmState(0.0, Q, np.zeros(7), np.array([0.51, 0.0, 0.15, 1, 0, 0, 0.0]), 0.02, (),
+    obs = task.observe(ArmState(0.0, Q, np.zeros(7), Pose((0.51, 0.0, 0.15), (1, 0, 0, 0.0)), 0.02, (),
                                 np.array([0, 0, 20.0, 0, 0, 4.0])), {})
     assert set(obs) == set(task.observation_specs()) == {"to_goal", "orientation_error", "gripper_width", "external_wrench"}
     assert obs["to_goal"] == pytest.approx([-0.01, 0.0, -0.03])
@@ -124,24 +124,18 @@ def test_the_observations_are_all_measurable_on_a_real_arm(tmp_path):
     assert all(v.dtype == np.float32 for v in obs.values())
 
 
-def test_the_rotation_error_is_the_rotation_vector_from_hand_to_goal():
-    half = 0.15
-    assert rotation_error((0, 0, 0, 1), (np.sin(half), 0, 0, np.cos(half))) == pytest.approx((0.3, 0, 0))
-    assert rotation_error((0, 0, 0, 1), (0, 0, 0, -1)) == pytest.approx((0, 0, 0))  # q and -q: the same
-
-
 def test_the_reset_path_rises_out_of_the_hole_before_homing_and_comes_down_over_the_start(tmp_path):
     task = insert_task(tmp_path)
-    in_hole = state_at(GOAL[:3])
+    in_hole = state_at(GOAL.position)
     (up,) = task.retreat_path(in_hole)
-    assert up[:3] == pytest.approx(GOAL[:3] + [0, 0, 0.1])  # straight up to the approach height
+    assert up.position == pytest.approx(GOAL.position + [0, 0, 0.1])  # straight up to the approach height
     assert task.retreat_path(state_at([0.3, 0.0, 0.45])) == []  # elsewhere: homing is safe
     task.reset(state_at([0.3, 0.0, 0.45]), np.random.default_rng(1))
     over, start = task.approach_path(state_at([0.3, 0.0, 0.45]))
-    assert over[:2] == pytest.approx(start[:2]) and over[2] == pytest.approx(GOAL[2] + 0.1)
-    offset = start[:3] - GOAL[:3]
+    assert over.position[:2] == pytest.approx(start.position[:2]) and over.position[2] == pytest.approx(GOAL.position[2] + 0.1)
+    offset = start.position - GOAL.position
     assert np.all(offset >= [-0.02, -0.02, 0.04]) and np.all(offset <= [0.02, 0.02, 0.06])
-    assert start[3:] == pytest.approx(GOAL[3:])
+    assert start.quaternion == pytest.approx(GOAL.quaternion)
 
 
 @pytest.mark.parametrize("path", ["configs/sim_insert.yaml", "configs/franka_insert.yaml"])

@@ -9,6 +9,7 @@ import pytest
 
 from drivers.mock import HOME_EE, MockArm, MockCamera
 from rlhw.errors import RobotFault
+from rlhw.robot.pose import Pose
 from tests.waiting import wait_until
 
 
@@ -21,7 +22,7 @@ def connected(**kw) -> MockArm:
 def test_the_arm_tracks_a_target_in_simulated_time_only():
     arm = connected()
     target = HOME_EE + np.array([0.05, -0.05, -0.05])
-    arm.command_pose(np.concatenate([target, [1, 0, 0, 0]]))
+    arm.command_pose(Pose(target, (1, 0, 0, 0)))
     time.sleep(0.05)  # wall time passing is the point: it must move nothing
     assert np.allclose(arm.state().ee_position, HOME_EE)
     arm.advance(0.5)
@@ -32,9 +33,9 @@ def test_the_arm_tracks_a_target_in_simulated_time_only():
 def test_two_arms_with_the_same_seed_produce_the_same_states():
     a, b = connected(seed=7, state_noise_m=0.001), connected(seed=7, state_noise_m=0.001)
     for arm in (a, b):
-        arm.command_pose([0.4, 0.1, 0.3, 1, 0, 0, 0])
+        arm.command_pose(Pose((0.4, 0.1, 0.3), (1, 0, 0, 0)))
         arm.advance(0.1)
-    assert np.array_equal(a.state().ee_pose, b.state().ee_pose)
+    assert a.state().pose == b.state().pose
 
 
 def test_calls_before_connect_are_not_connected_faults():
@@ -45,9 +46,9 @@ def test_calls_before_connect_are_not_connected_faults():
 
 def test_reflex_leaves_the_arm_in_error_until_recover():
     arm = connected(faults=[{"kind": "reflex", "after": 1}])
-    arm.command_pose([0.4, 0, 0.3, 1, 0, 0, 0])
+    arm.command_pose(Pose((0.4, 0, 0.3), (1, 0, 0, 0)))
     with pytest.raises(RobotFault) as err:
-        arm.command_pose([0.4, 0, 0.3, 1, 0, 0, 0])
+        arm.command_pose(Pose((0.4, 0, 0.3), (1, 0, 0, 0)))
     assert err.value.kind == "reflex" and arm.state().errors == ("cartesian_reflex",)
     with pytest.raises(RobotFault, match="call recover"):
         arm.command_gripper(0.0)
@@ -60,7 +61,7 @@ def test_hang_blocks_for_the_driver_timeout_then_raises():
     arm.inject("hang")
     t0 = time.monotonic()
     with pytest.raises(RobotFault) as err:
-        arm.command_pose([0.4, 0, 0.3, 1, 0, 0, 0])
+        arm.command_pose(Pose((0.4, 0, 0.3), (1, 0, 0, 0)))
     assert err.value.kind == "hang" and 0.14 <= time.monotonic() - t0 < 2.0
 
 
@@ -80,7 +81,7 @@ def test_network_and_timeout_faults_hit_state_reads():
 def test_recover_fail_keeps_the_errors():
     arm = connected(faults=[{"kind": "reflex"}, {"kind": "recover_fail", "count": 2}])
     with pytest.raises(RobotFault):
-        arm.command_pose([0.4, 0, 0.3, 1, 0, 0, 0])
+        arm.command_pose(Pose((0.4, 0, 0.3), (1, 0, 0, 0)))
     assert arm.recover() is False and arm.recover() is False
     assert arm.recover() is True
 
@@ -100,7 +101,7 @@ def test_camera_frames_have_increasing_indices_timestamps_and_follow_the_hand():
     cam = MockCamera(serial="front", arm=arm, width=64, height=48)
     cam.open()
     f1 = cam.latest()
-    arm.command_pose([0.6, 0.2, 0.3, 1, 0, 0, 0])
+    arm.command_pose(Pose((0.6, 0.2, 0.3), (1, 0, 0, 0)))
     arm.advance(1.0)
     f2 = cam.latest()
     assert f1.color.shape == (48, 64, 3) and f1.color.dtype == np.uint8
@@ -127,7 +128,7 @@ def test_camera_stall_and_dropped_frames():
 
 def test_a_realtime_mock_moves_on_the_wall_clock_and_refuses_advance():
     arm = connected(realtime=True, tau_s=0.01)
-    arm.command_pose([0.4, 0.05, 0.4, 1, 0, 0, 0])
+    arm.command_pose(Pose((0.4, 0.05, 0.4), (1, 0, 0, 0)))
     assert wait_until(lambda: np.linalg.norm(arm.state().ee_position - [0.4, 0.05, 0.4]) < 2e-3, timeout_s=5)
     with pytest.raises(NotImplementedError):
         arm.advance(0.1)

@@ -171,11 +171,11 @@ def test_joint_speed_over_the_limit_is_a_limit_fault_after_stopping():
     arm.connect()
     layer = SafetyLayer(arm, SafetyConfig(), 0.1)
     s = arm.state()
-    fast = ArmState(s.timestamp, s.q, np.array([0, 0, 0, 0, 9.0, 0, 0]), s.ee_pose, s.gripper_width)
+    fast = ArmState(s.timestamp, s.q, np.array([0, 0, 0, 0, 9.0, 0, 0]), s.pose, s.gripper_width)
     with pytest.raises(RobotFault, match="joint 5 moves at 9.00 rad/s") as err:
         layer.check_state(fast)
     assert err.value.kind == "limit" and arm.calls["stop"] == 1
-    nan = ArmState(s.timestamp, s.q * np.nan, s.dq, s.ee_pose, s.gripper_width)
+    nan = ArmState(s.timestamp, s.q * np.nan, s.dq, s.pose, s.gripper_width)
     with pytest.raises(RobotFault, match="non-finite"):
         layer.check_state(nan)
 

@@ -31,7 +31,7 @@ def hand_position(host: str) -> np.ndarray:
     arm = FrankaArm(host, FrankaController(realtime="ignore"), timeout_s=3.0)
     try:
         arm.connect(timeout_s=20)
-        return np.asarray(arm.state().ee_pose[:3], float)
+        return np.array(arm.state().ee_position)
     finally:
         arm.close()
 

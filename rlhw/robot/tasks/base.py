@@ -13,10 +13,12 @@ Per episode the env calls, in order:
    width; the safety layer bounds it), then ``observe``, ``reward``, ``success``, ``terminated``.
 
 Sim-only extras (for contact tasks such as ``push_cube``): ``self.arm`` is the bound driver, so a
-task can call simulator hooks such as ``arm.object_pose("cube")``. Use ``self.require(name)`` to get
-such a hook: on a driver without it, it raises a ConfigError that says the task needs a simulator
-providing ``name`` (``env.sim: mujoco``). Drivers may also offer ``set_target_marker(position)``
-to show the goal in rendered images; ``reach`` calls it when present.
+task can call the simulator hooks it declares (`ArmCapability`, rlhw/robot/arm.py), such as
+``arm.object_pose("cube")``. ``self.require(capability)`` at bind refuses a driver without one with a
+ConfigError that says the task needs a simulator (``env.sim: mujoco``); a hook the task can do without
+(``set_target_marker``, to show the goal in rendered images) it asks ``arm.has(...)`` about.
+
+Poses are `Pose` objects (rlhw/robot/pose.py); ``orientation`` is a quaternion ``[qx, qy, qz, qw]``.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ import numpy as np
 
 from rlhw.config.env import EnvConfig
 from rlhw.errors import ConfigError
-from rlhw.robot.arm import Arm, ArmState
+from rlhw.robot.arm import Arm, ArmCapability, ArmState
 from rlhw.robot.camera import Frame
+from rlhw.robot.pose import Pose
 from rlhw.robot.spec import TensorSpec
 
 
@@ -90,17 +93,19 @@ class Task(abc.ABC):
         """Called once by the env: gives the task the driver (for sim-only hooks)."""
         self.arm = arm
 
-    def require(self, hook: str):
-        """A driver hook this task needs (e.g. ``object_pose``), or a clear ConfigError."""
-        fn = getattr(self.arm, hook, None)
-        if fn is None:
+    def arm_has(self, capability: ArmCapability) -> bool:
+        """Whether the bound driver declares ``capability`` (False before ``bind``): for hooks a task can do without."""
+        return self.arm is not None and self.arm.has(capability)
+
+    def require(self, capability: ArmCapability) -> None:
+        """Refuse a driver without ``capability`` (simulator hooks this task needs) with a clear ConfigError."""
+        if self.arm is None or not self.arm.has(capability):
             driver = type(self.arm).__name__ if self.arm is not None else "no arm"
             raise ConfigError(
                 "env.task",
-                f"task {self.name!r} needs the simulator hook {hook!r}, which {driver} does not provide; "
-                "run it with env.sim=mujoco (or env.driver=mujoco)",
+                f"task {self.name!r} needs the simulator hook {', '.join(capability.methods)} ({capability}), which "
+                f"{driver} does not provide; run it with env.sim=mujoco (or env.driver=mujoco)",
             )
-        return fn
 
     def option(self, key: str, default: Any, kind: type = float) -> Any:
         """Read ``env.task_options.<key>`` with a type check and a clear error."""
@@ -160,11 +165,11 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def success(self, state: ArmState) -> bool: ...
 
-    def retreat_path(self, state: ArmState) -> list[np.ndarray]:
-        """Poses ``[x, y, z, qx, qy, qz, qw]`` to visit before the reset's homing move (default none)."""
+    def retreat_path(self, state: ArmState) -> list[Pose]:
+        """Poses to visit before the reset's homing move (default none)."""
         return []
 
-    def approach_path(self, state: ArmState) -> list[np.ndarray]:
+    def approach_path(self, state: ArmState) -> list[Pose]:
         """Poses to visit after homing and ``reset``, before the first observation (default none)."""
         return []
 

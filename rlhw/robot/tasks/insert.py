@@ -41,9 +41,10 @@ import numpy as np
 
 from rlhw.config.env import EnvConfig
 from rlhw.errors import ConfigError
-from rlhw.robot.arm import ArmState
+from rlhw.robot.arm import ArmCapability, ArmState
 from rlhw.robot.camera import Frame
-from rlhw.robot.poses import RecordedPose, load_pose, rotation_error
+from rlhw.robot.pose import Pose
+from rlhw.robot.poses import RecordedPose, load_pose
 from rlhw.robot.spec import TensorSpec
 from rlhw.robot.tasks import register_task
 from rlhw.robot.tasks.base import Command, Task
@@ -87,18 +88,16 @@ class Insert(Task):
         self.ws_low = np.array(config.safety.workspace_low, dtype=float)
         self.ws_high = np.array(config.safety.workspace_high, dtype=float)
         self.wrench_scale = np.array([config.safety.max_contact_force_n] * 3 + [config.safety.max_contact_torque_nm] * 3)
-        self.goal = self.goal_record.ee_pose.copy()
+        self.goal: Pose = self.goal_record.pose
         self._validate(config)
-        self.orientation = self.goal[3:7].copy()
-        self.contact_zone = (self.goal[:3].copy(), self.zone_m)
-        self.start = self.goal[:3] + (self.start_low + self.start_high) / 2
-        self._place_hole = None
+        self.orientation = self.goal.quaternion
+        self.contact_zone = (self.goal.position.copy(), self.zone_m)
+        self.start = self.goal.position + (self.start_low + self.start_high) / 2
         self._judged: tuple[ArmState | None, bool] = (None, False)
 
     def _validate(self, config: EnvConfig) -> None:
         opt = "env.task_options."
-        qx, qy, qz, qw = self.goal[3:7]
-        down = -(1.0 - 2.0 * (qx * qx + qy * qy))  # minus the z of the hand's approach axis
+        down = -float(self.goal.rotation_matrix[2, 2])  # minus the z of the hand's approach axis
         tilt = math.acos(max(-1.0, min(1.0, down)))
         if tilt > MAX_TILT_RAD:
             raise ConfigError("env.task_options.goal_pose",
@@ -125,18 +124,14 @@ class Insert(Task):
         if self.approach_height < self.start_high[2]:
             raise ConfigError(opt + "approach_height_m", f"{self.approach_height} m is below start_high z = {self.start_high[2]}; "
                                                          "the hand comes down to the start from there")
-        corners = [self.goal[:3], self.goal[:3] + self.start_low, self.goal[:3] + self.start_high,
-                   self.goal[:3] + [0.0, 0.0, self.approach_height]]
+        goal = self.goal.position
+        corners = [goal, goal + self.start_low, goal + self.start_high, goal + [0.0, 0.0, self.approach_height]]
         for point in corners:
             if np.any(point < self.ws_low) or np.any(point > self.ws_high):
                 raise ConfigError("env.safety.workspace_low",
-                                  f"the goal {np.round(self.goal[:3], 3).tolist()} with its start box and approach height "
+                                  f"the goal {np.round(goal, 3).tolist()} with its start box and approach height "
                                   f"reaches {np.round(point, 3).tolist()}, outside the safety workspace "
                                   f"{self.ws_low.tolist()}..{self.ws_high.tolist()}; widen the workspace or shrink the box")
-
-    def bind(self, arm) -> None:
-        super().bind(arm)
-        self._place_hole = getattr(arm, "place_hole", None)  # sim only: a real hole is where it is
 
     # -- specs ----------------------------------------------------------------------------------
     def observation_specs(self) -> dict[str, TensorSpec]:
@@ -152,34 +147,32 @@ class Insert(Task):
         return TensorSpec("action", "float32", (3,), -1.0, 1.0)
 
     # -- episode --------------------------------------------------------------------------------
-    def _pose(self, xyz) -> np.ndarray:
-        return np.concatenate([np.asarray(xyz, dtype=float), self.goal[3:7]])
-
-    def retreat_path(self, state: ArmState) -> list[np.ndarray]:
+    def retreat_path(self, state: ArmState) -> list[Pose]:
         """Straight up along z, orientation kept, when the hand is over the hole below the approach
         height (within the contact zone's radius of its axis)."""
-        hand, goal = np.asarray(state.ee_position, dtype=float), self.goal[:3]
+        hand, goal = state.ee_position, self.goal.position
         top = goal[2] + self.approach_height
         if np.linalg.norm(hand[:2] - goal[:2]) > self.zone_m or hand[2] >= top:
             return []
-        return [np.concatenate([hand[:2], [top], np.asarray(state.ee_pose[3:7], dtype=float)])]
+        return [state.pose.with_position((hand[0], hand[1], top))]
 
     def reset(self, state: ArmState, rng: np.random.Generator) -> None:
-        self.start = self.goal[:3] + rng.uniform(self.start_low, self.start_high)
+        self.start = self.goal.position + rng.uniform(self.start_low, self.start_high)
         self._judged = (None, False)
-        if self._place_hole is not None:
-            self._place_hole(self.goal.copy(), self.depth)
+        if self.arm_has(ArmCapability.PLACE_HOLE):  # sim only: a real hole is where it is
+            self.arm.place_hole(self.goal, self.depth)
 
-    def approach_path(self, state: ArmState) -> list[np.ndarray]:
-        """Up to the approach height where needed, over the start, then down to it."""
-        hand = np.asarray(state.ee_position, dtype=float)
-        hover = self.goal[2] + self.approach_height
-        path = [] if hand[2] >= hover else [self._pose([hand[0], hand[1], hover])]
-        return path + [self._pose([self.start[0], self.start[1], hover]), self._pose(self.start)]
+    def approach_path(self, state: ArmState) -> list[Pose]:
+        """Up to the approach height where needed, over the start, then down to it (at the goal's orientation)."""
+        hand = state.ee_position
+        hover = self.goal.position[2] + self.approach_height
+        at = self.goal.with_position
+        path = [] if hand[2] >= hover else [at((hand[0], hand[1], hover))]
+        return path + [at((self.start[0], self.start[1], hover)), at(self.start)]
 
     def command(self, action: np.ndarray, state: ArmState) -> Command:
         ax, ay, az = np.asarray(action).tolist()[:3]
-        x, y, z = np.asarray(state.ee_pose).tolist()[:3]
+        x, y, z = state.ee_position.tolist()
         scale = self.scale
         return Command(position=np.array((x + ax * scale, y + ay * scale, z + az * scale)))
 
@@ -187,18 +180,18 @@ class Insert(Task):
         wrench = state.external_wrench
         wrench = np.zeros(6) if wrench is None else np.asarray(wrench, dtype=float) / self.wrench_scale
         return {
-            "to_goal": (self.goal[:3] - np.asarray(state.ee_position)).astype(np.float32),
-            "orientation_error": np.array(rotation_error(state.ee_pose[3:7], self.goal[3:7]), dtype=np.float32),
+            "to_goal": (self.goal.position - state.ee_position).astype(np.float32),
+            "orientation_error": state.pose.rotation_to(self.goal).astype(np.float32),
             "gripper_width": np.array([state.gripper_width], dtype=np.float32),
             "external_wrench": wrench.astype(np.float32),
         }
 
     # -- outcome --------------------------------------------------------------------------------
     def distance(self, state: ArmState) -> float:
-        return float(np.linalg.norm(np.asarray(state.ee_position) - self.goal[:3]))
+        return state.pose.distance(self.goal).translation_m
 
     def angle(self, state: ArmState) -> float:
-        return float(np.linalg.norm(rotation_error(state.ee_pose[3:7], self.goal[3:7])))
+        return state.pose.angle_to(self.goal)
 
     def pose_success(self, state: ArmState) -> bool:
         return self.distance(state) < self.success_m and self.angle(state) < self.success_rad
@@ -216,6 +209,6 @@ class Insert(Task):
         return self.terminate_on_success and self.success(state)
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "goal_pose": self.goal.tolist(), "goal_file": self.goal_file,
+        return {"name": self.name, "goal_pose": self.goal.vector.tolist(), "goal_file": self.goal_file,
                 "goal_robot": self.goal_record.robot, "start_position": self.start.tolist(),
                 "success_m": self.success_m, "success_rad": self.success_rad}

@@ -47,8 +47,9 @@ import numpy as np
 
 from rlhw.config.env import EnvConfig
 from rlhw.errors import ConfigError
-from rlhw.robot.arm import ArmState
+from rlhw.robot.arm import ArmCapability, ArmState
 from rlhw.robot.camera import Frame
+from rlhw.robot.pose import Pose
 from rlhw.robot.spec import TensorSpec
 from rlhw.robot.tasks import register_task
 from rlhw.robot.tasks.base import Command, Task
@@ -158,10 +159,13 @@ class PushCube(Task):
         super().bind(arm)
         # In a rehearsal the arm is a MeasuredArm without object_pose: the cube is then never read here.
         hidden = self.config.sim_state == "hidden"
-        self._object_pose = None if hidden else self.require("object_pose")
-        self._place_object = self.require("set_object_pose")
-        self._marker = getattr(arm, "set_target_marker", None)
-        self._floor_mark = getattr(arm, "set_floor_mark", None)
+        if not hidden:
+            self.require(ArmCapability.OBJECT_STATE)
+        self.require(ArmCapability.PLACE_OBJECTS)
+        self._object_pose = None if hidden else arm.object_pose
+        self._place_object = arm.set_object_pose
+        self._marker = arm.set_target_marker if arm.has(ArmCapability.TARGET_MARKER) else None
+        self._floor_mark = arm.set_floor_mark if arm.has(ArmCapability.FLOOR_MARK) else None
 
     # -- specs ----------------------------------------------------------------------------------
     def observation_specs(self) -> dict[str, TensorSpec]:
@@ -186,10 +190,10 @@ class PushCube(Task):
 
     # -- episode --------------------------------------------------------------------------------
     def reset(self, state: ArmState, rng: np.random.Generator) -> None:
-        self.orientation = np.asarray(state.ee_pose[3:7], dtype=float).copy()
+        self.orientation = state.pose.quaternion
         start, goal = self._start_and_goal(rng)
         self.goal = np.array([*goal, CUBE_HALF_SIZE])
-        self._place_object("cube", np.array([*start, CUBE_HALF_SIZE]))
+        self._place_object("cube", Pose((*start, CUBE_HALF_SIZE)))
         if self._floor_mark is not None:
             self._floor_mark(self.goal[:2].copy())
         if self._marker is not None:  # the floating sphere marks a goal that moves; tape marks a fixed one
@@ -217,31 +221,31 @@ class PushCube(Task):
             goal = np.clip(goal, goal_low, goal_high)
         return start, goal
 
-    def approach_path(self, state: ArmState) -> list[np.ndarray]:
+    def approach_path(self, state: ArmState) -> list[Pose]:
         """To ``hand_start`` in one straight line from home (none without it)."""
         if self.hand_start is None:
             return []
-        return [np.concatenate([self.hand_start, np.asarray(state.ee_pose[3:7], dtype=float)])]
+        return [state.pose.with_position(self.hand_start)]
 
-    def retreat_path(self, state: ArmState) -> list[np.ndarray]:
+    def retreat_path(self, state: ArmState) -> list[Pose]:
         """Straight up to ``hand_start``'s height when below it, so that the homing joint move does not sweep
         the fingers across the table and the cube."""
         hand = np.asarray(state.ee_position, dtype=float)
         if self.hand_start is None or hand[2] >= self.hand_start[2] - 0.005:
             return []
-        return [np.concatenate([hand[:2], self.hand_start[2:3], np.asarray(state.ee_pose[3:7], dtype=float)])]
+        return [state.pose.with_position((hand[0], hand[1], self.hand_start[2]))]
 
     def command(self, action: np.ndarray, state: ArmState) -> Command:
         target = state.ee_position + np.asarray(action[:3], dtype=float) * self.scale
         if self.use_gripper:
-            width = float((action[3] + 1.0) / 2.0 * getattr(self.arm, "max_gripper_width", 0.08))
+            width = float((action[3] + 1.0) / 2.0 * self.arm.max_gripper_width)
         else:
             width = 0.0  # closed fingers push better than open ones straddling the cube
         return Command(position=target, gripper_width=width)
 
     def observe(self, state: ArmState, frames: Mapping[str, Frame]) -> dict[str, np.ndarray]:
         if self._object_pose is not None:  # never in a rehearsal (env.sim_state: hidden)
-            self.cube = np.asarray(self._object_pose("cube")[:3], dtype=float)
+            self.cube = np.array(self._object_pose("cube").position)
         ee = np.asarray(state.ee_position, dtype=np.float32)
         goal = self.goal.astype(np.float32)
         obs = {"ee_position": ee}
@@ -282,7 +286,7 @@ class PushCube(Task):
         return self._object_pose is not None and self.cube_distance() < self.success_m
 
     def judge(self, sim, state: ArmState) -> bool:
-        cube = np.asarray(sim.object_pose("cube")[:2], dtype=float)
+        cube = sim.object_pose("cube").position[:2]
         return float(np.linalg.norm(cube - self.goal[:2])) < self.success_m
 
     def cube_out_of_reach(self) -> bool:

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from rlhw.config.env import EnvConfig
-from rlhw.robot.arm import ArmState
+from rlhw.robot.arm import ArmCapability, ArmState
 from rlhw.robot.camera import Frame
 from rlhw.robot.spec import TensorSpec
 from rlhw.robot.tasks import register_task
@@ -83,20 +83,19 @@ class Reach(Task):
 
     def reset(self, state: ArmState, rng: np.random.Generator) -> None:
         self.target = rng.uniform(self.target_low, self.target_high)
-        self.orientation = np.asarray(state.ee_pose[3:7], dtype=float).copy()
-        marker = getattr(self.arm, "set_target_marker", None)
-        if marker is not None:
-            marker(self.target.copy())
+        self.orientation = state.pose.quaternion
+        if self.arm_has(ArmCapability.TARGET_MARKER):
+            self.arm.set_target_marker(self.target.copy())
 
     def command(self, action: np.ndarray, state: ArmState) -> Command:
         # float32 actions widen exactly to floats; 3 numbers: plain floats beat numpy calls
         ax, ay, az = np.asarray(action).tolist()[:3]
-        x, y, z = np.asarray(state.ee_pose).tolist()[:3]
+        x, y, z = state.ee_position.tolist()
         scale = self.scale
         target = np.array((x + ax * scale, y + ay * scale, z + az * scale))
         width = None
         if self.use_gripper:
-            width = float((action[3] + 1.0) / 2.0 * getattr(self.arm, "max_gripper_width", 0.08))
+            width = float((action[3] + 1.0) / 2.0 * self.arm.max_gripper_width)
         return Command(position=target, gripper_width=width)
 
     def distance(self, state: ArmState) -> float:
@@ -107,7 +106,7 @@ class Reach(Task):
 
     def _offset(self, state: ArmState) -> tuple[float, float, float, float, float, float]:
         """Hand position and target - hand as floats; caches the distance for this ``state``."""
-        x, y, z = np.asarray(state.ee_pose).tolist()[:3]
+        x, y, z = state.ee_position.tolist()
         tx, ty, tz = self._target_floats
         dx, dy, dz = tx - x, ty - y, tz - z
         self._dist, self._dist_for = math.sqrt(dx * dx + dy * dy + dz * dz), state
