@@ -223,8 +223,8 @@ def evaluate(config, checkpoint: PolicyCheckpoint, episodes: int, run_dir, robot
     does not match the env's. The env is closed (the arm stopped) whatever happens."""
     import torch
 
-    from rlhw.rl.pipeline.env_worker import has_real_arm
     from rlhw.rl.sac import resolve_device
+    from rlhw.robot.factory import declares_real_arm
     from rlhw.runtime.isolation import GcGuard, apply_loop_isolation
 
     torch.set_num_threads(1)  # one small forward pass per step; see rlhw.rl.trainer
@@ -239,7 +239,7 @@ def evaluate(config, checkpoint: PolicyCheckpoint, episodes: int, run_dir, robot
         policy = deterministic_policy(checkpoint, env.spec, config.train.sac, resolve_device(config.train.device))
         if config.train.record_episodes:
             fsync = config.train.fsync_episodes
-            fsync = (config.env.sim is None and has_real_arm(config)) if fsync == "auto" else bool(fsync)
+            fsync = (config.env.sim is None and declares_real_arm(config)) if fsync == "auto" else bool(fsync)
             recorder = EpisodeRecorder(run_dir.episodes / f"env{robot_rank}", fsync=fsync,
                                        meta={PROVENANCE_KEY: recorded_env(config.env)})
         meta = {"robot_rank": robot_rank, "checkpoint": str(checkpoint.path), "policy_version": checkpoint.updates}

@@ -36,7 +36,7 @@ from rlhw.errors import ConfigError, WorkerError
 from rlhw.rl.checkpoint import checked_init_from
 from rlhw.rl.demos import env_provenance, load_demos
 from rlhw.rl.pipeline.actor_worker import ActorWorker
-from rlhw.rl.pipeline.env_worker import EnvWorker, env_transport, simulated
+from rlhw.rl.pipeline.env_worker import EnvWorker, env_transport
 from rlhw.rl.pipeline.loop_health import loop_metrics
 from rlhw.rl.pipeline.messages import (ACTION_CHANNEL, OBS_CHANNEL, REPLAY_CHANNEL, WEIGHTS_CHANNEL, EnvProgress,
                                        EpisodeResult, RolloutProgress, expect)
@@ -59,8 +59,10 @@ class PipelineFailure(Exception):
 
 
 def _check(config) -> None:
+    from rlhw.robot.factory import plan_env
+
     n = config.env.num_envs
-    if n > 1 and not simulated(config, 0):  # rank 0 may be simulated while another env worker drives a real arm
+    if n > 1 and not plan_env(config, 0).simulated:  # an auto fallback beside a declared Franka counts as real
         raise ConfigError("env.num_envs", f"is {n}, but the env workers drive a real arm, which hosts one "
                                           "env instance (one controller per arm): set env.num_envs=1 and place "
                                           "one env worker per arm, or set env.sim=mujoco to rehearse in simulation")

@@ -119,7 +119,9 @@ class EnvWorker(Worker):
         self.transport = env_transport(config, self.robot_rank)
         fsync = self.cfg.fsync_episodes
         if fsync == "auto":
-            fsync = config.env.sim is None and has_real_arm(config)
+            from rlhw.robot.factory import declares_real_arm
+
+            fsync = config.env.sim is None and declares_real_arm(config)
         meta = {PROVENANCE_KEY: recorded_env(config.env)}  # a run's episodes may be a later run's demos
         self.recorders = ([EpisodeRecorder(episode_dir(self.run_dir, self.rank, i, self.num_envs), fsync=bool(fsync),
                                            meta=meta) for i in range(self.num_envs)]
@@ -371,33 +373,19 @@ def open_env_lane(config, rank: int, rollout_rank: int, addresses: list[LaneAddr
     return ChannelEnvEnd(channel_prefix, rank, rollout_rank, timeout)
 
 
-def has_real_arm(config) -> bool:
-    try:
-        return any(getattr(g.hardware, "type", None) == "Franka" for g in config.cluster.node_groups if g.hardware)
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def simulated(config, robot_rank: int) -> bool:
-    """Every env instance of env worker ``robot_rank`` is simulated: its arm driver is a simulator, and no
-    node group declares a real arm that the ``auto``/``franka`` driver would drive (``env.sim`` forces one)."""
-    from rlhw.robot.factory import SIMULATORS, plan_env
-
-    if plan_env(config, robot_rank).arm_driver not in SIMULATORS:
-        return False
-    return config.env.sim is not None or config.env.driver not in ("auto", "franka") or not has_real_arm(config)
-
-
 def env_transport(config, robot_rank: int) -> str:
     """``in_process`` or ``server``: where env worker ``robot_rank``'s env runs (``train.env_transport``; auto:
     in this process when it is simulated). A real arm runs in a server child, so that a hung or crashed driver
     cannot take the worker down and the worker can restart it."""
+    from rlhw.robot.factory import plan_env
+
     choice = config.train.env_transport
-    if choice == "in_process" and not simulated(config, robot_rank):
+    simulated = plan_env(config, robot_rank).simulated
+    if choice == "in_process" and not simulated:
         raise ConfigError("train.env_transport", "is in_process, but this run drives a real arm, which runs only "
                                                  "behind its env server child (a hung driver must not stall the "
                                                  "robot loop, and the worker restarts a dead server); set "
                                                  "train.env_transport=auto or server, or env.sim=mujoco to rehearse")
     if choice == "auto":
-        return "in_process" if simulated(config, robot_rank) else "server"
+        return "in_process" if simulated else "server"
     return choice
