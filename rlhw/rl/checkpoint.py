@@ -27,7 +27,7 @@ SAC_CONFIG_KEY = "sac_config"
 
 def spec_record(spec: EnvSpec) -> dict:
     """What the policy's networks depend on, as plain data: observation shapes and dtypes, action shape and
-    bounds (the actor rescales to them), and the control rate it was trained at (informational)."""
+    bounds (the policy network rescales to them), and the control rate it was trained at (informational)."""
     low, high = action_bounds(spec.action)
     return {
         "observations": {k: {"shape": [int(s) for s in v.shape], "dtype": str(np.dtype(v.dtype))}
@@ -44,7 +44,7 @@ def policy_contract(spec: EnvSpec, sac_config) -> dict:
 
 
 def checkpoint_state(agent, contract: dict, **counters) -> dict:
-    """A checkpoint's contents, one format for every writer (the local runner, actor rank 0): SAC's state, the
+    """A checkpoint's contents, one format for every writer (the local runner, learner rank 0): SAC's state, the
     observation layout, the `policy_contract`, and the run's counters (env_steps, episodes, best_success);
     ``updates`` is the agent's own."""
     return {"sac": agent.state_dict(), "layout": agent.layout.to_dict(), **contract, **counters,

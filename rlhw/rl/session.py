@@ -101,7 +101,7 @@ class TrainingSession:
         self._steps0 = self.c.env_steps
         self._last_log_t, self._last_log_steps = self._t0, self.c.env_steps
         self.stop: StopReason | None = None
-        self.status_extra: dict = {}  # more fields for run.json (e.g. the actor ranks' weight digests)
+        self.status_extra: dict = {}  # more fields for run.json (e.g. the learner ranks' weight digests)
         self._bar = None
         if self.cfg.progress:
             from tqdm import tqdm

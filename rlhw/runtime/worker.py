@@ -1,6 +1,6 @@
 """Worker: the base class of every rlhw process, and its name and facts (WorkerAddress, WorkerInfo).
 
-A subclass is an ordinary Python class. ``MyWorker.create_group(...).launch(cluster, component="actor")``
+A subclass is an ordinary Python class. ``MyWorker.create_group(...).launch(cluster, component="learner")``
 turns each Placement record into one Ray actor of it, pinned to its node. The launcher puts
 everything the worker must know into its environment *before* the process starts (Ray's
 runtime_env), so ``__init__`` already sees RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
@@ -56,8 +56,8 @@ def actor_name(address: "WorkerAddress | str") -> str:
 
 @dataclass(frozen=True)
 class WorkerAddress:
-    """Hierarchical worker name ``group:rank[:rank...]``: ``actor:3`` is rank 3 of group ``actor``;
-    ``actor:3:0`` is rank 0 of a group that worker 3 started."""
+    """Hierarchical worker name ``group:rank[:rank...]``: ``learner:3`` is rank 3 of group ``learner``;
+    ``learner:3:0`` is rank 0 of a group that worker 3 started."""
 
     group: str
     ranks: tuple[int, ...] = ()
@@ -74,7 +74,7 @@ class WorkerAddress:
         try:
             ranks = tuple(int(p) for p in parts[1:])
         except ValueError:
-            raise ValueError(f"{text!r} is not a worker address; expected group:rank[:rank...], e.g. actor:0") from None
+            raise ValueError(f"{text!r} is not a worker address; expected group:rank[:rank...], e.g. learner:0") from None
         return cls(parts[0], ranks)
 
     def __str__(self) -> str:

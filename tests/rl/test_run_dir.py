@@ -14,7 +14,7 @@ from rlhw.rl.local import train_local
 from rlhw.rl.rundir import RunDir
 from tests.rl.point_env import PointReachEnv
 
-CLUSTER = {"num_nodes": 1, "component_placement": {"env,rollout,actor": {"node_group": "node", "placement": "0"}},
+CLUSTER = {"num_nodes": 1, "component_placement": {"env,rollout,learner": {"node_group": "node", "placement": "0"}},
            "node_groups": []}
 
 

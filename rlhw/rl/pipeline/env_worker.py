@@ -66,13 +66,13 @@ def episode_dir(run_dir: Path, env_rank: int, instance: int, num_envs: int) -> P
 class EnvWorker(Worker):
     def __init__(self, config, run_dir: str, num_rollout: int, channel_prefix: str = "",
                  lane_addresses: list[LaneAddress | None] | None = None, lane_token: bytes | None = None,
-                 num_actor: int = 1):
+                 num_learner: int = 1):
         import torch
 
         torch.set_num_threads(1)
         self._setup(config, run_dir, num_rollout, channel_prefix)
         if config.train.policy_at == "env":  # act next to the arm: the lane is a policy in this process
-            self.lane: EnvLaneEnd = PolicyNextToArm(self.spec(), config, self.rank, num_actor, channel_prefix,
+            self.lane: EnvLaneEnd = PolicyNextToArm(self.spec(), config, self.rank, num_learner, channel_prefix,
                                                     resolve_device(self.cfg.device))
         else:
             self.lane = open_env_lane(config, self.rank, self.rollout_rank, lane_addresses, lane_token,

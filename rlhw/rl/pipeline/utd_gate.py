@@ -6,7 +6,7 @@ and learned accordingly worse than the config promised. In sync mode the control
 and updating, so the ratio holds by construction; async mode needs a brake on the robots.
 
 How, with Ray and nothing of our own: the controller, which runs the updates, grants each env worker an
-allowance of train steps after every chunk of updates (an actor call, ``EnvWorker.allow``). The allowance
+allowance of train steps after every chunk of updates (a Ray actor call, ``EnvWorker.allow``). The allowance
 (`step_allowance`) is what the updates done so far pay for, plus ``train.utd_slack`` updates' worth ahead, so
 the robots keep stepping while the next chunk trains. An env worker that has used its allowance waits
 (`UtdGate.wait`), on the condition it already has:

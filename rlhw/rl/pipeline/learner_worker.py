@@ -1,4 +1,4 @@
-"""Actor worker (placement component ``actor``): SAC updates, data-parallel over the group.
+"""Learner worker (placement component ``learner``): SAC updates, data-parallel over the group.
 
 Every rank keeps its own replay (`MixedReplay`: online transitions, filled from the ``replay`` channel, key =
 its rank: rollout workers spread transitions over the ranks; and a demo buffer holding ALL of ``train.demos``
@@ -32,7 +32,7 @@ from rlhw.robot.spec import EnvSpec
 from rlhw.runtime.worker import Worker
 
 
-class ActorWorker(Worker):
+class LearnerWorker(Worker):
     def __init__(self, config, run_dir: str, num_acting: int, channel_prefix: str = ""):
         # learner_threads of this node's env_configs, else 1 (small MLPs on shared cores: see rlhw.rl.trainer)
         self.learner_threads = apply_learner_threads(config.cluster.node_env(self.info.node_rank).isolation)
