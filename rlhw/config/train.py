@@ -121,7 +121,8 @@ class TrainConfig(StrictModel):
     ``sync`` alternates: collect ``steps_per_iteration`` env steps, then do the matching number of updates.
     """
 
-    seed: int = Field(0, description="base seed; rank r of every group uses seed + r")
+    seed: int = Field(0, description="base seed; each process seeds with it plus an offset of its role and its rank "
+                      "(rlhw.rl.seeds)")
     runner: Literal["pipeline", "local"] = "pipeline"
     mode: Literal["async", "sync"] = "sync"
     max_env_steps: int = Field(20_000, ge=1, description="stop after this many collected env steps (all robots)")

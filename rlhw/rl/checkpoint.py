@@ -10,6 +10,7 @@ it carried a spec is refused with the way to re-save it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 
 from rlhw.errors import ConfigError
+from rlhw.rl.session import Counters
 from rlhw.rl.spaces import action_bounds
 from rlhw.robot.spec import EnvSpec
 
@@ -43,12 +45,23 @@ def policy_contract(spec: EnvSpec, sac_config) -> dict:
     return {SPEC_KEY: spec_record(spec), SAC_CONFIG_KEY: sac_config.model_dump(mode="json")}
 
 
-def checkpoint_state(agent, contract: dict, **counters) -> dict:
-    """A checkpoint's contents, one format for every writer (the local runner, learner rank 0): SAC's state, the
-    observation layout, the `policy_contract`, and the run's counters (env_steps, episodes, best_success);
-    ``updates`` is the agent's own."""
-    return {"sac": agent.state_dict(), "layout": agent.layout.to_dict(), **contract, **counters,
-            "updates": agent.updates}
+#: The run's counters a checkpoint carries besides ``updates`` (the agent's own).
+COUNTERS = ("env_steps", "episodes", "best_success")
+
+
+def checkpoint_state(agent, contract: dict, counters: Counters) -> dict:
+    """A checkpoint's contents, one format for every writer (the local runner, learner rank 0, a test's policy):
+    SAC's state, the observation layout, the `policy_contract`, and the run's `COUNTERS`; ``updates`` is the
+    agent's own. `saved_counters` reads them back."""
+    return {"sac": agent.state_dict(), "layout": agent.layout.to_dict(), **contract,
+            **{k: getattr(counters, k) for k in COUNTERS}, "updates": agent.updates}
+
+
+def saved_counters(state: dict) -> Counters:
+    """The run's counters in a checkpoint that `checkpoint_state` wrote (one written before it carried
+    ``episodes`` or ``best_success``: none yet)."""
+    return Counters(env_steps=int(state.get("env_steps", 0)), updates=int(state.get("updates", 0)),
+                    episodes=int(state.get("episodes", 0)), best_success=float(state.get("best_success", math.nan)))
 
 
 def spec_differences(saved: dict, spec: EnvSpec) -> list[str]:

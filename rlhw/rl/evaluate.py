@@ -12,7 +12,7 @@ It is training's robot path with the learner taken out, so what holds in trainin
 - the loop is timed by training's `LoopTimer` (obs->action latency, lateness), under node 0's loop isolation.
 
 Seeds: episode k resets with seed ``EVAL_SEED_BASE + k`` (2**32 + k). Training episodes draw their seeds from
-[0, 2**31) and the HIL benchmark's eval uses 2**31 + k, so no eval episode here repeats a training target.
+[0, 2**31) (`rlhw.rl.seeds.episode_seed`) and the HIL benchmark's eval uses 2**31 + k, so no eval episode here repeats a training target.
 The same k gives the same target on every driver, so two drivers are compared episode by episode.
 
 Ctrl-C (and SIGTERM, which `rlhw eval` turns into the same interrupt: rlhw.runtime.stop_signals) ends the

@@ -196,7 +196,7 @@ class TrainingSession:
             "train/episodes": self.c.episodes,
             "train/updates": self.c.updates,
             "eval/success_rate": float("nan"),
-            "perf/steps_per_s": self._rate(now),
+            "perf/env_steps_per_s": self._rate(now),
             "perf/elapsed_s": now - self._t0,
         }
         row.update({k: float(np.mean(v)) for k, v in self._losses.items() if v})

@@ -27,8 +27,10 @@ import torch
 from rlhw.errors import RlhwError
 from rlhw.rl.pipeline.lane import LaneError
 from rlhw.rl.pipeline.messages import REPLAY_CHANNEL, WEIGHTS_CHANNEL, Actions, EnvStep, PolicyWeights, expect
+from rlhw.rl.policy import choose_actions
 from rlhw.rl.replay import TransitionBatch
 from rlhw.rl.sac import Actor, build_actor, obs_to_tensors
+from rlhw.rl.seeds import SeedStream, rank_seed, seed_process
 from rlhw.rl.spaces import AgentSpace, zero_observations
 from rlhw.robot.spec import EnvSpec
 
@@ -38,14 +40,14 @@ WEIGHTS_POLL_S = 0.25
 
 
 class ActingPolicy:
-    """SAC's policy network acting for a batch: uniform random actions during warm-up (version -1), then SAC's
-    stochastic action, the mean for eval rows; with the version of the weights behind each action."""
+    """SAC's policy network acting for a batch as `rlhw.rl.policy.choose_actions` says (uniform random actions
+    during warm-up, then SAC's stochastic action, the mean for eval rows), in a process of its own: its own copy
+    of the network, replaced whole by the weights the learner publishes, and their version."""
 
     def __init__(self, spec: EnvSpec, sac_config, device: torch.device, seed: int):
         space = AgentSpace.from_spec(spec)
         self.layout, self.low, self.high, self.device = space.layout, space.low, space.high, device
-        torch.manual_seed(seed)
-        self.rng = np.random.default_rng(seed)
+        self.rng = seed_process(seed)
         self.random_actions = True
         # (network, version), replaced whole when new weights arrive: an action never mixes two versions.
         self.current: tuple[Actor, int] = (build_actor(space.layout, space.low, space.high, sac_config)
@@ -57,20 +59,11 @@ class ActingPolicy:
         return self.current[1]
 
     def act(self, obs: dict, deterministic: np.ndarray) -> Actions:
-        """Actions for a batch, and the version of the weights that chose each (-1: uniform random)."""
+        """Actions for a batch, and the version of the weights that chose each (-1: uniform random), by the one
+        acting rule (`rlhw.rl.policy.choose_actions`)."""
         net, version = self.current
-        k = len(deterministic)
-        versions = np.full(k, version, np.int64)
-        if self.random_actions or version < 0:
-            actions = self.rng.uniform(self.low, self.high, size=(k, *self.low.shape)).astype(np.float32)
-            versions[~deterministic] = -1
-            if deterministic.any() and version >= 0:
-                actions[deterministic] = self.forward(obs, net)[1][deterministic]
-            return Actions(actions, versions)
-        sample, mean = self.forward(obs, net)  # one forward pass gives both
-        if deterministic.any():
-            sample = np.where(deterministic.reshape(-1, *[1] * (sample.ndim - 1)), mean, sample)
-        return Actions(sample, versions)
+        return Actions(*choose_actions(lambda: self.forward(obs, net), deterministic, version, self.random_actions,
+                                       self.rng, self.low, self.high))
 
     @torch.no_grad()
     def forward(self, obs: dict, net: Actor | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -199,7 +192,7 @@ class PolicyNextToArm:
 
     def __init__(self, spec: EnvSpec, config, env_rank: int, num_learner_ranks: int, channel_prefix: str, device):
         cfg = config.train
-        self.policy = ActingPolicy(spec, cfg.sac, device, seed=cfg.seed + 2000 + env_rank)
+        self.policy = ActingPolicy(spec, cfg.sac, device, seed=rank_seed(cfg.seed, SeedStream.ACTING, env_rank))
         self.feeder = Feeder(self.policy, ReplayForwarder(channel_prefix, num_learner_ranks, cfg.step_timeout_s),
                              WeightsFollower(channel_prefix, key=env_rank), name=f"policy-feeder-{env_rank}")
         self.answer: Actions | None = None

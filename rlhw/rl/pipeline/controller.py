@@ -41,9 +41,9 @@ from rlhw.rl.pipeline.loop_health import loop_metrics
 from rlhw.rl.pipeline.messages import (ACTION_CHANNEL, OBS_CHANNEL, REPLAY_CHANNEL, WEIGHTS_CHANNEL, EnvProgress,
                                        EpisodeResult, RolloutProgress, expect)
 from rlhw.rl.pipeline.rollout_worker import RolloutWorker
-from rlhw.rl.pipeline.utd_gate import step_allowance
+from rlhw.rl.pipeline.utd_gate import step_allowance, updates_owed
 from rlhw.rl.rundir import RunDir
-from rlhw.rl.session import Counters, StopReason, TrainingSession, interrupted
+from rlhw.rl.session import StopReason, TrainingSession, interrupted
 from rlhw.rl.spaces import observation_shapes
 from rlhw.runtime.stop_signals import cause_text, interrupt_cause
 
@@ -215,10 +215,7 @@ class Controller:
 
     def __init__(self, config, run_dir: RunDir, pipe: Pipeline):
         self.cfg, self.run_dir, self.pipe = config.train, run_dir, pipe
-        r = pipe.resumed
-        self.session = TrainingSession(config, run_dir, Counters(
-            env_steps=int(r["env_steps"]), updates=int(r["updates"]), episodes=int(r["episodes"]),
-            best_success=float(r["best_success"])))
+        self.session = TrainingSession(config, run_dir, pipe.resumed)
         self.base_steps = self.session.c.env_steps  # steps of the runs this one resumes
         self.collected = [0] * pipe.n_env  # train steps per env worker, in this run
         self.restarts = [0] * pipe.n_env  # env server children restarted, per env worker
@@ -316,7 +313,7 @@ class Controller:
         if self.explore_random and session.c.env_steps >= cfg.learning_starts:
             pipe.acting.set_exploration(False).wait(CALL_TIMEOUT_S)
             self.explore_random = False
-        owed = int(cfg.utd_ratio * (session.c.env_steps - cfg.learning_starts)) - session.c.updates
+        owed = updates_owed(session.c.env_steps, session.c.updates, cfg.utd_ratio, cfg.learning_starts)
         while owed > 0:
             n = min(owed, UPDATE_CHUNK) if cfg.mode == "async" else owed
             m = pipe.learners.train(n).wait(CALL_TIMEOUT_S + n)[0]
@@ -326,8 +323,8 @@ class Controller:
             session.add_losses({k: v for k, v in m.items() if k.startswith("losses/")}, m["updates"])
             owed -= m["updates"]
             # A learner slower than the robots (high utd_ratio, async mode) owes updates: logged, never hidden.
-            session.set_extra(**{"losses/alpha": m["losses/alpha"], "train/replay_size": m["replay"],
-                                 "train/demo_buffer_size": m["demo_buffer"], "perf/updates_behind": max(owed, 0)})
+            session.set_extra(**{"losses/alpha": m["losses/alpha"], "train/replay_size": m["replay_size"],
+                                 "train/demo_buffer_size": m["demo_buffer_size"], "perf/updates_behind": max(owed, 0)})
             if cfg.mode == "async":
                 self.grant()
                 self.absorb(pipe.poll_envs())
@@ -372,9 +369,7 @@ class Controller:
         self.session.record_eval(results)
 
     def checkpoint(self) -> None:
-        c = self.session.c
-        self.pipe.learners.execute_on(0).save_checkpoint(
-            {"env_steps": c.env_steps, "episodes": c.episodes, "best_success": c.best_success}).wait(CALL_TIMEOUT_S)
+        self.pipe.learners.execute_on(0).save_checkpoint(self.session.c).wait(CALL_TIMEOUT_S)
 
     # ---- how a run ends early
     def _worker_failed(self, e: PipelineFailure | WorkerError) -> StopReason:

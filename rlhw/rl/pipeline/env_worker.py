@@ -44,6 +44,7 @@ from rlhw.rl.pipeline.messages import Actions, EnvProgress, EnvStep, EpisodeResu
 from rlhw.rl.pipeline.utd_gate import UtdGate
 from rlhw.rl.replay import TransitionBatch
 from rlhw.rl.sac import resolve_device
+from rlhw.rl.seeds import SeedStream, episode_seed, rank_seed
 from rlhw.robot.spec import EnvSpec
 from rlhw.runtime.isolation import GcGuard, apply_loop_isolation
 from rlhw.runtime.worker import Worker
@@ -127,7 +128,7 @@ class EnvWorker(Worker):
                                            meta=meta) for i in range(self.num_envs)]
                           if self.cfg.record_episodes else None)
         self._start_env()
-        self.rng = np.random.default_rng(self.cfg.seed + 1000 + self.rank)
+        self.rng = np.random.default_rng(rank_seed(self.cfg.seed, SeedStream.EPISODES, self.rank))
         self._pending: TransitionBatch | None = None  # train transitions that go with the next observation
         self._first_obs = True
         self.hooks = LoopHooks(act=self._act, choose=self._choose, report=self._report_locked, sink=self._sink,
@@ -289,7 +290,7 @@ class EnvWorker(Worker):
         next reset), else until every instance is idle. Then the last transitions go out; a fourth refused
         step in a row fails the loop once the episodes it cut short are reported."""
         self._first_obs = True
-        self.episode_loop.run(self.hooks, seed=int(self.rng.integers(2**31)))
+        self.episode_loop.run(self.hooks, seed=episode_seed(self.rng))
         self._put_transitions(self._pending)
         self._pending = None
         if self.refused.in_a_row > 3:

@@ -31,6 +31,7 @@ from rlhw.rl.pipeline.acting import ActingPolicy, Feeder, ReplayForwarder, Weigh
 from rlhw.rl.pipeline.lane import ChannelRolloutEnd, DirectRolloutEnd, LaneAddress, RolloutLaneEnd
 from rlhw.rl.pipeline.messages import Actions, EnvStep, RolloutProgress
 from rlhw.rl.sac import resolve_device
+from rlhw.rl.seeds import SeedStream, rank_seed
 from rlhw.robot.spec import EnvSpec
 from rlhw.runtime.isolation import apply_loop_isolation
 from rlhw.runtime.worker import Worker
@@ -61,7 +62,7 @@ class RolloutWorker(Worker):
 
     def setup(self, spec: EnvSpec) -> None:
         """Build the policy network from the env spec and start the loop."""
-        self.policy = ActingPolicy(spec, self.cfg.sac, self.device, seed=self.cfg.seed + 2000 + self.rank)
+        self.policy = ActingPolicy(spec, self.cfg.sac, self.device, seed=rank_seed(self.cfg.seed, SeedStream.ACTING, self.rank))
         self.feeder = Feeder(self.policy, self.replay, self.weights, name=f"rollout-feeder-{self.rank}")
         self.thread = threading.Thread(target=self._loop, daemon=True, name=f"rollout-{self.rank}")
         self.thread.start()

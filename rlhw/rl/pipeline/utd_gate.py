@@ -28,6 +28,13 @@ from rlhw.robot.clock import SYSTEM_CLOCK, Clock
 WAKE_S = 0.5  # a waiting worker re-checks `stopping` this often, whatever the notifications
 
 
+def updates_owed(env_steps: int, updates: int, utd_ratio: float, learning_starts: int) -> int:
+    """The updates that ``env_steps`` collected steps pay for beyond the ``updates`` done: ``utd_ratio`` per step
+    after ``learning_starts``, none before. The one formula of both runners (`rlhw.rl.local`, the controller);
+    `step_allowance` is its inverse."""
+    return max(0, int(utd_ratio * (env_steps - learning_starts)) - updates)
+
+
 def step_allowance(updates: int, utd_ratio: float, learning_starts: int, slack_updates: int, base_steps: int,
                    num_env: int) -> int:
     """Train steps one of ``num_env`` env workers may have collected in this run, given the ``updates`` done:
