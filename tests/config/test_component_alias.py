@@ -3,16 +3,19 @@ with one warning per process that says what to write."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
 import pytest
 
-from rlhw.config import load_config, load_config_dict
-from rlhw.config import component_placement
+from rlhw.config import component_placement, load_config, load_config_dict
 from rlhw.errors import ConfigError
 
-CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 
 
 @pytest.fixture
@@ -56,3 +59,14 @@ def test_shipped_configs_write_the_new_name(path, fresh_process):
         warnings.simplefilter("error", FutureWarning)
         cfg = load_config(path)
     assert "actor" not in cfg.cluster.components()
+
+
+@pytest.mark.timeout(120)
+def test_a_user_of_an_old_config_sees_the_warning_once_and_the_plan_names_the_learner(tmp_path):
+    old = tmp_path / "old.yaml"
+    old.write_text("cluster:\n  num_nodes: 2\n  component_placement:\n    env,rollout: 0\n    actor: 1\n")
+    out = subprocess.run([sys.executable, "-m", "rlhw.cli.main", "placement", str(old), "--dry-run", "--json"],
+                         capture_output=True, text=True, timeout=100, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("write 'learner'") == 1
+    assert list(json.loads(out.stdout)["components"]) == ["env", "rollout", "learner"]

@@ -1,12 +1,15 @@
 """Learner worker (placement component ``learner``): SAC updates, data-parallel over the group.
 
+It was called the actor worker, and the component ``actor``, until "actor" also meant the policy network
+(`rlhw.rl.sac.Actor`), Ray's actors and SERL's acting process; configs may still say ``actor``.
+
 Every rank keeps its own replay (`MixedReplay`: online transitions, filled from the ``replay`` channel, key =
 its rank: rollout workers spread transitions over the ranks; and a demo buffer holding ALL of ``train.demos``
-on every rank, plus the intervention transitions that reach this rank) and samples its own batches; gradients are averaged over ranks with
-torch.distributed all-reduce (gloo on CPU, NCCL on GPU) inside `SAC.update`, after rank 0's initial
-weights were broadcast, so the ranks' weights stay identical. Each rank seeds with its own seed
-(`rlhw.rl.seeds`: ``SeedStream.LEARNER``).
-Rank 0 publishes policy weights to the processes that act (rollout workers, or env workers next to their
+on every rank, plus the intervention transitions that reach this rank) and samples its own batches;
+gradients are averaged over ranks with torch.distributed all-reduce (gloo on CPU, NCCL on GPU) inside
+`SAC.update`, after rank 0's initial weights were broadcast, so the ranks' weights stay identical. Each rank
+seeds with its own seed (`rlhw.rl.seeds`: ``SeedStream.LEARNER``); on resume each loads its share of the
+recorded episodes (`rlhw.rl.resume`). Rank 0 publishes policy weights to the processes that act (rollout workers, or env workers next to their
 arms), versioned by the number of updates behind them (the ``policy_version`` recorded with every step),
 returns the metrics the controller logs and writes checkpoints.
 """
@@ -26,12 +29,12 @@ from rlhw.rl.pipeline.messages import REPLAY_CHANNEL, WEIGHTS_CHANNEL, PolicyWei
 from rlhw.rl.replay import MixedReplay
 from rlhw.rl.resume import resume_run
 from rlhw.rl.rundir import RunDir
-from rlhw.runtime.isolation import apply_learner_threads
 from rlhw.rl.sac import SAC, resolve_device
 from rlhw.rl.seeds import SeedStream, rank_seed, seed_process
 from rlhw.rl.session import Counters
 from rlhw.rl.spaces import AgentSpace
 from rlhw.robot.spec import EnvSpec
+from rlhw.runtime.isolation import apply_learner_threads
 from rlhw.runtime.worker import Worker
 
 
