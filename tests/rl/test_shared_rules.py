@@ -192,3 +192,47 @@ def test_resume_shares_the_episodes_over_the_ranks_and_every_rank_counts_them_al
         assert all(agent.updates == 17 for agent, _ in ranks)
     else:
         assert all((c.updates, c.episodes) == (0, 0) and math.isnan(c.best_success) for c in counters + [whole])
+
+
+# ------------------------------------------------------------------ both runners read and write one format
+
+
+def test_a_learner_rank_resumes_what_a_local_run_wrote_and_writes_the_same_checkpoint(tmp_path, monkeypatch):
+    """The local runner's run directory, resumed by learner rank 1 of 2 (its share of the episodes) and by rank 0,
+    which then checkpoints; the worker is built without Ray (its channels are stand-ins)."""
+    from rlhw.config import load_config_dict
+    from rlhw.rl.episodes import episode_files, load_episode
+    from rlhw.rl.local import train_local
+    from rlhw.rl.pipeline.learner_worker import LearnerWorker
+    from tests.rl.test_acting import _Channel
+
+    raw = {"cluster": {"num_nodes": 1, "component_placement": {"env,rollout,learner": "0"}},
+           "train": {"runner": "local", "max_env_steps": 120, "learning_starts": 50, "eval_every_steps": 10_000,
+                     "log_every_steps": 50, "checkpoint_every_steps": 100, "progress": False,
+                     "sac": {"hidden_sizes": [8], "batch_size": 16}}}
+    config = load_config_dict(raw)
+    run_dir = RunDir(tmp_path / "run")
+    train_local(config, run_dir, env_factory=lambda c, r: PointReachEnv(seed=0))
+    written = run_dir.load_checkpoint()
+    recorded = [len(load_episode(p)["action"]) for p in episode_files(run_dir.episodes, "train")]
+
+    monkeypatch.setattr("rlhw.runtime.channel.Channel.connect", staticmethod(lambda name, timeout_s=60: _Channel()))
+    learners = []
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        learner = LearnerWorker(config, str(run_dir.path), num_acting=1)
+        counters = learner.setup(PointReachEnv().spec, resume=True)
+        assert counters.env_steps == sum(recorded)  # every rank counts every recorded step
+        assert (counters.updates, counters.episodes, counters.best_success) == \
+            (written["updates"], written["episodes"], written["best_success"])
+        assert learner.agent.updates == written["updates"]
+        assert len(learner.replay.online) == sum(recorded[rank::2])
+        learners.append(learner)
+    counters.env_steps += 7
+    monkeypatch.setenv("RANK", "0")  # rank 0 writes checkpoints
+    assert learners[0].save_checkpoint(counters) is not None
+    again = run_dir.load_checkpoint()
+    assert set(again) == set(written)  # the local runner's format
+    back = saved_counters(again)
+    assert (back.env_steps, back.updates, back.episodes) == (sum(recorded) + 7, written["updates"], written["episodes"])
