@@ -23,7 +23,7 @@ Graph (the other way to a direct lane), the policy's forward pass alone, and the
 process (pickle vs codec, and the frame tags), proprio only and with the two images.
 Part 2b (across-nodes): the same with the env worker and its rollout worker on two raylets.
 Part 3 (franky, franky-loaded): configs/franky_sim.yaml (the real franka driver against franky-sim) through
-the pipeline at 10 and 30 Hz with the policy acting, quiet and with the actor training flat out on the same
+the pipeline at 10 and 30 Hz with the policy acting, quiet and with the learner training flat out on the same
 cores: deadline hit rate (steps that started inside their control period), obs->action p50/p99.
 ``--realtime 0,80`` repeats the latency and franky rows with node 0's robot loop at SCHED_FIFO 80
 (``env_configs`` ``loop_priority``: the env worker's and rollout worker's loop threads and the env server
@@ -78,7 +78,7 @@ def in_process(config, seconds: float) -> float:
 def pipeline_rate(config, seconds: float, address: str | None = None, learner_load: bool = False
                   ) -> tuple[float, list[dict]]:
     """Env steps/s of a pipeline run with the policy acting, and every env worker's loop health; on the Ray
-    cluster at ``address`` (else a local one). ``learner_load``: the actor group trains flat out meanwhile
+    cluster at ``address`` (else a local one). ``learner_load``: the learner group trains flat out meanwhile
     (50 updates per call, back to back, on the transitions the run collects; weights go to the policy every
     ``train.weights_every_updates``), else nothing trains."""
     from rlhw.rl.pipeline.controller import Pipeline
@@ -91,7 +91,7 @@ def pipeline_rate(config, seconds: float, address: str | None = None, learner_lo
 
         def train_flat_out() -> None:
             while not stop.is_set():
-                done = pipe.actors.train(50).wait(600)[0]["updates"]
+                done = pipe.learners.train(50).wait(600)[0]["updates"]
                 updates[0] += done
                 if not done:
                     stop.wait(0.05)  # not enough data yet
@@ -192,10 +192,10 @@ def across_nodes_rows(lanes: list[str], seconds: float) -> list[tuple]:
                 "train.learning_starts=100000000", "train.record_episodes=false", *LANES[lane]])
             data = cfg.model_dump(mode="json")
             data["cluster"]["component_placement"] = {"env": {"node_group": "node", "placement": "0"},
-                                                      "rollout,actor": {"node_group": "node", "placement": "1"}}
+                                                      "rollout,learner": {"node_group": "node", "placement": "1"}}
             _, health = pipeline_rate(load_config_dict(data), seconds, address=rc.address)
             h = health[0]
-            where = "env + policy on raylet 0, actor on raylet 1" if lane == "next-to-arm" else \
+            where = "env + policy on raylet 0, learner on raylet 1" if lane == "next-to-arm" else \
                 "env on raylet 0, rollout on raylet 1"
             rows.append((f"{lane}: {where}", h["steps"], h["latency_p50_ms"], h["latency_p99_ms"]))
     finally:
@@ -312,7 +312,7 @@ def robot_realtime(pid: int, priority: int) -> None:
 def franky_rows(lanes: list[str], rates: list[float], steps: int, loaded: bool, realtime: list[int],
                 sim_realtime: int = 0) -> list[dict]:
     """configs/franky_sim.yaml through the pipeline for every lane, control rate and robot-loop priority
-    (``realtime``: SCHED_FIFO priorities for node 0's ``loop_priority``, 0 = no isolation); ``loaded``: the actor
+    (``realtime``: SCHED_FIFO priorities for node 0's ``loop_priority``, 0 = no isolation); ``loaded``: the learner
     trains flat out on the same cores meanwhile; ``sim_realtime``: franky-sim's threads at that SCHED_FIFO
     priority (0: left as started)."""
     from drivers.franky_sim import FrankySim
@@ -400,7 +400,7 @@ def main() -> int:
         one = load_config(ROOT / "configs/sim_reach.yaml", [*base, f"env.num_envs={k}", *extra])
         data = one.model_dump(mode="json")
         data["cluster"]["component_placement"] = {"env": {"node_group": "node", "placement": "0:0-1"},
-                                                  "rollout,actor": {"node_group": "node", "placement": "0"}}
+                                                  "rollout,learner": {"node_group": "node", "placement": "0"}}
         return one, load_config_dict(data)
 
     if "throughput" in parts:

@@ -53,7 +53,7 @@ def big_config(nodes: int, gpus: int) -> dict:
                  "env_configs": [{"node_ranks": f"0-{nodes - 1}", "env_vars": [{"NCCL_DEBUG": "WARN"}]}]},
             ],
             "component_placement": {
-                "actor": {"node_group": "gpu", "placement": "all"},
+                "learner": {"node_group": "gpu", "placement": "all"},
                 "rollout": {"node_group": "gpu", "placement": f"0-{n - 1}:0-{n - 1}"},
                 "agent": {"node_group": "node", "placement": f"0-{nodes - 1}:0-{n - 1}"},
             },
@@ -75,7 +75,7 @@ def bench_plan(nodes: int, gpus: int, repeat: int):
         t = time.perf_counter()
         placements = plan(cfg.cluster)
         plan_times.append(time.perf_counter() - t)
-    assert {k: len(v) for k, v in placements.items()} == {"actor": nodes * gpus, "rollout": nodes * gpus, "agent": nodes * gpus}
+    assert {k: len(v) for k, v in placements.items()} == {"learner": nodes * gpus, "rollout": nodes * gpus, "agent": nodes * gpus}
     del placements
     gc.collect()
     tracemalloc.start()
@@ -119,7 +119,7 @@ def main() -> int:
     nodes, gpus = 1000, 8
     load_s, plan_s, peak, records = bench_plan(nodes, gpus, args.repeat)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"\nplanning {nodes} nodes x {gpus} GPUs, components actor/rollout/agent of {nodes * gpus} processes each")
+    print(f"\nplanning {nodes} nodes x {gpus} GPUs, components learner/rollout/agent of {nodes * gpus} processes each")
     print(f"{'load + validate config':48} {load_s:9.3f} s")
     print(f"{'plan (' + str(records) + ' records)':48} {plan_s:9.3f} s   goal < 2 s: {'yes' if plan_s + load_s < 2 else 'NO'}")
     print(f"{'peak traced memory (load + plan)':48} {peak / 2**20:9.1f} MiB")

@@ -1,7 +1,7 @@
 """Benchmark: the per-step CPU cost of vision, against a proprio-only env step measured in the same run.
 
 Measured (CPU seconds of this process, ``time.process_time``, so the figures do not depend on what
-else the machine runs; torch on ONE thread, the setting of an env server or actor sharing cores):
+else the machine runs; torch on ONE thread, the setting of an env server or learner sharing cores):
 
 - ``env step, proprio only``: make_env push_cube on MuJoCo, no cameras: the baseline;
 - ``env step + 1 camera``: the same with one front camera at 64 and 128 px (rendering dominates);

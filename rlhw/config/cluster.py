@@ -20,7 +20,8 @@ from typing import Any, Optional
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from rlhw.config.base import StrictModel, as_text
-from rlhw.config.component_placement import ComponentRule, PlacementEntry, component_names  # noqa: F401 - PlacementEntry re-exported
+from rlhw.config.component_placement import (ComponentRule, PlacementEntry, canonical_component,  # noqa: F401 - PlacementEntry re-exported
+                                             component_names)
 from rlhw.config.errors import config_error
 from rlhw.config.isolation import LoopIsolation, merge_isolation
 from rlhw.errors import ConfigError, PlacementError
@@ -223,15 +224,19 @@ class ClusterConfig(StrictModel):
             key_text = as_text(key)
             if not isinstance(key_text, str):
                 raise ConfigError(str(key), "component names are text")
-            names = component_names(key_text)
-            for name in names:
+            written = component_names(key_text)
+            for name in written:
                 if not _COMPONENT.match(name):
                     raise ConfigError(
                         key_text,
                         f"{name!r} is not a component name; use letters, digits, '_' or '-', and commas between names",
                     )
+            names = [canonical_component(name) for name in written]
+            for name, as_written in zip(names, written):
                 if name in seen:
-                    raise ConfigError(key_text, f"component {name!r} is already placed by key {seen[name]!r}; place it once")
+                    alias = "" if name == as_written else f" (written {as_written!r}, its old name)"
+                    raise ConfigError(key_text, f"component {name!r}{alias} is already placed by key {seen[name]!r}; "
+                                                "place it once")
                 seen[name] = key_text
             out[",".join(names)] = rule
         return out

@@ -6,6 +6,7 @@ rlhw.config.cluster.ClusterConfig; this module checks one key's value on its own
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Literal, Optional
 
 from pydantic import Field, ValidationError, field_validator, model_serializer, model_validator
@@ -16,10 +17,30 @@ from rlhw.errors import ConfigError
 from rlhw.placement.grammar import parse_placement
 
 
+#: Old component names a config may still write -> the name they stand for. ``actor`` named the learner
+#: until the word also meant the policy network (`rlhw.rl.sac.Actor`), Ray's actors and SERL's acting process.
+COMPONENT_ALIASES = {"actor": "learner"}
+
+_said: set[str] = set()  # the aliases this process has already warned about
+
+
 def component_names(key: str) -> list[str]:
-    """The components one ``component_placement`` key places: ``"env"``, or ``"rollout, actor"`` for
+    """The components one ``component_placement`` key places: ``"env"``, or ``"rollout, learner"`` for
     components that share one placement. The one place that knows the key's spelling."""
     return [name.strip() for name in key.split(",")]
+
+
+def canonical_component(name: str) -> str:
+    """``name``, or the component an old alias stands for (with a warning, once per process, saying what to
+    write instead)."""
+    new = COMPONENT_ALIASES.get(name)
+    if new is None:
+        return name
+    if name not in _said:
+        _said.add(name)
+        warnings.warn(f"cluster.component_placement: component {name!r} is now called {new!r}; write {new!r} "
+                      f"(the old name is still read)", FutureWarning, stacklevel=2)
+    return new
 
 
 class PlacementEntry(StrictModel):
@@ -49,9 +70,9 @@ class PlacementEntry(StrictModel):
 class ComponentRule(StrictModel):
     """The placement of one ``component_placement`` key, in any of its three spellings:
 
-    * short form ``actor,inference: 0-7`` (the whole cluster's resources),
-    * node-group form ``actor: {node_group: a800, placement: 0-63}``,
-    * several node groups: ``actor: [{node_group: a800, placement: 0-7}, {node_group: 4090, placement: 0-7}]``;
+    * short form ``learner,inference: 0-7`` (the whole cluster's resources),
+    * node-group form ``learner: {node_group: a800, placement: 0-63}``,
+    * several node groups: ``learner: [{node_group: a800, placement: 0-7}, {node_group: 4090, placement: 0-7}]``;
       process ranks are numbered across the list in order (implicit ranks continue after the
       previous entry), and explicit ranks are the component's global ranks.
     """

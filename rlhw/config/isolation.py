@@ -42,7 +42,7 @@ class LoopIsolation(StrictModel):
 
     loop_cpus: Optional[tuple[int, ...]] = Field(None, description="CPUs of the robot loop, e.g. \"2-3\" or [2, 3]")
     loop_priority: Optional[LoopPriority] = Field(None, description="{realtime: 80} or {nice: -5}")
-    learner_threads: Optional[int] = Field(None, ge=1, description="torch threads of the learner (actor worker)")
+    learner_threads: Optional[int] = Field(None, ge=1, description="torch threads of the learner (learner worker, or the local runner)")
 
     @field_validator("loop_cpus", mode="before")
     @classmethod

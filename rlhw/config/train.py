@@ -112,16 +112,17 @@ class FaultSignalConfig(StrictModel):
 class TrainConfig(StrictModel):
     """How `rlhw train` runs.
 
-    ``runner``: ``pipeline`` runs env, rollout and actor worker groups on Ray as the placement says (one code
+    ``runner``: ``pipeline`` runs env, rollout and learner worker groups on Ray as the placement says (one code
     path for sim and real robots); ``local`` runs env, policy and learner in this process (the baseline the
     pipeline benchmark compares against, and a debugging aid).
-    ``mode``: ``async`` keeps every robot stepping while the actors train, as long as the learner keeps up with
+    ``mode``: ``async`` keeps every robot stepping while the learners train, as long as the learner keeps up with
     ``utd_ratio`` (within ``utd_slack`` updates; beyond it a simulator waits before its next step, a real arm
     before its next episode);
     ``sync`` alternates: collect ``steps_per_iteration`` env steps, then do the matching number of updates.
     """
 
-    seed: int = Field(0, description="base seed; rank r of every group uses seed + r")
+    seed: int = Field(0, description="base seed; each process seeds with it plus an offset of its role and its rank "
+                      "(rlhw.rl.seeds)")
     runner: Literal["pipeline", "local"] = "pipeline"
     mode: Literal["async", "sync"] = "sync"
     max_env_steps: int = Field(20_000, ge=1, description="stop after this many collected env steps (all robots)")
@@ -154,7 +155,7 @@ class TrainConfig(StrictModel):
     eval_episodes: int = Field(10, ge=1)
     log_every_steps: int = Field(500, ge=1)
     checkpoint_every_steps: int = Field(5_000, ge=1)
-    weights_every_updates: int = Field(50, ge=1, description="actor rank 0 publishes policy weights this often")
+    weights_every_updates: int = Field(50, ge=1, description="learner rank 0 publishes policy weights this often")
 
     record_episodes: bool = Field(True, description="write every transition to run_dir/episodes as it arrives")
     fsync_episodes: bool | Literal["auto"] = Field(

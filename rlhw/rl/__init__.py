@@ -1,4 +1,4 @@
-"""RL pipeline: SAC, replay, episodes on disk, the run directory, and the env/rollout/actor pipeline.
+"""RL pipeline: SAC, replay, episodes on disk, the run directory, and the env/rollout/learner pipeline.
 
     from rlhw.rl import train          # train(config, RunDir(path), resume=False) -> StopReason
 

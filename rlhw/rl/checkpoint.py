@@ -10,6 +10,7 @@ it carried a spec is refused with the way to re-save it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import torch
 
 from rlhw.config.root import Config
 from rlhw.errors import ConfigError
+from rlhw.rl.session import Counters
 from rlhw.rl.spaces import action_bounds
 from rlhw.robot.spec import EnvSpec
 
@@ -28,7 +30,7 @@ SAC_CONFIG_KEY = "sac_config"
 
 def spec_record(spec: EnvSpec) -> dict:
     """What the policy's networks depend on, as plain data: observation shapes and dtypes, action shape and
-    bounds (the actor rescales to them), and the control rate it was trained at (informational)."""
+    bounds (the policy network rescales to them), and the control rate it was trained at (informational)."""
     low, high = action_bounds(spec.action)
     return {
         "observations": {k: {"shape": [int(s) for s in v.shape], "dtype": str(np.dtype(v.dtype))}
@@ -44,12 +46,23 @@ def policy_contract(spec: EnvSpec, sac_config: SacConfig) -> dict:
     return {SPEC_KEY: spec_record(spec), SAC_CONFIG_KEY: sac_config.model_dump(mode="json")}
 
 
-def checkpoint_state(agent, contract: dict, **counters) -> dict:
-    """A checkpoint's contents, one format for every writer (the local runner, actor rank 0): SAC's state, the
-    observation layout, the `policy_contract`, and the run's counters (env_steps, episodes, best_success);
-    ``updates`` is the agent's own."""
-    return {"sac": agent.state_dict(), "layout": agent.layout.to_dict(), **contract, **counters,
-            "updates": agent.updates}
+#: The run's counters a checkpoint carries besides ``updates`` (the agent's own).
+COUNTERS = ("env_steps", "episodes", "best_success")
+
+
+def checkpoint_state(agent, contract: dict, counters: Counters) -> dict:
+    """A checkpoint's contents, one format for every writer (the local runner, learner rank 0, a test's policy):
+    SAC's state, the observation layout, the `policy_contract`, and the run's `COUNTERS`; ``updates`` is the
+    agent's own. `saved_counters` reads them back."""
+    return {"sac": agent.state_dict(), "layout": agent.layout.to_dict(), **contract,
+            **{k: getattr(counters, k) for k in COUNTERS}, "updates": agent.updates}
+
+
+def saved_counters(state: dict) -> Counters:
+    """The run's counters in a checkpoint that `checkpoint_state` wrote (one written before it carried
+    ``episodes`` or ``best_success``: none yet)."""
+    return Counters(env_steps=int(state.get("env_steps", 0)), updates=int(state.get("updates", 0)),
+                    episodes=int(state.get("episodes", 0)), best_success=float(state.get("best_success", math.nan)))
 
 
 def spec_differences(saved: dict, spec: EnvSpec) -> list[str]:

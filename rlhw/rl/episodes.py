@@ -223,9 +223,16 @@ def episode_transitions(ep: Mapping[str, np.ndarray], fault_signal: FaultSignal 
     return out
 
 
-def iter_recorded_transitions(root: str | os.PathLike, kind: str = "train",
-                              fault_signal: FaultSignal = AS_REPORTED) -> Iterator[dict[str, np.ndarray]]:
-    for path in episode_files(root, kind):
+def recorded_episodes(root: str | os.PathLike, kind: str = "train") -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    """(index among `episode_files`, arrays) of every recorded ``kind`` episode under ``root`` with at least one
+    step; the index is the file's, so that ranks that share the files out by it agree (`rlhw.rl.resume`)."""
+    for i, path in enumerate(episode_files(root, kind)):
         ep = load_episode(path)
         if ep and len(ep["action"]):
-            yield episode_transitions(ep, fault_signal)
+            yield i, ep
+
+
+def iter_recorded_transitions(root: str | os.PathLike, kind: str = "train",
+                              fault_signal: FaultSignal = AS_REPORTED) -> Iterator[dict[str, np.ndarray]]:
+    for _, ep in recorded_episodes(root, kind):
+        yield episode_transitions(ep, fault_signal)

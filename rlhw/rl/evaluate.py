@@ -12,7 +12,7 @@ It is training's robot path with the learner taken out, so what holds in trainin
 - the loop is timed by training's `LoopTimer` (obs->action latency, lateness), under node 0's loop isolation.
 
 Seeds: episode k resets with seed ``EVAL_SEED_BASE + k`` (2**32 + k). Training episodes draw their seeds from
-[0, 2**31) and the HIL benchmark's eval uses 2**31 + k, so no eval episode here repeats a training target.
+[0, 2**31) (`rlhw.rl.seeds.episode_seed`) and the HIL benchmark's eval uses 2**31 + k, so no eval episode here repeats a training target.
 The same k gives the same target on every driver, so two drivers are compared episode by episode.
 
 Ctrl-C (and SIGTERM, which `rlhw eval` turns into the same interrupt: rlhw.runtime.stop_signals) ends the
@@ -224,8 +224,8 @@ def evaluate(config: Config, checkpoint: PolicyCheckpoint, episodes: int, run_di
     does not match the env's. The env is closed (the arm stopped) whatever happens."""
     import torch
 
-    from rlhw.rl.pipeline.env_worker import has_real_arm
     from rlhw.rl.sac import resolve_device
+    from rlhw.robot.factory import declares_real_arm
     from rlhw.runtime.isolation import GcGuard, apply_loop_isolation
 
     torch.set_num_threads(1)  # one small forward pass per step; see rlhw.rl.trainer
@@ -240,7 +240,7 @@ def evaluate(config: Config, checkpoint: PolicyCheckpoint, episodes: int, run_di
         policy = deterministic_policy(checkpoint, env.spec, config.train.sac, resolve_device(config.train.device))
         if config.train.record_episodes:
             fsync = config.train.fsync_episodes
-            fsync = (config.env.sim is None and has_real_arm(config)) if fsync == "auto" else bool(fsync)
+            fsync = (config.env.sim is None and declares_real_arm(config)) if fsync == "auto" else bool(fsync)
             recorder = EpisodeRecorder(run_dir.episodes / f"env{robot_rank}", fsync=fsync,
                                        meta={PROVENANCE_KEY: recorded_env(config.env)})
         meta = {"robot_rank": robot_rank, "checkpoint": str(checkpoint.path), "policy_version": checkpoint.updates}

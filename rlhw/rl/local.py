@@ -18,20 +18,19 @@ from rlhw.config.root import Config
 from rlhw.rl.checkpoint import checked_init_from, checkpoint_state, policy_contract, warm_start
 from rlhw.rl.demos import PROVENANCE_KEY, env_provenance, load_demos, recorded_env
 from rlhw.rl.episode_loop import Act, BatchView, EpisodeLoop, EpisodeResult, LoopHooks
-from rlhw.rl.episodes import EpisodeRecorder, iter_recorded_transitions
+from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
+from rlhw.rl.pipeline.utd_gate import updates_owed
+from rlhw.rl.policy import choose_actions
 from rlhw.rl.replay import MixedReplay, TransitionBatch
+from rlhw.rl.resume import resume_run
 from rlhw.rl.rundir import RunDir
 from rlhw.rl.sac import SAC, resolve_device
+from rlhw.rl.seeds import episode_seed, seed_process
 from rlhw.rl.session import Counters, StopReason, TrainingSession, VerdictTally, interrupted
 from rlhw.rl.spaces import AgentSpace
 from rlhw.runtime.isolation import GcGuard, apply_learner_threads, apply_loop_isolation
 from rlhw.runtime.stop_signals import interrupt_cause
-
-
-def seed_everything(seed: int) -> np.random.Generator:
-    torch.manual_seed(seed)
-    return np.random.default_rng(seed)
 
 
 def make_agent(config: Config, spec, device) -> SAC:
@@ -40,16 +39,12 @@ def make_agent(config: Config, spec, device) -> SAC:
 
 
 def agent_policy(agent: SAC, rng: np.random.Generator, random_actions: bool = False) -> Act:
-    """The episode loop's policy in this process: the agent's actions (its mean in eval episodes) with its
-    version (the number of updates behind its weights), or uniform random warm-up actions with version -1."""
+    """The episode loop's policy in this process: the one acting rule (`rlhw.rl.policy.choose_actions`) on the
+    agent's own network, whose version is the number of updates behind its weights; ``random_actions``: the
+    warm-up's uniform random actions (version -1)."""
     def act(obs: dict, rows: list[int], evaluating: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        k = len(rows)
-        if random_actions:
-            return agent.random_actions(k, rng), np.full(k, -1, np.int64)
-        actions = agent.act(obs, deterministic=bool(evaluating.all()))
-        if evaluating.any() and not evaluating.all():
-            actions[evaluating] = agent.act(obs, deterministic=True)[evaluating]
-        return actions, np.full(k, agent.updates, np.int64)
+        return choose_actions(lambda: agent.sample_and_mean(obs), evaluating, agent.updates, random_actions, rng,
+                              agent.act_low, agent.act_high)
     return act
 
 
@@ -67,7 +62,7 @@ def run_episode(env, agent: SAC, rng: np.random.Generator, recorder: EpisodeReco
                       lambda _kind, result: results.append(result), sink=on_step)
     if on_info is not None:
         hooks.stepped = on_info
-    loop.run(hooks, seed=int(rng.integers(2**31)))
+    loop.run(hooks, seed=episode_seed(rng))
     return results[0]
 
 
@@ -89,7 +84,7 @@ def train_local(config: Config, run_dir: RunDir, env_factory: Callable | None = 
         from rlhw.robot import make_env
 
         env_factory = make_env
-    rng = seed_everything(config.train.seed)
+    rng = seed_process(config.train.seed)  # one process in every role: train.seed itself (rlhw.rl.seeds)
     env = eval_env = env_factory(config, 0)
     try:
         if eval_env_factory is not None:
@@ -117,7 +112,7 @@ class LocalRun:
                                 fault_signal=self.fault_signal):
             self.replay.add_demos(batch)
         if resume:
-            counters = _resume(run_dir, self.agent, self.replay, self.fault_signal)
+            counters = resume_run(run_dir, self.agent, self.replay, self.fault_signal)
         else:
             counters = Counters()
             if cfg.init_from:
@@ -197,7 +192,7 @@ class LocalRun:
         cfg, session, replay = self.cfg, self.session, self.replay
         replay.add_batch(transitions)
         session.add_env_steps(len(transitions["reward"]))
-        owed = int(cfg.utd_ratio * (session.c.env_steps - cfg.learning_starts)) - session.c.updates
+        owed = updates_owed(session.c.env_steps, session.c.updates, cfg.utd_ratio, cfg.learning_starts)
         if session.c.env_steps >= cfg.learning_starts and len(replay) >= cfg.sac.batch_size and owed > 0:
             started = time.perf_counter()
             for _ in range(owed):
@@ -208,7 +203,8 @@ class LocalRun:
             session.set_extra(**{"losses/alpha": metrics["losses/alpha"], "train/demo_buffer_size": len(replay.demos)})
 
     def _save(self) -> None:
-        self.run_dir.save_checkpoint(_checkpoint(self.agent, self.session, self.contract), self.session.c.env_steps)
+        c = self.session.c
+        self.run_dir.save_checkpoint(checkpoint_state(self.agent, self.contract, c), c.env_steps)
 
     def _close_recorder(self) -> None:
         if self.recorder is not None:
@@ -232,24 +228,3 @@ class PhaseClock:
                 "perf/classifier_ms": 1000 * self.classifier_s / max(self.env_steps, 1),
                 "perf/update_ms": 1000 * self.update_s / max(self.updates, 1),
                 "perf/env_total_s": self.env_s, "perf/update_total_s": self.update_s, "perf/eval_total_s": self.eval_s}
-
-
-def _checkpoint(agent: SAC, session: TrainingSession, contract: dict) -> dict:
-    c = session.c
-    return checkpoint_state(agent, contract, env_steps=c.env_steps, episodes=c.episodes, best_success=c.best_success)
-
-
-def _resume(run_dir: RunDir, agent: SAC, replay: MixedReplay, fault_signal: FaultSignal) -> Counters:
-    """The checkpoint's weights and counters; every recorded train transition back into online replay (the
-    intervention steps into the demo buffer too: `MixedReplay.add_batch`)."""
-    ckpt = run_dir.load_checkpoint()
-    counters = Counters()
-    if ckpt is not None:
-        agent.load_state_dict(ckpt["sac"])
-        counters.updates = int(ckpt["updates"])
-        counters.episodes = int(ckpt.get("episodes", 0))
-        counters.best_success = float(ckpt.get("best_success", float("nan")))
-    for batch in iter_recorded_transitions(run_dir.episodes, fault_signal=fault_signal):
-        replay.add_batch(batch)
-    counters.env_steps = replay.online.total_added
-    return counters

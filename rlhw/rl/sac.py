@@ -297,10 +297,16 @@ class SAC:
         return float(self.log_alpha.exp().item())
 
     # ---- acting
-    @torch.no_grad()
     def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> np.ndarray:
-        """Actions for a batch of observations (leading dim = batch). The encoder runs in eval mode, as on a
-        rollout worker: a ResNet's BatchNorm uses its running statistics, not those of a batch of one."""
+        """Actions for a batch of observations (leading dim = batch): the sample, or the mean."""
+        sample, mean = self.sample_and_mean(obs)
+        return mean if deterministic else sample
+
+    @torch.no_grad()
+    def sample_and_mean(self, obs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """SAC's stochastic action and its mean for a batch, from one forward pass (what
+        `rlhw.rl.policy.choose_actions` picks from). The encoder runs in eval mode, as on a rollout worker: a
+        ResNet's BatchNorm uses its running statistics, not those of a batch of one."""
         t = obs_to_tensors(obs, self.layout, self.device)
         training = self.encoder.training
         self.encoder.eval()
@@ -308,10 +314,7 @@ class SAC:
             action, mean_action = self.actor.act(t)
         finally:
             self.encoder.train(training)
-        return (mean_action if deterministic else action).cpu().numpy().astype(np.float32)
-
-    def random_actions(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        return rng.uniform(self.act_low, self.act_high, size=(n, len(self.act_low))).astype(np.float32)
+        return action.cpu().numpy().astype(np.float32), mean_action.cpu().numpy().astype(np.float32)
 
     # ---- learning
     def target_q(self, obs, actions: torch.Tensor, online_features: torch.Tensor | None = None) -> torch.Tensor:

@@ -102,7 +102,7 @@ class TrainingSession:
         self._steps0 = self.c.env_steps
         self._last_log_t, self._last_log_steps = self._t0, self.c.env_steps
         self.stop: StopReason | None = None
-        self.status_extra: dict = {}  # more fields for run.json (e.g. the actor ranks' weight digests)
+        self.status_extra: dict = {}  # more fields for run.json (e.g. the learner ranks' weight digests)
         self._bar = None
         if self.cfg.progress:
             from tqdm import tqdm
@@ -197,7 +197,7 @@ class TrainingSession:
             "train/episodes": self.c.episodes,
             "train/updates": self.c.updates,
             "eval/success_rate": float("nan"),
-            "perf/steps_per_s": self._rate(now),
+            "perf/env_steps_per_s": self._rate(now),
             "perf/elapsed_s": now - self._t0,
         }
         row.update({k: float(np.mean(v)) for k, v in self._losses.items() if v})

@@ -1,7 +1,7 @@
 """From an env's `EnvSpec` to what the agent is built from: the observation layout and the action bounds.
 
 One implementation for every place that builds a policy or a learner (the local runner, the rollout and
-actor workers) or needs a neutral action (the env worker's idle instances), so that they cannot disagree
+learner workers) or needs a neutral action (the env worker's idle instances), so that they cannot disagree
 about the default bounds or the order of the observation entries.
 """
 

@@ -30,7 +30,7 @@ def train(config: Config, run_dir: RunDir, resume: bool = False) -> StopReason:
 
 
 def _absolute_init_from(config: Config):
-    """``train.init_from`` checked readable before anything starts, and made absolute: the actor worker that
+    """``train.init_from`` checked readable before anything starts, and made absolute: the learner worker that
     loads it may run in another working directory. Its spec is checked once the env's is known."""
     from pathlib import Path
 

@@ -46,7 +46,7 @@ from rlhw.robot.tasks import make_task
 
 log = logging.getLogger(__name__)
 
-SIMULATORS = ("mujoco", "mock")
+SIMULATORS = ("mujoco", "mock")  # the drivers whose arm (and cameras) a simulator stands in for
 
 
 @dataclass
@@ -59,6 +59,23 @@ class EnvPlan:
     robot: str
     hardware: Any = None
     arm_kwargs: dict[str, Any] = field(default_factory=dict)
+    beside_real_arm: bool = False  # ``env.driver: auto`` fell back to a simulator in a config that declares a Franka
+
+    @property
+    def simulated(self) -> bool:
+        """The one answer to "is this env simulated?" (in-process transport, ``env.num_envs`` > 1, the env
+        server's watchdog, the smoke test's motion prompt): its arm is a simulator that the config chose
+        (``env.sim``, or ``env.driver`` naming one). An ``auto`` fallback beside a declared Franka is treated
+        as real: the config is a real cell's, so it keeps a real arm's guards."""
+        return self.arm_driver in SIMULATORS and not self.beside_real_arm
+
+
+def declares_real_arm(config) -> bool:
+    """Some node group of the config declares a Franka (whichever component it hosts)."""
+    try:
+        return any(getattr(g.hardware, "type", None) == "Franka" for g in config.cluster.node_groups if g.hardware)
+    except Exception:  # noqa: BLE001 - a config without a cluster section (tests, tools) declares none
+        return False
 
 
 def _env_components(cluster: ClusterConfig) -> list[ComponentRule]:
@@ -153,7 +170,9 @@ def plan_env(config: Config, robot_rank: int = 0) -> EnvPlan:
     else:
         names = serials or tuple(env.sim_cameras)
     robot = f"franka@{hw.robot_ip}" if arm_driver == "franka" else f"{arm_driver}-sim{robot_rank}"
-    return EnvPlan(arm_driver, camera_driver if env.images else None, names if env.images else (), robot, hw)
+    beside_real = env.sim is None and env.driver == "auto" and declares_real_arm(config)
+    return EnvPlan(arm_driver, camera_driver if env.images else None, names if env.images else (), robot, hw,
+                   beside_real_arm=beside_real)
 
 
 @dataclass(frozen=True)
@@ -257,7 +276,7 @@ def make_batched_env(config: Config, robot_rank: int = 0, *, connect: bool = Tru
     """``env.num_envs`` instances in one `BatchedEnv` (simulators only: one real arm has one controller)."""
     n = config.env.num_envs
     plan = plan_env(config, robot_rank)
-    if n > 1 and plan.arm_driver not in SIMULATORS:
+    if n > 1 and not plan.simulated:
         raise ConfigError(
             "env.num_envs",
             f"num_envs={n} needs a simulator: one {plan.arm_driver} arm can host only one env; set env.num_envs=1 or env.sim=mujoco",

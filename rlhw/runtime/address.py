@@ -23,8 +23,8 @@ def actor_name(address: "WorkerAddress | str") -> str:
 
 @dataclass(frozen=True)
 class WorkerAddress:
-    """Hierarchical worker name ``group:rank[:rank...]``: ``actor:3`` is rank 3 of group ``actor``;
-    ``actor:3:0`` is rank 0 of a group that worker 3 started."""
+    """Hierarchical worker name ``group:rank[:rank...]``: ``learner:3`` is rank 3 of group ``learner``;
+    ``learner:3:0`` is rank 0 of a group that worker 3 started."""
 
     group: str
     ranks: tuple[int, ...] = ()
@@ -41,7 +41,7 @@ class WorkerAddress:
         try:
             ranks = tuple(int(p) for p in parts[1:])
         except ValueError:
-            raise ValueError(f"{text!r} is not a worker address; expected group:rank[:rank...], e.g. actor:0") from None
+            raise ValueError(f"{text!r} is not a worker address; expected group:rank[:rank...], e.g. learner:0") from None
         return cls(parts[0], ranks)
 
     def __str__(self) -> str:

@@ -137,7 +137,7 @@ class WorkerGroup:
         num_cpus: float = 0,
         ready_timeout_s: float = 120.0,
     ) -> "WorkerGroup":
-        """Start one Ray actor per placement record of ``component`` (e.g. "env", "rollout", "actor"), each pinned
+        """Start one Ray actor per placement record of ``component`` (e.g. "env", "rollout", "learner"), each pinned
         (hard node affinity) to its node, with its environment set before ``__init__`` runs; wait until all are up.
 
         ``name`` (default: the component name) is the group part of the workers' addresses.

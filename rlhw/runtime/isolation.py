@@ -3,7 +3,7 @@ garbage-collection pauses out of the loop's steps.
 
 Linux applies CPU affinity, scheduling policy and nice value per thread when given pid 0, so
 `apply_loop_isolation` is called from the thread that runs the robot loop: the env worker's loop thread
-(Ray's own threads in that process and the learner in the actor worker keep the OS defaults). What took
+(Ray's own threads in that process and the learner in the learner worker keep the OS defaults). What took
 effect is returned as a record for run.json; a priority the OS refuses (EPERM: no CAP_SYS_NICE and no
 rtprio limit) is a fallback with one warning per process, not an error, because the loop still runs
 correctly, only with weaker timing, and loop health (late steps) shows the cost; the record and the warning

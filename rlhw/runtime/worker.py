@@ -1,6 +1,6 @@
 """Worker: the base class of every rlhw process, and its name and facts (WorkerAddress, WorkerInfo).
 
-A subclass is an ordinary Python class. ``MyWorker.create_group(...).launch(cluster, component="actor")``
+A subclass is an ordinary Python class. ``MyWorker.create_group(...).launch(cluster, component="learner")``
 turns each Placement record into one Ray actor of it, pinned to its node. The launcher puts
 everything the worker must know into its environment *before* the process starts (Ray's
 runtime_env), so ``__init__`` already sees RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,

@@ -175,6 +175,7 @@ def _check_real_arm(config: Config, robot: RobotTarget, options: SmokeOptions) -
 
 
 def _check_standalone_camera(config: Config, cam, options: SmokeOptions) -> list[CheckResult]:
+    from rlhw.robot.factory import SIMULATORS
     from rlhw.robot.registry import camera_class
     from rlhw.smoke.camera_checks import check_camera
 
@@ -187,7 +188,7 @@ def _check_standalone_camera(config: Config, cam, options: SmokeOptions) -> list
         return _call(camera_class(cam.driver), serial=cam.serial, timeout_s=max(1.0, config.env.driver_timeout_s),
                      width=cam.width, height=cam.height, fps=int(cam.fps), depth=cam.depth, **extra)
 
-    if cam.driver in ("mujoco", "mock"):
+    if cam.driver in SIMULATORS:
         run.note("open", skipped("a simulated camera renders its arm; it is checked with its robot"), required=False)
     else:
         check_camera(run, factory, cam, options, config.env)

@@ -14,6 +14,7 @@ server.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,8 +22,6 @@ from rlhw.config.root import Config
 from rlhw.errors import ConfigError
 from rlhw.hardware.types.franka import FrankaConfig
 from rlhw.smoke.options import SmokeOptions
-
-SIMULATORS = ("mujoco", "mock")
 
 
 @dataclass(frozen=True)
@@ -52,10 +51,7 @@ class RobotTarget:
     group: str | None = None
     entry: FrankaConfig | None = None  # when there is a hardware entry
     cameras: tuple[CameraTarget, ...] = ()
-
-    @property
-    def simulated(self) -> bool:
-        return self.driver in SIMULATORS
+    simulated: bool = False  # its env plan's answer (`rlhw.robot.factory.EnvPlan.simulated`)
 
 
 @dataclass(frozen=True)
@@ -96,6 +92,8 @@ class Targets:
 
 
 def sim_driver(config: Config) -> str | None:
+    from rlhw.robot.factory import SIMULATORS
+
     env = config.env
     if env.sim is not None:
         return env.sim
@@ -176,7 +174,7 @@ def select_targets(config: Config, options: SmokeOptions) -> Targets:
         targets.env_servers = []
     if not options.wants("cameras"):
         targets.cameras = []
-        targets.robots = [RobotTarget(r.name, r.node_rank, r.rank, r.driver, r.group, r.entry, ()) for r in targets.robots]
+        targets.robots = [dataclasses.replace(r, cameras=()) for r in targets.robots]
     if not options.wants("robots"):
         # robots stay listed for their cameras and env servers, but get no arm checks
         targets.robots = [r for r in targets.robots if r.cameras or any(e.robot is r for e in targets.env_servers)]
@@ -247,11 +245,10 @@ def _sim_targets(config: Config, options: SmokeOptions, sim: str, targets: Targe
             CameraTarget(serial=n, node_rank=node, driver=sim, width=w, height=h, fps=30.0, robot=name, group=label)
             for n in env_plan.camera_names
         )
-        targets.robots.append(RobotTarget(name, node, rank, sim, label, entry, cams))
+        targets.robots.append(RobotTarget(name, node, rank, sim, label, entry, cams, simulated=env_plan.simulated))
 
 
 def _apply_playback(targets: Targets, options: SmokeOptions) -> None:
-    import dataclasses
     import os
 
     wanted = dict(options.camera_playback)

@@ -214,8 +214,8 @@ def test_unknown_keys_are_rejected_with_a_suggestion(groups, path, suggestion):
 
 
 def test_unknown_key_in_placement_entry_gets_a_suggestion():
-    e = err(placement={"actor": {"node_grp": "node", "placement": "0"}})
-    assert str(e) == "cluster.component_placement.actor.node_grp: unknown key 'node_grp'; did you mean 'node_group'?"
+    e = err(placement={"learner": {"node_grp": "node", "placement": "0"}})
+    assert str(e) == "cluster.component_placement.learner.node_grp: unknown key 'node_grp'; did you mean 'node_group'?"
 
 
 def test_num_nodes_must_be_positive():
@@ -284,8 +284,8 @@ def test_a_camera_declared_on_another_node_than_its_arm_is_refused():
 def test_a_shared_placement_key_places_each_of_its_components_under_that_key():
     from rlhw.config.cluster import component_names
 
-    assert component_names("rollout, actor") == ["rollout", "actor"]
-    cfg = load(placement={"env": "0", "rollout , actor": "1"})
+    assert component_names("rollout, learner") == ["rollout", "learner"]
+    cfg = load(placement={"env": "0", "rollout , learner": "1"})
     components = cfg.cluster.components()
-    assert set(components) == {"env", "rollout", "actor"}
-    assert components["rollout"][0] == components["actor"][0] == "rollout,actor"  # the key as validated
+    assert set(components) == {"env", "rollout", "learner"}
+    assert components["rollout"][0] == components["learner"][0] == "rollout,learner"  # the key as validated

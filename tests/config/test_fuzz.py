@@ -13,7 +13,7 @@ KEYS = [
     "num_nodes", "node_groups", "component_placement", "label", "node_ranks", "accelerators_per_node",
     "env_configs", "env_vars", "python_interpreter_path", "hardware", "type", "configs", "robot_ip",
     "node_rank", "camera_serials", "serial", "controller", "realtime", "node_group", "placement",
-    "Franka", "RealSense", "actor", "env", "node", "cluster", "a,b",
+    "Franka", "RealSense", "learner", "env", "node", "cluster", "a,b",
 ]
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-3, 40), st.floats(allow_nan=True, allow_infinity=True),
@@ -108,7 +108,7 @@ def plausible_clusters(draw):
             g["accelerators_per_node"] = draw(st.one_of(st.none(), st.integers(0, 4)))
         groups.append(g)
     placement = {}
-    for name in draw(st.lists(st.sampled_from(["actor", "env", "agent"]), min_size=1, max_size=3, unique=True)):
+    for name in draw(st.lists(st.sampled_from(["learner", "env", "agent"]), min_size=1, max_size=3, unique=True)):
         group = draw(st.sampled_from(labels + ["node", None]))
         entry = {"placement": draw(st.one_of(ascending_placement(), placement_text))}
         if group is not None:

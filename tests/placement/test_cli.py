@@ -30,10 +30,10 @@ def test_json_output_has_exactly_the_documented_shape():
     doc = json.loads(out.stdout)
     assert list(doc) == ["num_nodes", "components"]
     assert doc["num_nodes"] == 18
-    assert list(doc["components"]) == ["actor", "rollout", "env", "agent"]
-    actor = doc["components"]["actor"]
-    assert list(actor) == ["world_size", "processes"] and actor["world_size"] == 64
-    assert actor["processes"][0] == {
+    assert list(doc["components"]) == ["learner", "rollout", "env", "agent"]
+    learner = doc["components"]["learner"]
+    assert list(learner) == ["world_size", "processes"] and learner["world_size"] == 64
+    assert learner["processes"][0] == {
         "rank": 0,
         "node_rank": 0,
         "node_group": "a800",
@@ -58,9 +58,9 @@ def test_json_output_has_exactly_the_documented_shape():
 def test_dry_run_table_lists_every_component_and_group():
     out = rlhw(HETERO, "--dry-run")
     assert out.returncode == 0, out.stderr
-    for word in ("actor", "rollout", "env", "agent", "a800", "4090", "franka", "Franka", "Accelerator", "dry run"):
+    for word in ("learner", "rollout", "env", "agent", "a800", "4090", "franka", "Franka", "Accelerator", "dry run"):
         assert word in out.stdout
-    assert "56-63 of 64" in out.stdout  # the last 8 actor processes on node 7
+    assert "56-63 of 64" in out.stdout  # the last 8 learner processes on node 7
 
 
 @pytest.mark.timeout(180)
@@ -80,7 +80,7 @@ def test_a_bad_config_exits_2_with_one_line_and_no_traceback():
     [
         ([HETERO, "cluster.num_nodes"], "is not key=value"),
         (["configs/does_not_exist.yaml"], "not found"),
-        ([HETERO, "cluster.component_placement.actor.placement=0-64"], "rank 64"),
+        ([HETERO, "cluster.component_placement.learner.placement=0-64"], "rank 64"),
         ([HETERO, "cluster.node_groups.0.nodes_ranks=1"], "did you mean 'node_ranks'"),
         ([HETERO, "cluster.node_groups.2.hardware.type=Frank"], "did you mean 'Franka'"),
     ],

@@ -25,7 +25,7 @@ def write_config(tmp_path, accelerators_line: str) -> str:
         "  node_groups:\n"
         f"    - {{label: gpu, node_ranks: 0{accelerators_line}}}\n"
         "  component_placement:\n"
-        "    actor: {node_group: gpu, placement: all}\n"
+        "    learner: {node_group: gpu, placement: all}\n"
         "    agent: {node_group: node, placement: '0:0-1'}\n"
     )
     return str(p)
@@ -39,8 +39,8 @@ def test_live_plan_uses_the_gpus_ray_detects_on_each_node(ray_address, tmp_path,
     # nothing declared: a dry run would see one node resource, the live cluster has 2 GPUs
     assert main(["placement", write_config(tmp_path, ""), "--address", ray_address, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    actor = doc["components"]["actor"]["processes"]
-    assert [(p["hardware_type"], p["visible_accelerators"]) for p in actor] == [("Accelerator", ["0"]), ("Accelerator", ["1"])]
+    learner = doc["components"]["learner"]["processes"]
+    assert [(p["hardware_type"], p["visible_accelerators"]) for p in learner] == [("Accelerator", ["0"]), ("Accelerator", ["1"])]
     assert [p["local_rank"] for p in doc["components"]["agent"]["processes"]] == [0, 1]
     assert not ray.is_initialized()  # the command disconnected its driver; the cluster keeps running
 

@@ -32,8 +32,8 @@ def where(records: list[Placement]):
 
 
 def test_issue_case_mixed_segments_on_two_nodes_of_eight_gpus():
-    c = cluster(2, [gpus()], {"actor": {"node_group": "g", "placement": "0-1:0-3,3-5,7-10:7-14"}})
-    got = {p.rank: p for p in plan(c)["actor"]}
+    c = cluster(2, [gpus()], {"learner": {"node_group": "g", "placement": "0-1:0-3,3-5,7-10:7-14"}})
+    got = {p.rank: p for p in plan(c)["learner"]}
     expected_gpu = {0: 0, 1: 0, 2: 1, 3: 1, 4: 3, 5: 4, 6: 5, 7: 7, 8: 7, 9: 8, 10: 8, 11: 9, 12: 9, 13: 10, 14: 10}
     assert {r: p.hardware_ranks for r, p in got.items()} == {r: (g,) for r, g in expected_gpu.items()}
     # GPUs 0-7 are node 0, 8-15 node 1 (node-major across the group)
@@ -51,8 +51,8 @@ def test_processes_share_resources_evenly_when_there_are_more_processes():
 
 
 def test_a_process_with_several_resources_owns_all_of_them_on_one_node():
-    c = cluster(2, [gpus()], {"actor": {"node_group": "g", "placement": "0-7:0-1,8-15:2"}})
-    recs = plan(c)["actor"]
+    c = cluster(2, [gpus()], {"learner": {"node_group": "g", "placement": "0-7:0-1,8-15:2"}})
+    recs = plan(c)["learner"]
     assert where(recs) == [
         (0, 0, (0, 1, 2, 3), (0, 1, 2, 3), 0, 2),
         (1, 0, (4, 5, 6, 7), (4, 5, 6, 7), 1, 2),
@@ -62,17 +62,17 @@ def test_a_process_with_several_resources_owns_all_of_them_on_one_node():
 
 
 def test_a_process_that_would_span_nodes_is_refused():
-    c = cluster(2, [gpus()], {"actor": {"node_group": "g", "placement": "4-11:0"}})
+    c = cluster(2, [gpus()], {"learner": {"node_group": "g", "placement": "4-11:0"}})
     with pytest.raises(PlacementError, match="span nodes 0-1") as e:
         plan(c)
-    assert e.value.path == "cluster.component_placement.actor.placement"
+    assert e.value.path == "cluster.component_placement.learner.placement"
 
 
 def test_short_form_places_each_listed_component_on_the_whole_cluster():
-    c = cluster(1, [gpus("box", "0", 8)], {"actor,inference": "0-7"})
+    c = cluster(1, [gpus("box", "0", 8)], {"learner,inference": "0-7"})
     p = plan(c)
-    assert list(p) == ["actor", "inference"]
-    for name in ("actor", "inference"):
+    assert list(p) == ["learner", "inference"]
+    for name in ("learner", "inference"):
         assert [r.hardware_ranks for r in p[name]] == [(i,) for i in range(8)]
         assert {r.node_group for r in p[name]} == {"cluster"}
         assert [r.visible_accelerators for r in p[name]] == [(str(i),) for i in range(8)]
@@ -155,8 +155,8 @@ def test_local_ranks_count_across_entries_that_share_a_node():
 
 
 def test_detected_accelerators_replace_the_declared_count():
-    c = cluster(2, [gpus("g", "0-1", 8)], {"actor": {"node_group": "g", "placement": "all"}})
-    recs = plan(c, accelerators={0: 2, 1: 1})["actor"]
+    c = cluster(2, [gpus("g", "0-1", 8)], {"learner": {"node_group": "g", "placement": "all"}})
+    recs = plan(c, accelerators={0: 2, 1: 1})["learner"]
     assert [(r.node_rank, r.local_hardware_ranks) for r in recs] == [(0, (0,)), (0, (1,)), (1, (0,))]
 
 
@@ -177,72 +177,72 @@ def test_bad_accelerator_counts_are_refused(bad):
 
 
 def test_resource_rank_out_of_range_names_the_group_size():
-    c = cluster(2, [gpus()], {"actor": {"node_group": "g", "placement": "0-16"}})
+    c = cluster(2, [gpus()], {"learner": {"node_group": "g", "placement": "0-16"}})
     with pytest.raises(PlacementError, match=r"rank 16 .* 16 accelerator ranks \(0-15\)") as e:
         plan(c)
-    assert e.value.path == "cluster.component_placement.actor.placement"
+    assert e.value.path == "cluster.component_placement.learner.placement"
 
 
 def test_gpu_ranks_without_declared_accelerators_explain_accelerators_per_node():
-    c = cluster(2, [{"label": "g", "node_ranks": "0-1"}], {"actor": {"node_group": "g", "placement": "0-7"}})
+    c = cluster(2, [{"label": "g", "node_ranks": "0-1"}], {"learner": {"node_group": "g", "placement": "0-7"}})
     with pytest.raises(PlacementError, match="accelerators_per_node"):
         plan(c)
 
 
 def test_process_ranks_must_start_at_zero_and_be_continuous():
-    c = cluster(2, [gpus()], {"actor": {"node_group": "g", "placement": "0-1:1-2"}})
+    c = cluster(2, [gpus()], {"learner": {"node_group": "g", "placement": "0-1:1-2"}})
     with pytest.raises(PlacementError, match="continuous from 0 .* 0 is missing") as e:
         plan(c)
-    assert e.value.path == "cluster.component_placement.actor"
-    c = cluster(2, [gpus()], {"actor": {"node_group": "g", "placement": "0:0,1:2-3,2:5"}})
+    assert e.value.path == "cluster.component_placement.learner"
+    c = cluster(2, [gpus()], {"learner": {"node_group": "g", "placement": "0:0,1:2-3,2:5"}})
     with pytest.raises(PlacementError, match="1,4 are missing"):
         plan(c)
 
 
 def test_each_process_rank_appears_exactly_once():
-    c = cluster(2, [gpus()], {"actor": {"node_group": "g", "placement": "0-1:0-1,2-3:1-2"}})
-    with pytest.raises(PlacementError, match="process rank 1 of actor is given twice"):
+    c = cluster(2, [gpus()], {"learner": {"node_group": "g", "placement": "0-1:0-1,2-3:1-2"}})
+    with pytest.raises(PlacementError, match="process rank 1 of learner is given twice"):
         plan(c)
 
 
 def test_implicit_ranks_continue_after_the_highest_explicit_rank():
-    c = cluster(2, [gpus()], {"actor": {"node_group": "g", "placement": "0:1,1:0,2-3"}})
-    assert [r.hardware_ranks for r in plan(c)["actor"]] == [(1,), (0,), (2,), (3,)]
+    c = cluster(2, [gpus()], {"learner": {"node_group": "g", "placement": "0:1,1:0,2-3"}})
+    assert [r.hardware_ranks for r in plan(c)["learner"]] == [(1,), (0,), (2,), (3,)]
 
 
 def test_all_with_process_ranks_checks_the_multiple_rule_against_the_group():
-    c = cluster(2, [gpus()], {"actor": {"node_group": "g", "placement": "all:0-2"}})
+    c = cluster(2, [gpus()], {"learner": {"node_group": "g", "placement": "all:0-2"}})
     with pytest.raises(PlacementError, match="3 processes onto 16 resources"):
         plan(c)
 
 
 def test_unknown_node_group_in_placement_is_a_config_error_with_suggestion():
     with pytest.raises(ConfigError, match="unknown node group 'a80'; did you mean 'a800'") as e:
-        cluster(2, [gpus("a800")], {"actor": {"node_group": "a80", "placement": "0"}})
-    assert e.value.path == "cluster.component_placement.actor.node_group"
+        cluster(2, [gpus("a800")], {"learner": {"node_group": "a80", "placement": "0"}})
+    assert e.value.path == "cluster.component_placement.learner.node_group"
 
 
 def test_unknown_component_lookup_suggests_the_placed_ones():
-    p = plan(cluster(2, [gpus()], {"actor": {"node_group": "g", "placement": "0"}}))
-    with pytest.raises(PlacementError, match="'actr' is not placed; did you mean 'actor'"):
-        p["actr"]
+    p = plan(cluster(2, [gpus()], {"learner": {"node_group": "g", "placement": "0"}}))
+    with pytest.raises(PlacementError, match="'lerner' is not placed; did you mean 'learner'"):
+        p["lerner"]
 
 
 def test_component_placed_twice_is_refused():
-    with pytest.raises(ConfigError, match="'actor' is already placed"):
-        cluster(1, [], {"actor": "0", "rollout,actor": "0"})
+    with pytest.raises(ConfigError, match="'learner' is already placed"):
+        cluster(1, [], {"learner": "0", "rollout,learner": "0"})
 
 
 def test_bad_placement_syntax_is_reported_at_load_with_its_path():
     with pytest.raises(PlacementError) as e:
-        cluster(2, [gpus()], {"actor": {"node_group": "g", "placement": "0-3,2"}})
-    assert e.value.path == "cluster.component_placement.actor.placement"
+        cluster(2, [gpus()], {"learner": {"node_group": "g", "placement": "0-3,2"}})
+    assert e.value.path == "cluster.component_placement.learner.placement"
     with pytest.raises(PlacementError) as e:
-        cluster(2, [gpus()], {"actor": [{"node_group": "g", "placement": "0"}, {"node_group": "g", "placement": "2-1"}]})
-    assert e.value.path == "cluster.component_placement.actor[1].placement"
+        cluster(2, [gpus()], {"learner": [{"node_group": "g", "placement": "0"}, {"node_group": "g", "placement": "2-1"}]})
+    assert e.value.path == "cluster.component_placement.learner[1].placement"
     with pytest.raises(PlacementError) as e:
-        cluster(2, [], {"actor": "x"})
-    assert e.value.path == "cluster.component_placement.actor"
+        cluster(2, [], {"learner": "x"})
+    assert e.value.path == "cluster.component_placement.learner"
 
 
 def test_absurd_process_counts_are_refused_before_allocating():
@@ -255,8 +255,8 @@ def test_reference_eighteen_node_example_plans_as_described():
     from rlhw.config import load_config
 
     p = plan(load_config("configs/hetero_18node.yaml").cluster)
-    assert {k: len(v) for k, v in p.items()} == {"actor": 64, "rollout": 64, "env": 2, "agent": 400}
-    assert {r.node_rank for r in p["actor"]} == set(range(8))
+    assert {k: len(v) for k, v in p.items()} == {"learner": 64, "rollout": 64, "env": 2, "agent": 400}
+    assert {r.node_rank for r in p["learner"]} == set(range(8))
     assert {r.node_rank for r in p["rollout"]} == set(range(8, 16))
     assert [(r.node_rank, r.hardware_type) for r in p["env"]] == [(16, "Franka"), (17, "Franka")]
     assert p["rollout"][9].local_hardware_ranks == (1,) and p["rollout"][9].node_rank == 9
@@ -269,8 +269,8 @@ def test_placement_records_serialise_to_plain_json_types():
 
 
 def test_reference_implicit_example_two_blocks_of_four():
-    c = cluster(1, [gpus("g", "0", 8)], {"actor": {"node_group": "g", "placement": "0-3,4-7"}})
-    assert [r.hardware_ranks for r in plan(c)["actor"]] == [(i,) for i in range(8)]
+    c = cluster(1, [gpus("g", "0", 8)], {"learner": {"node_group": "g", "placement": "0-3,4-7"}})
+    assert [r.hardware_ranks for r in plan(c)["learner"]] == [(i,) for i in range(8)]
 
 
 def test_reference_eighteen_node_example_gives_each_node_its_software_environment():

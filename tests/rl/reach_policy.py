@@ -15,6 +15,7 @@ import torch
 
 from rlhw.rl.checkpoint import checkpoint_state, policy_contract
 from rlhw.rl.sac import SAC, obs_to_tensors
+from rlhw.rl.session import Counters
 from rlhw.rl.spaces import AgentSpace
 
 
@@ -52,6 +53,5 @@ def reach_checkpoint(path: Path, spec, config, steps: int = 600) -> Path:
     error = fit_reach_actor(agent, spec, config.env.action.scale_m, steps)
     assert error < 0.02, f"the reach actor did not fit (mse {error:.3f})"
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(checkpoint_state(agent, policy_contract(spec, config.train.sac), env_steps=0, episodes=0,
-                                best_success=float("nan")), path)
+    torch.save(checkpoint_state(agent, policy_contract(spec, config.train.sac), Counters()), path)
     return path

@@ -92,7 +92,7 @@ def next_to_arm(monkeypatch):
                         staticmethod(lambda name, timeout_s=60: channels.setdefault(name, _Channel())))
     monkeypatch.setattr(acting, "WEIGHTS_POLL_S", 0.0)
     config = SimpleNamespace(train=TrainConfig(sac=SAC, step_timeout_s=5.0))
-    lane = PolicyNextToArm(SPEC, config, env_rank=2, num_actor_ranks=2, channel_prefix="run.",
+    lane = PolicyNextToArm(SPEC, config, env_rank=2, num_learner_ranks=2, channel_prefix="run.",
                            device=torch.device("cpu"))
     yield lane, channels["run.rlhw.train.weights"], channels["run.rlhw.train.replay"]
     lane.close()
@@ -111,7 +111,7 @@ def test_the_arms_own_policy_answers_at_once_and_follows_new_weights_without_the
         lane.actions()
 
 
-def test_transitions_reach_the_actor_ranks_from_the_feeder_thread_not_the_robot_loop(next_to_arm):
+def test_transitions_reach_the_learner_ranks_from_the_feeder_thread_not_the_robot_loop(next_to_arm):
     lane, _, replay = next_to_arm
     for _ in range(acting.REPLAY_FLUSH_N):
         lane.send(_step(transitions=True))
@@ -120,19 +120,19 @@ def test_transitions_reach_the_actor_ranks_from_the_feeder_thread_not_the_robot_
     assert len(replay.items[0][0]["reward"]) == acting.REPLAY_FLUSH_N
     assert set(replay.put_threads) == {"policy-feeder-2"}
     lane.send(_step(transitions=True))
-    lane.close()  # what is still pending goes out on close, to the next actor rank
+    lane.close()  # what is still pending goes out on close, to the next learner rank
     assert replay.qsize(key=1) == 1
 
 
 def test_a_failed_feeder_fails_the_robot_loop_at_its_next_step_with_the_cause(next_to_arm, monkeypatch):
     lane, _, replay = next_to_arm
 
-    def dead_actor(*_args, **_kwargs):
+    def dead_channel(*_args, **_kwargs):
         raise TimeoutError("the replay channel did not take the batch within 5 s")
 
-    monkeypatch.setattr(replay, "put", dead_actor)
+    monkeypatch.setattr(replay, "put", dead_channel)
     lane.send(_step(transitions=True))
     lane.actions()
     assert wait_until(lambda: lane.feeder.error is not None, timeout_s=5.0)
-    with pytest.raises(FeederError, match="no longer reach the actors: TimeoutError: the replay channel"):
+    with pytest.raises(FeederError, match="no longer reach the learners: TimeoutError: the replay channel"):
         lane.send(_step())

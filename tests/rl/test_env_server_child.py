@@ -107,7 +107,7 @@ def test_the_real_env_server_takes_its_nodes_robot_loop_isolation_and_reports_wh
 
     cpu = max(os.sched_getaffinity(0))
     config = load_config_dict({
-        "cluster": {"num_nodes": 1, "component_placement": {"env,rollout,actor": {"node_group": "node",
+        "cluster": {"num_nodes": 1, "component_placement": {"env,rollout,learner": {"node_group": "node",
                                                                                    "placement": "0"}},
                     "node_groups": [{"label": "robot", "node_ranks": 0, "env_configs": [
                         {"node_ranks": 0, "loop_cpus": str(cpu), "loop_priority": {"nice": 4}}]}]},

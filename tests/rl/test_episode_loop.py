@@ -28,7 +28,7 @@ from tests.rl.point_env import PointReachEnv, TakeoverPointEnv
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = {"num_nodes": 1, "node_groups": [],
-           "component_placement": {"env,rollout,actor": {"node_group": "node", "placement": "0"}}}
+           "component_placement": {"env,rollout,learner": {"node_group": "node", "placement": "0"}}}
 
 
 class Counting:

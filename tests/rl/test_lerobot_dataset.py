@@ -31,7 +31,7 @@ LEROBOT_PYTHON = Path(os.environ.get("RLHW_LEROBOT_PYTHON", REPO / ".venv-lerobo
 #: tools/lerobot_env.sh stamps its environment once LeRobot's loader imports there.
 LEROBOT_READY = LEROBOT_PYTHON.exists() if "RLHW_LEROBOT_PYTHON" in os.environ else \
     (REPO / ".venv-lerobot" / ".lerobot-installed").exists()
-CLUSTER = {"num_nodes": 1, "component_placement": {"env,rollout,actor": {"node_group": "node", "placement": "0"}},
+CLUSTER = {"num_nodes": 1, "component_placement": {"env,rollout,learner": {"node_group": "node", "placement": "0"}},
            "node_groups": []}
 #: The env config section an episode records (rlhw.rl.demos.recorded_env), cut to what the test needs.
 RECORDED_ENV = {"task": "reach", "control_hz": 10.0}

@@ -2,7 +2,7 @@
 
 Node 0 runs the env worker (its MuJoCo arm in process, or in an env server child process where a test says
 ``train.env_transport: server``) and the rollout worker;
-node 1 runs the actor group with two processes that all-reduce their gradients over gloo.
+node 1 runs the learner group with two processes that all-reduce their gradients over gloo.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def two_node_config(**train) -> dict:
             "num_nodes": 2,
             "component_placement": {
                 "env,rollout": {"node_group": "node", "placement": "0"},
-                "actor": {"node_group": "node", "placement": "1:0-1"},  # node 1, two processes
+                "learner": {"node_group": "node", "placement": "1:0-1"},  # node 1, two processes
             },
             "node_groups": [],
         },
@@ -53,7 +53,7 @@ def ray_nodes():
 
 
 @pytest.mark.timeout(300)
-def test_two_actor_processes_on_another_node_train_with_identical_weights(ray_nodes, tmp_path):
+def test_two_learner_processes_on_another_node_train_with_identical_weights(ray_nodes, tmp_path):
     raw = two_node_config()
     loop_cpu = max(os.sched_getaffinity(0))  # the robot loop's isolation settings take effect in the env worker
     raw["cluster"]["node_groups"] = [{"label": "robot", "node_ranks": 0, "env_configs": [
@@ -61,7 +61,7 @@ def test_two_actor_processes_on_another_node_train_with_identical_weights(ray_no
     config = load_config_dict(raw)
     cluster = Cluster(config, address=ray_nodes.address, probe_hardware=False)
     placements = cluster.placements
-    assert [p.node_rank for p in placements["actor"]] == [1, 1]
+    assert [p.node_rank for p in placements["learner"]] == [1, 1]
     assert [p.node_rank for p in placements["env"]] == [0]
     rd = RunDir(tmp_path / "run")
     rd.write_config(config)
@@ -69,7 +69,7 @@ def test_two_actor_processes_on_another_node_train_with_identical_weights(ray_no
     status = json.loads(rd.status_path.read_text())
     assert stop.status in ("stopped", "finished"), stop.reason
     assert status["env_steps"] >= 200 and status["updates"] > 0
-    d0, d1 = status["actor_weight_digests"]
+    d0, d1 = status["learner_weight_digests"]
     assert d0 == d1  # all-reduce kept the two ranks bit-identical (a hash of the weights' bytes)
     assert (rd.checkpoints / "latest.pt").exists()
     steps_on_disk = sum(len(load_episode(p)["action"]) for p in episode_files(rd.episodes, "train"))
@@ -195,7 +195,7 @@ def _record_mujoco_demos(config, directory, episodes: int) -> int:
 
 
 @pytest.mark.timeout(420)
-def test_every_actor_rank_loads_the_demos_again_on_resume_and_steps_carry_their_policy_version(ray_nodes, tmp_path):
+def test_every_learner_rank_loads_the_demos_again_on_resume_and_steps_carry_their_policy_version(ray_nodes, tmp_path):
     demos = tmp_path / "demos"
     config = load_config_dict(two_node_config(demos=[str(demos)], max_env_steps=100, learning_starts=50))
     demo_steps = _record_mujoco_demos(config, demos, episodes=1)
@@ -229,10 +229,10 @@ def status_steps(rd: RunDir) -> int:
 
 
 def across_nodes_config(**train) -> dict:
-    """The env worker on node 0; its rollout worker and the actor on node 1: every step crosses raylets."""
+    """The env worker on node 0; its rollout worker and the learner on node 1: every step crosses raylets."""
     raw = two_node_config(**train)
     raw["cluster"]["component_placement"] = {"env": {"node_group": "node", "placement": "0"},
-                                             "rollout,actor": {"node_group": "node", "placement": "1"}}
+                                             "rollout,learner": {"node_group": "node", "placement": "1"}}
     return raw
 
 
@@ -278,7 +278,7 @@ def test_a_killed_rollout_worker_stops_the_run_cleanly_naming_the_lane_with_ever
 def test_an_env_worker_that_acts_next_to_its_arm_learns_from_weights_sent_across_nodes(ray_nodes, tmp_path):
     raw = two_node_config(policy_at="env", max_env_steps=250, learning_starts=100, weights_every_updates=5)
     raw["cluster"]["component_placement"] = {"env": {"node_group": "node", "placement": "0"},
-                                             "actor": {"node_group": "node", "placement": "1"}}  # no rollout group
+                                             "learner": {"node_group": "node", "placement": "1"}}  # no rollout group
     config = load_config_dict(raw)
     rd = RunDir(tmp_path / "run")
     rd.write_config(config)
@@ -290,7 +290,7 @@ def test_an_env_worker_that_acts_next_to_its_arm_learns_from_weights_sent_across
     versions = [int(v) for ep in eps for v in ep["policy_version"]]
     assert len(versions) == status["env_steps"]  # every transition on disk, with the version that acted
     assert versions[:100] == [-1] * 100  # warm-up: uniform random
-    assert versions[-1] > 0 and versions[100:] == sorted(versions[100:])  # then the actor's weights, as they came
+    assert versions[-1] > 0 and versions[100:] == sorted(versions[100:])  # then the learner's weights, as they came
 
 
 def test_without_a_rollout_group_the_config_error_points_at_acting_next_to_the_arm(tmp_path):
@@ -299,6 +299,6 @@ def test_without_a_rollout_group_the_config_error_points_at_acting_next_to_the_a
 
     raw = two_node_config()
     raw["cluster"]["component_placement"] = {"env": {"node_group": "node", "placement": "0"},
-                                             "actor": {"node_group": "node", "placement": "1"}}
-    with pytest.raises(ConfigError, match="needs env, rollout, actor placed.*train.policy_at=env"):
+                                             "learner": {"node_group": "node", "placement": "1"}}
+    with pytest.raises(ConfigError, match="needs env, rollout, learner placed.*train.policy_at=env"):
         Pipeline(load_config_dict(raw), RunDir(tmp_path / "run"), cluster=object())

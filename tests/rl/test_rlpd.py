@@ -21,7 +21,7 @@ from rlhw.rl.rundir import RunDir
 from rlhw.rl.sac import SAC, EnsembleLayerNorm, ObsLayout
 from tests.rl.point_env import PointReachEnv, TakeoverPointEnv, point_expert
 
-CLUSTER = {"num_nodes": 1, "component_placement": {"env,rollout,actor": {"node_group": "node", "placement": "0"}},
+CLUSTER = {"num_nodes": 1, "component_placement": {"env,rollout,learner": {"node_group": "node", "placement": "0"}},
            "node_groups": []}
 POINT_OBS, POINT_ACTION = {"pos": (2,), "goal": (2,)}, (2,)
 

@@ -14,7 +14,7 @@ from rlhw.rl.local import train_local
 from rlhw.rl.rundir import RunDir
 from tests.rl.point_env import PointReachEnv
 
-CLUSTER = {"num_nodes": 1, "component_placement": {"env,rollout,actor": {"node_group": "node", "placement": "0"}},
+CLUSTER = {"num_nodes": 1, "component_placement": {"env,rollout,learner": {"node_group": "node", "placement": "0"}},
            "node_groups": []}
 
 
@@ -61,7 +61,7 @@ def test_every_metrics_row_has_env_steps_train_return_and_eval_success(finished_
     rows = rd.metrics()
     assert len(rows) >= 3
     for row in rows:
-        assert {"env_steps", "train/episode_return", "eval/success_rate", "perf/steps_per_s"} <= set(row)
+        assert {"env_steps", "train/episode_return", "eval/success_rate", "perf/env_steps_per_s"} <= set(row)
     evals = [r for r in rows if r["eval/success_rate"] is not None]
     assert evals and all(0.0 <= r["eval/success_rate"] <= 1.0 for r in evals)
     assert any("losses/qf_loss" in r for r in rows)

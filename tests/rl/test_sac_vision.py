@@ -152,7 +152,7 @@ def test_a_rollout_worker_acts_exactly_as_the_learner_after_loading_its_policy_s
     # the rollout worker's machine need not have the weights file: it receives the weights
     cfg = sac.cfg.model_copy(update={"image_encoder": sac.cfg.image_encoder.model_copy(update={"weights": "/x.pt"})})
     actor = build_actor(sac.layout, sac.act_low, sac.act_high, cfg).eval()
-    # through the weights channel as numpy arrays, as actor_worker.publish_weights sends them
+    # through the weights channel as numpy arrays, as LearnerWorker.publish_weights sends them
     actor.load_state_dict({k: torch.as_tensor(v.numpy()) for k, v in sac.policy_state().items()})
     assert any(k.startswith("encoder.cnns.image_front.") for k in sac.policy_state())
     from rlhw.rl.sac import obs_to_tensors

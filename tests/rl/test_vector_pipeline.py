@@ -139,7 +139,7 @@ def _bare_rollout_worker(weights_version: int) -> RolloutWorker:
     w.lane = w.act_ch = _RecordingChannel()
     replay = ReplayForwarder.__new__(ReplayForwarder)
     replay.channel = w.replay_ch = _RecordingChannel()
-    replay.num_actor_ranks, replay.timeout_s = 2, 5.0
+    replay.num_learner_ranks, replay.timeout_s = 2, 5.0
     replay.pending, replay.rows, replay.next_rank, replay.last_flush = [], 0, 0, time.monotonic() + 3600
     w.feeder = Feeder(w.policy, replay, _NoWeights(), name="rollout-feeder-test")
     w.served = w.batches = 0
@@ -231,7 +231,7 @@ def test_the_same_layout_rehearsed_in_simulation_may_run_several_instances():
 
 VECTOR_RUN = {
     "cluster": {"num_nodes": 1, "node_groups": [],
-                "component_placement": {"env,rollout,actor": {"node_group": "node", "placement": "0"}}},
+                "component_placement": {"env,rollout,learner": {"node_group": "node", "placement": "0"}}},
     "env": {"max_episode_steps": 25, "num_envs": 4},
     "train": {"mode": "sync", "max_env_steps": 200, "steps_per_iteration": 100, "learning_starts": 100,
               "eval_every_steps": 200, "eval_episodes": 3, "log_every_steps": 100, "progress": False,

@@ -9,20 +9,20 @@ from rlhw.runtime.payload import LARGE_PAYLOAD_BYTES, payload_nbytes
 
 
 def test_address_formats_and_parses_group_and_ranks():
-    a = WorkerAddress.parse("actor:3:1")
-    assert a.group == "actor" and a.ranks == (3, 1) and a.rank == 1
-    assert str(a) == "actor:3:1"
+    a = WorkerAddress.parse("learner:3:1")
+    assert a.group == "learner" and a.ranks == (3, 1) and a.rank == 1
+    assert str(a) == "learner:3:1"
     assert WorkerAddress.parse(str(WorkerAddress("env", (0,)))) == WorkerAddress("env", (0,))
 
 
 def test_parent_and_child_walk_the_hierarchy():
-    a = WorkerAddress("actor", (3,))
-    assert str(a.child(0)) == "actor:3:0"
+    a = WorkerAddress("learner", (3,))
+    assert str(a.child(0)) == "learner:3:0"
     assert a.child(0).parent == a
-    assert a.parent == WorkerAddress("actor") and a.parent.rank is None and a.parent.parent is None
+    assert a.parent == WorkerAddress("learner") and a.parent.rank is None and a.parent.parent is None
 
 
-@pytest.mark.parametrize("text", ["actor:x", "actor:-1", ":0", "actor:1:"])
+@pytest.mark.parametrize("text", ["learner:x", "learner:-1", ":0", "learner:1:"])
 def test_malformed_addresses_are_rejected_with_the_expected_form(text):
     with pytest.raises(ValueError, match="worker|expected group:rank"):
         WorkerAddress.parse(text)

@@ -52,7 +52,7 @@ def hetero_config(python: str, num_nodes: int = 3, robot_ip: str = ROBOT_IP) -> 
         "cluster": {
             "num_nodes": num_nodes,
             "component_placement": {
-                "actor": {"node_group": "gpu", "placement": "0-1"},
+                "learner": {"node_group": "gpu", "placement": "0-1"},
                 "env": {"node_group": "franka", "placement": "0"},
                 "agent": {"node_group": "node", "placement": "0-2:0-2"},
             },
@@ -191,7 +191,7 @@ ENV_NAMES = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADD
 @pytest.fixture(scope="module")
 def groups(cluster):
     made = {}
-    for component in ("actor", "env", "agent"):
+    for component in ("learner", "env", "agent"):
         made[component] = Probe.create_group(tag=component).launch(cluster, component=component)
     yield made
     for g in made.values():
@@ -225,15 +225,15 @@ def test_every_worker_runs_where_the_plan_says_with_its_env_interpreter_and_devi
             on_gpu_node = rec.node_rank == 1
             assert rep["python"] == (python2 if on_gpu_node else sys.executable)
             assert env["RLHW_TEST_SITE"] == {1: "gpu-node", 2: "robot-node"}.get(rec.node_rank)
-    # the actor component owns one (fake) GPU each, on node 1
-    assert [r["init_env"]["CUDA_VISIBLE_DEVICES"] for r in groups["actor"].where().wait(30)] == ["0", "1"]
+    # the learner component owns one (fake) GPU each, on node 1
+    assert [r["init_env"]["CUDA_VISIBLE_DEVICES"] for r in groups["learner"].where().wait(30)] == ["0", "1"]
     env_hw = __import__("json").loads(groups["env"].where().wait(30)[0]["init_env"]["RLHW_HARDWARE"])
     assert env_hw["devices"][0]["robot_ip"] == ROBOT_IP
 
 
 def test_worker_info_names_address_node_and_accelerators(groups, cluster):
-    infos = groups["actor"].info()
-    assert [i["address"] for i in infos] == ["actor:0", "actor:1"]
+    infos = groups["learner"].info()
+    assert [i["address"] for i in infos] == ["learner:0", "learner:1"]
     assert all(i["node_rank"] == 1 and i["node_id"] == cluster.node_id(1) for i in infos)
     assert [i["accelerators"] for i in infos] == [["0"], ["1"]]
 
@@ -292,10 +292,10 @@ def test_send_recv_objects_arrays_and_tensors_between_groups(groups):
 
     big = np.arange(1_000_000, dtype=np.float32)  # 4 MB: travels as an object-store ref
     items = [{"step": 1}, big, torch.ones(3, 4)]
-    # agent:0 (node 0) -> actor:1 (node 1, other interpreter)
-    receiving = groups["actor"].execute_on([1]).recv_summary("agent", 0, len(items))
+    # agent:0 (node 0) -> learner:1 (node 1, other interpreter)
+    receiving = groups["learner"].execute_on([1]).recv_summary("agent", 0, len(items))
     for x in items:
-        groups["agent"].execute_on([0]).send_to(x, "actor", 1).wait(30)
+        groups["agent"].execute_on([0]).send_to(x, "learner", 1).wait(30)
     got = receiving.wait(60)[0]
     assert got[0] == ("obj", {"step": 1})
     assert got[1][:3] == ("ndarray", (1_000_000,), float(big.sum()))
@@ -403,7 +403,7 @@ def test_unusable_interpreter_is_a_config_error_naming_node_and_path(ray_nodes, 
     cluster = Cluster(cfg, address=ray_nodes.address)
     t = time.monotonic()
     with pytest.raises(ConfigError, match=r"on node 1 \(.*\): /nonexistent/venv/bin/python does not exist"):
-        Probe.create_group().launch(cluster, component="actor", name="badpython")
+        Probe.create_group().launch(cluster, component="learner", name="badpython")
     assert time.monotonic() - t < 30
 
 
@@ -416,7 +416,7 @@ def test_missing_robot_is_a_hardware_error_before_any_worker_starts(ray_nodes, p
 def test_more_gpus_declared_than_ray_sees_is_a_hardware_error(ray_nodes, fake_arm, python2):
     raw = hetero_config(python2)
     raw["cluster"]["node_groups"][0]["accelerators_per_node"] = 4
-    raw["cluster"]["component_placement"]["actor"]["placement"] = "0-3"
+    raw["cluster"]["component_placement"]["learner"]["placement"] = "0-3"
     with pytest.raises(HardwareError, match=r"accelerators_per_node: 4 but 2"):
         Cluster(load_config_dict(raw), address=ray_nodes.address)
 

@@ -11,7 +11,7 @@ def _workstation_plan():
     cfg = load_config_dict({"cluster": {
         "num_nodes": 1,
         "node_groups": [{"label": "gpu", "node_ranks": 0, "accelerators_per_node": 1}],
-        "component_placement": {"rollout,actor": {"node_group": "gpu", "placement": "0"}},
+        "component_placement": {"rollout,learner": {"node_group": "gpu", "placement": "0"}},
     }})
     return plan(cfg.cluster)
 
@@ -19,7 +19,7 @@ def _workstation_plan():
 def test_components_sharing_one_gpu_each_ask_for_their_share_of_it():
     p = _workstation_plan()
     everything = [r for recs in p.values() for r in recs]
-    for component in ("rollout", "actor"):
+    for component in ("rollout", "learner"):
         assert _gpu_shares(list(p[component]), everything) == {0: 0.5}
 
 
@@ -27,7 +27,7 @@ def test_a_gpu_used_by_one_process_is_requested_whole():
     cfg = load_config_dict({"cluster": {
         "num_nodes": 1,
         "node_groups": [{"label": "gpu", "node_ranks": 0, "accelerators_per_node": 2}],
-        "component_placement": {"actor": {"node_group": "gpu", "placement": "0-1"}},
+        "component_placement": {"learner": {"node_group": "gpu", "placement": "0-1"}},
     }})
     p = plan(cfg.cluster)
-    assert _gpu_shares(list(p["actor"]), list(p["actor"])) == {0: 1.0, 1: 1.0}
+    assert _gpu_shares(list(p["learner"]), list(p["learner"])) == {0: 1.0, 1: 1.0}

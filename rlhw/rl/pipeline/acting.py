@@ -4,11 +4,12 @@
 
 - ``rollout`` (default): on the rollout workers (GPU nodes), one batched forward pass for many env workers,
   which reach it over their step lane (rlhw.rl.pipeline.lane);
-- ``env``: in each env worker, next to its arm, as SERL's actor does: no hop at all between observation and
-  action. It suits a robot node with a GPU, or small policies; the rollout group is then not launched.
+- ``env``: in each env worker, next to its arm, as SERL's acting process (its "actor") does: no hop at all
+  between observation and action. It suits a robot node with a GPU, or small policies; the rollout group is
+  then not launched.
 
 Both use the same pieces: `ActingPolicy` (the network, exploration, and the version of the weights behind
-each action), and a `Feeder` thread that forwards transitions to the actor ranks in batches
+each action), and a `Feeder` thread that forwards transitions to the learner ranks in batches
 (`ReplayForwarder`) and loads new weights from the ``weights`` channel (`WeightsFollower`, into a copy of the
 network, swapped in whole), so the thread that acts never waits on a channel. Next to the arm,
 `PolicyNextToArm` is the env worker's step lane: it answers in the robot loop's own thread.
@@ -28,8 +29,10 @@ from rlhw.config.train import SacConfig
 from rlhw.errors import RlhwError
 from rlhw.rl.pipeline.lane import LaneError
 from rlhw.rl.pipeline.messages import REPLAY_CHANNEL, WEIGHTS_CHANNEL, Actions, EnvStep, PolicyWeights, expect
+from rlhw.rl.policy import choose_actions
 from rlhw.rl.replay import TransitionBatch
 from rlhw.rl.sac import Actor, build_actor, obs_to_tensors
+from rlhw.rl.seeds import SeedStream, rank_seed, seed_process
 from rlhw.rl.spaces import AgentSpace, zero_observations
 from rlhw.robot.spec import EnvSpec
 
@@ -39,14 +42,14 @@ WEIGHTS_POLL_S = 0.25
 
 
 class ActingPolicy:
-    """SAC's policy network acting for a batch: uniform random actions during warm-up (version -1), then SAC's
-    stochastic action, the mean for eval rows; with the version of the weights behind each action."""
+    """SAC's policy network acting for a batch as `rlhw.rl.policy.choose_actions` says (uniform random actions
+    during warm-up, then SAC's stochastic action, the mean for eval rows), in a process of its own: its own copy
+    of the network, replaced whole by the weights the learner publishes, and their version."""
 
     def __init__(self, spec: EnvSpec, sac_config: SacConfig, device: torch.device, seed: int):
         space = AgentSpace.from_spec(spec)
         self.layout, self.low, self.high, self.device = space.layout, space.low, space.high, device
-        torch.manual_seed(seed)
-        self.rng = np.random.default_rng(seed)
+        self.rng = seed_process(seed)
         self.random_actions = True
         # (network, version), replaced whole when new weights arrive: an action never mixes two versions.
         self.current: tuple[Actor, int] = (build_actor(space.layout, space.low, space.high, sac_config)
@@ -58,20 +61,11 @@ class ActingPolicy:
         return self.current[1]
 
     def act(self, obs: dict, deterministic: np.ndarray) -> Actions:
-        """Actions for a batch, and the version of the weights that chose each (-1: uniform random)."""
+        """Actions for a batch, and the version of the weights that chose each (-1: uniform random), by the one
+        acting rule (`rlhw.rl.policy.choose_actions`)."""
         net, version = self.current
-        k = len(deterministic)
-        versions = np.full(k, version, np.int64)
-        if self.random_actions or version < 0:
-            actions = self.rng.uniform(self.low, self.high, size=(k, *self.low.shape)).astype(np.float32)
-            versions[~deterministic] = -1
-            if deterministic.any() and version >= 0:
-                actions[deterministic] = self.forward(obs, net)[1][deterministic]
-            return Actions(actions, versions)
-        sample, mean = self.forward(obs, net)  # one forward pass gives both
-        if deterministic.any():
-            sample = np.where(deterministic.reshape(-1, *[1] * (sample.ndim - 1)), mean, sample)
-        return Actions(sample, versions)
+        return Actions(*choose_actions(lambda: self.forward(obs, net), deterministic, version, self.random_actions,
+                                       self.rng, self.low, self.high))
 
     @torch.no_grad()
     def forward(self, obs: dict, net: Actor | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -106,13 +100,13 @@ class WeightsFollower:
 
 class ReplayForwarder:
     """Transitions to the ``replay`` channel, stacked into batches (every 64 rows or 0.1 s), spread round-robin
-    over the actor ranks."""
+    over the learner ranks."""
 
-    def __init__(self, channel_prefix: str, num_actor_ranks: int, timeout_s: float):
+    def __init__(self, channel_prefix: str, num_learner_ranks: int, timeout_s: float):
         from rlhw.runtime.channel import Channel
 
         self.channel = Channel.connect(channel_prefix + REPLAY_CHANNEL, timeout_s=60)
-        self.num_actor_ranks, self.timeout_s = num_actor_ranks, timeout_s
+        self.num_learner_ranks, self.timeout_s = num_learner_ranks, timeout_s
         self.pending: list[TransitionBatch] = []
         self.rows = 0
         self.next_rank = 0
@@ -134,15 +128,15 @@ class ReplayForwarder:
 
     def put(self, batch: TransitionBatch) -> None:
         self.channel.put(batch, key=self.next_rank, timeout=self.timeout_s)
-        self.next_rank = (self.next_rank + 1) % self.num_actor_ranks
+        self.next_rank = (self.next_rank + 1) % self.num_learner_ranks
 
 
 class FeederError(RlhwError):
-    """The feeder thread failed: transitions cannot reach the actor ranks, or weights cannot arrive."""
+    """The feeder thread failed: transitions cannot reach the learner ranks, or weights cannot arrive."""
 
 
 class Feeder:
-    """Transitions out to the actor ranks and new weights in, in a thread of its own (``name``), so the thread
+    """Transitions out to the learner ranks and new weights in, in a thread of its own (``name``), so the thread
     that acts (a robot loop, a rollout worker's loop) never waits on a channel: on a busy node a channel call
     is a Ray call that can stall for tens of ms. Its failure is raised by `check` in the acting thread."""
 
@@ -160,7 +154,7 @@ class Feeder:
 
     def check(self) -> None:
         if self.error is not None:
-            raise FeederError(f"the feeder thread failed, so transitions no longer reach the actors: "
+            raise FeederError(f"the feeder thread failed, so transitions no longer reach the learners: "
                               f"{type(self.error).__name__}: {self.error}")
 
     def _feed(self) -> None:
@@ -198,10 +192,10 @@ class PolicyNextToArm:
     """The env worker's step lane when it acts itself (``train.policy_at: env``): `send` answers at once in
     the calling thread; a `Feeder` forwards the transitions and follows the weights."""
 
-    def __init__(self, spec: EnvSpec, config: Config, env_rank: int, num_actor_ranks: int, channel_prefix: str, device):
+    def __init__(self, spec: EnvSpec, config: Config, env_rank: int, num_learner_ranks: int, channel_prefix: str, device):
         cfg = config.train
-        self.policy = ActingPolicy(spec, cfg.sac, device, seed=cfg.seed + 2000 + env_rank)
-        self.feeder = Feeder(self.policy, ReplayForwarder(channel_prefix, num_actor_ranks, cfg.step_timeout_s),
+        self.policy = ActingPolicy(spec, cfg.sac, device, seed=rank_seed(cfg.seed, SeedStream.ACTING, env_rank))
+        self.feeder = Feeder(self.policy, ReplayForwarder(channel_prefix, num_learner_ranks, cfg.step_timeout_s),
                              WeightsFollower(channel_prefix, key=env_rank), name=f"policy-feeder-{env_rank}")
         self.answer: Actions | None = None
 

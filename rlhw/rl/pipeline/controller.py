@@ -1,9 +1,9 @@
-"""The single controller: `train_pipeline(config, run_dir)` drives env, rollout and actor groups on Ray.
+"""The single controller: `train_pipeline(config, run_dir)` drives env, rollout and learner groups on Ray.
 
 A `Pipeline` launches the three worker groups and their channels; a `Controller` runs the training loop on it.
 
     env workers (robot nodes) --step lane: obs--> rollout workers --step lane: actions--> env workers
-                                        rollout workers --replay--> actor workers --weights--> rollout workers
+                                        rollout workers --replay--> learner workers --weights--> rollout workers
 
 The controller never touches observations or transitions: those move on the step lanes
 (rlhw.rl.pipeline.lane, ``train.step_lane``) and through channels (payloads by object-store reference). It
@@ -36,15 +36,15 @@ from rlhw.config.root import Config
 from rlhw.errors import ConfigError, WorkerError
 from rlhw.rl.checkpoint import checked_init_from
 from rlhw.rl.demos import env_provenance, load_demos
-from rlhw.rl.pipeline.actor_worker import ActorWorker
-from rlhw.rl.pipeline.env_worker import EnvWorker, env_transport, simulated
+from rlhw.rl.pipeline.learner_worker import LearnerWorker
+from rlhw.rl.pipeline.env_worker import EnvWorker, env_transport
 from rlhw.rl.pipeline.loop_health import loop_metrics
 from rlhw.rl.pipeline.messages import (ACTION_CHANNEL, OBS_CHANNEL, REPLAY_CHANNEL, WEIGHTS_CHANNEL, EnvProgress,
                                        EpisodeResult, RolloutProgress, expect)
 from rlhw.rl.pipeline.rollout_worker import RolloutWorker
-from rlhw.rl.pipeline.utd_gate import step_allowance
+from rlhw.rl.pipeline.utd_gate import step_allowance, updates_owed
 from rlhw.rl.rundir import RunDir
-from rlhw.rl.session import Counters, StopReason, TrainingSession, interrupted
+from rlhw.rl.session import StopReason, TrainingSession, interrupted
 from rlhw.rl.spaces import observation_shapes
 from rlhw.runtime.stop_signals import cause_text, interrupt_cause
 
@@ -60,13 +60,15 @@ class PipelineFailure(Exception):
 
 
 def _check(config: Config) -> None:
+    from rlhw.robot.factory import plan_env
+
     n = config.env.num_envs
-    if n > 1 and not simulated(config, 0):  # rank 0 may be simulated while another env worker drives a real arm
+    if n > 1 and not plan_env(config, 0).simulated:  # an auto fallback beside a declared Franka counts as real
         raise ConfigError("env.num_envs", f"is {n}, but the env workers drive a real arm, which hosts one "
                                           "env instance (one controller per arm): set env.num_envs=1 and place "
                                           "one env worker per arm, or set env.sim=mujoco to rehearse in simulation")
     env_transport(config, 0)  # refuses in_process with a real arm before any worker starts
-    needed = ("env", "actor") if config.train.policy_at == "env" else ("env", "rollout", "actor")
+    needed = ("env", "learner") if config.train.policy_at == "env" else ("env", "rollout", "learner")
     for comp in needed:
         if comp not in config.cluster.components():
             raise ConfigError("cluster.component_placement", f"has no '{comp}' component; the training pipeline "
@@ -89,7 +91,7 @@ class Pipeline:
         self.cluster = cluster or Cluster(config, probe_hardware=config.env.sim is None,
                                           ray_init=_rehearsal_ray_init(config))
         placements = self.cluster.placements
-        self.n_env, self.n_actor = len(placements["env"]), len(placements["actor"])
+        self.n_env, self.n_learner = len(placements["env"]), len(placements["learner"])
         # Next to the arm, the env workers act and no rollout worker is launched (even where one is placed).
         self.n_rollout = 0 if config.train.policy_at == "env" else len(placements["rollout"])
         prefix = f"{uuid.uuid4().hex[:8]}."
@@ -99,33 +101,33 @@ class Pipeline:
         self.channels = [Channel.create(prefix + name) for name in names]
         self.groups = []
         try:
-            self.actors = ActorWorker.create_group(config, str(run_dir.path), self.n_rollout or self.n_env,
-                                                   prefix).launch(self.cluster, component="actor",
+            self.learners = LearnerWorker.create_group(config, str(run_dir.path), self.n_rollout or self.n_env,
+                                                   prefix).launch(self.cluster, component="learner",
                                                                   ready_timeout_s=CALL_TIMEOUT_S)
-            self.groups.append(self.actors)
+            self.groups.append(self.learners)
             lane_token = secrets.token_bytes(32)  # proves a step lane's two ends belong to this run
             lanes = None
             self.rollouts = None
             if self.n_rollout:
-                self.rollouts = RolloutWorker.create_group(config, self.n_actor, self.n_env, prefix,
+                self.rollouts = RolloutWorker.create_group(config, self.n_learner, self.n_env, prefix,
                                                            lane_token).launch(self.cluster, component="rollout",
                                                                               ready_timeout_s=CALL_TIMEOUT_S)
                 self.groups.append(self.rollouts)
                 lanes = self.rollouts.lane_address().wait(CALL_TIMEOUT_S)
             start_s = config.train.env_start_timeout_s + 30
             self.envs = EnvWorker.create_group(config, str(run_dir.path), self.n_rollout, prefix, lanes, lane_token,
-                                               self.n_actor).launch(self.cluster, component="env",
+                                               self.n_learner).launch(self.cluster, component="env",
                                                                     ready_timeout_s=start_s)
             self.groups.append(self.envs)
             self.spec = self.envs.execute_on(0).spec().wait(CALL_TIMEOUT_S)[0]
-            # Bad demos fail here, with the field named, rather than inside every actor rank.
+            # Bad demos fail here, with the field named, rather than inside every learner rank.
             load_demos(config.train.demos, observation_shapes(self.spec), tuple(self.spec.action.shape),
                        env_provenance(config.env))
             if config.train.init_from and not resume:  # and a warm start that does not fit this env
                 checked_init_from(config, self.spec)
-            if self.n_actor > 1:
-                self.actors.init_collective("auto")
-            self.resumed = self.actors.setup(self.spec, resume).wait(CALL_TIMEOUT_S)[0]
+            if self.n_learner > 1:
+                self.learners.init_collective("auto")
+            self.resumed = self.learners.setup(self.spec, resume).wait(CALL_TIMEOUT_S)[0]
             if self.rollouts is not None:
                 self.rollouts.setup(self.spec).wait(CALL_TIMEOUT_S)
             self.acting = self.rollouts or self.envs  # whose policy acts: they take set_exploration
@@ -209,15 +211,12 @@ def train_pipeline(config: Config, run_dir: RunDir, resume: bool = False, cluste
 
 class Controller:
     """The training loop of one pipeline run. It owns the run's counters (through the `TrainingSession`) and
-    decides how much the env workers collect, how many updates the actor workers run, and when to evaluate,
+    decides how much the env workers collect, how many updates the learner workers run, and when to evaluate,
     log, checkpoint and stop; observations and transitions never pass through it."""
 
     def __init__(self, config: Config, run_dir: RunDir, pipe: Pipeline):
         self.cfg, self.run_dir, self.pipe = config.train, run_dir, pipe
-        r = pipe.resumed
-        self.session = TrainingSession(config, run_dir, Counters(
-            env_steps=int(r["env_steps"]), updates=int(r["updates"]), episodes=int(r["episodes"]),
-            best_success=float(r["best_success"])))
+        self.session = TrainingSession(config, run_dir, pipe.resumed)
         self.base_steps = self.session.c.env_steps  # steps of the runs this one resumes
         self.collected = [0] * pipe.n_env  # train steps per env worker, in this run
         self.restarts = [0] * pipe.n_env  # env server children restarted, per env worker
@@ -256,7 +255,7 @@ class Controller:
             self.checkpoint()
             self.note_utd()
             # Data-parallel ranks must hold identical weights; run.json records the evidence.
-            session.status_extra["actor_weight_digests"] = pipe.actors.weights_digest().wait(CALL_TIMEOUT_S)
+            session.status_extra["learner_weight_digests"] = pipe.learners.weights_digest().wait(CALL_TIMEOUT_S)
             session.status_extra["loop_health"] = pipe.envs.loop_health().wait(CALL_TIMEOUT_S)
             if pipe.rollouts is not None:
                 session.status_extra["rollout_isolation"] = [
@@ -315,18 +314,18 @@ class Controller:
         if self.explore_random and session.c.env_steps >= cfg.learning_starts:
             pipe.acting.set_exploration(False).wait(CALL_TIMEOUT_S)
             self.explore_random = False
-        owed = int(cfg.utd_ratio * (session.c.env_steps - cfg.learning_starts)) - session.c.updates
+        owed = updates_owed(session.c.env_steps, session.c.updates, cfg.utd_ratio, cfg.learning_starts)
         while owed > 0:
             n = min(owed, UPDATE_CHUNK) if cfg.mode == "async" else owed
-            m = pipe.actors.train(n).wait(CALL_TIMEOUT_S + n)[0]
+            m = pipe.learners.train(n).wait(CALL_TIMEOUT_S + n)[0]
             if m["updates"] == 0:  # a rank has no data yet: let the robots collect on rather than wait for it
                 self.grant(floor=max(self.collected) + UPDATE_CHUNK)
                 return
             session.add_losses({k: v for k, v in m.items() if k.startswith("losses/")}, m["updates"])
             owed -= m["updates"]
             # A learner slower than the robots (high utd_ratio, async mode) owes updates: logged, never hidden.
-            session.set_extra(**{"losses/alpha": m["losses/alpha"], "train/replay_size": m["replay"],
-                                 "train/demo_buffer_size": m["demo_buffer"], "perf/updates_behind": max(owed, 0)})
+            session.set_extra(**{"losses/alpha": m["losses/alpha"], "train/replay_size": m["replay_size"],
+                                 "train/demo_buffer_size": m["demo_buffer_size"], "perf/updates_behind": max(owed, 0)})
             if cfg.mode == "async":
                 self.grant()
                 self.absorb(pipe.poll_envs())
@@ -371,9 +370,7 @@ class Controller:
         self.session.record_eval(results)
 
     def checkpoint(self) -> None:
-        c = self.session.c
-        self.pipe.actors.execute_on(0).save_checkpoint(
-            {"env_steps": c.env_steps, "episodes": c.episodes, "best_success": c.best_success}).wait(CALL_TIMEOUT_S)
+        self.pipe.learners.execute_on(0).save_checkpoint(self.session.c).wait(CALL_TIMEOUT_S)
 
     # ---- how a run ends early
     def _worker_failed(self, e: PipelineFailure | WorkerError) -> StopReason:

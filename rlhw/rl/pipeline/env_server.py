@@ -67,7 +67,7 @@ class EnvServerProcess:
     def simulated(self) -> bool:
         from rlhw.robot.factory import plan_env
 
-        return plan_env(self.config, self.robot_rank).arm_driver in ("mujoco", "mock")
+        return plan_env(self.config, self.robot_rank).simulated
 
     def start(self) -> str:
         config = self.config

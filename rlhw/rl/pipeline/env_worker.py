@@ -45,6 +45,7 @@ from rlhw.rl.pipeline.messages import Actions, EnvProgress, EnvStep, EpisodeResu
 from rlhw.rl.pipeline.utd_gate import UtdGate
 from rlhw.rl.replay import TransitionBatch
 from rlhw.rl.sac import resolve_device
+from rlhw.rl.seeds import SeedStream, episode_seed, rank_seed
 from rlhw.robot.spec import EnvSpec
 from rlhw.runtime.isolation import GcGuard, apply_loop_isolation
 from rlhw.runtime.worker import Worker
@@ -67,13 +68,13 @@ def episode_dir(run_dir: Path, env_rank: int, instance: int, num_envs: int) -> P
 class EnvWorker(Worker):
     def __init__(self, config: Config, run_dir: str, num_rollout: int, channel_prefix: str = "",
                  lane_addresses: list[LaneAddress | None] | None = None, lane_token: bytes | None = None,
-                 num_actor: int = 1):
+                 num_learner: int = 1):
         import torch
 
         torch.set_num_threads(1)
         self._setup(config, run_dir, num_rollout, channel_prefix)
         if config.train.policy_at == "env":  # act next to the arm: the lane is a policy in this process
-            self.lane: EnvLaneEnd = PolicyNextToArm(self.spec(), config, self.rank, num_actor, channel_prefix,
+            self.lane: EnvLaneEnd = PolicyNextToArm(self.spec(), config, self.rank, num_learner, channel_prefix,
                                                     resolve_device(self.cfg.device))
         else:
             self.lane = open_env_lane(config, self.rank, self.rollout_rank, lane_addresses, lane_token,
@@ -120,13 +121,15 @@ class EnvWorker(Worker):
         self.transport = env_transport(config, self.robot_rank)
         fsync = self.cfg.fsync_episodes
         if fsync == "auto":
-            fsync = config.env.sim is None and has_real_arm(config)
+            from rlhw.robot.factory import declares_real_arm
+
+            fsync = config.env.sim is None and declares_real_arm(config)
         meta = {PROVENANCE_KEY: recorded_env(config.env)}  # a run's episodes may be a later run's demos
         self.recorders = ([EpisodeRecorder(episode_dir(self.run_dir, self.rank, i, self.num_envs), fsync=bool(fsync),
                                            meta=meta) for i in range(self.num_envs)]
                           if self.cfg.record_episodes else None)
         self._start_env()
-        self.rng = np.random.default_rng(self.cfg.seed + 1000 + self.rank)
+        self.rng = np.random.default_rng(rank_seed(self.cfg.seed, SeedStream.EPISODES, self.rank))
         self._pending: TransitionBatch | None = None  # train transitions that go with the next observation
         self._first_obs = True
         self.hooks = LoopHooks(act=self._act, choose=self._choose, report=self._report_locked, sink=self._sink,
@@ -288,7 +291,7 @@ class EnvWorker(Worker):
         next reset), else until every instance is idle. Then the last transitions go out; a fourth refused
         step in a row fails the loop once the episodes it cut short are reported."""
         self._first_obs = True
-        self.episode_loop.run(self.hooks, seed=int(self.rng.integers(2**31)))
+        self.episode_loop.run(self.hooks, seed=episode_seed(self.rng))
         self._put_transitions(self._pending)
         self._pending = None
         if self.refused.in_a_row > 3:
@@ -372,33 +375,19 @@ def open_env_lane(config: Config, rank: int, rollout_rank: int, addresses: list[
     return ChannelEnvEnd(channel_prefix, rank, rollout_rank, timeout)
 
 
-def has_real_arm(config: Config) -> bool:
-    try:
-        return any(g.hardware.type == "Franka" for g in config.cluster.node_groups if g.hardware is not None)
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def simulated(config: Config, robot_rank: int) -> bool:
-    """Every env instance of env worker ``robot_rank`` is simulated: its arm driver is a simulator, and no
-    node group declares a real arm that the ``auto``/``franka`` driver would drive (``env.sim`` forces one)."""
-    from rlhw.robot.factory import SIMULATORS, plan_env
-
-    if plan_env(config, robot_rank).arm_driver not in SIMULATORS:
-        return False
-    return config.env.sim is not None or config.env.driver not in ("auto", "franka") or not has_real_arm(config)
-
-
 def env_transport(config: Config, robot_rank: int) -> str:
     """``in_process`` or ``server``: where env worker ``robot_rank``'s env runs (``train.env_transport``; auto:
     in this process when it is simulated). A real arm runs in a server child, so that a hung or crashed driver
     cannot take the worker down and the worker can restart it."""
+    from rlhw.robot.factory import plan_env
+
     choice = config.train.env_transport
-    if choice == "in_process" and not simulated(config, robot_rank):
+    simulated = plan_env(config, robot_rank).simulated
+    if choice == "in_process" and not simulated:
         raise ConfigError("train.env_transport", "is in_process, but this run drives a real arm, which runs only "
                                                  "behind its env server child (a hung driver must not stall the "
                                                  "robot loop, and the worker restarts a dead server); set "
                                                  "train.env_transport=auto or server, or env.sim=mujoco to rehearse")
     if choice == "auto":
-        return "in_process" if simulated(config, robot_rank) else "server"
+        return "in_process" if simulated else "server"
     return choice

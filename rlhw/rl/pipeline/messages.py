@@ -2,8 +2,8 @@
 
     env worker --EnvStep (obs channel, key = rollout rank)--> rollout worker
     rollout worker --Actions (actions channel, key = env rank)--> env worker
-    rollout worker --transition batch (replay channel, key = actor rank)--> actor worker
-    actor worker rank 0 --PolicyWeights (weights channel, key = rollout rank)--> rollout worker
+    rollout worker --transition batch (replay channel, key = learner rank)--> learner worker
+    learner worker rank 0 --PolicyWeights (weights channel, key = rollout rank)--> rollout worker
     env worker --EnvProgress, rollout worker --RolloutProgress (``poll()``, Ray calls)--> controller
 
 Why dataclasses: these cross process boundaries (pickled through Ray channels), so a field renamed on one

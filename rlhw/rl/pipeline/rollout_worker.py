@@ -6,7 +6,7 @@ carries the observations of all the env instances of one env worker that want an
 once for all of them (on its GPU when it has one), answers ONE `Actions` per env worker (with the version of
 the weights that chose each action, -1 for a uniform random one, recorded with the step for audits) and
 hands the transitions that came with the messages (already stacked) to its feeder thread, which forwards
-them to the ``replay`` channel, spread over the actor ranks. Exploration is SAC's own stochastic policy,
+them to the ``replay`` channel, spread over the learner ranks. Exploration is SAC's own stochastic policy,
 after uniform random actions until the controller says the warm-up is over; eval observations get the
 deterministic (mean) action (one forward pass gives both).
 
@@ -32,13 +32,14 @@ from rlhw.rl.pipeline.acting import ActingPolicy, Feeder, ReplayForwarder, Weigh
 from rlhw.rl.pipeline.lane import ChannelRolloutEnd, DirectRolloutEnd, LaneAddress, RolloutLaneEnd
 from rlhw.rl.pipeline.messages import Actions, EnvStep, RolloutProgress
 from rlhw.rl.sac import resolve_device
+from rlhw.rl.seeds import SeedStream, rank_seed
 from rlhw.robot.spec import EnvSpec
 from rlhw.runtime.isolation import apply_loop_isolation
 from rlhw.runtime.worker import Worker
 
 
 class RolloutWorker(Worker):
-    def __init__(self, config: Config, num_actor_ranks: int, num_env: int, channel_prefix: str = "",
+    def __init__(self, config, num_learner_ranks: int, num_env: int, channel_prefix: str = "",
                  lane_token: bytes | None = None):
         torch.set_num_threads(1)
         self.config, self.cfg = config, config.train
@@ -47,7 +48,7 @@ class RolloutWorker(Worker):
         self.serves_several = len(range(self.rank, num_env, self.world_size)) > 1
         self.lane: RolloutLaneEnd = open_rollout_lane(config, self.rank, self.info.node_ip, lane_token, channel_prefix,
                                                       self.serves_several)
-        self.replay = ReplayForwarder(channel_prefix, num_actor_ranks, self.cfg.step_timeout_s)
+        self.replay = ReplayForwarder(channel_prefix, num_learner_ranks, self.cfg.step_timeout_s)
         self.weights = WeightsFollower(channel_prefix, key=self.rank)
         self.device = resolve_device(self.cfg.device)
         self.isolation = config.cluster.node_env(self.info.node_rank).isolation
@@ -62,7 +63,7 @@ class RolloutWorker(Worker):
 
     def setup(self, spec: EnvSpec) -> None:
         """Build the policy network from the env spec and start the loop."""
-        self.policy = ActingPolicy(spec, self.cfg.sac, self.device, seed=self.cfg.seed + 2000 + self.rank)
+        self.policy = ActingPolicy(spec, self.cfg.sac, self.device, seed=rank_seed(self.cfg.seed, SeedStream.ACTING, self.rank))
         self.feeder = Feeder(self.policy, self.replay, self.weights, name=f"rollout-feeder-{self.rank}")
         self.thread = threading.Thread(target=self._loop, daemon=True, name=f"rollout-{self.rank}")
         self.thread.start()

@@ -6,7 +6,7 @@ and learned accordingly worse than the config promised. In sync mode the control
 and updating, so the ratio holds by construction; async mode needs a brake on the robots.
 
 How, with Ray and nothing of our own: the controller, which runs the updates, grants each env worker an
-allowance of train steps after every chunk of updates (an actor call, ``EnvWorker.allow``). The allowance
+allowance of train steps after every chunk of updates (a Ray actor call, ``EnvWorker.allow``). The allowance
 (`step_allowance`) is what the updates done so far pay for, plus ``train.utd_slack`` updates' worth ahead, so
 the robots keep stepping while the next chunk trains. An env worker that has used its allowance waits
 (`UtdGate.wait`), on the condition it already has:
@@ -26,6 +26,13 @@ import threading
 from rlhw.robot.clock import SYSTEM_CLOCK, Clock
 
 WAKE_S = 0.5  # a waiting worker re-checks `stopping` this often, whatever the notifications
+
+
+def updates_owed(env_steps: int, updates: int, utd_ratio: float, learning_starts: int) -> int:
+    """The updates that ``env_steps`` collected steps pay for beyond the ``updates`` done: ``utd_ratio`` per step
+    after ``learning_starts``, none before. The one formula of both runners (`rlhw.rl.local`, the controller);
+    `step_allowance` is its inverse."""
+    return max(0, int(utd_ratio * (env_steps - learning_starts)) - updates)
 
 
 def step_allowance(updates: int, utd_ratio: float, learning_starts: int, slack_updates: int, base_steps: int,

@@ -1,11 +1,15 @@
-"""Actor worker (placement component ``actor``): SAC updates, data-parallel over the group.
+"""Learner worker (placement component ``learner``): SAC updates, data-parallel over the group.
+
+It was called the actor worker, and the component ``actor``, until "actor" also meant the policy network
+(`rlhw.rl.sac.Actor`), Ray's actors and SERL's acting process; configs may still say ``actor``.
 
 Every rank keeps its own replay (`MixedReplay`: online transitions, filled from the ``replay`` channel, key =
 its rank: rollout workers spread transitions over the ranks; and a demo buffer holding ALL of ``train.demos``
-on every rank, plus the intervention transitions that reach this rank) and samples its own batches; gradients are averaged over ranks with
-torch.distributed all-reduce (gloo on CPU, NCCL on GPU) inside `SAC.update`, after rank 0's initial
-weights were broadcast, so the ranks' weights stay identical. Each rank seeds with ``seed + rank``.
-Rank 0 publishes policy weights to the processes that act (rollout workers, or env workers next to their
+on every rank, plus the intervention transitions that reach this rank) and samples its own batches;
+gradients are averaged over ranks with torch.distributed all-reduce (gloo on CPU, NCCL on GPU) inside
+`SAC.update`, after rank 0's initial weights were broadcast, so the ranks' weights stay identical. Each rank
+seeds with its own seed (`rlhw.rl.seeds`: ``SeedStream.LEARNER``); on resume each loads its share of the
+recorded episodes (`rlhw.rl.resume`). Rank 0 publishes policy weights to the processes that act (rollout workers, or env workers next to their
 arms), versioned by the number of updates behind them (the ``policy_version`` recorded with every step),
 returns the metrics the controller logs and writes checkpoints.
 """
@@ -21,20 +25,22 @@ import torch.distributed as dist
 from rlhw.config.root import Config
 from rlhw.rl.checkpoint import INIT_FROM, PolicyCheckpoint, checkpoint_state, policy_contract, warm_start
 from rlhw.rl.demos import load_demos
-from rlhw.rl.episodes import episode_files, episode_transitions, load_episode
 from rlhw.rl.fault_signal import FaultSignal
 from rlhw.rl.pipeline.messages import REPLAY_CHANNEL, WEIGHTS_CHANNEL, PolicyWeights
 from rlhw.rl.replay import MixedReplay
+from rlhw.rl.resume import resume_run
 from rlhw.rl.rundir import RunDir
-from rlhw.runtime.isolation import apply_learner_threads
 from rlhw.rl.sac import SAC, resolve_device
+from rlhw.rl.seeds import SeedStream, rank_seed, seed_process
+from rlhw.rl.session import Counters
 from rlhw.rl.spaces import AgentSpace
 from rlhw.robot.spec import EnvSpec
+from rlhw.runtime.isolation import apply_learner_threads
 from rlhw.runtime.worker import Worker
 
 
-class ActorWorker(Worker):
-    def __init__(self, config: Config, run_dir: str, num_acting: int, channel_prefix: str = ""):
+class LearnerWorker(Worker):
+    def __init__(self, config, run_dir: str, num_acting: int, channel_prefix: str = ""):
         # learner_threads of this node's env_configs, else 1 (small MLPs on shared cores: see rlhw.rl.trainer)
         self.learner_threads = apply_learner_threads(config.cluster.node_env(self.info.node_rank).isolation)
         from rlhw.runtime.channel import Channel
@@ -45,15 +51,15 @@ class ActorWorker(Worker):
         self.num_acting = num_acting  # processes that act (rollout workers, or env workers with policy_at=env)
         self.replay_ch = Channel.connect(channel_prefix + REPLAY_CHANNEL, timeout_s=60)
         self.weights_ch = Channel.connect(channel_prefix + WEIGHTS_CHANNEL, timeout_s=60)
-        seed = self.cfg.seed + self.rank
-        torch.manual_seed(seed)
+        seed = rank_seed(self.cfg.seed, SeedStream.LEARNER, self.rank)
+        seed_process(seed)
         self.replay = MixedReplay(self.cfg.buffer_size, self.cfg.demo_ratio, seed=seed)
         self.device = resolve_device(self.cfg.device)
         if self.device.type == "cuda":
             torch.cuda.set_device(0)  # the placement's CUDA_VISIBLE_DEVICES already narrowed it
         self.agent: SAC | None = None
 
-    def setup(self, spec: EnvSpec, resume: bool = False) -> dict:
+    def setup(self, spec: EnvSpec, resume: bool = False) -> Counters:
         """Build SAC from the env spec; load the demos (every rank all of them); on resume load the checkpoint
         and this rank's share of the recorded episodes (their intervention steps into the demo buffer too);
         else warm-start rank 0 from ``train.init_from``; then make every rank start from rank 0's weights.
@@ -66,21 +72,9 @@ class ActorWorker(Worker):
         for batch in load_demos(self.cfg.demos, space.observation_shapes, space.action_shape, provenance=None,
                                 fault_signal=signal):
             self.replay.add_demos(batch)
-        counters = {"env_steps": 0, "updates": 0, "episodes": 0, "best_success": float("nan")}
+        counters = Counters()
         if resume:
-            ckpt = RunDir(self.run_path).load_checkpoint()
-            if ckpt is not None:
-                self.agent.load_state_dict(ckpt["sac"])
-                counters.update({k: ckpt[k] for k in counters if k in ckpt})
-            recorded = 0
-            for i, path in enumerate(episode_files(self.run_path / "episodes", "train")):
-                ep = load_episode(path)
-                if not ep or not len(ep["action"]):
-                    continue
-                recorded += len(ep["action"])
-                if i % self.world_size == self.rank:
-                    self.replay.add_batch(episode_transitions(ep, signal))
-            counters["env_steps"] = recorded
+            counters = resume_run(RunDir(self.run_path), self.agent, self.replay, signal, self.rank, self.world_size)
         elif self.cfg.init_from and self.rank == 0:  # checked by the controller; the broadcast below shares it
             warm_start(self.agent, PolicyCheckpoint.load(self.cfg.init_from, INIT_FROM))
         self.agent.broadcast_weights(0)
@@ -106,7 +100,7 @@ class ActorWorker(Worker):
         if dist.is_initialized():
             dist.all_reduce(ready, op=dist.ReduceOp.MIN)
         if ready.item() < 1 or updates <= 0:
-            return {"updates": 0, "replay": len(self.replay)}
+            return {"updates": 0, "replay_size": len(self.replay)}
         sums: dict[str, float] = {}
         for _ in range(updates):
             m = self.agent.update(self.replay.sample(self.cfg.sac.batch_size))
@@ -115,7 +109,7 @@ class ActorWorker(Worker):
             if self.agent.updates % self.cfg.weights_every_updates == 0:
                 self.publish_weights()
         out = {k: v / updates for k, v in sums.items()}
-        out.update({"updates": updates, "replay": len(self.replay), "demo_buffer": len(self.replay.demos)})
+        out.update({"updates": updates, "replay_size": len(self.replay), "demo_buffer_size": len(self.replay.demos)})
         return out
 
     def publish_weights(self) -> None:
@@ -127,15 +121,16 @@ class ActorWorker(Worker):
         for r in range(self.num_acting):
             self.weights_ch.put(PolicyWeights(version=self.agent.updates, state=state), key=r, timeout=30)
 
-    def save_checkpoint(self, counters: dict) -> str | None:
+    def save_checkpoint(self, counters: Counters) -> str | None:
+        """Rank 0 writes the checkpoint with the controller's ``counters``."""
         if self.rank != 0:
             return None
-        state = checkpoint_state(self.agent, self.contract, **counters)
-        return str(self.run_dir.save_checkpoint(state, int(counters.get("env_steps", 0))))
+        return str(self.run_dir.save_checkpoint(checkpoint_state(self.agent, self.contract, counters),
+                                                counters.env_steps))
 
     def weights_digest(self) -> str:
         return self.agent.weights_digest()
 
     def stats(self) -> dict:
-        return {"rank": self.rank, "replay": len(self.replay), "demo_buffer": len(self.replay.demos),
+        return {"rank": self.rank, "replay_size": len(self.replay), "demo_buffer_size": len(self.replay.demos),
                 "updates": self.agent.updates if self.agent else 0, "pid": os.getpid()}
