@@ -70,7 +70,7 @@ class EnvPlan:
         return self.arm_driver in SIMULATORS and not self.beside_real_arm
 
 
-def declares_real_arm(config) -> bool:
+def declares_real_arm(config: Config) -> bool:
     """Some node group of the config declares a Franka (whichever component it hosts)."""
     try:
         return any(getattr(g.hardware, "type", None) == "Franka" for g in config.cluster.node_groups if g.hardware)

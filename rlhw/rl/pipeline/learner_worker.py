@@ -40,7 +40,7 @@ from rlhw.runtime.worker import Worker
 
 
 class LearnerWorker(Worker):
-    def __init__(self, config, run_dir: str, num_acting: int, channel_prefix: str = ""):
+    def __init__(self, config: Config, run_dir: str, num_acting: int, channel_prefix: str = ""):
         # learner_threads of this node's env_configs, else 1 (small MLPs on shared cores: see rlhw.rl.trainer)
         self.learner_threads = apply_learner_threads(config.cluster.node_env(self.info.node_rank).isolation)
         from rlhw.runtime.channel import Channel

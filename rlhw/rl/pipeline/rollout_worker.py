@@ -39,7 +39,7 @@ from rlhw.runtime.worker import Worker
 
 
 class RolloutWorker(Worker):
-    def __init__(self, config, num_learner_ranks: int, num_env: int, channel_prefix: str = "",
+    def __init__(self, config: Config, num_learner_ranks: int, num_env: int, channel_prefix: str = "",
                  lane_token: bytes | None = None):
         torch.set_num_threads(1)
         self.config, self.cfg = config, config.train
