@@ -17,16 +17,18 @@ import time
 from time import perf_counter
 
 import grpc
+import numpy as np
 from google.protobuf.message import DecodeError
 
 from rlhw.env import codec, step_layout, wire
 from rlhw.env.auth import SESSION_METADATA_KEY, SessionSecretRefused, session_of
 from rlhw.env.control import ControlConflict
-from rlhw.env.host import EnvHost, StepResult
+from rlhw.env.host import EnvHost
 from rlhw.env.limits import MAX_FIELD_CHARS, StreamGate, StreamRefused, bounded
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.env.validate import InvalidRequest
 from rlhw.errors import ErrorReason, RobotFault, SafetyViolation
+from rlhw.robot.step import Reset, Step
 
 log = logging.getLogger("rlhw.env")
 
@@ -99,15 +101,31 @@ def run_guarded(fn, *args):
         raise _failure(e) from None
 
 
-def _encode_step(head, result: StepResult, wrap_field: int | None) -> bytes:
-    """``head`` (the response without its observations: a ResetResponse, or StepResponse wire bytes)
-    and the result's observations, written from the arrays (rlhw.env.wire)."""
+def _encode(head, obs, stamps, final_obs, wrap_field: int | None) -> bytes:
+    """``head`` (the response without its observations: a ResetResponse, or StepResponse wire bytes) and
+    one instance's observations (or a batch's, with its final observations), written from the arrays
+    (rlhw.env.wire). The wire's tensors are unbatched for one instance (``num_envs == 1``)."""
     field = wire.T.n_observation if type(head) is bytes else wire.T.n_reset_observation
-    observations = [(field, result.obs, result.stamps)]
-    if result.final_obs is not None:
-        observations.append((wire.T.n_final_observation, result.final_obs, None))
+    observations = [(field, obs, stamps)]
+    if final_obs is not None:
+        observations.append((wire.T.n_final_observation, final_obs, None))
     head = head if type(head) is bytes else head.SerializeToString()
     return wire.encode_with_observations(head, observations, wrap_field)
+
+
+def _wire_observations(obs, stamps, n: int):
+    """A call's observations and capture times as the wire holds them: one instance's rows (name -> float
+    capture times), a batch as it is."""
+    if n != 1:
+        return obs, stamps
+    return {k: v[0] for k, v in obs.items()}, {k: float(v[0]) for k, v in stamps.items()}
+
+
+def _reported(step: Step, action: np.ndarray) -> bool:
+    """Whether the step's executed actions and intervention flags go on the wire: only where they say
+    something the client does not know (an operator acted, or a fault came before anything was sent);
+    otherwise the client takes its own action as executed."""
+    return bool(step.intervened.any()) or not np.array_equal(step.executed.reshape(action.shape), action)
 
 
 def _parse(message_type, data: bytes):
@@ -154,15 +172,25 @@ class EnvService:
         finally:
             control.done(session)
 
+    # -- what the dm_env_rpc bridge asks of the env, under the same control rule --------------------------
+    def reset_as(self, session: str) -> Reset:
+        """An unseeded reset on behalf of ``session`` (which takes or must hold control)."""
+        return self._controlled(session, lambda: self.host.reset(None)[0], limit_s=self.reset_limit_s)
+
+    def step_as(self, session: str, action: np.ndarray) -> Step:
+        """A step of a checked ``action`` on behalf of ``session`` (which takes or must hold control)."""
+        return self._controlled(session, lambda: self.host.step(action)[0], limit_s=self.step_limit_s)
+
     def _reset(self, request: pb.ResetRequest, wrap_field: int | None) -> bytes:
         t0 = time.perf_counter()
         seed = request.seed if request.HasField("seed") else None
         if seed is not None and not 0 <= seed < 2**63:
             raise InvalidRequest("seed", f"must be between 0 and 2**63-1, got {seed}; leave it unset for an unseeded reset")
-        result = self.host.reset(seed)
-        result.timing["server"] = time.perf_counter() - t0
-        head = pb.ResetResponse(timing=result.timing, success=result.success)
-        return _encode_step(head, result, wrap_field)
+        first, timing = self.host.reset(seed)
+        timing["server"] = time.perf_counter() - t0
+        head = pb.ResetResponse(timing=timing, success=first.success.tolist())
+        obs, stamps = _wire_observations(first.obs, first.stamps, self.host.num_envs)
+        return _encode(head, obs, stamps, None, wrap_field)
 
     def _step(self, request: pb.StepRequest | bytes, wrap_field: int | None) -> bytes:
         """One step: ``request`` is a StepRequest or its wire bytes (or, with ``wrap_field`` set,
@@ -178,22 +206,22 @@ class EnvService:
                 raise InvalidRequest("action", "missing; send a Tensor matching GetSpec().spec.action")
             action = self.host.checker.check(request.action)
         t1 = perf_counter()
-        result = self.host.step_fast(action)
-        if type(result) is tuple:  # one instance, no fault: the writer's cached layout
-            obs, stamps, reward, terminated, truncated, success, timing = result
-            timing["validate"] = t1 - t0
-            t2 = perf_counter()
-            timing["server"] = t2 - t0
-            data = self.writer.write(reward, terminated, truncated, success, timing, obs, stamps, wrap_field)
+        step, timing = self.host.step(action)
+        timing["validate"] = t1 - t0
+        reported = _reported(step, action)
+        obs, stamps = _wire_observations(step.obs, step.stamps, self.host.num_envs)
+        t2 = perf_counter()
+        timing["server"] = t2 - t0
+        if self.host.num_envs == 1 and step.fault[0] is None and not reported:  # the writer's cached layout
+            data = self.writer.write(float(step.reward[0]), bool(step.terminated[0]), bool(step.truncated[0]),
+                                     bool(step.success[0]), timing, obs, stamps, wrap_field)
         else:
-            timing = result.timing
-            timing["validate"] = t1 - t0
-            t2 = perf_counter()
-            timing["server"] = t2 - t0
-            head = wire.encode_step_head(result.reward, result.terminated, result.truncated, result.success,
-                                          result.fault, result.fault_message, timing, result.final_mask or (),
-                                          result.executed_action, result.intervened)
-            data = _encode_step(head, result, wrap_field)
+            head = wire.encode_step_head(step.reward.tolist(), step.terminated.tolist(), step.truncated.tolist(),
+                                         step.success.tolist(), step.fault, step.fault_message, timing,
+                                         () if step.final_mask is None else step.final_mask.tolist(),
+                                         step.executed.reshape(action.shape) if reported else None,
+                                         step.intervened.tolist() if reported else None)
+            data = _encode(head, obs, stamps, step.final_obs, wrap_field)
         timing["encode"] = perf_counter() - t2
         self.host.record(timing)
         return data

@@ -20,6 +20,7 @@ import numpy as np
 from rlhw.env import wire
 from rlhw.env.codec import CODE_BY_DTYPE, faults_from_wire, numpy_dtype
 from rlhw.env.v1 import env_pb2 as pb
+from rlhw.robot.step import Step
 from rlhw.env.wire import (
     BIG_TENSOR_BYTES,
     F64,
@@ -190,10 +191,9 @@ class _ReaderLayout:
 class StepReader:
     """Reads single-instance StepResponses (optionally inside SessionResponse.step) by layout.
 
-    ``read`` returns what `RemoteEnv.step` returns for a single env - ``(obs, reward, terminated,
-    truncated, info)`` with info's ``timestamps``, ``timing``, ``success``, ``fault``,
-    ``fault_message`` and ``intervened`` - from the values `read_response` would give, or None when the message does
-    not have the layout of the previous one that `learn` was given. Every byte outside the value slots
+    ``read`` returns the `Step` (rlhw.robot.step) of one instance that `read_response` would give, with
+    ``executed`` (the client's action: a message with interventions has no layout), or None when the message
+    does not have the layout of the previous one that `learn` was given. Every byte outside the value slots
     is compared with that message, and the slots hold only fixed-size values (floats, tensor data,
     one-byte flags), so a message that passes parses exactly as the general reader would parse it.
     """
@@ -201,7 +201,7 @@ class StepReader:
     def __init__(self):
         self._layout: _ReaderLayout | None = None
 
-    def read(self, data: bytes):
+    def read(self, data: bytes, executed: np.ndarray) -> Step | None:
         layout = self._layout
         if layout is None or len(data) != layout.size or layout.check.unpack_from(data) != layout.expected:
             return None
@@ -209,13 +209,12 @@ class StepReader:
         reward, terminated, truncated, success = v[:4]
         if terminated > 1 or truncated > 1 or success > 1:
             return None  # a flag written as another varint: let protobuf decide
-        ndarray = np.ndarray  # a read-only view of the bytes with its shape, in one call
+        ndarray = np.ndarray  # a read-only view of the bytes with its shape (one instance), in one call
         obs = {name: ndarray(shape, dt, data, offset) for name, dt, offset, shape in layout.tensors}
-        return obs, reward, terminated == 1, truncated == 1, {
-            "timestamps": dict(zip(layout.stamp_names, v[layout.stamp_slice])),
-            "timing": dict(zip(layout.timing_keys, v[layout.timing_slice])),
-            "success": success == 1, "fault": layout.fault, "fault_message": layout.fault_message,
-            "intervened": False}  # a message with interventions has no layout
+        return Step(obs, np.array([reward]), np.array([terminated == 1]), np.array([truncated == 1]),
+                    np.array([success == 1]), executed, np.zeros(1, bool), layout.fault, layout.fault_message,
+                    {name: np.array([t]) for name, t in zip(layout.stamp_names, v[layout.stamp_slice])},
+                    dict(zip(layout.timing_keys, v[layout.timing_slice])))
 
     def learn(self, data: bytes, head: pb.StepResponse, session: bool) -> None:
         """Prepare the layout of ``data`` (a StepResponse, or with ``session`` a
@@ -255,7 +254,7 @@ def _reader_layout(buf, head, session: bool) -> _ReaderLayout | None:
         if kind == "tensor":
             value_fmt.append(f"{b - a}x")
             name, dt, shape = info
-            tensors.append((name, dt, a, shape))
+            tensors.append((name, dt, a, (1, *shape)))
         else:
             value_fmt.append({"reward": "f", "flag": "B", "timing": "d", "stamp": "d"}[kind])
             order.append((kind, info))
@@ -279,8 +278,8 @@ def _reader_layout(buf, head, session: bool) -> _ReaderLayout | None:
     layout.timing_slice = slice(4, 4 + n_timing)
     layout.stamp_names = tuple(info for k, info in order if k == "stamp")
     layout.stamp_slice = slice(4 + n_timing, 4 + n_timing + n_stamps)
-    layout.fault = faults_from_wire(head.fault, 1) if head.fault else []
-    layout.fault_message = head.fault_message[0] if head.fault_message else []
+    layout.fault = (faults_from_wire(head.fault, 1) if head.fault else None,)
+    layout.fault_message = (head.fault_message[0] if head.fault_message else "",)
     return layout
 
 

@@ -22,6 +22,9 @@ from rlhw.robot.spec import TensorSpec
 BOX = TensorSpec("action", "float32", (7,), -1.0, 1.0)
 UNEVEN = TensorSpec("action", "float32", (3,), [-1.0, -2.0, 0.0], [1.0, 2.0, 0.08])
 
+#: The executed action a `StepReader` step carries (the client's action: the message reports none).
+NOT_REPORTED = np.zeros((1, 7), np.float32)
+
 
 # ---------------------------------------------------------------------------------------------
 # requests
@@ -135,13 +138,14 @@ def test_the_reader_gives_what_the_general_reader_gives(obs, session, reward, te
     first = _message(obs, stamps={n: 1.5 for n in obs}, wrap=wrap)
     reader = _learned(first, session)
     data = _message(obs, reward, terminated, truncated, {"env": 5e-3, "server": 6e-3}, {n: 2.5 for n in obs}, wrap)
-    got = reader.read(data)
+    got = reader.read(data, NOT_REPORTED)
     head, observations = _general(data, session)
     tensors, stamps = observations["observation"]
     assert got is not None
-    g_obs, g_reward, g_term, g_trunc, info = got
+    assert got.executed is NOT_REPORTED and got.intervened.tolist() == [False]
+    g_obs, g_reward, g_term, g_trunc, info = got.gym()  # one instance, as the Gymnasium edge gives it
     g_stamps, g_timing, g_success = info["timestamps"], info["timing"], info["success"]
-    fault, fault_message = info["fault"], info["fault_message"]
+    fault, fault_message = got.fault[0], got.fault_message[0]
     assert set(g_obs) == set(tensors)
     for name, arr in tensors.items():
         assert g_obs[name].dtype == arr.dtype and g_obs[name].shape == arr.shape
@@ -155,19 +159,19 @@ def test_the_reader_gives_what_the_general_reader_gives(obs, session, reward, te
 def test_the_reader_refuses_messages_that_differ_outside_the_value_slots():
     obs = {"q": np.zeros(7, np.float32)}
     reader = _learned(_message(obs), True)
-    assert reader.read(_message(obs)) is not None
-    assert reader.read(_message(obs, wrap=None)) is None  # not inside SessionResponse.step
-    assert reader.read(_message(obs, timing={"env": 1e-3, "serve": 1e-3})) is None  # another key
-    assert reader.read(_message({"q": np.zeros(7, np.int32)})) is None  # same size, other dtype
-    assert reader.read(_message({"q": np.zeros((1, 7), np.float32)})) is None  # other shape
-    assert reader.read(_message(obs, fault=(FaultKind.REFLEX, "stopped"))) is None
+    assert reader.read(_message(obs), NOT_REPORTED) is not None
+    assert reader.read(_message(obs, wrap=None), NOT_REPORTED) is None  # not inside SessionResponse.step
+    assert reader.read(_message(obs, timing={"env": 1e-3, "serve": 1e-3}), NOT_REPORTED) is None  # another key
+    assert reader.read(_message({"q": np.zeros(7, np.int32)}), NOT_REPORTED) is None  # same size, other dtype
+    assert reader.read(_message({"q": np.zeros((1, 7), np.float32)}), NOT_REPORTED) is None  # other shape
+    assert reader.read(_message(obs, fault=(FaultKind.REFLEX, "stopped")), NOT_REPORTED) is None
     flag = bytearray(_message(obs))
     at = flag.index(b"\x1a\x01\x00") + 2  # terminated = 2 is still "true" to protobuf: not read by layout
     flag[at] = 2
-    assert reader.read(bytes(flag)) is None
-    assert reader.read(_message(obs)[:-1]) is None
+    assert reader.read(bytes(flag), NOT_REPORTED) is None
+    assert reader.read(_message(obs)[:-1], NOT_REPORTED) is None
     error = pb.SessionResponse(error=pb.Error(code=3, message="x")).SerializeToString()
-    assert reader.read(error) is None
+    assert reader.read(error, NOT_REPORTED) is None
 
 
 def test_batched_and_final_observation_replies_have_no_layout():
@@ -209,10 +213,11 @@ def test_remote_env_steps_match_the_general_decoder_across_episode_ends_and_faul
         obs, reward, terminated, truncated, info = got
         assert set(obs) == {"joint_pos", "ee_pose", "gripper", "cam0", "cam1"}
         assert reward == pytest.approx(-3.5) and not terminated
-        assert set(info) == {"timestamps", "timing", "success", "fault", "fault_message", "intervened"}
-        assert info["intervened"] is False
+        assert set(info) == {"timestamps", "timing", "success", "fault", "fault_message", "intervened",
+                             "executed_action"}
+        assert info["intervened"] is False and info["executed_action"].tolist() == action.tolist()
     np.testing.assert_array_equal(latest[0]["cam1"], reference[0]["cam1"])
-    assert latest[4]["fault"] is None is reference[4]["fault"] and latest[4]["fault_message"] == ""
+    assert latest[4]["fault"] is None is reference[4]["fault"] and latest[4]["fault_message"] is None
     assert [s[3] for s in steps[:3]] == [False, False, True]  # truncated at episode_length, read by layout
 
 

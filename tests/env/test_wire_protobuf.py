@@ -20,6 +20,9 @@ NAMES = st.text("abcxyz_0123456789", min_size=1, max_size=6)
 FLOATS = st.floats(allow_nan=False, width=32)
 DOUBLES = st.floats(allow_nan=False)
 
+#: The executed action a `StepReader` step carries (the client's action: the message reports none).
+NOT_REPORTED = np.zeros((1, 7), np.float32)
+
 
 @st.composite
 def steps(draw, n_max: int = 3):
@@ -95,9 +98,9 @@ def test_what_protobuf_writes_the_fast_path_reads_as_the_same_values(v, session)
     # The layout reader either declines (protobuf orders fields its own way) or agrees.
     reader = step_layout.StepReader()
     reader.learn(data, head, session)
-    got = reader.read(data)
+    got = reader.read(data, NOT_REPORTED)
     if got is not None:
-        obs, reward, terminated, truncated, info = got
+        obs, reward, terminated, truncated, info = got.gym()  # one instance, as the Gymnasium edge gives it
         assert (reward, terminated, truncated) == (np.float32(v["reward"][0]), v["terminated"][0], v["truncated"][0])
         _same_observation((obs, info["timestamps"]), v)
 
@@ -114,15 +117,15 @@ def test_the_cached_layout_writer_and_reader_agree_with_protobuf_step_after_step
                             v["obs"], v["stamps"], wrap)
         parsed = pb.SessionResponse.FromString(data).step if session else pb.StepResponse.FromString(data)
         assert parsed == expected
-        got = reader.read(data)
+        got = reader.read(data, NOT_REPORTED)
         if got is None:
             reader.learn(data, parsed, session)
         else:
-            obs, reward, terminated, truncated, info = got
+            obs, reward, terminated, truncated, info = got.gym()
             assert (reward, terminated, truncated) == (np.float32(v["reward"][0]), v["terminated"][0], v["truncated"][0])
             assert info["timing"] == v["timing"] and info["fault"] is None
             _same_observation((obs, info["timestamps"]), v)
-    assert reader.read(data) is not None  # a step with the learned layout is read by it
+    assert reader.read(data, NOT_REPORTED) is not None  # a step with the learned layout is read by it
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,9 +184,9 @@ def test_the_fast_path_follows_a_renumbered_proto():
             data = writer.write(0.5, False, True, False, v["timing"], v["obs"], v["stamps"], tags.n_session_step)
             parsed = classes["SessionResponse"].FromString(data).step
             assert parsed == protobuf_message(quiet, classes)
-            if reader.read(data) is None:
+            if reader.read(data, NOT_REPORTED) is None:
                 reader.learn(data, parsed, True)
-        obs, reward, _, truncated, info = reader.read(data)
+        obs, reward, _, truncated, info = reader.read(data, NOT_REPORTED).gym()
         assert reward == 0.5 and truncated and info["timing"] == v["timing"] and obs["q"].tolist() == list(range(7))
     finally:
         wire.use_tags(old)

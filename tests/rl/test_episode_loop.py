@@ -236,7 +236,7 @@ def test_a_batch_records_each_instances_executed_action_and_flag(tmp_path):
 
 
 def test_a_batched_env_in_this_process_reads_like_the_env_server(tmp_path):
-    """`BatchedEnv` lists final observations and timings per instance; the view gives the server's shapes."""
+    """`BatchedEnv`'s step is a `Step` of the server's shapes: final observations with a mask, one timing."""
     from rlhw.robot.factory import make_batched_env
 
     config = load_config_dict({"cluster": CLUSTER, "env": {"sim": "mock", "num_envs": 2, "max_episode_steps": 2}})
@@ -246,7 +246,7 @@ def test_a_batched_env_in_this_process_reads_like_the_env_server(tmp_path):
         obs = view.reset(seed=0)
         view.step(np.zeros((2, *env.spec.action.shape), np.float32))
         s = view.step(np.full((2, *env.spec.action.shape), 0.5, np.float32))
-        assert s.ended.all() and isinstance(s.info["timing"], dict) and "env.total" in s.info["timing"]
+        assert s.ended.all() and s.timing["total"] > 0  # each phase's slowest instance
         assert not np.allclose(s.last["ee_position"], s.obs["ee_position"])  # final obs vs the autoreset one
         assert s.intervened.tolist() == [False, False] and s.executed.shape == (2, *env.spec.action.shape)
         assert set(obs) == set(s.last)

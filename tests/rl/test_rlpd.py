@@ -13,12 +13,12 @@ from rlhw.config import load_config_dict
 from rlhw.config.train import SacConfig, TrainConfig
 from rlhw.errors import ConfigError
 from rlhw.rl.demos import load_demos
-from rlhw.rl.episode_loop import executed_rows
 from rlhw.rl.episodes import EpisodeRecorder, episode_files, load_episode
 from rlhw.rl.local import make_agent, run_episode, train_local
 from rlhw.rl.replay import MixedReplay
 from rlhw.rl.rundir import RunDir
 from rlhw.rl.sac import SAC, EnsembleLayerNorm, ObsLayout
+from rlhw.robot.step import from_contract
 from tests.rl.point_env import PointReachEnv, TakeoverPointEnv, point_expert
 
 CLUSTER = {"num_nodes": 1, "component_placement": {"env,rollout,actor": {"node_group": "node", "placement": "0"}},
@@ -191,11 +191,13 @@ def test_each_recorded_step_keeps_the_executed_action_the_intervened_flag_and_th
 
 
 def test_the_stored_action_is_what_the_env_says_the_arm_executed_else_the_policys():
-    policy = np.array([[0.5, -0.5]], np.float32)  # one instance
-    assert executed_rows(policy, {"success": False}, 1)[1].tolist() == [False]  # an env without a teleop device
-    np.testing.assert_array_equal(executed_rows(policy, {}, 1)[0], policy)
-    action, intervened = executed_rows(policy, {"intervened": True, "executed_action": np.ones(2, np.float32)}, 1)
-    assert intervened.tolist() == [True] and action.tolist() == [[1.0, 1.0]]
+    policy = np.array([0.5, -0.5], np.float32)  # one instance
+    obs = {"pos": np.zeros(2, np.float32)}
+    plain = from_contract(obs, 0.0, False, False, {"success": False}, policy, 1)  # an env without a teleop device
+    assert plain.intervened.tolist() == [False] and plain.executed.tolist() == [[0.5, -0.5]]
+    taken = from_contract(obs, 0.0, False, False, {"intervened": True, "executed_action": np.ones(2, np.float32)},
+                          policy, 1)
+    assert taken.intervened.tolist() == [True] and taken.executed.tolist() == [[1.0, 1.0]]
     # (a batch of instances: tests/rl/test_episode_loop.py, through the episode loop's view of the env)
 
 
