@@ -19,7 +19,7 @@ import numpy as np
 
 from rlhw.env.control import ControlLease
 from rlhw.env.validate import ActionChecker
-from rlhw.robot.step import Reset, Step, from_contract, reset_from_contract
+from rlhw.robot.step import Reset, Step, reset_from_contract
 
 log = logging.getLogger("rlhw.env")
 
@@ -103,11 +103,10 @@ class EnvHost:
         """The env's step and the server's timings of it (as `reset`); each fault is kept for GetStatus."""
         t0 = perf_counter()
         with self._env_lock:
-            obs, reward, terminated, truncated, info = self.env.step(action)
+            step = self.env.step(action)
         dt = perf_counter() - t0
         self.stopped = False
         self.steps += 1
-        step = from_contract(obs, reward, terminated, truncated, info, action, self.num_envs)
         for kind, message in zip(step.fault, step.fault_message):
             if kind:
                 self.faults.append(f"{time.time():.3f} {kind}: {message}")

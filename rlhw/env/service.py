@@ -125,7 +125,7 @@ def _reported(step: Step, action: np.ndarray) -> bool:
     """Whether the step's executed actions and intervention flags go on the wire: only where they say
     something the client does not know (an operator acted, or a fault came before anything was sent);
     otherwise the client takes its own action as executed."""
-    return bool(step.intervened.any()) or not np.array_equal(step.executed.reshape(action.shape), action)
+    return True in step.intervened.tolist() or step.executed.tobytes() != action.tobytes()  # (a few floats)
 
 
 def _parse(message_type, data: bytes):

@@ -20,7 +20,7 @@ import numpy as np
 from rlhw.env import wire
 from rlhw.env.codec import CODE_BY_DTYPE, faults_from_wire, numpy_dtype
 from rlhw.env.v1 import env_pb2 as pb
-from rlhw.robot.step import Step
+from rlhw.robot.step import FLAG, Step
 from rlhw.env.wire import (
     BIG_TENSOR_BYTES,
     F64,
@@ -211,8 +211,8 @@ class StepReader:
             return None  # a flag written as another varint: let protobuf decide
         ndarray = np.ndarray  # a read-only view of the bytes with its shape (one instance), in one call
         obs = {name: ndarray(shape, dt, data, offset) for name, dt, offset, shape in layout.tensors}
-        return Step(obs, np.array([reward]), np.array([terminated == 1]), np.array([truncated == 1]),
-                    np.array([success == 1]), executed, np.zeros(1, bool), layout.fault, layout.fault_message,
+        return Step(obs, np.array([reward]), FLAG[terminated == 1], FLAG[truncated == 1], FLAG[success == 1],
+                    executed, FLAG[False], layout.fault, layout.fault_message,
                     {name: np.array([t]) for name, t in zip(layout.stamp_names, v[layout.stamp_slice])},
                     dict(zip(layout.timing_keys, v[layout.timing_slice])))
 

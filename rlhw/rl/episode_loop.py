@@ -28,7 +28,7 @@ from rlhw.rl.instances import EVAL, IDLE, TRAIN, Instances
 from rlhw.rl.replay import TransitionBatch, transition_batch
 from rlhw.rl.spaces import neutral_actions
 from rlhw.robot.spec import EnvSpec
-from rlhw.robot.step import Step, from_contract
+from rlhw.robot.step import Step
 
 EpisodeResult = tuple[float, bool, int, int]
 """A finished episode: (return, success, length, steps an operator executed)."""
@@ -53,7 +53,7 @@ class BatchView:
 
     ``spec`` is the env's (per-instance shapes, ``num_envs``): `RemoteEnv.env_spec`, else ``env.spec``. With
     ``num_envs == 1`` the env is a single unbatched env (a RemoteEnv of one instance, a RobotEnv). ``step`` is
-    the env's typed step (`RemoteEnv.step_typed`); None: the env's own ``step``, read as the RobotEnv contract."""
+    a gymnasium env's typed step (`RemoteEnv.step_typed`); None: the env's own (the RobotEnv contract's)."""
 
     def __init__(self, env, spec: EnvSpec, step: Callable[[np.ndarray], Step] | None = None):
         self.env, self.spec, self.num_envs = env, spec, int(spec.num_envs)
@@ -66,9 +66,7 @@ class BatchView:
     def step(self, actions: np.ndarray) -> Step:
         if self.num_envs == 1:
             actions = actions[0]
-        if self._typed_step is not None:
-            return self._typed_step(actions)
-        return from_contract(*self.env.step(actions), actions, self.num_envs)
+        return (self._typed_step or self.env.step)(actions)
 
 
 def _ignore(*_) -> None:

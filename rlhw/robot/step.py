@@ -25,12 +25,11 @@ import numpy as np
 
 from rlhw.errors import FaultKind
 
-#: The fields of an env's info that `from_contract` gives a typed home; the rest go to ``extras``.
-_TYPED = frozenset({"timestamps", "timing", "success", "fault", "fault_message", "executed_action", "intervened",
-                    "final_observation", "_final_observation", "judge_success", "final_info", "reset"})
+#: The fields of an env's reset info that `Reset` gives a typed home; the rest go to ``extras``.
+_TYPED = frozenset({"timestamps", "timing", "success"})
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class Step:
     """One env step of n instances (see the module docstring for the shapes).
 
@@ -60,6 +59,15 @@ class Step:
     final_mask: np.ndarray | None = None  # bool (n,), set with final_obs
     judge_success: np.ndarray | None = None  # bool (n,)
     extras: tuple[Mapping[str, Any], ...] = field(default=())
+
+    def __init__(self, obs, reward, terminated, truncated, success, executed, intervened, fault, fault_message,
+                 stamps, timing, final_obs=None, final_mask=None, judge_success=None, extras=()):
+        # Frozen, written once: one dict update instead of the generated __init__'s object.__setattr__ per
+        # field, which made building a step cost about as much as the env server's whole per-step overhead.
+        self.__dict__.update(obs=obs, reward=reward, terminated=terminated, truncated=truncated, success=success,
+                             executed=executed, intervened=intervened, fault=fault, fault_message=fault_message,
+                             stamps=stamps, timing=timing, final_obs=final_obs, final_mask=final_mask,
+                             judge_success=judge_success, extras=extras)
 
     @classmethod
     def one(cls, obs: Mapping[str, np.ndarray], reward: float, terminated: bool, truncated: bool, *, success: bool,
@@ -143,6 +151,16 @@ class Reset:
     extras: tuple[Mapping[str, Any], ...] = field(default=())
 
 
+def _constant(value: bool) -> np.ndarray:
+    flag = np.array([value])
+    flag.flags.writeable = False
+    return flag
+
+
+#: One instance's flag as a read-only array: shared by the steps that hot paths build (a Step is never written).
+FLAG = {False: _constant(False), True: _constant(True)}
+
+
 def stack(steps: list[Step], obs: list[Mapping[str, np.ndarray]], finals: Mapping[int, Mapping[str, np.ndarray]]
           ) -> Step:
     """The `Step` of a batch from its instances' steps (rlhw.robot.batch.BatchedEnv). ``obs[i]`` is instance i's
@@ -198,52 +216,6 @@ def _timing(value) -> dict[str, float]:
     return out
 
 
-def _faults(info: Mapping, n: int) -> tuple[tuple, tuple]:
-    fault, message = info.get("fault"), info.get("fault_message")
-    if fault is None or isinstance(fault, str):  # FaultKind is a str enum
-        kind = FaultKind(fault) if fault else None
-        return (kind,) * n, (str(message or "") if kind else "",) * n
-    kinds = tuple(FaultKind(f) if f else None for f in fault)
-    msgs = message if isinstance(message, (list, tuple)) else [message if f else "" for f in fault]
-    return kinds, tuple(str(m or "") for m in msgs)
-
-
-def _executed(info: Mapping, action: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    executed, flags = info.get("executed_action"), info.get("intervened")
-    batch = np.asarray(action, np.float32).reshape((n, *np.shape(action)[1 if n > 1 else 0:]))
-    if executed is None:
-        executed = batch
-    elif n > 1 and isinstance(executed, (list, tuple)):
-        executed = np.stack([batch[i] if row is None else np.asarray(row, np.float32).reshape(batch.shape[1:])
-                             for i, row in enumerate(executed)])
-    else:
-        executed = np.asarray(executed, np.float32).reshape(batch.shape)
-    if n > 1 and isinstance(flags, (list, tuple)):
-        flags = [bool(f) for f in flags]
-    return executed, _per_instance(flags, n, bool)
-
-
-def _finals(info: Mapping, obs: Mapping, ended: np.ndarray, n: int):
-    value = info.get("final_observation")
-    if n == 1 or value is None:
-        return None, None
-    if isinstance(value, Mapping):
-        mask = info.get("_final_observation")
-        mask = ended if mask is None else np.asarray(mask, bool).reshape(-1)
-        return (value, mask) if value else (None, None)
-    mask = np.array([v is not None for v in value])
-    if not mask.any():
-        return None, None
-    out = {}
-    for name, current in obs.items():
-        rows = np.zeros_like(current)
-        for i, v in enumerate(value):
-            if v is not None:
-                rows[i] = v[name]
-        out[name] = rows
-    return out, mask
-
-
 def _extras(info: Mapping, n: int) -> tuple[dict, ...]:
     rest = {k: v for k, v in info.items() if k not in _TYPED}
     if n == 1:
@@ -256,23 +228,7 @@ def _batched(obs: Mapping, n: int) -> dict:
     return {k: np.asarray(v)[None] for k, v in obs.items()} if n == 1 else dict(obs)
 
 
-def from_contract(obs, reward, terminated, truncated, info: Mapping, action, n: int) -> Step:
-    """The `Step` of an env that answers with the RobotEnv contract's ``(obs, reward, terminated, truncated, info)``
-    (one env: scalars and a dict info; a batch: arrays, per-instance lists holding None where nothing was
-    reported). A fault kind that is no `FaultKind` is a bug of the env (ValueError)."""
-    terminated, truncated = _per_instance(terminated, n, bool), _per_instance(truncated, n, bool)
-    batch = _batched(obs, n)
-    fault, message = _faults(info, n)
-    executed, intervened = _executed(info, action, n)
-    final_obs, final_mask = _finals(info, batch, terminated | truncated, n)
-    judged = info.get("judge_success")
-    return Step(batch, _per_instance(reward, n, np.float64), terminated, truncated,
-                _per_instance(info.get("success", False), n, bool), executed, intervened, fault, message,
-                _stamps(info.get("timestamps"), n), _timing(info.get("timing")), final_obs, final_mask,
-                None if judged is None else _per_instance(judged, n, bool), _extras(info, n))
-
-
 def reset_from_contract(obs, info: Mapping, n: int) -> Reset:
-    """The `Reset` of an env's ``(obs, info)`` (as `from_contract` reads a step)."""
+    """The `Reset` of an env's ``reset() -> (obs, info)``: one env's dict info, or a batch's per-instance lists."""
     return Reset(_batched(obs, n), _stamps(info.get("timestamps"), n),
                  _per_instance(info.get("success", False), n, bool), _timing(info.get("timing")), _extras(info, n))

@@ -18,7 +18,6 @@ from rlhw.rl.local import make_agent, run_episode, train_local
 from rlhw.rl.replay import MixedReplay
 from rlhw.rl.rundir import RunDir
 from rlhw.rl.sac import SAC, EnsembleLayerNorm, ObsLayout
-from rlhw.robot.step import from_contract
 from tests.rl.point_env import PointReachEnv, TakeoverPointEnv, point_expert
 
 CLUSTER = {"num_nodes": 1, "component_placement": {"env,rollout,actor": {"node_group": "node", "placement": "0"}},
@@ -46,7 +45,7 @@ def _record_demos(directory, episodes: int = 3, kind: str = "demo", seed: int = 
         rec.begin(obs, kind=kind, meta={"success": True})
         while True:
             action = point_expert(obs)
-            obs, reward, terminated, truncated, info = env.step(action)
+            obs, reward, terminated, truncated, info = env.step(action).gym()
             rec.step(action, reward, terminated, truncated, obs, info["success"], intervened=True)
             steps += 1
             if terminated or truncated:
@@ -192,12 +191,15 @@ def test_each_recorded_step_keeps_the_executed_action_the_intervened_flag_and_th
 
 def test_the_stored_action_is_what_the_env_says_the_arm_executed_else_the_policys():
     policy = np.array([0.5, -0.5], np.float32)  # one instance
-    obs = {"pos": np.zeros(2, np.float32)}
-    plain = from_contract(obs, 0.0, False, False, {"success": False}, policy, 1)  # an env without a teleop device
-    assert plain.intervened.tolist() == [False] and plain.executed.tolist() == [[0.5, -0.5]]
-    taken = from_contract(obs, 0.0, False, False, {"intervened": True, "executed_action": np.ones(2, np.float32)},
-                          policy, 1)
-    assert taken.intervened.tolist() == [True] and taken.executed.tolist() == [[1.0, 1.0]]
+    plain = PointReachEnv()
+    plain.reset(seed=0)
+    step = plain.step(policy)  # an env without a teleop device: the policy's action was executed
+    assert step.intervened.tolist() == [False] and step.executed.tolist() == [[0.5, -0.5]]
+    taken = TakeoverPointEnv(every=1)
+    obs, _ = taken.reset(seed=0)
+    step = taken.step(policy)  # the operator's action was executed instead
+    assert step.intervened.tolist() == [True]
+    np.testing.assert_array_equal(step.executed, point_expert(obs)[None])
     # (a batch of instances: tests/rl/test_episode_loop.py, through the episode loop's view of the env)
 
 
@@ -218,7 +220,7 @@ def test_a_crash_cut_episode_keeps_its_audit_fields(tmp_path):
     obs, _ = env.reset()
     rec.begin(obs)
     for t in range(3):
-        obs, r, te, tr, _ = env.step(np.zeros(2, np.float32))
+        obs, r, te, tr, _ = env.step(np.zeros(2, np.float32)).gym()
         rec.step(np.zeros(2), r, te, tr, obs, intervened=t == 1, policy_version=t * 10)
     rec.close()  # the process dies: only the .steps file is left
     ep = load_episode(episode_files(tmp_path)[0])
