@@ -57,7 +57,7 @@ class FakeEnv:
             cameras=cam_names,
             description="rlhw.env.fake_env.FakeEnv: constant observations, for service tests",
         )
-        batch = (num_envs,) if num_envs > 1 else ()
+        batch = (num_envs,)  # a leading instance axis, as a `Step` holds them (one instance: 1)
         rng = np.random.default_rng(0)
         self._obs = {
             name: (
@@ -67,6 +67,7 @@ class FakeEnv:
             )
             for name, s in obs.items()
         }
+        self._row = {k: v[0] for k, v in self._obs.items()}  # one instance's observation (views): what reset gives
         self._t = np.zeros(num_envs, dtype=np.int64)
         self._t1 = 0
         self.events: list[str] = []
@@ -97,7 +98,7 @@ class FakeEnv:
         self._t[:] = 0
         self._t1 = 0
         self._obs["joint_pos"][...] = 0.0
-        return self._obs, self._info(t0)
+        return (self._obs if self.num_envs > 1 else self._row), self._info(t0)
 
     def step(self, action: np.ndarray) -> Step:
         t0 = time.perf_counter()
@@ -114,12 +115,14 @@ class FakeEnv:
             # seven floats: Python beats numpy's per-call overhead
             values = action.tolist() if action.ndim == 1 else action.reshape(-1).tolist()
             if any(values):
-                jp = self._obs["joint_pos"]
+                jp = self._row["joint_pos"]  # the instance's row: no broadcasting
                 jp += 0.01 * action
                 np.clip(jp, -3.0, 3.0, out=jp)
-            executed, intervened = self._intervention(action.reshape(1, -1), self._t1)
+            executed, intervened = np.asarray(action, np.float32).reshape(1, -1), FLAG[False]
+            if self.intervene_every:
+                executed, intervened = self._intervention(executed, self._t1)
             now = np.array([time.time()])
-            return Step({k: v[None] for k, v in self._obs.items()}, np.array([-sum(map(abs, values))]), FLAG[False],
+            return Step(self._obs, np.array([-sum(map(abs, values))]), FLAG[False],
                         FLAG[self._t1 >= self.episode_length], FLAG[False], executed, intervened, _NO_FAULT,
                         _NO_MESSAGE, dict.fromkeys(self._obs, now), {"env": time.perf_counter() - t0})
         self._t += 1
@@ -144,8 +147,6 @@ class FakeEnv:
         """(executed, intervened) per instance: with ``intervene_every``, every k-th step instance 0's operator
         executed the negated action, as RobotEnv reports a teleop operator's takeover."""
         executed = np.asarray(action, np.float32)
-        if not self.intervene_every and len(executed) == 1:
-            return executed, FLAG[False]
         intervened = np.zeros(len(executed), bool)
         if self.intervene_every and t % self.intervene_every == 0:
             executed = executed.copy()
