@@ -35,7 +35,7 @@ def expert_episodes(env, episodes: int) -> dict:
     for seed in range(episodes):
         env.reset(seed=seed)
         for step in range(env.config.max_episode_steps):
-            _, _, terminated, truncated, info = env.step(insert_expert_action(env))
+            _, _, terminated, truncated, info = env.step(insert_expert_action(env)).gym()
             if info["fault"]:
                 faults.append(info["fault"])
             if terminated or truncated:
@@ -54,7 +54,7 @@ def time_block(env, steps: int, policy) -> tuple[float, float, float, int]:
     resets = 0
     for _ in range(steps):
         c, w = time.process_time(), time.perf_counter()
-        _, _, terminated, truncated, _ = env.step(policy(env))
+        _, _, terminated, truncated, _ = env.step(policy(env)).gym()
         step_cpu += time.process_time() - c
         step_wall += time.perf_counter() - w
         if terminated or truncated:

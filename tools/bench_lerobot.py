@@ -52,7 +52,7 @@ def collect(episodes: int, steps: int, seed: int) -> tuple[list, dict, tuple, di
             first, trace, done = obs, [], False
             while not done:
                 action = rng.uniform(-0.5, 0.5, env.spec.action.shape).astype(np.float32)
-                obs, reward, terminated, truncated, info = env.step(action)
+                obs, reward, terminated, truncated, info = env.step(action).gym()
                 trace.append((action, reward, terminated, truncated, obs, info["success"]))
                 done = terminated or truncated
             out.append((first, trace))

@@ -43,7 +43,7 @@ def run(steps: int, seed: int, keep_all: bool) -> dict:
             marks[i] = round(rss_mib(), 1)
         if i == steps:
             break
-        _, _, terminated, truncated, _ = env.step(rng.uniform(-1, 1, env.spec.action.shape).astype(np.float32))
+        _, _, terminated, truncated, _ = env.step(rng.uniform(-1, 1, env.spec.action.shape).astype(np.float32)).gym()
         if terminated or truncated:
             env.reset()
     out = {"keep_all": keep_all, "rss_mib": marks, "growth_mib": round(marks[steps] - marks[0], 1),

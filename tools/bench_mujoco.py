@@ -88,9 +88,9 @@ def env_block(env, steps: int, rng, record: list | None):
     with Clock() as c:
         for a in actions:
             t0 = tick()
-            _, _, _, _, info = env.step(a)
+            step = env.step(a)
             per_step.append(tick() - t0)
-            timings.append(info["timing"])
+            timings.append(step.timing)
             if record is not None:
                 record.append(data.ctrl.copy())
     c.per_step = per_step

@@ -58,14 +58,17 @@ def in_process(config, seconds: float) -> float:
 
     env = make_env(config, 0)
     agent = make_agent(config, env.spec, "cpu")
-    obs, _ = env.reset(seed=0)
+    first, _ = env.reset(seed=0)
+    obs = {k: np.asarray(v)[None] for k, v in first.items()}
     steps, t0 = 0, None
     try:
         while True:
-            action = agent.act({k: np.asarray(v)[None] for k, v in obs.items()})[0]
-            obs, _, term, trunc, _ = env.step(action)
-            if term or trunc:
-                obs, _ = env.reset()
+            action = agent.act(obs)[0]
+            step = env.step(action)  # its observations are a batch of 1, as the policy takes them
+            obs = step.obs
+            if step.ended[0]:
+                first, _ = env.reset()
+                obs = {k: np.asarray(v)[None] for k, v in first.items()}
             steps += 1
             if steps == 50:
                 t0 = time.perf_counter()  # after warm-up

@@ -37,7 +37,7 @@ def main() -> int:
                 env.reset(seed=100 + k)
                 done, judged, steps, driven = False, False, 0, 0
                 while not done:
-                    _, _, terminated, truncated, info = env.step(np.array([0.0, 0.0, 0.6], np.float32))
+                    _, _, terminated, truncated, info = env.step(np.array([0.0, 0.0, 0.6], np.float32)).gym()
                     judged |= info["judge_success"]
                     steps, driven, done = steps + 1, driven + info["intervened"], terminated or truncated
                 wins += judged

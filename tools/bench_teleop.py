@@ -76,7 +76,7 @@ def teleop_trial(env, hid, mouse, stamps, report: bytes, expected: list[float], 
             raise RuntimeError("the report was not decoded within 1 s")
         decoded = time.perf_counter() - t0
     for n in range(1, 10_000):
-        _, _, _, _, info = env.step(zero)
+        _, _, _, _, info = env.step(zero).gym()
         if info["executed_action"].tolist() == expected:
             return stamps[-1] - t0, decoded, n
     raise RuntimeError("the report never reached the arm")
@@ -135,7 +135,7 @@ def expert_success(task: str, episodes: int) -> tuple[float, float, float]:
                 env.reset(seed=seed)
                 done, info = False, {}
                 while not done:
-                    _, _, terminated, truncated, info = env.step(np.zeros(env.spec.action.shape, np.float32))
+                    _, _, terminated, truncated, info = env.step(np.zeros(env.spec.action.shape, np.float32)).gym()
                     done = terminated or truncated
                 wins += bool(info["success"])
                 steps.append(info["episode_step"])

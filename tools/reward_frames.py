@@ -162,7 +162,7 @@ def record_episodes(task: str, out_dir: str | Path, episodes: int, *, steps: int
             recorder.begin(obs, meta={"task": task, "staged_success": succeed, **getattr(stager, "meta", {})})
             for t in range(steps):
                 action = stager.before_step(t)
-                obs, reward, terminated, truncated, info = env.step(action)
+                obs, reward, terminated, truncated, info = env.step(action).gym()
                 recorder.step(action, reward, terminated, truncated, obs, success=info["success"])
                 if terminated or truncated:
                     break

@@ -10,7 +10,8 @@ recorded, crash-safe, in the episode format the trainer reads (rlhw.rl.episodes,
   holds still. It goes through the env's safety layer like any action.
 - Between episodes the env resets with its bounded, safe reset, from seed ``env.seed + episode``.
 - Labels: the operator's mark (success / failure key or button), else the task's success.
-- The stored action of every step is ``info["executed_action"]``, what really went to the arm.
+- The stored action of every step is the step's ``executed`` action (rlhw/robot/step.py), what really went to
+  the arm.
 
 ``--replay FILE`` re-executes a recorded episode's actions in simulation from its seed and reports
 whether the final state reproduces (every proprio observation within ``--tolerance``).
@@ -29,6 +30,7 @@ from rlhw.cli.common import add_config_arguments, positive_int
 from rlhw.config.root import Config
 from rlhw.errors import ConfigError
 from rlhw.robot.registry import teleop_devices
+from rlhw.robot.step import Step
 
 #: The teleop devices the driver registry knows (names only: no device module is imported).
 DEVICES = tuple(teleop_devices())
@@ -82,15 +84,16 @@ def record(config: Config, args, overrides: list[str]) -> int:
                     "config": str(args.config), "overrides": overrides, "control_hz": config.env.control_hz})
                 done = False
                 while not done:
-                    obs, reward, terminated, truncated, info = env.step(zero)  # the operator's action is executed
-                    recorder.step(info["executed_action"], reward, terminated, truncated, obs, info["success"],
-                                  intervened=info["intervened"], fault=info.get("fault"),
-                                  judge_success=info.get("judge_success"))
-                    done = terminated or truncated
-                    view.update(episode, info, successes)
+                    step = env.step(zero)  # the operator's action is executed
+                    recorder.step(step.executed[0], step.reward[0], step.terminated[0], step.truncated[0],
+                                  {k: v[0] for k, v in step.obs.items()}, step.success[0],
+                                  intervened=step.intervened[0], fault=step.fault[0],
+                                  judge_success=None if step.judge_success is None else step.judge_success[0])
+                    done = bool(step.ended[0])
+                    view.update(episode, step, successes)
                 path = recorder.end()
-                successes += bool(info["success"])
-                view.finished(episode, path, info, successes)
+                successes += bool(step.success[0])
+                view.finished(episode, path, step, successes)
     finally:
         recorder.close()
         env.close()
@@ -117,15 +120,16 @@ def replay(config: Config, path: Path, tolerance: float) -> int:
             raise ConfigError("--replay", "replay runs in simulation only (a real arm is not deterministic); add env.sim=mujoco")
         obs, _ = env.reset(seed=int(meta["seed"]))
         for action in episode["action"]:
-            obs, _, terminated, truncated, info = env.step(action)
-            if terminated or truncated:
+            step = env.step(action)
+            if step.ended[0]:
                 break
     finally:
         env.close()
+    obs, steps = {k: v[0] for k, v in step.obs.items()}, step.extras[0]["episode_step"]
     deviation = max(float(np.max(np.abs(obs[k] - episode[f"obs/{k}"][-1]))) for k in obs
                     if not k.startswith("image_") and f"obs/{k}" in episode)
-    ok = deviation <= tolerance and len(episode["action"]) == info["episode_step"]
-    print(f"replay of {path}: {info['episode_step']} of {len(episode['action'])} steps, final deviation "
+    ok = deviation <= tolerance and len(episode["action"]) == steps
+    print(f"replay of {path}: {steps} of {len(episode['action'])} steps, final deviation "
           f"{deviation:.6f} (tolerance {tolerance}): {'reproduced' if ok else 'NOT reproduced'}")
     return 0 if ok else 1
 
@@ -151,34 +155,35 @@ class LiveView:
         if self._live is not None:
             self._live.__exit__(*exc)
 
-    def update(self, episode: int, info: dict, successes: int) -> None:
+    def update(self, episode: int, step: Step, successes: int) -> None:
         if self._live is not None:
-            self._live.update(self._render(episode, info, successes))
+            self._live.update(self._render(episode, step, successes))
 
-    def finished(self, episode: int, path, info: dict, successes: int) -> None:
-        label = info.get("operator_label") or ("success" if info["success"] else "failure")
-        line = f"episode {episode + 1}/{self.episodes}: {info['episode_step']} steps, {label}, saved {path}"
+    def finished(self, episode: int, path, step: Step, successes: int) -> None:
+        label = step.extras[0].get("operator_label") or ("success" if step.success[0] else "failure")
+        line = f"episode {episode + 1}/{self.episodes}: {step.extras[0]['episode_step']} steps, {label}, saved {path}"
         if self._live is not None:
             self._live.console.print(line)
         else:
             print(line, flush=True)
 
-    def _render(self, episode: int, info: dict | None, successes: int):
+    def _render(self, episode: int, step: Step | None, successes: int):
         from rich.table import Table
 
         table = Table(title="rlhw record-demos", show_header=False)
         table.add_row("episode", f"{episode + 1} / {self.episodes}")
-        table.add_row("step", str(info["episode_step"]) if info else "-")
+        table.add_row("step", str(step.extras[0]["episode_step"]) if step is not None else "-")
         table.add_row("successes", str(successes))
-        table.add_row("operator", "driving" if info and info["intervened"] else "-")
-        table.add_row("camera frame age", frame_ages(info))
+        table.add_row("operator", "driving" if step is not None and step.intervened[0] else "-")
+        table.add_row("camera frame age", frame_ages(step))
         return table
 
 
-def frame_ages(info: dict | None) -> str:
+def frame_ages(step: Step | None) -> str:
     """Age of each camera's newest frame in the last observation, e.g. ``front 42 ms``."""
-    if not info:
+    if step is None:
         return "-"
     now = time.time()
-    ages = [f"{k[len('image_'):]} {1000 * (now - t):.0f} ms" for k, t in info["timestamps"].items() if k.startswith("image_")]
+    ages = [f"{k[len('image_'):]} {1000 * (now - t[0]):.0f} ms" for k, t in step.stamps.items()
+            if k.startswith("image_")]
     return ", ".join(ages) or "no camera"

@@ -50,12 +50,6 @@ def fault_from_wire(value: int) -> FaultKind | None:
     return kind
 
 
-def faults_from_wire(values, n: int):
-    """``info["fault"]`` of a step: the kind (or None) for one instance, a list for a batch."""
-    kinds = [fault_from_wire(v) for v in values]
-    return (kinds[0] if kinds else None) if n == 1 else kinds
-
-
 def reason_to_metadata(reason: ErrorReason) -> tuple[str, str]:
     """The trailing-metadata pair that carries ``reason`` on a failed unary call."""
     return REASON_METADATA_KEY, pb.ErrorReason.Name(REASON_TO_WIRE[reason])

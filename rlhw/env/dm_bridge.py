@@ -168,7 +168,7 @@ class _Stream:
         self.session = session
         self.joined = False
         self.need_start = True
-        self.pending = None  # (obs, reward, discount) produced by Reset, returned by the next Step
+        self.pending = None  # the `Reset` a Reset request produced, returned by the next Step
         self.last_action = service.default_action
 
     # world lifecycle
@@ -252,8 +252,7 @@ class _Stream:
     def reset(self, req: dm.ResetRequest) -> dm.ResetResponse:
         _no_settings(req.settings, "Reset")
         self._require_joined("Reset")
-        result = self.native._controlled(self.session, self.host.reset, None, limit_s=self.native.reset_limit_s)
-        self.pending = result
+        self.pending = self.native.reset_as(self.session)
         self.need_start = True
         return dm.ResetResponse(specs=self.svc.specs)
 
@@ -268,13 +267,13 @@ class _Stream:
             if uid not in requested:
                 requested.append(uid)
         if self.need_start:
-            result = self.pending or self.native._controlled(self.session, self.host.reset, None, limit_s=self.native.reset_limit_s)
+            result = self.pending or self.native.reset_as(self.session)
             self.pending = None
             self.need_start = False
             state, reward, discount = dm.EnvironmentStateType.RUNNING, 0.0, 1.0
         else:
             action = self._action(req.actions)
-            result = self.native._controlled(self.session, self.host.step, action, limit_s=self.native.step_limit_s)
+            result = self.native.step_as(self.session, action)
             self.last_action = action
             reward = result.reward[0]
             if result.terminated[0]:
@@ -293,7 +292,7 @@ class _Stream:
             elif name == _DISCOUNT:
                 value = np.float32(discount)
             else:
-                value = result.obs[name]
+                value = result.obs[name][0]  # the one instance's row
             response.observations[uid].CopyFrom(tensor_utils.pack_tensor(np.asarray(value)))
         return response
 

@@ -16,6 +16,9 @@ import numpy as np
 from rlhw.config.root import Config
 from rlhw.errors import RobotFault
 from rlhw.robot.spec import EnvSpec, TensorSpec
+from rlhw.robot.step import FLAG, Step
+
+_NO_FAULT, _NO_MESSAGE = (None,), ("",)  # one instance, no fault
 
 
 class FakeEnv:
@@ -33,7 +36,7 @@ class FakeEnv:
     ):
         self.num_envs = num_envs
         #: > 0: report interventions as RobotEnv does with a teleop operator: every k-th step an
-        #: "operator" executed the negated action (info["intervened"], info["executed_action"]).
+        #: "operator" executed the negated action (the step's ``intervened`` and ``executed``).
         self.intervene_every = intervene_every
         self.episode_length = episode_length
         self.step_delay_s = step_delay_s
@@ -55,7 +58,7 @@ class FakeEnv:
             cameras=cam_names,
             description="rlhw.env.fake_env.FakeEnv: constant observations, for service tests",
         )
-        batch = (num_envs,) if num_envs > 1 else ()
+        batch = (num_envs,)  # a leading instance axis, as a `Step` holds them (one instance: 1)
         rng = np.random.default_rng(0)
         self._obs = {
             name: (
@@ -65,6 +68,7 @@ class FakeEnv:
             )
             for name, s in obs.items()
         }
+        self._row = {k: v[0] for k, v in self._obs.items()}  # one instance's observation (views): what reset gives
         self._t = np.zeros(num_envs, dtype=np.int64)
         self._t1 = 0
         self.events: list[str] = []
@@ -80,10 +84,10 @@ class FakeEnv:
     def _info(self, t0: float) -> dict:
         now = time.time()
         return {
-            "timestamps": dict.fromkeys(self._obs, now),
+            "timestamps": dict.fromkeys(self._obs, now) if self.num_envs == 1
+            else {k: np.full(self.num_envs, now) for k in self._obs},
             "timing": {"env": time.perf_counter() - t0},
             "success": np.zeros(self.num_envs, bool) if self.num_envs > 1 else False,
-            "fault": None,
         }
 
     def reset(self, seed: int | None = None):
@@ -95,9 +99,9 @@ class FakeEnv:
         self._t[:] = 0
         self._t1 = 0
         self._obs["joint_pos"][...] = 0.0
-        return self._obs, self._info(t0)
+        return (self._obs if self.num_envs > 1 else self._row), self._info(t0)
 
-    def step(self, action: np.ndarray):
+    def step(self, action: np.ndarray) -> Step:
         t0 = time.perf_counter()
         if self.fail_next is not None:
             err, self.fail_next = self.fail_next, None
@@ -106,18 +110,22 @@ class FakeEnv:
             time.sleep(self.step_delay_s)
         self.steps += 1
         self.last_action = action
-        if self.num_envs == 1:  # the benchmark's path: keep the env's own cost near zero
+        n = self.num_envs
+        if n == 1:  # the benchmark's path: keep the env's own cost near zero
             self._t1 += 1
             # seven floats: Python beats numpy's per-call overhead
             values = action.tolist() if action.ndim == 1 else action.reshape(-1).tolist()
             if any(values):
-                jp = self._obs["joint_pos"]
+                jp = self._row["joint_pos"]  # the instance's row: no broadcasting
                 jp += 0.01 * action
                 np.clip(jp, -3.0, 3.0, out=jp)
-            info = self._info(t0)
+            executed, intervened = np.asarray(action, np.float32).reshape(1, -1), FLAG[False]
             if self.intervene_every:
-                self._report_intervention(info, action, self._t1)
-            return self._obs, -sum(map(abs, values)), False, self._t1 >= self.episode_length, info
+                executed, intervened = self._intervention(executed, self._t1)
+            now = np.array([time.time()])
+            return Step(self._obs, np.array([-sum(map(abs, values))]), FLAG[False],
+                        FLAG[self._t1 >= self.episode_length], FLAG[False], executed, intervened, _NO_FAULT,
+                        _NO_MESSAGE, dict.fromkeys(self._obs, now), {"env": time.perf_counter() - t0})
         self._t += 1
         # The joint position follows the action a little, so tests can see actions arrive.
         if action.any():
@@ -125,27 +133,27 @@ class FakeEnv:
             jp += 0.01 * action
             np.clip(jp, -3.0, 3.0, out=jp)
         truncated = self._t >= self.episode_length
-        info = self._info(t0)
-        if self.intervene_every:
-            self._report_intervention(info, action, int(self._t[0]))
-        reward = -np.abs(action).sum(axis=-1).astype(np.float32)
-        terminated = np.zeros(self.num_envs, bool)
+        executed, intervened = self._intervention(action, int(self._t[0]))
+        final_obs = final_mask = None
         if truncated.any():
-            info["final_observation"] = {k: v.copy() for k, v in self._obs.items()}
-            info["_final_observation"] = truncated.copy()
+            final_obs, final_mask = {k: v.copy() for k, v in self._obs.items()}, truncated.copy()
             self._t[truncated] = 0
             self._obs["joint_pos"][truncated] = 0.0  # same-step autoreset: rows start a new episode
-        return self._obs, reward, terminated, truncated, info
+        now = time.time()
+        return Step(dict(self._obs), -np.abs(action).sum(axis=-1).astype(np.float64), np.zeros(n, bool), truncated,
+                    np.zeros(n, bool), executed, intervened, (None,) * n, ("",) * n,
+                    {k: np.full(n, now) for k in self._obs}, {"env": time.perf_counter() - t0}, final_obs, final_mask)
 
-    def _report_intervention(self, info: dict, action: np.ndarray, t: int) -> None:
-        taken = t % self.intervene_every == 0
-        human = (-action).astype(np.float32)
-        if self.num_envs == 1:
-            info["intervened"] = taken
-            info["executed_action"] = human if taken else action.astype(np.float32)
-        else:  # per instance, as a BatchedEnv lists its members' infos; instance 0 only is taken over
-            info["intervened"] = [taken] + [False] * (self.num_envs - 1)
-            info["executed_action"] = [human[0] if taken else None] + [None] * (self.num_envs - 1)
+    def _intervention(self, action: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """(executed, intervened) per instance: with ``intervene_every``, every k-th step instance 0's operator
+        executed the negated action, as RobotEnv reports a teleop operator's takeover."""
+        executed = np.asarray(action, np.float32)
+        intervened = np.zeros(len(executed), bool)
+        if self.intervene_every and t % self.intervene_every == 0:
+            executed = executed.copy()
+            executed[0] = -executed[0]
+            intervened[0] = True
+        return executed, intervened
 
     def stop(self) -> None:
         self.events.append("stop")

@@ -30,6 +30,7 @@ from rlhw.env.v1 import env_pb2_grpc
 from rlhw.retry import retry
 from rlhw.robot.gym import spaces_from_spec, take_measurements
 from rlhw.robot.spec import EnvSpec
+from rlhw.robot.step import Reset, Step
 
 
 class RemoteEnv(gym.Env):
@@ -160,9 +161,24 @@ class RemoteEnv(gym.Env):
             self._stream.close()
             self._stream = None
 
-    # -- gymnasium API --------------------------------------------------------------------------
+    # -- gymnasium API (the public Gymnasium edge: tuples built from the typed results) -------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
+        first = self.reset_typed(seed)
+        stamps = {k: float(v[0]) if self.num_envs == 1 else v for k, v in first.stamps.items()}
+        success = bool(first.success[0]) if self.num_envs == 1 else first.success
+        info = {"timestamps": stamps, "timing": first.timing, "success": success}
+        self.last_measurements = take_measurements(info, self.measurements_in_info)
+        return ({k: v[0] for k, v in first.obs.items()} if self.num_envs == 1 else first.obs), info
+
+    def step(self, action):
+        out = self.step_typed(action).gym()
+        self.last_measurements = take_measurements(out[4], self.measurements_in_info)
+        return out
+
+    # -- typed calls: `Reset` and `Step` (rlhw.robot.step), for the RL loop and RemoteVectorEnv ----------
+    def reset_typed(self, seed: int | None = None) -> Reset:
+        """Reset every instance of the server's env (observations with a leading instance axis)."""
         request = pb.ResetRequest(seed=seed) if seed is not None else pb.ResetRequest()
         if self.use_session:
             # A stream is not covered by gRPC's retry policy: reopen it until the server answers.
@@ -173,54 +189,81 @@ class RemoteEnv(gym.Env):
             response = pb.ResetResponse.FromString(
                 self._repeatable(self._raw_reset, request.SerializeToString(), self.reset_timeout_s))
             observations = codec.observations_of(response)
-        obs, stamps = observations.get("observation", ({}, {}))
-        info = {"timestamps": _stamps(stamps), "timing": dict(response.timing), "success": _flags(response.success, self.num_envs)}
-        self.last_measurements = take_measurements(info, self.measurements_in_info)
-        return obs, info
+        return self._reset_of(response, observations)
 
-    def step(self, action):
-        arr = np.asarray(action)
-        if arr.dtype != self._action_dtype:
-            arr = arr.astype(self._action_dtype)  # the server checks bounds and finiteness
-        request = codec.step_request(arr, self.use_session)  # a wrong shape: the server names the one it expects
+    def step_typed(self, action) -> Step:
+        """One step of every instance: ``action`` has the spec's shape, with a leading instance axis for a batch."""
+        arr = self._action_array(action)
         if self.use_session:
-            self._send(request)
-            _, response, observations = self._parse_session(self._receive_bytes(self.timeout_s))
+            self.send_step(arr)
+            return self.receive_step(arr, self.timeout_s)
+        try:
+            data = self._raw_step(codec.step_request(arr, False), timeout=self.timeout_s, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise error_from_rpc(self.address, e) from None
+        return self._decode_step(data, arr, False)
+
+    def send_step(self, action) -> None:
+        """Queue a step on the Session stream without waiting for its answer (`receive_step` reads it), so
+        that several servers can work at once (`RemoteVectorEnv`)."""
+        self._send(codec.step_request(self._action_array(action), True))  # a wrong shape: the server names it
+
+    def receive_step(self, action, timeout_s: float) -> Step:
+        """The answer to the step of ``action`` that `send_step` queued; errors raised."""
+        return self._decode_step(self._receive_bytes(timeout_s), self._action_array(action), True)
+
+    def send_reset(self, seed: int | None = None) -> None:
+        """Queue an unseeded (or seeded) reset on the Session stream; `receive_reset` reads its answer."""
+        request = pb.ResetRequest(seed=seed) if seed is not None else pb.ResetRequest()
+        self._send(pb.SessionRequest(reset=request).SerializeToString())
+
+    def receive_reset(self, timeout_s: float) -> Reset:
+        """The answer to the reset that `send_reset` queued; errors raised."""
+        _, response, observations = self._receive(timeout_s)
+        return self._reset_of(response, observations)
+
+    # -- decoding --------------------------------------------------------------------------------
+    def _action_array(self, action) -> np.ndarray:
+        arr = np.asarray(action)
+        return arr if arr.dtype == self._action_dtype else arr.astype(self._action_dtype)  # the server checks bounds
+
+    def _decode_step(self, data: bytes, action: np.ndarray, session: bool) -> Step:
+        """The Step of a StepResponse (or, with ``session``, a SessionResponse{step}) of ``action``."""
+        if session:
+            _, response, observations = self._parse_session(data)
         else:
-            try:
-                data = self._raw_step(request, timeout=self.timeout_s, metadata=self._metadata)
-            except grpc.RpcError as e:
-                raise error_from_rpc(self.address, e) from None
             response = pb.StepResponse.FromString(data)
             observations = codec.observations_of(response)
-        out = self._unpack_step(response, observations)
-        self.last_measurements = take_measurements(out[4], self.measurements_in_info)
-        return out
+        return self._unpack_step(response, observations, action)
 
-    def _unpack_step(self, response: pb.StepResponse, observations: dict):
-        obs, stamps = observations.get("observation", ({}, {}))
+    def _unpack_step(self, response: pb.StepResponse, observations: dict, action: np.ndarray) -> Step:
+        """The Step of a parsed StepResponse of ``action``: the server sends the executed actions and
+        intervention flags only where they differ from what the client knows (``action``, no operator)."""
         n = self.num_envs
-        info: dict[str, Any] = {
-            "timestamps": _stamps(stamps),
-            "timing": dict(response.timing),
-            "success": _flags(response.success, n),
-            "fault": codec.faults_from_wire(response.fault, n),
-            "fault_message": (response.fault_message[0] if n == 1 and response.fault_message else list(response.fault_message)),
-        }
-        if n == 1:
-            info["intervened"] = bool(response.intervened[0]) if response.intervened else False
-        else:
-            info["intervened"] = (np.asarray(response.intervened, dtype=bool) if response.intervened
-                                  else np.zeros(n, dtype=bool))
-        if response.HasField("executed_action"):
-            info["executed_action"] = codec.from_tensor(response.executed_action)
+        executed = np.asarray(action, np.float32).reshape((n, *self.env_spec.action.shape))
+        obs, stamps = observations.get("observation", ({}, {}))
+        final_obs = final_mask = None
         if response.final_mask:
-            info["final_observation"] = observations.get("final_observation", ({}, {}))[0]
-            info["_final_observation"] = np.asarray(response.final_mask, dtype=bool)
-        if n == 1:
-            return obs, float(response.reward[0]), bool(response.terminated[0]), bool(response.truncated[0]), info
-        return (obs, np.asarray(response.reward, dtype=np.float32), np.asarray(response.terminated, dtype=bool),
-                np.asarray(response.truncated, dtype=bool), info)
+            final_obs = observations.get("final_observation", ({}, {}))[0] or None
+            final_mask = None if final_obs is None else np.asarray(response.final_mask, dtype=bool)
+        if response.HasField("executed_action"):
+            executed = codec.from_tensor(response.executed_action).astype(np.float32).reshape(executed.shape)
+        return Step(self._instances(obs), np.asarray(response.reward, np.float64),
+                    np.asarray(response.terminated, bool), np.asarray(response.truncated, bool),
+                    _flags(response.success, n), executed,
+                    np.asarray(response.intervened, bool) if response.intervened else np.zeros(n, bool),
+                    tuple(codec.fault_from_wire(v) for v in response.fault) or (None,) * n,
+                    tuple(response.fault_message) or ("",) * n, _stamps(stamps), dict(response.timing),
+                    final_obs, final_mask)
+
+    def _reset_of(self, response: pb.ResetResponse, observations: dict) -> Reset:
+        obs, stamps = observations.get("observation", ({}, {}))
+        return Reset(self._instances(obs), _stamps(stamps), _flags(response.success, self.num_envs),
+                     dict(response.timing))
+
+    def _instances(self, obs: dict) -> dict:
+        """The wire's observations with a leading instance axis (one instance's are unbatched on the wire)."""
+        return {k: v[None] for k, v in obs.items()} if self.num_envs == 1 else obs
 
     # -- the rest of the service ----------------------------------------------------------------
     def stop(self, release: bool = False) -> pb.StopResponse:
@@ -253,11 +296,10 @@ class RemoteEnv(gym.Env):
             pass
 
 
-def _stamps(stamps: dict[str, Any]) -> dict[str, Any]:
-    return {k: (float(v) if not isinstance(v, float) and np.ndim(v) == 0 else v) for k, v in stamps.items()}
+def _stamps(stamps: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Capture times, name -> float64 (n,)."""
+    return {k: np.asarray(v, np.float64).reshape(-1) for k, v in stamps.items()}
 
 
-def _flags(values, n: int):
-    if n == 1:
-        return bool(values[0]) if len(values) else False
-    return np.asarray(values, dtype=bool)
+def _flags(values, n: int) -> np.ndarray:
+    return np.asarray(values, dtype=bool) if len(values) else np.zeros(n, bool)

@@ -8,9 +8,7 @@ from typing import Sequence
 import gymnasium as gym
 import numpy as np
 
-from rlhw.env import codec
 from rlhw.env.remote_env import RemoteEnv
-from rlhw.env.v1 import env_pb2 as pb
 from rlhw.robot.gym import spaces_from_spec
 from rlhw.robot.spec import EnvSpec
 
@@ -46,16 +44,10 @@ class RemoteVectorEnv(gym.vector.VectorEnv):
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
         self._offsets = np.cumsum([0] + self.counts)
 
-    def _parallel(self, calls: list[tuple[RemoteEnv, bytes]], timeout_s: float) -> list:
-        """Send every request first, then collect: the servers work at the same time."""
-        for env, req in calls:
-            env._send(req)
-        return [env._receive(timeout_s) for env, _ in calls]
-
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         seeds = [None] * len(self.envs) if seed is None else [seed + int(o) for o in self._offsets[:-1]]
         results = [None] * len(self.envs)
-        threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, _safe(self.envs[i].reset, seed=seeds[i])))
+        threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, _safe(self.envs[i].reset_typed, seed=seeds[i])))
                    for i in range(len(self.envs))]
         for t in threads:
             t.start()
@@ -64,54 +56,43 @@ class RemoteVectorEnv(gym.vector.VectorEnv):
         for r in results:
             if isinstance(r, BaseException):
                 raise r
-        obs = self._stack([r[0] for r in results])
-        info = {"timestamps": [r[1]["timestamps"] for r in results]}
+        obs = self._stack([r.obs for r in results])
+        info = {"timestamps": [r.stamps for r in results]}  # per server: name -> capture times (its instances)
         return obs, info
 
     def step(self, actions):
         actions = np.asarray(actions, dtype=self.single_action_space.dtype)
         if actions.shape[0] != self.num_envs:
             raise ValueError(f"actions: expected a leading dimension of {self.num_envs}, got shape {actions.shape}")
-        requests = []
-        for i, env in enumerate(self.envs):
-            a = actions[self._offsets[i]: self._offsets[i + 1]]
-            a = a[0] if env.num_envs == 1 else a
-            requests.append((env, codec.step_request(a, True)))
-        responses = self._parallel(requests, max(e.timeout_s for e in self.envs))
-        steps = [env._unpack_step(head, observations) for env, (_, head, observations) in zip(self.envs, responses)]
-        obs_parts, rewards, terms, truncs, final_obs, final_mask = [], [], [], [], [], []
-        done_single = []
-        for i, (env, (obs, rew, term, trunc, info)) in enumerate(zip(self.envs, steps)):
-            rewards.append(np.atleast_1d(rew)); terms.append(np.atleast_1d(term)); truncs.append(np.atleast_1d(trunc))
-            if env.num_envs == 1:
-                final_obs.append(obs)
-                done = bool(term or trunc)
-                final_mask.append(np.array([done]))
-                if done:
-                    done_single.append(i)
-            else:
-                final_obs.append(info.get("final_observation") or {k: np.zeros_like(v) for k, v in obs.items()})
-                final_mask.append(info.get("_final_observation", np.zeros(env.num_envs, bool)))
-            obs_parts.append(obs)
+        parts = [actions[self._offsets[i]: self._offsets[i + 1]] for i in range(len(self.envs))]
+        parts = [a[0] if env.num_envs == 1 else a for a, env in zip(parts, self.envs)]
+        for env, a in zip(self.envs, parts):  # every request first, then the answers: the servers work at once
+            env.send_step(a)
+        timeout_s = max(e.timeout_s for e in self.envs)
+        steps = [env.receive_step(a, timeout_s) for env, a in zip(self.envs, parts)]
+        obs_parts = [s.obs for s in steps]
+        final_obs = [s.obs if s.final_obs is None else s.final_obs for s in steps]
+        final_mask = [s.ended if env.num_envs == 1 else (np.zeros(env.num_envs, bool) if s.final_mask is None
+                                                          else s.final_mask) for env, s in zip(self.envs, steps)]
+        done_single = [i for i, (env, s) in enumerate(zip(self.envs, steps)) if env.num_envs == 1 and s.ended[0]]
         if done_single:  # same-step autoreset for single-instance servers, in parallel
-            reset = pb.SessionRequest(reset=pb.ResetRequest()).SerializeToString()
-            resets = self._parallel([(self.envs[i], reset) for i in done_single],
-                                    max(self.envs[i].reset_timeout_s for i in done_single))
-            for i, (_, _, observations) in zip(done_single, resets):
-                obs_parts[i] = observations.get("observation", ({}, {}))[0]
+            for i in done_single:
+                self.envs[i].send_reset()
+            timeout_s = max(self.envs[i].reset_timeout_s for i in done_single)
+            for i in done_single:
+                obs_parts[i] = self.envs[i].receive_reset(timeout_s).obs
         mask = np.concatenate(final_mask)
-        info = {"timing": [s[4]["timing"] for s in steps]}
+        info = {"timing": [s.timing for s in steps]}
         if mask.any():
             info["final_observation"] = self._stack(final_obs)
             info["_final_observation"] = mask
-        return (self._stack(obs_parts), np.concatenate(rewards).astype(np.float32), np.concatenate(terms),
-                np.concatenate(truncs), info)
+        return (self._stack(obs_parts), np.concatenate([s.reward for s in steps]).astype(np.float32),
+                np.concatenate([s.terminated for s in steps]), np.concatenate([s.truncated for s in steps]), info)
 
     def _stack(self, parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         out = {}
-        for name in self.single_observation_space.spaces:
-            rows = [p[name] if env.num_envs > 1 else p[name][None] for p, env in zip(parts, self.envs)]
-            out[name] = np.concatenate(rows, axis=0)
+        for name in self.single_observation_space.spaces:  # each part has its leading instance axis
+            out[name] = np.concatenate([p[name] for p in parts], axis=0)
         return out
 
     def close_extras(self, **kwargs) -> None:

@@ -18,16 +18,18 @@ import time
 from time import perf_counter
 
 import grpc
+import numpy as np
 from google.protobuf.message import DecodeError
 
 from rlhw.env import codec
 from rlhw.env.auth import SESSION_METADATA_KEY, SessionSecretRefused, session_of
 from rlhw.env.control import ControlConflict
-from rlhw.env.host import EnvHost, StepResult
+from rlhw.env.host import EnvHost
 from rlhw.env.limits import MAX_FIELD_CHARS, StreamGate, StreamRefused, bounded
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.env.validate import InvalidRequest
 from rlhw.errors import ErrorReason, RobotFault, SafetyViolation
+from rlhw.robot.step import Reset, Step
 
 log = logging.getLogger("rlhw.env")
 
@@ -100,23 +102,41 @@ def run_guarded(fn, *args):
         raise _failure(e) from None
 
 
-def _fill_step(message: pb.StepResponse, result: StepResult) -> None:
-    """Set ``message`` (in place) to a step's result."""
-    message.reward.extend(result.reward)
-    message.terminated.extend(result.terminated)
-    message.truncated.extend(result.truncated)
-    message.success.extend(result.success)
-    message.fault.extend([codec.fault_to_wire(k) for k in result.fault])
-    message.fault_message.extend(result.fault_message)
-    message.timing.update(result.timing)
-    codec.fill_observation(message.observation, result.obs, result.stamps)
-    if result.final_obs is not None:
-        codec.fill_observation(message.final_observation, result.final_obs)
-        message.final_mask.extend(result.final_mask or ())
-    if result.executed_action is not None:
-        codec.fill_tensor(message.executed_action, result.executed_action)
-    if result.intervened is not None:
-        message.intervened.extend(result.intervened)
+def _fill_step(message: pb.StepResponse, step: Step, timing: dict[str, float], action: np.ndarray) -> None:
+    """Set ``message`` (in place) to ``step``, the step of ``action``, with the server's ``timing`` (the
+    env's phases and the server's own, `EnvHost.step`): one instance's observations unbatched
+    (the wire's shape for ``num_envs == 1``), the executed actions and intervention flags only where they say
+    something the client does not know (`_reported`)."""
+    message.reward.extend(step.reward.tolist())
+    message.terminated.extend(step.terminated.tolist())
+    message.truncated.extend(step.truncated.tolist())
+    message.success.extend(step.success.tolist())
+    message.fault.extend([codec.fault_to_wire(k) for k in step.fault])
+    message.fault_message.extend(step.fault_message)
+    message.timing.update(timing)
+    obs, stamps = _wire_observations(step.obs, step.stamps, step.num_envs)
+    codec.fill_observation(message.observation, obs, stamps)
+    if step.final_obs is not None:
+        codec.fill_observation(message.final_observation, step.final_obs)
+        message.final_mask.extend(step.final_mask.tolist())
+    if _reported(step, action):
+        codec.fill_tensor(message.executed_action, step.executed.reshape(action.shape))
+        message.intervened.extend(step.intervened.tolist())
+
+
+def _wire_observations(obs, stamps, n: int):
+    """A call's observations and capture times as the wire holds them: one instance's rows (name -> float
+    capture times), a batch as it is."""
+    if n != 1:
+        return obs, stamps
+    return {k: v[0] for k, v in obs.items()}, {k: float(v[0]) for k, v in stamps.items()}
+
+
+def _reported(step: Step, action: np.ndarray) -> bool:
+    """Whether the step's executed actions and intervention flags go on the wire: only where they say
+    something the client does not know (an operator acted, or a fault came before anything was sent);
+    otherwise the client takes its own action as executed."""
+    return True in step.intervened.tolist() or step.executed.tobytes() != action.tobytes()  # (a few floats)
 
 
 def _parse(message_type, data: bytes):
@@ -162,18 +182,28 @@ class EnvService:
         finally:
             control.done(session)
 
+    # -- what the dm_env_rpc bridge asks of the env, under the same control rule --------------------------
+    def reset_as(self, session: str) -> Reset:
+        """An unseeded reset on behalf of ``session`` (which takes or must hold control)."""
+        return self._controlled(session, lambda: self.host.reset(None)[0], limit_s=self.reset_limit_s)
+
+    def step_as(self, session: str, action: np.ndarray) -> Step:
+        """A step of a checked ``action`` on behalf of ``session`` (which takes or must hold control)."""
+        return self._controlled(session, lambda: self.host.step(action)[0], limit_s=self.step_limit_s)
+
     def _reset(self, request: pb.ResetRequest, in_session: bool) -> bytes:
         t0 = time.perf_counter()
         seed = request.seed if request.HasField("seed") else None
         if seed is not None and not 0 <= seed < 2**63:
             raise InvalidRequest("seed", f"must be between 0 and 2**63-1, got {seed}; leave it unset for an unseeded reset")
-        result = self.host.reset(seed)
-        result.timing["server"] = time.perf_counter() - t0
+        first, timing = self.host.reset(seed)
+        timing["server"] = time.perf_counter() - t0
         response = pb.SessionResponse() if in_session else pb.ResetResponse()  # the Session stream's oneof
         message = response.reset if in_session else response
-        message.timing.update(result.timing)
-        message.success.extend(result.success)
-        codec.fill_observation(message.observation, result.obs, result.stamps)
+        message.timing.update(timing)
+        message.success.extend(first.success.tolist())
+        obs, stamps = _wire_observations(first.obs, first.stamps, self.host.num_envs)
+        codec.fill_observation(message.observation, obs, stamps)
         return response.SerializeToString()
 
     def _step(self, request: pb.StepRequest | bytes, in_session: bool) -> bytes:
@@ -186,13 +216,12 @@ class EnvService:
             raise InvalidRequest("action", "missing; send a Tensor matching GetSpec().spec.action")
         action = self.host.checker.check(request.action)
         t1 = perf_counter()
-        result = self.host.step(action)
-        timing = result.timing
+        step, timing = self.host.step(action)
         timing["validate"] = t1 - t0
         t2 = perf_counter()
         timing["server"] = t2 - t0
         response = pb.SessionResponse() if in_session else pb.StepResponse()
-        _fill_step(response.step if in_session else response, result)
+        _fill_step(response.step if in_session else response, step, timing, action)
         data = response.SerializeToString()
         timing["encode"] = perf_counter() - t2
         self.host.record(timing)

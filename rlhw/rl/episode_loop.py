@@ -11,25 +11,24 @@ executed, hand the train transitions on, report finished episodes. One loop does
   episode, whose kind (train, eval or idle: `rlhw.rl.instances`) the caller chooses. It returns when every
   instance is idle.
 
-`BatchView` gives the loop one shape of step whatever the env is (`RemoteEnv`, `RobotEnv`, `BatchedEnv`, a
-test env with the RobotEnv contract): the env server's own normalisation, without the wire.
+`BatchView` gives the loop one type of step whatever the env is (`RemoteEnv`, `RobotEnv`, `BatchedEnv`, a
+test env with the RobotEnv contract): `Step` (rlhw/robot/step.py), the type the env server writes to the wire.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Mapping
 
 import numpy as np
 
-# The env server's own normalisation of an env's info (one implementation for the wire and the loop).
-from rlhw.env.host import executed_per_instance, final_observation_rows, instance_faults, merged_timing
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
 from rlhw.rl.instances import EVAL, IDLE, TRAIN, Instances
 from rlhw.rl.replay import TransitionBatch, transition_batch
 from rlhw.rl.spaces import neutral_actions
 from rlhw.robot.spec import EnvSpec
+from rlhw.robot.step import Step
 
 EpisodeResult = tuple[float, bool, int, int]
 """A finished episode: (return, success, length, steps an operator executed)."""
@@ -39,109 +38,35 @@ Act = Callable[[dict, list, np.ndarray], tuple[np.ndarray, np.ndarray]]
 instances ``rows`` that are in an episode; ``evaluating[j]`` says row j's episode is an eval one."""
 
 
-@dataclass
-class Stepped:
-    """One env step of all n instances, per instance (leading dimension n)."""
-
-    obs: dict  # what the next action is chosen from: an autoreset instance's first observation
-    last: dict  # the observation each instance's action led to (its final one where its episode ended)
-    reward: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    success: np.ndarray
-    executed: np.ndarray  # what the arm did: an operator's command where they took over, else the action
-    intervened: np.ndarray
-    faults: list  # per instance: "kind: message" of a fault that ended its episode, else None
-    info: dict = field(default_factory=dict)  # the env's info, timings merged (for the loop timer)
-    fault_kinds: list = field(default_factory=list)  # per instance: the FaultKind that ended its episode, else None
-    judged: np.ndarray | None = None  # a simulator judge's ground truth per instance (``judge_success``), if any
-
-    @property
-    def outcome(self) -> np.ndarray:
-        """Success as an episode's result counts it: the judge's verdict where a simulator has one (a rehearsal's
-        measured success may be a classifier's opinion), else the env's success."""
-        return self.success if self.judged is None else self.judged
-
-    @property
-    def ended(self) -> np.ndarray:
-        return np.logical_or(self.terminated, self.truncated)
-
-
 def one_instance(obs: dict) -> dict:
     """One instance's observation as a batch of 1."""
     return {k: np.asarray(v)[None] for k, v in obs.items()}
 
 
-def executed_rows(actions: np.ndarray, info: dict, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """What the arm really did this step, per instance, and whether an operator did it: the env's
-    ``executed_action`` and ``intervened`` where it reports them (an env server with a teleop device), else the
-    policy's ``actions`` (n, ...) and False. The env server's own reading of them, one implementation."""
-    done, flags = executed_per_instance(info, actions, n)
-    return (np.asarray(actions if done is None else done, np.float32),
-            np.zeros(n, bool) if flags is None else np.asarray(flags, bool))
-
-
-def _rows(obs: dict, rows) -> dict:
+def _rows(obs: Mapping, rows) -> dict:
     return {k: v[rows] for k, v in obs.items()}
 
 
 class BatchView:
-    """An env as n instances: observations, actions and flags with a leading dimension n, one step type.
+    """An env as n instances, each step a `Step` (rlhw.robot.step): observations, actions and flags with a leading
+    dimension n.
 
     ``spec`` is the env's (per-instance shapes, ``num_envs``): `RemoteEnv.env_spec`, else ``env.spec``. With
-    ``num_envs == 1`` the env is a single unbatched env (a RemoteEnv of one instance, a RobotEnv)."""
+    ``num_envs == 1`` the env is a single unbatched env (a RemoteEnv of one instance, a RobotEnv). ``step`` is
+    a gymnasium env's typed step (`RemoteEnv.step_typed`); None: the env's own (the RobotEnv contract's)."""
 
-    def __init__(self, env, spec: EnvSpec):
+    def __init__(self, env, spec: EnvSpec, step: Callable[[np.ndarray], Step] | None = None):
         self.env, self.spec, self.num_envs = env, spec, int(spec.num_envs)
+        self._typed_step = step
 
     def reset(self, seed: int | None) -> dict:
         obs, _ = self.env.reset(seed=seed)
         return one_instance(obs) if self.num_envs == 1 else obs
 
-    def step(self, actions: np.ndarray) -> Stepped:
-        return self._step_one(actions) if self.num_envs == 1 else self._step_batch(actions)
-
-    def _step_one(self, actions: np.ndarray) -> Stepped:
-        obs, reward, terminated, truncated, info = self.env.step(actions[0])
-        done, intervened = executed_rows(actions, info, 1)
-        kinds, messages = instance_faults(info, 1)
-        obs = one_instance(obs)
-        judged = np.array([bool(info["judge_success"])]) if "judge_success" in info else None
-        return Stepped(obs, obs, np.array([reward], np.float64), np.array([bool(terminated)]),
-                       np.array([bool(truncated)]), np.array([bool(np.any(info.get("success", False)))]),
-                       done, intervened, [f"{kinds[0]}: {messages[0]}" if kinds[0] else None], info, kinds, judged)
-
-    def _step_batch(self, actions: np.ndarray) -> Stepped:
-        """A batched step; final observations come as a dict with a mask (the env server) or as a list with
-        None for the instances that did not end (`BatchedEnv`), per-instance timings as a list."""
-        n = self.num_envs
-        obs, reward, terminated, truncated, info = self.env.step(actions)
-        terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
-        final, mask = final_observation_rows(info.get("final_observation"), obs, n)
-        if final is not None and mask is None:
-            mask = info.get("_final_observation")
-        last = final_observations(obs, final, mask, np.logical_or(terminated, truncated))
-        done, intervened = executed_rows(actions, info, n)
-        kinds, messages = instance_faults(info, n)
-        if isinstance(info.get("timing"), (list, tuple)):
-            info = {**info, "timing": merged_timing(info["timing"])}
-        return Stepped(obs, last, np.asarray(reward, np.float64), terminated, truncated,
-                       np.broadcast_to(np.asarray(info.get("success", False), bool), (n,)),
-                       done, intervened, [f"{k}: {m}" if k else None for k, m in zip(kinds, messages)], info, kinds)
-
-
-def final_observations(next_obs: dict, final: dict | None, mask, ended: np.ndarray) -> dict:
-    """Each instance's observation after its action: ``next_obs``, except where an instance's episode ended and
-    the batched env autoreset it (its last observation is then ``final``'s row, where ``mask`` is set)."""
-    if not ended.any() or not final:
-        return next_obs
-    mask = ended if mask is None else np.asarray(mask, bool) & ended
-    if not mask.any():
-        return next_obs
-    last = {k: np.array(v) for k, v in next_obs.items()}
-    for k in last:
-        last[k][mask] = np.asarray(final[k])[mask]
-    return last
+    def step(self, actions: np.ndarray) -> Step:
+        if self.num_envs == 1:
+            actions = actions[0]
+        return (self._typed_step or self.env.step)(actions)
 
 
 def _ignore(*_) -> None:
@@ -156,13 +81,13 @@ class RefusedSteps:
     the last refusal's error, which the owner raises once too many came in a row. The env worker's and
     `rlhw eval`'s rule, one implementation."""
 
-    def __init__(self, step: Callable[[np.ndarray], Stepped], server_dead: Callable[[], bool],
+    def __init__(self, step: Callable[[np.ndarray], Step], server_dead: Callable[[], bool],
                  note: Callable[[str], None], consequence: str = "episode truncated"):
         self.step, self.server_dead, self.note, self.consequence = step, server_dead, note, consequence
         self.in_a_row = 0
         self.last: Exception | None = None
 
-    def __call__(self, actions: np.ndarray) -> Stepped | None:
+    def __call__(self, actions: np.ndarray) -> Step | None:
         from rlhw.env.client import EnvServiceError
         from rlhw.errors import RobotFault, SafetyViolation
 
@@ -187,9 +112,9 @@ class LoopHooks:
     choose: Callable[[Instances], str]  # the kind of an episode starting now (the book says what is running)
     report: Callable[[str, EpisodeResult], None]  # a train or eval episode ended (or was cut short)
     sink: Callable[[TransitionBatch], None] | None = None  # each step's train transitions
-    step: Callable[[np.ndarray], Stepped | None] | None = None  # None: the view's; a None result: refused
+    step: Callable[[np.ndarray], Step | None] | None = None  # None: the view's; a None result: refused
     note: Callable[[str], None] = _ignore  # a fault an instance reported
-    stepped: Callable[[dict], None] = _ignore  # after each env step, with its info (the loop timer)
+    stepped: Callable[[Step], None] = _ignore  # after each env step, with the step (the loop timer)
     stopping: Callable[[], bool] = lambda: False
 
 
@@ -220,23 +145,23 @@ class EpisodeLoop:
             if stepped is None:
                 self._end_running(hooks)
                 return
-            hooks.stepped(stepped.info)
+            hooks.stepped(stepped)
             book.step(stepped.reward, stepped.outcome, stepped.intervened)
-            self._record(rows, stepped, versions)
+            last = stepped.last
+            self._record(rows, stepped, last, versions)
             self._note_faults(hooks, stepped)
             if hooks.sink is not None and (train := book.rows(TRAIN)):
-                hooks.sink(self._transitions(obs, stepped, train))
+                hooks.sink(self._transitions(obs, stepped, last, train))
             if hooks.stopping():
                 self._end_running(hooks)
                 return
             self._finish_ended(hooks, stepped)
             obs, rows = stepped.obs, book.rows()
 
-    def _transitions(self, obs: dict, s: Stepped, train: list[int]) -> TransitionBatch:
+    def _transitions(self, obs: dict, s: Step, last: Mapping, train: list[int]) -> TransitionBatch:
         """The train instances' transitions, fault steps stored as ``fault_signal`` says."""
-        faults = [s.fault_kinds[i] for i in train] if s.fault_kinds else [None] * len(train)
-        reward, terminated = self.fault_signal.stored(s.reward[train], s.terminated[train], faults)
-        return transition_batch(_rows(obs, train), _rows(s.last, train), s.executed[train], reward, terminated,
+        reward, terminated = self.fault_signal.stored(s.reward[train], s.terminated[train], [s.fault[i] for i in train])
+        return transition_batch(_rows(obs, train), _rows(last, train), s.executed[train], reward, terminated,
                                 s.intervened[train])
 
     def _start(self, hooks: LoopHooks, seed: int | None) -> dict:
@@ -263,24 +188,24 @@ class EpisodeLoop:
         versions[rows] = answer_versions
         return actions, versions
 
-    def _record(self, rows: list[int], s: Stepped, versions: np.ndarray) -> None:
+    def _record(self, rows: list[int], s: Step, last: Mapping, versions: np.ndarray) -> None:
         """The step of each instance in an episode: the executed action, and -1 as the version where an operator
         acted instead of the policy."""
         if self.recorders is None:
             return
         for i in rows:
             self.recorders[i].step(s.executed[i], s.reward[i], s.terminated[i], s.truncated[i],
-                                   {k: v[i] for k, v in s.last.items()}, s.success[i], intervened=s.intervened[i],
+                                   {k: v[i] for k, v in last.items()}, s.success[i], intervened=s.intervened[i],
                                    policy_version=-1 if s.intervened[i] else versions[i],
-                                   fault=s.fault_kinds[i] if s.fault_kinds else None,
-                                   judge_success=None if s.judged is None else bool(s.judged[i]))
+                                   fault=s.fault[i],
+                                   judge_success=None if s.judge_success is None else bool(s.judge_success[i]))
 
-    def _note_faults(self, hooks: LoopHooks, s: Stepped) -> None:
-        for i, fault in enumerate(s.faults):
-            if fault:
+    def _note_faults(self, hooks: LoopHooks, s: Step) -> None:
+        for i in range(self.n):
+            if fault := s.fault_text(i):
                 hooks.note(f"instance {i}: {fault}" if self.n > 1 else fault)
 
-    def _finish_ended(self, hooks: LoopHooks, s: Stepped) -> None:
+    def _finish_ended(self, hooks: LoopHooks, s: Step) -> None:
         """Report each ended episode; with autoreset, start the instance's next one (the env already reset it)."""
         for i in np.flatnonzero(s.ended).tolist():
             self._finish(hooks, i)

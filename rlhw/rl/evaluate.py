@@ -120,6 +120,7 @@ class OpenEnv:
         from rlhw.rl.pipeline.env_worker import env_transport
 
         self.server = None
+        self.typed_step = None  # the env's own step returns the typed Step: None; a RemoteEnv's is step_typed
         if env_transport(config, robot_rank) == "in_process":
             from rlhw.robot.factory import make_env
 
@@ -131,6 +132,7 @@ class OpenEnv:
             self.server, self.env = open_remote_env(config, robot_rank, log_dir / f"env{robot_rank}-server.log",
                                                     f"rlhw-eval-env{robot_rank}")
             self.spec = self.env.env_spec
+            self.typed_step = self.env.step_typed
 
     def close(self) -> None:
         """Close the env (a `RobotEnv` stops the arm; a `RemoteEnv` ends its session, and the server stops the
@@ -163,7 +165,7 @@ class Evaluation:
     def __init__(self, env: OpenEnv, policy, recorder: EpisodeRecorder | None, max_episode_steps: int,
                  meta: dict, on_episode: Callable[[EvalEpisode], None] | None = None, gc_guard=None):
         self.env, self.policy, self.on_episode, self.gc_guard = env, policy, on_episode, gc_guard
-        self.loop = EpisodeLoop(BatchView(env.env, env.spec), max_episode_steps,
+        self.loop = EpisodeLoop(BatchView(env.env, env.spec, env.typed_step), max_episode_steps,
                                 [recorder] if recorder is not None else None, meta=meta)
         self.timer = LoopTimer()
         self.report = EvalReport()
@@ -199,7 +201,8 @@ class Evaluation:
         results: list = []
         self._faults, self._first = [], True
         self.loop.run(LoopHooks(act=self._act, choose=lambda book: EVAL, report=lambda _kind, r: results.append(r),
-                                step=self.refused, note=self._faults.append, stepped=self.timer.stepped), seed=seed)
+                                step=self.refused, note=self._faults.append,
+                                stepped=lambda step: self.timer.stepped(step.timing)), seed=seed)
         ret, env_success, length, interventions = results[0]
         episode = EvalEpisode(k, seed, bool(env_success) and not interventions, int(length), float(ret),
                               self._faults[0] if self._faults else None, interventions > 0, bool(env_success))

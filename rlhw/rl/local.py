@@ -18,6 +18,7 @@ from rlhw.config.root import Config
 from rlhw.rl.checkpoint import checked_init_from, checkpoint_state, policy_contract, warm_start
 from rlhw.rl.demos import PROVENANCE_KEY, env_provenance, load_demos, recorded_env
 from rlhw.rl.episode_loop import Act, BatchView, EpisodeLoop, EpisodeResult, LoopHooks
+from rlhw.robot.step import Step
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
 from rlhw.rl.pipeline.utd_gate import updates_owed
@@ -50,11 +51,11 @@ def agent_policy(agent: SAC, rng: np.random.Generator, random_actions: bool = Fa
 
 def run_episode(env, agent: SAC, rng: np.random.Generator, recorder: EpisodeRecorder | None, kind: str,
                 random_actions: bool = False, on_step: Callable[[TransitionBatch], None] | None = None,
-                fault_signal: FaultSignal = AS_REPORTED, on_info: Callable[[dict], None] | None = None) -> EpisodeResult:
+                fault_signal: FaultSignal = AS_REPORTED, on_info: Callable[[Step], None] | None = None) -> EpisodeResult:
     """One ``kind`` episode (train or eval: the policy's mean action) of ``env`` (one instance with the RobotEnv
     contract) through the episode loop; returns (return, success, length, intervened steps). Each step is
     recorded, and in a train episode handed to ``on_step`` as a transition, with the action the arm executed
-    and its ``intervened`` flag, a fault step stored as ``fault_signal`` says; ``on_info`` gets each step's info."""
+    and its ``intervened`` flag, a fault step stored as ``fault_signal`` says; ``on_info`` gets each `Step`."""
     loop = EpisodeLoop(BatchView(env, env.spec), 0, [recorder] if recorder is not None else None,
                        fault_signal=fault_signal)
     results: list[EpisodeResult] = []
@@ -66,12 +67,12 @@ def run_episode(env, agent: SAC, rng: np.random.Generator, recorder: EpisodeReco
     return results[0]
 
 
-def tally_verdicts(tally: VerdictTally, info: dict) -> None:
-    """One step's classifier verdict (``info["success"]``, when ``reward_classifier`` ran) against the judge's. A
-    classifier success ends its episode (``env.reward.terminate_on_success``, the default)."""
-    if "reward_classifier" in info and "judge_success" in info:
-        success = bool(info["success"])
-        tally.add(success, bool(info["judge_success"]), success)
+def tally_verdicts(tally: VerdictTally, step: Step) -> None:
+    """One step's classifier verdict (``success``, when the env's ``reward_classifier`` extra says it ran) against
+    the judge's. A classifier success ends its episode (``env.reward.terminate_on_success``, the default)."""
+    if step.judge_success is not None and step.extras and "reward_classifier" in step.extras[0]:
+        success = bool(step.success[0])
+        tally.add(success, bool(step.judge_success[0]), success)
 
 
 def train_local(config: Config, run_dir: RunDir, env_factory: Callable | None = None, resume: bool = False,
@@ -179,10 +180,10 @@ class LocalRun:
                              on_step=self._learn, fault_signal=self.fault_signal, on_info=self._note_step)
         self.session.add_episode(*result)
 
-    def _note_step(self, info: dict) -> None:
-        """A train step's info: the classifier against the judge, and where the step's time went."""
-        tally_verdicts(self.verdicts, info)
-        timing = info.get("timing", {})
+    def _note_step(self, step: Step) -> None:
+        """A train step: the classifier against the judge, and where the step's time went."""
+        tally_verdicts(self.verdicts, step)
+        timing = step.timing
         self.phases.env_steps += 1
         self.phases.env_s += float(timing.get("total", 0.0))
         self.phases.classifier_s += float(timing.get("classifier", 0.0))

@@ -2,16 +2,17 @@
 
 Contract used by the env service (rlhw.env) and the RL pipeline:
 - ``spec`` -> rlhw.robot.spec.EnvSpec (per-instance shapes, num_envs == 1 for a single RobotEnv)
-- ``reset(seed=None) -> (obs, info)``; ``step(action) -> (obs, reward, terminated, truncated, info)``
-  with ``obs`` a dict name -> np.ndarray matching ``spec.observations``, ``action`` a float32 array
-  matching ``spec.action``.
-- ``info`` always holds ``"timestamps"`` (obs name -> capture time, wall-clock seconds),
-  ``"timing"`` (phase name -> seconds for this call), ``"success"`` (bool) and ``"fault"``
-  (None, or the `FaultKind` that truncated the episode, with ``"fault_message"``); step infos also hold
-  ``"executed_action"`` (what went to the safety layer: the client's action, or an operator's) and
-  ``"intervened"``, ``"teleop_events"``, ``"operator_label"`` (see rlhw/robot/takeover.py); with a simulated
-  arm, step infos hold ``"judge_success"``: the evaluation judge's ground truth (`Task.judge`), which no
-  observation, reward or done flag reads (``env.sim_state: hidden``, rlhw/robot/rehearsal.py).
+- ``reset(seed=None) -> (obs, info)``, with ``obs`` a dict name -> np.ndarray matching ``spec.observations``;
+  ``info`` holds ``"timestamps"`` (obs name -> capture time, wall-clock seconds), ``"timing"`` (phase name ->
+  seconds), ``"success"``, ``"fault"`` (None), ``"episode_step"``, ``"frame_index"`` and ``"reset_faults"``.
+- ``step(action) -> Step`` (rlhw/robot/step.py: one instance, a leading instance axis of 1), ``action`` a
+  float32 array matching ``spec.action``. A step says its capture times, phase timings, success, fault (None, or
+  the `FaultKind` that truncated the episode, with its message), the executed action (what went to the safety
+  layer: the client's action, or an operator's) and ``intervened``; with a simulated arm ``judge_success``, the
+  evaluation judge's ground truth (`Task.judge`), which no observation, reward or done flag reads
+  (``env.sim_state: hidden``, rlhw/robot/rehearsal.py). Its ``extras`` hold ``clipped``, ``episode_step``,
+  ``frame_index``, ``teleop_events``, ``operator_label`` (see rlhw/robot/takeover.py), ``reward_classifier``
+  (when a classifier judged) and ``fault_cause`` (when the env locked).
 - ``stop()`` halts the arm now; ``status()`` returns a JSON-able dict (read-only, never moves);
   ``close()`` stops and releases hardware.
 """
@@ -34,6 +35,7 @@ from rlhw.robot.images import fit_image
 from rlhw.robot.rehearsal import MeasuredArm, check_rehearsal
 from rlhw.robot.safety import SafetyLayer
 from rlhw.robot.spec import EnvSpec, TensorSpec
+from rlhw.robot.step import Step
 from rlhw.robot.takeover import Choice, Takeover
 from rlhw.robot.teleop import Operator
 from rlhw.robot.tasks.base import Task
@@ -56,16 +58,16 @@ class RobotEnv:
     Time. With a real-time arm (``arm.realtime``), ``step`` sends the command, sleeps on ``clock``
     (rlhw/robot/clock.py; the system's monotonic clock unless a test injects one) until the
     control period (1 / ``env.control_hz``) that began at the previous step ends, then observes; a
-    step that starts late resynchronises instead of bursting, and ``info["timing"]["late"]`` says by
+    step that starts late resynchronises instead of bursting, and the step's ``timing["late"]`` says by
     how much. With a simulated arm it calls ``arm.advance(period)`` instead of sleeping, and then, when a
     person drives it (a teleop device whose ``operator`` is `Operator.HUMAN`), also sleeps to the end of
     the period: ``paced`` says which (docs/teleop.md, "Pacing").
 
     Faults. A `RobotFault` from the driver, a camera or a state check ends the episode: the arm is
-    stopped and recovered (see rlhw.robot.safety), ``step`` returns ``truncated=True`` with
-    ``info["fault"]`` = its `FaultKind` and ``info["fault_message"]``, and the observation is the last good
-    one (its timestamps say how old it is). When the safety layer locks, that step reports
-    ``info["fault"] = FaultKind.LOCKED`` (``info["fault_cause"]`` keeps the kind that led to it) and every later
+    stopped and recovered (see rlhw.robot.safety), ``step`` returns ``truncated`` with
+    ``fault`` = its `FaultKind` and its ``fault_message``, and the observation is the last good
+    one (its capture times say how old it is). When the safety layer locks, that step reports
+    ``fault = FaultKind.LOCKED`` (the ``fault_cause`` extra keeps the kind that led to it) and every later
     ``reset``/``step`` raises `SafetyViolation` with the reason. Choice: raising rather than returning
     truncated forever, so no training loop spins silently against a locked arm. What a fault step teaches
     the critic is the learner's choice (``train.fault_signal``, rlhw/rl/fault_signal.py), not the env's.
@@ -220,7 +222,7 @@ class RobotEnv:
         self.episodes += 1
         timing["total"] = self.clock.now() - t0
         self._deadline = self.clock.now()
-        info = self._info(timing, success=self.task.success(self._state), fault=None)
+        info = self._info(timing, success=self.task.success(self._state))
         info["reset_faults"] = faults
         return self._copy_obs(), info
 
@@ -272,7 +274,7 @@ class RobotEnv:
                                          timeout_s=self.config.reset.timeout_s)
         return state
 
-    def step(self, action) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+    def step(self, action) -> Step:
         self._raise_if_locked()
         if not self.episode_active:
             raise SafetyViolation(f"step() refused: no active episode ({self._ended_because})", ErrorReason.EPISODE_ENDED)
@@ -315,13 +317,10 @@ class RobotEnv:
             self.episode_active = False
             self._ended_because = "the episode ended; call reset()"
         timing["total"] = self.clock.now() - t0
-        info = self._info(timing, success=success, fault=None)
-        info["clipped"] = clipped
-        self._operator_info(info, action, choice)
+        extras: dict[str, Any] = {"clipped": clipped}
         if verdict is not None:
-            info["reward_classifier"] = verdict.info()
-        self._judge_info(info, state)
-        return self._copy_obs(), reward, terminated, truncated, info
+            extras["reward_classifier"] = verdict.info()
+        return self._result(reward, terminated, truncated, success, timing, action, choice, state, extras)
 
     def _outcome(self, state: ArmState, choice: Choice | None, timing: dict[str, float]):
         """(reward, success, terminated, truncated, classifier verdict) of a clean step: the task's, then the
@@ -343,11 +342,6 @@ class RobotEnv:
         if self.task.sparse_reward:  # 1 on success: whoever decided it (task, classifier, operator)
             reward = float(success)
         return reward, success, terminated, truncated, verdict
-
-    def _judge_info(self, info: dict[str, Any], state: ArmState) -> None:
-        """The evaluation judge's verdict (simulators only), apart from everything the learner reads."""
-        if not self.realtime:
-            info["judge_success"] = bool(self.task.judge(self.arm, state))
 
     # -- pieces --------------------------------------------------------------------------------
     def _check_action(self, action) -> np.ndarray:
@@ -444,35 +438,31 @@ class RobotEnv:
         self.episode_active = False
         self._ended_because = f"the episode was truncated by fault {fault.kind}; call reset()"
         timing["total"] = self.clock.now() - t0
+        extras: dict[str, Any] = {"clipped": False}
+        kind, message = fault.kind, str(fault)
         if self.safety.locked:
-            info = self._info(timing, success=False, fault=FaultKind.LOCKED, message=self.safety.lock_reason)
-            info["fault_cause"] = fault.kind
-        else:
-            info = self._info(timing, success=False, fault=fault.kind, message=str(fault))
-        info["clipped"] = False
+            kind, message, extras["fault_cause"] = FaultKind.LOCKED, self.safety.lock_reason, fault.kind
         # A fault before anything was chosen (the teleop device died) sent nothing: executed = zeros.
-        self._operator_info(info, np.zeros(self.spec.action.shape, np.float32) if executed is None else executed, choice)
-        reward = float(self.task.reward(self._state))
-        self._judge_info(info, self._state)
-        return self._copy_obs(), reward, False, True, info
+        executed = np.zeros(self.spec.action.shape, np.float32) if executed is None else executed
+        return self._result(float(self.task.reward(self._state)), False, True, False, timing, executed, choice,
+                            self._state, extras, kind, message)
 
-    def _info(self, timing: dict[str, float], *, success: bool, fault: FaultKind | None, message: str | None = None) -> dict[str, Any]:
-        return {
-            "timestamps": dict(self._stamps),
-            "timing": timing,
-            "success": bool(success),
-            "fault": fault,
-            "fault_message": message,
-            "episode_step": self.episode_step,
-            "frame_index": dict(self._frame_index),
-        }
+    def _result(self, reward: float, terminated: bool, truncated: bool, success: bool, timing: dict[str, float],
+                executed: np.ndarray, choice: Choice | None, state: ArmState, extras: dict[str, Any],
+                fault: FaultKind | None = None, message: str = "") -> Step:
+        """The step as the env reports it: what went to the safety layer and whether the operator sent it (every
+        step), and on a simulator the evaluation judge's verdict, apart from everything the learner reads."""
+        extras.update(episode_step=self.episode_step, frame_index=dict(self._frame_index),
+                      teleop_events=[e.value for e in choice.events] if choice is not None else [],
+                      operator_label=choice.label if choice is not None else None)
+        return Step.one(self._copy_obs(), reward, terminated, truncated, success=bool(success), executed=executed,
+                        intervened=bool(choice is not None and choice.intervened), stamps=self._stamps,
+                        timing=timing, fault=fault, fault_message=message, extras=extras,
+                        judge_success=None if self.realtime else bool(self.task.judge(self.arm, state)))
 
-    def _operator_info(self, info: dict[str, Any], executed: np.ndarray, choice: Choice | None) -> None:
-        """What really went to the safety layer and whether the operator sent it (every step)."""
-        info["executed_action"] = np.array(executed, dtype=np.float32)
-        info["intervened"] = bool(choice is not None and choice.intervened)
-        info["teleop_events"] = [e.value for e in choice.events] if choice is not None else []
-        info["operator_label"] = choice.label if choice is not None else None
+    def _info(self, timing: dict[str, float], *, success: bool) -> dict[str, Any]:
+        return {"timestamps": dict(self._stamps), "timing": timing, "success": bool(success), "fault": None,
+                "fault_message": None, "episode_step": self.episode_step, "frame_index": dict(self._frame_index)}
 
     @property
     def measured_state(self) -> ArmState | None:

@@ -2,7 +2,8 @@
 wrappers, other RL libraries) without going through the env server.
 
 Spaces come from the env's spec: a Dict of Boxes (bounds from the spec; unbounded where it has
-none) and a Box action. ``info`` is the RobotEnv's. Safety behaviour is unchanged: a step after
+none) and a Box action. ``step`` gives the RobotEnv's `Step` (rlhw/robot/step.py) as gymnasium's tuple
+(`Step.gym`); ``info`` holds its fields and extras. Safety behaviour is unchanged: a step after
 the episode ended raises `SafetyViolation` instead of silently continuing.
 
 ``info`` holds the facts of the transition. The per-call measurements (``timestamps``: wall-clock
@@ -81,7 +82,7 @@ class GymRobotEnv(gym.Env):
         return obs, info
 
     def step(self, action):
-        out = self.env.step(action)
+        out = self.env.step(action).gym()  # the Gymnasium edge: the env's `Step` as gymnasium's tuple
         self.last_measurements = take_measurements(out[4], self.measurements_in_info)
         return out
 

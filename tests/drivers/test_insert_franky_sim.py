@@ -95,7 +95,7 @@ def test_record_pose_then_insert_against_franky_sim(tmp_path, capsys):
             assert env.arm.state().external_wrench.shape == (6,)
             start = np.linalg.norm(obs["to_goal"])
             for _ in range(10):
-                obs, reward, terminated, truncated, info = env.step(insert_expert_action(env))
+                obs, reward, terminated, truncated, info = env.step(insert_expert_action(env)).gym()
                 assert info["fault"] is None, info["fault_message"]
                 if terminated or truncated:  # franky-sim has no hole: the expert may arrive within 10 steps
                     assert terminated and info["success"] and reward == 1.0

@@ -27,7 +27,7 @@ def env():
 
 def run_expert(env, steps=50):
     for _ in range(steps):
-        obs, reward, terminated, truncated, info = env.step(insert_expert_action(env))
+        obs, reward, terminated, truncated, info = env.step(insert_expert_action(env)).gym()
         if terminated or truncated:
             return obs, reward, terminated, truncated, info
     raise AssertionError("the expert did not finish within the episode")
@@ -70,7 +70,7 @@ def test_pressing_the_peg_on_the_block_is_measured_and_past_the_bound_is_a_conta
             hand = e.arm.state().ee_position
             target = beside if np.linalg.norm((beside - hand)[:2]) > 0.002 else hand - [0, 0, 0.02]
             action = np.clip((target - hand) / e.config.action.scale_m, -1, 1).astype(np.float32)
-            obs, _, terminated, truncated, info = e.step(action)
+            obs, _, terminated, truncated, info = e.step(action).gym()
             if truncated or terminated:
                 break
         assert truncated and not terminated and info["fault"] == "contact", info
@@ -93,7 +93,7 @@ def test_the_real_cell_config_rehearses_on_mujoco_with_sim(tmp_path):
         assert type(e.arm).__name__ == "MujocoArm" and e.spec.cameras == ("000000000001", "000000000002")
         obs, info = e.reset(seed=0)
         assert obs["image_000000000001"].shape == (32, 32, 3) and info["fault"] is None
-        obs, *_ = e.step(insert_expert_action(e))
+        obs, *_ = e.step(insert_expert_action(e)).gym()
         assert obs["to_goal"].shape == (3,)
     finally:
         e.close()
@@ -110,7 +110,7 @@ def test_the_scripted_teleop_device_drives_insert_through_the_takeover_to_succes
     try:
         e.reset(seed=1)
         for _ in range(e.config.max_episode_steps):
-            _, _, terminated, truncated, info = e.step(np.zeros(e.spec.action.shape, np.float32))
+            _, _, terminated, truncated, info = e.step(np.zeros(e.spec.action.shape, np.float32)).gym()
             assert info["intervened"], "in demo mode the operator drives every step"
             if terminated or truncated:
                 break

@@ -50,7 +50,7 @@ def test_reach_on_the_mujoco_arm_succeeds_with_a_scripted_policy():
         assert info["fault"] is None
         for _ in range(50):
             action = np.clip(obs["to_target"] / env.config.action.scale_m, -1, 1).astype(np.float32)
-            obs, reward, terminated, truncated, info = env.step(action)
+            obs, reward, terminated, truncated, info = env.step(action).gym()
             if terminated or truncated:
                 break
         assert info["success"] and terminated
@@ -71,7 +71,7 @@ def test_push_cube_rewards_progress_and_flags_success_when_the_cube_reaches_the_
         np.testing.assert_allclose(env.arm.data.mocap_pos[0][:2], obs["goal_position"][:2], atol=1e-6)  # marker shows the goal
         state, rewards = {"phase": "approach"}, []
         for _ in range(100):
-            obs, reward, terminated, truncated, info = env.step(scripted_push(obs, state, env.config.action.scale_m))
+            obs, reward, terminated, truncated, info = env.step(scripted_push(obs, state, env.config.action.scale_m)).gym()
             rewards.append(reward)
             if terminated or truncated:
                 break
@@ -91,7 +91,7 @@ def test_a_cube_pushed_out_of_reach_truncates_the_episode_and_is_not_an_end_stat
         env.reset(seed=3)
         far = env.task.ws_high[:2] + 0.1
         env.arm.set_object_pose("cube", Pose(np.r_[far, 0.025]))
-        obs, reward, terminated, truncated, info = env.step(np.zeros(env.spec.action.shape, np.float32))
+        obs, reward, terminated, truncated, info = env.step(np.zeros(env.spec.action.shape, np.float32)).gym()
         assert truncated and not terminated and not info["success"] and info["fault"] is None
         assert reward < 0 and env.task.cube_out_of_reach()
     finally:
@@ -138,7 +138,7 @@ def test_env_with_images_returns_rendered_camera_observations_stamped_with_the_p
     try:
         assert set(env.cameras) == {"front", "wrist"}
         obs, info = env.reset(seed=0)
-        obs2, *_, info2 = env.step(np.zeros(3, np.float32))
+        obs2, *_, info2 = env.step(np.zeros(3, np.float32)).gym()
         for key in ("image_front", "image_wrist"):
             assert obs2[key].shape == (48, 64, 3) and obs2[key].dtype == np.uint8 and obs2[key].std() > 5
             # The image is stamped with the same instant as the proprio reading (wall-clock).
@@ -161,7 +161,7 @@ def test_batched_mujoco_envs_in_one_process_share_the_model_and_step_independent
         actions = np.zeros((3, 3), np.float32)
         actions[0] = [1.0, 0.0, 0.0]  # only env 0 moves
         for _ in range(5):
-            obs, *_ = batch.step(actions)
+            obs = batch.step(actions).obs
         moved = np.linalg.norm(obs["ee_position"] - obs["ee_position"][1], axis=1)
         assert moved[0] > 0.05 and moved[2] < 1e-3
     finally:

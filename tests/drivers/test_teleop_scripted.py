@@ -21,7 +21,7 @@ def run_episode(env, action_fn=lambda obs: np.zeros(3, np.float32), seed=0):
     obs, _ = env.reset(seed=seed)
     infos = []
     while True:
-        obs, _, terminated, truncated, info = env.step(action_fn(obs))
+        obs, _, terminated, truncated, info = env.step(action_fn(obs)).gym()
         infos.append(info)
         if terminated or truncated:
             return infos

@@ -4,6 +4,7 @@ error, and the client chooses its exception from them and the status code, never
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 
 import grpc
 import numpy as np
@@ -27,6 +28,7 @@ from rlhw.env.fake_env import FakeEnv
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.env.v1 import env_pb2_grpc
 from rlhw.errors import ErrorReason, FaultKind, RobotFault, SafetyViolation
+from rlhw.robot.step import Step
 
 GOOD = np.zeros(7, np.float32)
 
@@ -145,9 +147,9 @@ def test_dm_env_rpc_errors_carry_the_reason_as_an_error_info_detail(serve):
 class _ContactEveryStep(FakeEnv):
     """A FakeEnv whose every step ends in a contact fault, as RobotEnv reports one."""
 
-    def step(self, action):
-        obs, reward, terminated, _, info = super().step(action)
-        return obs, reward, terminated, True, {**info, "fault": FaultKind.CONTACT, "fault_message": "over the bound"}
+    def step(self, action) -> Step:
+        return replace(super().step(action), truncated=np.array([True]), fault=(FaultKind.CONTACT,),
+                       fault_message=("over the bound",))
 
 
 @pytest.mark.timeout(60)

@@ -29,13 +29,20 @@ def test_an_operator_takeover_reaches_the_client_step_info(serve, clients, use_s
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("use_session", [True, False], ids=["session", "unary"])
-def test_an_env_that_reports_no_interventions_gives_intervened_false_and_no_executed_action(serve, clients, use_session):
+def test_an_env_that_reports_no_interventions_gives_intervened_false_and_the_action_as_executed(serve, clients,
+                                                                                               use_session):
+    """Nothing new to say goes on the wire (the step keeps the writer's cached layout): the client's own action is
+    the executed one, as every `Step` carries it."""
     server = serve(FakeEnv())
     env = clients(RemoteEnv(server.address, use_session=use_session))
     env.reset()
     for _ in range(4):  # every step, not only the first
-        *_, info = env.step(ACTION)
-        assert info["intervened"] is False and "executed_action" not in info
+        step = env.step_typed(ACTION)
+        assert step.intervened.tolist() == [False]
+        np.testing.assert_array_equal(step.executed, ACTION[None])
+    *_, info = env.step(ACTION)
+    assert info["intervened"] is False
+    np.testing.assert_array_equal(info["executed_action"], ACTION)
 
 
 @pytest.mark.timeout(60)

@@ -1,4 +1,4 @@
-"""A tiny point-mass reach env that follows the RobotEnv contract (spec, reset, step, info keys).
+"""A tiny point-mass reach env that follows the RobotEnv contract (spec, reset, step -> `Step`).
 
 Used only to unit-test the learner and the run directory quickly; the real tasks come from rlhw.robot.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from rlhw.robot.spec import EnvSpec, TensorSpec
+from rlhw.robot.step import Step
 
 
 class PointReachEnv:
@@ -35,13 +36,17 @@ class PointReachEnv:
         self.t = 0
         return self._obs(), {"timestamps": {}, "timing": {}, "success": False, "fault": None}
 
-    def step(self, action):
-        self.pos = np.clip(self.pos + 0.2 * np.clip(action, -1, 1), -1, 1)
+    def step(self, action) -> Step:
+        return self._move(action, intervened=False)
+
+    def _move(self, executed, intervened: bool) -> Step:
+        """Move by ``executed`` (the action, or an operator's) and report it as the step's executed action."""
+        executed = np.asarray(executed, np.float32)
+        self.pos = np.clip(self.pos + 0.2 * np.clip(executed, -1, 1), -1, 1)
         self.t += 1
         dist = float(np.linalg.norm(self.pos - self.goal))
-        success = dist < 0.1
-        info = {"timestamps": {}, "timing": {}, "success": success, "fault": None}
-        return self._obs(), -dist, False, self.t >= self.max_steps, info
+        return Step.one(self._obs(), -dist, False, self.t >= self.max_steps, success=dist < 0.1, executed=executed,
+                        intervened=intervened, stamps={}, timing={})
 
     def close(self):
         self.closed = True
@@ -54,16 +59,13 @@ def point_expert(obs) -> np.ndarray:
 
 class TakeoverPointEnv(PointReachEnv):
     """PointReachEnv where an operator takes over every ``every``-th step (steps 0, every, 2*every, ...) and
-    executes `point_expert`'s action instead of the policy's; ``info`` reports it as an env server with a
-    teleop device does (``intervened``, ``executed_action``)."""
+    executes `point_expert`'s action instead of the policy's; the step reports it as an env with a teleop device
+    does (``intervened``, ``executed``)."""
 
     def __init__(self, every: int = 3, **kw):
         super().__init__(**kw)
         self.every = every
 
-    def step(self, action):
+    def step(self, action) -> Step:
         intervened = self.t % self.every == 0
-        executed = point_expert(self._obs()) if intervened else np.asarray(action, np.float32)
-        obs, reward, terminated, truncated, info = super().step(executed)
-        info.update(intervened=intervened, executed_action=executed)
-        return obs, reward, terminated, truncated, info
+        return self._move(point_expert(self._obs()) if intervened else action, intervened)

@@ -84,12 +84,13 @@ def run_pressing_episode(tmp_path, **fault_signal):
 def test_a_contact_fault_step_is_stored_as_an_end_state_worth_standing_still_by_default(tmp_path):
     cfg, reported, stored, recorded = run_pressing_episode(tmp_path)
     assert cfg.train.fault_signal.store is FaultStore.STAND_STILL and cfg.train.fault_signal.penalty == 0.0
-    *_, (_, reward, terminated, truncated, info) = reported
-    assert info["fault"] == FaultKind.CONTACT and truncated and not terminated  # the env reports what happened
+    last = reported[-1]
+    reward = last.reward[0]
+    assert last.fault == (FaultKind.CONTACT,) and last.truncated[0] and not last.terminated[0]  # what happened
     assert len(stored["reward"]) == PRESS_AT + 1
     assert stored["terminated"][-1] == 1.0
     assert stored["reward"][-1] == pytest.approx(reward / (1 - GAMMA))
-    before = np.array([r[1] for r in reported[:-1]], np.float32)
+    before = np.array([r.reward[0] for r in reported[:-1]], np.float32)
     np.testing.assert_array_equal(stored["reward"][:-1], before)  # the clean steps are stored as reported
     assert not stored["terminated"][:-1].any()
     # The episode on disk keeps the env's report and the fault's kind ...
@@ -103,14 +104,14 @@ def test_a_contact_fault_step_is_stored_as_an_end_state_worth_standing_still_by_
 
 def test_truncate_stores_the_fault_step_as_the_env_reported_it(tmp_path):
     _, reported, stored, _ = run_pressing_episode(tmp_path, store="truncate")
-    np.testing.assert_array_equal(stored["reward"], np.array([r[1] for r in reported], np.float32))
+    np.testing.assert_array_equal(stored["reward"], np.array([r.reward[0] for r in reported], np.float32))
     assert not stored["terminated"].any()
 
 
 def test_terminal_stores_the_step_reward_minus_the_penalty_as_an_end_state(tmp_path):
     _, reported, stored, _ = run_pressing_episode(tmp_path, store="terminal", penalty=5.0)
     assert stored["terminated"][-1] == 1.0
-    assert stored["reward"][-1] == pytest.approx(reported[-1][1] - 5.0)
+    assert stored["reward"][-1] == pytest.approx(reported[-1].reward[0] - 5.0)
 
 
 def test_a_fault_kind_outside_the_configured_kinds_is_stored_as_reported():
@@ -194,8 +195,8 @@ def test_the_env_worker_hands_the_learner_a_fault_step_as_configured(tmp_path):
         sent = [p[3] for p in w._put.__self__.puts if p[3] is not None]
         reward = np.concatenate([b["reward"] for b in sent])
         terminated = np.concatenate([b["terminated"] for b in sent])
-        assert reported[-1][4]["fault"] == FaultKind.CONTACT and len(reward) == 3
+        assert reported[-1].fault == (FaultKind.CONTACT,) and len(reward) == 3
         assert terminated.tolist() == [0.0, 0.0, 1.0]
-        assert reward[-1] == pytest.approx(reported[-1][1] - 2.5)
+        assert reward[-1] == pytest.approx(reported[-1].reward[0] - 2.5)
     finally:
         w.env.close()

@@ -194,10 +194,10 @@ def test_loop_health_counts_latency_per_answer_and_periods_only_within_an_episod
         now[0] = t
         timer.actions_received()
         now[0] = t + 0.09
-        timer.stepped({"timing": {"env.late": 0.002}})
+        timer.stepped({"env.late": 0.002})
     timer.episode_started()  # a new episode: no period across the reset
     now[0] = 5.0
-    timer.stepped({"timing": {}})
+    timer.stepped({})
     s = timer.summary(num_envs=1)
     assert s["steps"] == 3 and s["latency_p50_ms"] == pytest.approx(10.0)
     assert len(timer.periods) == 2 and s["period_p50_ms"] == pytest.approx(100.0)
@@ -217,12 +217,12 @@ def test_observation_age_is_summarised_and_the_worst_env_worker_reaches_the_metr
     timer.episode_started()
     for age in (0.004, 0.006, 0.040):
         timer.actions_received()
-        timer.stepped({"timing": {"env.obs_age": age, "env.late": 0.0}})  # through the env server: env.<key>
+        timer.stepped({"env.obs_age": age, "env.late": 0.0})  # through the env server: env.<key>
     quiet = timer.summary(num_envs=1)
     assert quiet["obs_age_p50_ms"] == pytest.approx(6.0) and quiet["obs_age_p99_ms"] > 39.0
     sim = LoopTimer(clock=lambda: 0.0)  # a simulator reports no age
     sim.actions_received()
-    sim.stepped({"timing": {}})
+    sim.stepped({})
     assert sim.summary(num_envs=1)["obs_age_p99_ms"] is None
     row = loop_metrics([quiet, {**quiet, "latency_p99_ms": 80.0, "late_steps": 1}, sim.summary(num_envs=1)])
     assert row["loop/obs_to_action_p99_ms"] == 80.0 and row["loop/obs_age_p99_ms"] == quiet["obs_age_p99_ms"]

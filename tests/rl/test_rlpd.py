@@ -13,7 +13,6 @@ from rlhw.config import load_config_dict
 from rlhw.config.train import SacConfig, TrainConfig
 from rlhw.errors import ConfigError
 from rlhw.rl.demos import load_demos
-from rlhw.rl.episode_loop import executed_rows
 from rlhw.rl.episodes import EpisodeRecorder, episode_files, load_episode
 from rlhw.rl.local import make_agent, run_episode, train_local
 from rlhw.rl.replay import MixedReplay
@@ -46,7 +45,7 @@ def _record_demos(directory, episodes: int = 3, kind: str = "demo", seed: int = 
         rec.begin(obs, kind=kind, meta={"success": True})
         while True:
             action = point_expert(obs)
-            obs, reward, terminated, truncated, info = env.step(action)
+            obs, reward, terminated, truncated, info = env.step(action).gym()
             rec.step(action, reward, terminated, truncated, obs, info["success"], intervened=True)
             steps += 1
             if terminated or truncated:
@@ -191,11 +190,16 @@ def test_each_recorded_step_keeps_the_executed_action_the_intervened_flag_and_th
 
 
 def test_the_stored_action_is_what_the_env_says_the_arm_executed_else_the_policys():
-    policy = np.array([[0.5, -0.5]], np.float32)  # one instance
-    assert executed_rows(policy, {"success": False}, 1)[1].tolist() == [False]  # an env without a teleop device
-    np.testing.assert_array_equal(executed_rows(policy, {}, 1)[0], policy)
-    action, intervened = executed_rows(policy, {"intervened": True, "executed_action": np.ones(2, np.float32)}, 1)
-    assert intervened.tolist() == [True] and action.tolist() == [[1.0, 1.0]]
+    policy = np.array([0.5, -0.5], np.float32)  # one instance
+    plain = PointReachEnv()
+    plain.reset(seed=0)
+    step = plain.step(policy)  # an env without a teleop device: the policy's action was executed
+    assert step.intervened.tolist() == [False] and step.executed.tolist() == [[0.5, -0.5]]
+    taken = TakeoverPointEnv(every=1)
+    obs, _ = taken.reset(seed=0)
+    step = taken.step(policy)  # the operator's action was executed instead
+    assert step.intervened.tolist() == [True]
+    np.testing.assert_array_equal(step.executed, point_expert(obs)[None])
     # (a batch of instances: tests/rl/test_episode_loop.py, through the episode loop's view of the env)
 
 
@@ -216,7 +220,7 @@ def test_a_crash_cut_episode_keeps_its_audit_fields(tmp_path):
     obs, _ = env.reset()
     rec.begin(obs)
     for t in range(3):
-        obs, r, te, tr, _ = env.step(np.zeros(2, np.float32))
+        obs, r, te, tr, _ = env.step(np.zeros(2, np.float32)).gym()
         rec.step(np.zeros(2), r, te, tr, obs, intervened=t == 1, policy_version=t * 10)
     rec.close()  # the process dies: only the .steps file is left
     ep = load_episode(episode_files(tmp_path)[0])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rlhw.errors import FaultKind
 from rlhw.robot import make_batched_env
 from rlhw.robot.batch import BatchedEnv
 from tests.robot.conftest import greedy_action, make_config
@@ -31,10 +32,13 @@ def test_batched_shapes_carry_a_leading_num_envs_dimension(batch):
     assert b.spec.num_envs == 3
     obs, info = b.reset(seed=0)
     assert obs["ee_position"].shape == (3, 3) and obs["image_front"].shape == (3, 16, 16, 3)
-    assert info["reset"].tolist() == [True] * 3
-    obs, reward, term, trunc, info = b.step(np.zeros((3, 3), np.float32))
-    assert reward.shape == (3,) and term.dtype == bool and trunc.shape == (3,) and info["success"].shape == (3,)
-    assert len(info["timestamps"]) == 3 and info["final_observation"] == [None] * 3
+    assert info["success"].shape == (3,) and len(info["timestamps"]) == 3
+    step = b.step(np.zeros((3, 3), np.float32))
+    assert step.obs["image_front"].shape == (3, 16, 16, 3) and step.executed.shape == (3, 3)
+    assert step.reward.shape == (3,) and step.terminated.dtype == bool and step.truncated.shape == (3,)
+    assert step.success.shape == step.intervened.shape == (3,) and step.fault == (None,) * 3
+    assert all(t.shape == (3,) for t in step.stamps.values()) and step.timing["total"] > 0
+    assert step.final_obs is None and step.final_mask is None  # no instance ended
 
 
 def test_instances_are_seeded_differently(batch):
@@ -50,17 +54,17 @@ def test_same_step_autoreset_returns_the_next_episodes_first_observation(batch):
     for _ in range(30):
         actions = np.stack([greedy_action({"to_target": obs["to_target"][0]}), np.zeros(3, np.float32)])
         prev = obs
-        obs, reward, term, trunc, info = b.step(actions)
-        if term[0]:
+        step = b.step(actions)
+        obs = step.obs
+        if step.terminated[0]:
             break
-    assert term[0] and not (term[1] or trunc[1])
-    final = info["final_observation"][0]
-    assert final is not None and info["final_observation"][1] is None
+    assert step.terminated[0] and not (step.terminated[1] or step.truncated[1])
+    assert step.final_mask.tolist() == [True, False]
+    final = {k: v[0] for k, v in step.final_obs.items()}
     # the final observation is the successful one: close to its target
-    assert np.linalg.norm(final["to_target"]) < 0.03
-    assert info["final_info"][0]["success"] and info["success"][0]
+    assert np.linalg.norm(final["to_target"]) < 0.03 and step.success[0]
+    np.testing.assert_array_equal(step.last["to_target"][0], final["to_target"])  # what a learner stores
     # obs[0] starts the next episode: a fresh target, at home, episode_step 0
-    assert info["reset"].tolist() == [True, False]
     assert not np.allclose(obs["target_position"][0], final["target_position"])
     assert np.allclose(obs["ee_position"][0], [0.307, 0.0, 0.487], atol=1e-6)
     assert b.envs[0].episode_step == 0 and b.envs[1].episode_step > 0
@@ -72,9 +76,9 @@ def test_truncation_by_a_fault_also_autoresets(batch):
     b = batch(num_envs=2, mock_faults=[{"kind": "reflex", "after": 1}])
     b.reset(seed=0)
     b.step(np.zeros((2, 3), np.float32))
-    obs, reward, term, trunc, info = b.step(np.zeros((2, 3), np.float32))
-    assert trunc.tolist() == [True, True] and info["fault"] == ["reflex", "reflex"]
-    assert all(f is not None for f in info["final_observation"]) and info["reset"].all()
+    step = b.step(np.zeros((2, 3), np.float32))
+    assert step.truncated.tolist() == [True, True] and step.fault == (FaultKind.REFLEX, FaultKind.REFLEX)
+    assert step.final_mask.all() and all(b_env.episode_step == 0 for b_env in b.envs)
 
 
 def test_a_wrong_batch_shape_is_a_clear_error(batch):

@@ -86,7 +86,7 @@ def test_an_injected_wrench_truncates_the_episode_with_fault_contact_and_the_nex
     env.step(np.zeros(3, np.float32))
     env.arm.set_external_wrench([0, 0, 35.0, 0, 0, 0])
     stops = env.arm.calls.get("stop", 0)
-    _, _, terminated, truncated, info = env.step(np.array([0, 0, -1], np.float32))
+    _, _, terminated, truncated, info = env.step(np.array([0, 0, -1], np.float32)).gym()
     assert truncated and not terminated
     assert info["fault"] == "contact" and "35.0 N" in info["fault_message"]
     assert env.arm.calls["stop"] > stops  # stopped by the safety layer

@@ -34,14 +34,20 @@ def test_reset_and_step_return_what_the_spec_promises(mock_env):
     obs, info = env.reset(seed=0)
     check_obs(env, obs)
     assert INFO_KEYS <= set(info) and info["fault"] is None
-    obs, reward, terminated, truncated, info = env.step(np.zeros(3, np.float32))
+    step = env.step(np.zeros(3, np.float32))  # one instance: every field has a leading instance axis of 1
+    check_obs(env, {k: v[0] for k, v in step.obs.items()})
+    assert step.num_envs == 1 and step.reward.dtype == np.float64 and step.terminated.dtype == bool
+    assert step.truncated.shape == step.success.shape == step.intervened.shape == (1,)
+    assert step.executed.tolist() == [[0.0, 0.0, 0.0]] and step.fault == (None,) and step.fault_message == ("",)
+    assert step.final_obs is None and step.judge_success is not None  # a simulated arm: the judge's verdict
+    assert set(step.stamps) == set(step.obs)
+    assert set(step.extras[0]["frame_index"]) == {"front", "wrist"}  # which camera frame each image is
+    assert {"command", "wait", "observe", "total"} <= set(step.timing)
+    assert all(abs(t[0] - time.time()) < 5 for t in step.stamps.values())  # wall clock
+    obs, reward, terminated, truncated, info = step.gym()  # the Gymnasium edge
     check_obs(env, obs)
     assert isinstance(reward, float) and isinstance(terminated, bool) and isinstance(truncated, bool)
-    assert INFO_KEYS <= set(info)
-    assert set(info["timestamps"]) == set(obs)
-    assert set(info["frame_index"]) == {"front", "wrist"}  # which camera frame each image is
-    assert {"command", "wait", "observe", "total"} <= set(info["timing"])
-    assert all(abs(t - time.time()) < 5 for t in info["timestamps"].values())  # wall clock
+    assert INFO_KEYS <= set(info) and set(info["timestamps"]) == set(obs)
 
 
 def test_observations_are_copies_the_caller_may_keep(mock_env):
@@ -55,7 +61,7 @@ def test_observations_are_copies_the_caller_may_keep(mock_env):
 def test_reach_observation_reward_and_success_agree(mock_env):
     env = mock_env()
     obs, _ = env.reset(seed=3)
-    obs, reward, *_ = env.step(np.zeros(3, np.float32))
+    obs, reward, *_ = env.step(np.zeros(3, np.float32)).gym()
     dist = np.linalg.norm(obs["target_position"] - obs["ee_position"])
     assert np.allclose(obs["to_target"], obs["target_position"] - obs["ee_position"], atol=1e-6)
     assert reward == pytest.approx(-dist / 0.1, rel=1e-4)
@@ -70,7 +76,7 @@ def test_the_greedy_policy_reaches_every_target_quickly(mock_env):
     for seed in range(10):
         obs, _ = env.reset(seed=seed)
         for k in range(1, 51):
-            obs, _, terminated, truncated, info = env.step(greedy_action(obs))
+            obs, _, terminated, truncated, info = env.step(greedy_action(obs)).gym()
             if terminated or truncated:
                 break
         assert terminated and info["success"] and not truncated
@@ -85,7 +91,7 @@ def test_random_actions_rarely_succeed(mock_env):
     for seed in range(10):
         env.reset(seed=seed)
         for _ in range(50):
-            *_, terminated, truncated, info = env.step(rng.uniform(-1, 1, 3).astype(np.float32))
+            *_, terminated, truncated, info = env.step(rng.uniform(-1, 1, 3).astype(np.float32)).gym()
             if terminated or truncated:
                 break
         wins += info["success"]
@@ -95,7 +101,7 @@ def test_random_actions_rarely_succeed(mock_env):
 def test_episodes_truncate_at_max_episode_steps(mock_env):
     env = mock_env(max_episode_steps=4)
     env.reset(seed=0)
-    flags = [env.step(np.zeros(3, np.float32))[2:4] for _ in range(4)]
+    flags = [env.step(np.zeros(3, np.float32)).gym()[2:4] for _ in range(4)]
     assert flags == [(False, False)] * 3 + [(False, True)]
     with pytest.raises(SafetyViolation, match="episode ended"):
         env.step(np.zeros(3, np.float32))
@@ -107,8 +113,8 @@ def test_the_same_seed_gives_the_same_episode(mock_env):
     ob, _ = b.reset(seed=11)
     for _ in range(3):
         act = np.array([0.3, -0.2, 0.1], np.float32)
-        oa = a.step(act)[0]
-        ob = b.step(act)[0]
+        oa = a.step(act).gym()[0]
+        ob = b.step(act).gym()[0]
     for k in oa:
         assert np.array_equal(oa[k], ob[k])
 
@@ -155,7 +161,7 @@ def test_a_realtime_arm_is_stepped_at_the_control_rate():
     env.reset(seed=0)
     start = clock.now()
     clock.wakeups.clear()
-    infos = [env.step(np.zeros(3, np.float32))[-1] for _ in range(10)]
+    infos = [env.step(np.zeros(3, np.float32)).gym()[-1] for _ in range(10)]
     deadlines = [start]
     for _ in range(10):
         deadlines.append(deadlines[-1] + 0.05)
@@ -173,7 +179,7 @@ def test_a_late_step_resynchronises_instead_of_bursting():
     env.step(np.zeros(3, np.float32))
     assert clock.now() == start + 0.05
     clock.advance(0.2)  # the policy took 4 periods
-    late = env.step(np.zeros(3, np.float32))[-1]["timing"]
+    late = env.step(np.zeros(3, np.float32)).gym()[-1]["timing"]
     assert late["late"] == pytest.approx(0.15, abs=1e-12) and late["wait"] == 0.0  # due at start + 0.1
     resumed = clock.now()
     assert resumed == start + 0.05 + 0.2
@@ -187,9 +193,9 @@ def test_each_step_reports_how_old_its_observation_was_when_the_action_arrived()
     env = realtime_env(20, clock)
     env.reset(seed=0)
     clock.advance(0.03)  # the policy took 30 ms to answer the reset's observation
-    first = env.step(np.zeros(3, np.float32))[-1]["timing"]
+    first = env.step(np.zeros(3, np.float32)).gym()[-1]["timing"]
     assert first["obs_age"] == pytest.approx(0.03, abs=1e-12)
-    second = env.step(np.zeros(3, np.float32))[-1]["timing"]  # answered at once
+    second = env.step(np.zeros(3, np.float32)).gym()[-1]["timing"]  # answered at once
     assert second["obs_age"] == pytest.approx(0.0, abs=1e-12)
     env.close()
 

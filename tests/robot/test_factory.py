@@ -84,7 +84,7 @@ def test_mock_faults_from_the_config_reach_the_mock_driver():
     env = make_env(make_config({"mock_faults": [{"kind": "reflex", "after": 0}]}))
     try:
         env.reset()
-        assert env.step(np.zeros(3, np.float32))[-1]["fault"] == "reflex"
+        assert env.step(np.zeros(3, np.float32)).gym()[-1]["fault"] == "reflex"
     finally:
         env.close()
 

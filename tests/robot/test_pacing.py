@@ -63,7 +63,7 @@ def test_the_keyboard_drives_a_paced_simulated_arm_a_motion_then_a_success_label
         env.reset(seed=0)
         executed, done, info = [], False, {}
         while not done:
-            _, _, terminated, truncated, info = env.step(np.zeros(3, np.float32))
+            _, _, terminated, truncated, info = env.step(np.zeros(3, np.float32)).gym()
             executed.append(info["executed_action"].tolist())
             done = terminated or truncated
     finally:

@@ -36,7 +36,7 @@ def test_reach_runs_on_the_franka_driver_against_franky_sim():
             start = np.linalg.norm(obs["to_target"])
             infos = []
             for _ in range(15):
-                obs, reward, terminated, truncated, info = env.step(greedy_action(obs))
+                obs, reward, terminated, truncated, info = env.step(greedy_action(obs)).gym()
                 infos.append(info)
                 if terminated or truncated:
                     break

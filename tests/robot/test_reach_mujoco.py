@@ -18,7 +18,7 @@ def test_the_greedy_policy_solves_reach_on_mujoco_without_faults():
             obs, info = env.reset(seed=seed)
             assert np.linalg.norm(obs["ee_position"] - [0.307, 0.0, 0.487]) < 0.01  # home
             for _ in range(env.config.max_episode_steps):
-                obs, reward, terminated, truncated, info = env.step(greedy_action(obs))
+                obs, reward, terminated, truncated, info = env.step(greedy_action(obs)).gym()
                 if terminated or truncated:
                     break
             assert terminated and info["success"] and info["fault"] is None

@@ -37,7 +37,7 @@ def steps_with_the_cube(config, cube_xy, n=4):
     try:
         env.reset(seed=7)
         env.arm.set_object_pose("cube", Pose((*cube_xy, 0.025)))
-        return [env.step(np.array([0.3, -0.2, 0.1], np.float32)) for _ in range(n)]
+        return [env.step(np.array([0.3, -0.2, 0.1], np.float32)).gym() for _ in range(n)]
     finally:
         env.close()
 
@@ -104,7 +104,7 @@ def test_the_scripted_operator_recording_demos_marks_success_as_a_person_would(t
         env.reset(seed=1)
         done, steps = False, 0
         while not done:
-            _, reward, terminated, truncated, info = env.step(np.zeros(3, np.float32))
+            _, reward, terminated, truncated, info = env.step(np.zeros(3, np.float32)).gym()
             done, steps = terminated or truncated, steps + 1
         assert info["operator_label"] == "success" and terminated and reward == 1.0 and info["judge_success"]
         assert steps < config.env.max_episode_steps
@@ -121,7 +121,7 @@ def test_every_episode_starts_with_the_hand_at_the_configured_start_inside_the_t
             obs, _ = env.reset(seed=seed)
             np.testing.assert_allclose(obs["ee_position"], [0.35, 0.0, 0.10], atol=0.003)
             for _ in range(10):
-                obs, *_ = env.step(np.array([0.0, 0.0, 1.0], np.float32))
+                obs, *_ = env.step(np.array([0.0, 0.0, 1.0], np.float32)).gym()
             assert obs["ee_position"][2] <= 0.12 + 1e-3
     finally:
         env.close()

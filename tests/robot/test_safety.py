@@ -111,7 +111,7 @@ def test_each_step_moves_at_most_max_step(mock_env):
     obs, _ = env.reset()
     for _ in range(5):
         ee = obs["ee_position"].astype(float)
-        obs, *_ , info = env.step(np.ones(3, np.float32))
+        obs, *_ , info = env.step(np.ones(3, np.float32)).gym()
         sent = motions(env, "command_pose")[-1][1]
         assert np.linalg.norm(sent - ee) <= 0.02 + 1e-6  # obs are float32
         assert info["clipped"] is True
@@ -131,7 +131,7 @@ def test_targets_are_clipped_to_the_workspace_box(mock_env):
     low, high = np.array(env.config.safety.workspace_low), np.array(env.config.safety.workspace_high)
     for direction in ([1, 1, 1], [-1, -1, -1]):
         for _ in range(40):
-            obs, _, term, trunc, info = env.step(np.array(direction, np.float32))
+            obs, _, term, trunc, info = env.step(np.array(direction, np.float32)).gym()
             if term or trunc:
                 env.reset()
         sent = np.array([m[1] for m in motions(env, "command_pose")])
@@ -159,7 +159,7 @@ def test_a_joint_at_its_limit_stops_the_arm_and_truncates(mock_env):
     q[3] = env.config.safety.q_max[3] - 0.01  # inside the 0.05 rad margin
     env.arm.set_joint_positions(q)
     stops = env.arm.calls.get("stop", 0)
-    obs, reward, term, trunc, info = env.step(np.zeros(3, np.float32))
+    obs, reward, term, trunc, info = env.step(np.zeros(3, np.float32)).gym()
     assert trunc and not term and info["fault"] == "limit" and "joint 4" in info["fault_message"]
     assert env.arm.calls["stop"] > stops
 
@@ -184,7 +184,7 @@ def test_joint_speed_over_the_limit_is_a_limit_fault_after_stopping():
 def test_reflex_truncates_with_the_reason_and_the_arm_recovers(mock_env):
     env = mock_env(mock_faults=[{"kind": "reflex", "after": 2}])
     env.reset()
-    results = [env.step(np.array([0.5, 0, 0], np.float32)) for _ in range(3)]
+    results = [env.step(np.array([0.5, 0, 0], np.float32)).gym() for _ in range(3)]
     obs, reward, term, trunc, info = results[-1]
     assert trunc and not term and info["fault"] == "reflex" and "reflex" in info["fault_message"]
     assert results[0][4]["fault"] is None and results[1][4]["fault"] is None
@@ -200,7 +200,7 @@ def test_link_faults_truncate_within_the_driver_timeout(mock_env, kind, on):
     env.reset()  # state() calls: 1 (already home: no homing move)
     t0 = time.monotonic()
     for _ in range(3):
-        *_, trunc, info = env.step(np.zeros(3, np.float32))
+        *_, trunc, info = env.step(np.zeros(3, np.float32)).gym()
         if trunc:
             break
     assert info["fault"] == kind and time.monotonic() - t0 < 2.0
@@ -210,7 +210,7 @@ def test_camera_stall_truncates_and_the_camera_is_reopened(mock_env):
     env = mock_env(images=True, mock_faults=[{"kind": "camera_stall", "after": 2}])
     env.reset()  # latest() call 0
     env.step(np.zeros(3, np.float32))  # call 1
-    *_, trunc, info = env.step(np.zeros(3, np.float32))  # call 2 stalls
+    *_, trunc, info = env.step(np.zeros(3, np.float32)).gym()  # call 2 stalls
     assert trunc and info["fault"] == "camera_stall"
     obs, info = env.reset()
     assert info["fault"] is None and obs["image_front"].shape == (128, 128, 3)
@@ -220,7 +220,7 @@ def test_failed_recoveries_lock_the_env_and_it_says_why(mock_env):
     env = mock_env(mock_faults=[{"kind": "reflex", "after": 1}, {"kind": "recover_fail", "count": 10}])
     env.reset()
     env.step(np.zeros(3, np.float32))
-    *_, trunc, info = env.step(np.zeros(3, np.float32))
+    *_, trunc, info = env.step(np.zeros(3, np.float32)).gym()
     assert trunc and info["fault"] == "locked" and info["fault_cause"] == "reflex"
     assert "3 strikes" in info["fault_message"] and "unlock()" in info["fault_message"]
     assert env.arm.calls["recover"] == 3
@@ -245,7 +245,7 @@ def test_faults_that_recur_right_after_recovery_lock_the_env(mock_env):
         for _ in range(10):
             # the very first reset does not command a pose, so it succeeds
             env.reset()
-            *_, info = env.step(np.zeros(3, np.float32))
+            *_, info = env.step(np.zeros(3, np.float32)).gym()
             faults.append(info["fault"])
     assert faults[-1] == "locked" and faults.count("reflex") == 3
 
@@ -253,12 +253,12 @@ def test_faults_that_recur_right_after_recovery_lock_the_env(mock_env):
 def test_a_clean_step_clears_the_strikes(mock_env):
     env = mock_env(mock_faults=[{"kind": "reflex", "after": 0, "count": 2}])
     env.reset()
-    infos = [env.step(np.zeros(3, np.float32))[-1]]
+    infos = [env.step(np.zeros(3, np.float32)).gym()[-1]]
     env.reset()
-    infos.append(env.step(np.zeros(3, np.float32))[-1])
+    infos.append(env.step(np.zeros(3, np.float32)).gym()[-1])
     assert [i["fault"] for i in infos] == ["reflex", "reflex"] and env.safety.strikes == 1
     env.reset()
-    assert env.step(np.zeros(3, np.float32))[-1]["fault"] is None
+    assert env.step(np.zeros(3, np.float32)).gym()[-1]["fault"] is None
     assert env.safety.strikes == 0
 
 
@@ -276,7 +276,7 @@ def test_reach_still_works_after_a_fault(mock_env):
     for seed in range(3):
         obs, _ = env.reset(seed=seed)
         for _ in range(env.config.max_episode_steps):
-            obs, _, term, trunc, info = env.step(greedy_action(obs))
+            obs, _, term, trunc, info = env.step(greedy_action(obs)).gym()
             if term or trunc:
                 break
         outcomes.append(info["fault"] or ("success" if info["success"] else "timeout"))
@@ -289,7 +289,7 @@ def test_a_joint_parked_at_its_limit_does_not_block_the_reset_home(mock_env):
     q = np.array(env.config.reset.home_q)
     q[3] = env.config.safety.q_min[3] + 0.01
     env.arm.set_joint_positions(q)
-    *_, info = env.step(np.zeros(3, np.float32))
+    *_, info = env.step(np.zeros(3, np.float32)).gym()
     assert info["fault"] == "limit"
     obs, info = env.reset()
     assert info["fault"] is None and env.arm.motions[-1][0] == "move_joints"

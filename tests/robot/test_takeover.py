@@ -54,7 +54,7 @@ def last_target(env):
 
 def test_without_an_operator_the_clients_action_is_executed_and_reported_on_every_step(env):
     action = np.array([0.5, -0.2, 0.1], np.float32)
-    _, _, _, _, info = env.step(action)
+    _, _, _, _, info = env.step(action).gym()
     assert info["intervened"] is False and info["teleop_events"] == [] and info["operator_label"] is None
     assert info["executed_action"].dtype == np.float32 and info["executed_action"].tolist() == action.tolist()
 
@@ -63,7 +63,7 @@ def test_while_the_operator_deflects_the_cap_the_operators_action_goes_to_the_ar
     op = Operator(env)
     op.send(AWAY)  # full deflection away from the operator = +x
     hand = env.status()["arm"]["ee_pose"][:3]
-    _, _, _, _, info = env.step(np.array([-1.0, 0.0, 0.0], np.float32))  # the client wants -x
+    _, _, _, _, info = env.step(np.array([-1.0, 0.0, 0.0], np.float32)).gym()  # the client wants -x
     assert info["intervened"] is True
     assert info["executed_action"].tolist() == [1.0, 0.0, 0.0]
     moved = last_target(env) - np.array(hand)
@@ -75,7 +75,7 @@ def test_the_operators_command_is_bounded_by_the_same_workspace(env):
     op = Operator(env)
     op.send(LIFT)
     for _ in range(19):
-        _, _, _, truncated, info = env.step(np.zeros(3, np.float32))
+        _, _, _, truncated, info = env.step(np.zeros(3, np.float32)).gym()
         assert info["intervened"]
     assert last_target(env)[2] <= env.config.safety.workspace_high[2] + 1e-9
 
@@ -85,14 +85,14 @@ def test_when_the_operator_lets_go_the_client_drives_again(env):
     op.send(AWAY)
     env.step(np.zeros(3, np.float32))
     op.send(LET_GO)
-    _, _, _, _, info = env.step(np.array([0.0, 0.3, 0.0], np.float32))
+    _, _, _, _, info = env.step(np.array([0.0, 0.3, 0.0], np.float32)).gym()
     assert info["intervened"] is False and info["executed_action"].tolist() == pytest.approx([0.0, 0.3, 0.0])
 
 
 def test_a_latched_takeover_holds_the_arm_still_and_reports_the_events(env):
     op = Operator(env)
     op.send(RIGHT_DOWN, RIGHT_UP)
-    _, _, _, _, info = env.step(np.array([1.0, 1.0, 1.0], np.float32))
+    _, _, _, _, info = env.step(np.array([1.0, 1.0, 1.0], np.float32)).gym()
     assert info["intervened"] and info["executed_action"].tolist() == [0.0, 0.0, 0.0]
     assert info["teleop_events"] == ["takeover"]
 
@@ -105,7 +105,7 @@ def test_a_device_that_dies_mid_intervention_stops_the_arm_and_truncates_the_epi
     commands = env.arm.motion_count
     op.hid.unplug()
     op.mouse._thread.join(2.0)
-    _, _, terminated, truncated, info = env.step(np.zeros(3, np.float32))
+    _, _, terminated, truncated, info = env.step(np.zeros(3, np.float32)).gym()
     assert truncated and not terminated
     assert info["fault"] == "teleop" and "gone" in info["fault_message"]
     assert env.arm.calls["stop"] > stops and env.arm.motion_count == commands  # stopped; nothing sent
@@ -118,7 +118,7 @@ def test_a_device_that_dies_mid_intervention_stops_the_arm_and_truncates_the_epi
     op.hid.plug()  # the operator reconnects it: the next reset reopens it
     env.reset()
     op.send(AWAY)
-    _, _, _, _, info = env.step(np.zeros(3, np.float32))
+    _, _, _, _, info = env.step(np.zeros(3, np.float32)).gym()
     assert info["intervened"] and info["fault"] is None
 
 
@@ -146,7 +146,7 @@ class Marker(TeleopDevice):
 ])
 def test_the_operators_marks_end_the_episode_with_a_label(env, event, terminated, success, label):
     env.takeover = Takeover(Marker(event), TeleopConfig(device="keyboard"), (3,))
-    _, _, term, trunc, info = env.step(np.zeros(3, np.float32))
+    _, _, term, trunc, info = env.step(np.zeros(3, np.float32)).gym()
     assert (term, trunc) == (terminated, not terminated)
     assert info["success"] is success and info["operator_label"] == label
     assert info["teleop_events"] == [event.value]
@@ -166,12 +166,12 @@ def test_with_a_gripper_action_the_operators_gripper_button_is_executed_and_kept
     env.reset(seed=0)
     op = Operator(env)
     op.send(AWAY)
-    _, _, _, _, info = env.step(np.zeros(4, np.float32))
+    _, _, _, _, info = env.step(np.zeros(4, np.float32)).gym()
     assert info["executed_action"].tolist() == [1.0, 0.0, 0.0, 1.0]  # the episode starts open
     op.send(REPORTS[7], REPORTS[8])  # LEFT pressed and released: close
-    _, _, _, _, info = env.step(np.zeros(4, np.float32))
+    _, _, _, _, info = env.step(np.zeros(4, np.float32)).gym()
     assert info["executed_action"][3] == -1.0
-    _, _, _, _, info = env.step(np.ones(4, np.float32))
+    _, _, _, _, info = env.step(np.ones(4, np.float32)).gym()
     assert info["executed_action"][3] == -1.0  # kept until the next press, whatever the client sends
 
 
@@ -191,11 +191,11 @@ def test_the_terminal_keyboard_drives_the_env_and_ends_the_episode_with_its_succ
             assert keyboard.wait_reports(target, 2.0)
 
         press("w")
-        _, _, _, _, info = env.step(np.array([0.0, -1.0, 0.0], np.float32))
+        _, _, _, _, info = env.step(np.array([0.0, -1.0, 0.0], np.float32)).gym()
         assert info["intervened"] and info["executed_action"].tolist() == [1.0, 0.0, 0.0]
         assert info["teleop_events"] == ["takeover"]
         press("y")
-        _, _, terminated, _, info = env.step(np.zeros(3, np.float32))
+        _, _, terminated, _, info = env.step(np.zeros(3, np.float32)).gym()
         assert terminated and info["success"] and info["operator_label"] == "success"
     finally:
         env.takeover.close()

@@ -201,7 +201,7 @@ def test_a_late_step_is_logged_with_the_phase_that_made_it_late(caplog):
     timer.actions_received()
     now["t"] = 0.160
     with caplog.at_level("WARNING"):
-        timer.stepped({"timing": {"env.command": 0.002, "env.late": 0.060, "env.wait": 0.0, "env.observe": 0.005}})
+        timer.stepped({"env.command": 0.002, "env.late": 0.060, "env.wait": 0.0, "env.observe": 0.005})
     summary = timer.summary(1)
     assert summary["late_steps"] == 1 and summary["late_by_phase"] == {"obs_to_action": 1}
     assert summary["late_recent"][0]["phase"] == "obs_to_action"

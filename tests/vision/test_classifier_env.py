@@ -33,7 +33,7 @@ def test_a_confident_classifier_makes_the_step_a_success_and_ends_the_episode(tm
     env = env_with(constant_classifier(tmp_path / "yes.pt", 3.0))
     try:
         obs, _ = env.reset(seed=0)
-        _, reward, terminated, truncated, info = env.step(np.zeros(3, np.float32))
+        _, reward, terminated, truncated, info = env.step(np.zeros(3, np.float32)).gym()
         assert info["reward_classifier"]["p"] == pytest.approx(1 / (1 + np.exp(-3.0)), rel=1e-5)
         assert info["reward_classifier"]["threshold"] == 0.5
         assert info["success"] is True and terminated and not truncated
@@ -48,13 +48,13 @@ def test_below_the_threshold_the_step_is_no_success_and_the_config_threshold_ove
     env = env_with(path)
     try:
         env.reset(seed=0)
-        assert env.step(np.zeros(3, np.float32))[4]["success"] is True
+        assert env.step(np.zeros(3, np.float32)).gym()[4]["success"] is True
     finally:
         env.close()
     env = env_with(path, threshold=0.9)
     try:
         env.reset(seed=0)
-        _, _, terminated, _, info = env.step(np.zeros(3, np.float32))
+        _, _, terminated, _, info = env.step(np.zeros(3, np.float32)).gym()
         assert info["success"] is False and not terminated and info["reward_classifier"]["threshold"] == 0.9
     finally:
         env.close()
@@ -64,7 +64,7 @@ def test_deciding_the_reward_too_gives_the_sparse_reward(tmp_path):
     env = env_with(constant_classifier(tmp_path / "yes.pt", 3.0), decides="success_and_reward", terminate_on_success=False)
     try:
         env.reset(seed=0)
-        _, reward, terminated, _, info = env.step(np.zeros(3, np.float32))
+        _, reward, terminated, _, info = env.step(np.zeros(3, np.float32)).gym()
         assert reward == 1.0 and info["success"] and not terminated
     finally:
         env.close()

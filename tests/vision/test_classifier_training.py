@@ -69,7 +69,7 @@ def test_train_reward_reaches_95_percent_held_out_accuracy_on_push_cube_frames(p
             env.reset(seed=999 + i)
             stager = PushCubeStager(env, np.random.default_rng(i), succeed, 2, 1)
             for t in range(2):
-                *_, info = env.step(stager.before_step(t))
+                *_, info = env.step(stager.before_step(t)).gym()
                 agree += info["success"] == env.task.success(env._state)
                 assert 0 <= info["reward_classifier"]["p"] <= 1 and info["timing"]["classifier"] > 0
         assert agree >= 3  # 4 judged steps, the classifier's held-out error rate allows one miss at most
@@ -104,7 +104,7 @@ def _judge_insert_steps(model) -> tuple[int, int, int]:
             env.reset(seed=999 + i)
             stager = InsertStager(env, np.random.default_rng(i), succeed, 4, 1)
             for t in range(4):
-                *_, info = env.step(stager.before_step(t))
+                *_, info = env.step(stager.before_step(t)).gym()
                 truth = env.task.success(env.measured_state)
                 agree, judged, truths = agree + (info["success"] == truth), judged + 1, truths + truth
                 assert 0 <= info["reward_classifier"]["p"] <= 1 and info["timing"]["classifier"] > 0

@@ -33,7 +33,7 @@ import numpy as np
 from rlhw.config.root import Config
 from rlhw.errors import ConfigError
 from rlhw.rl.demos import PROVENANCE_KEY, recorded_env
-from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, RefusedSteps, Stepped
+from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, RefusedSteps
 from rlhw.rl.fault_signal import FaultSignal
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.instances import EVAL, TRAIN, Instances
@@ -47,6 +47,7 @@ from rlhw.rl.replay import TransitionBatch
 from rlhw.rl.sac import resolve_device
 from rlhw.rl.seeds import SeedStream, episode_seed, rank_seed
 from rlhw.robot.spec import EnvSpec
+from rlhw.robot.step import Step
 from rlhw.runtime.isolation import GcGuard, apply_loop_isolation
 from rlhw.runtime.worker import Worker
 
@@ -134,7 +135,7 @@ class EnvWorker(Worker):
         self._first_obs = True
         self.hooks = LoopHooks(act=self._act, choose=self._choose, report=self._report_locked, sink=self._sink,
                                step=self._step, note=lambda text: self.faults.append(text),
-                               stepped=self.timer.stepped, stopping=lambda: self.stopping)
+                               stepped=lambda step: self.timer.stepped(step.timing), stopping=lambda: self.stopping)
 
     # ---- the env behind its transport
     def _start_env(self) -> None:
@@ -143,11 +144,11 @@ class EnvWorker(Worker):
             from rlhw.robot.factory import make_batched_env, make_env
 
             self.env = (make_env if self.num_envs == 1 else make_batched_env)(self.config, self.robot_rank)
-            spec = self.env.spec
+            view = BatchView(self.env, self.env.spec)
         else:
             self._start_server()
-            spec = self.env.env_spec
-        self.episode_loop = EpisodeLoop(BatchView(self.env, spec), self.config.env.max_episode_steps, self.recorders,
+            view = BatchView(self.env, self.env.env_spec, self.env.step_typed)
+        self.episode_loop = EpisodeLoop(view, self.config.env.max_episode_steps, self.recorders,
                                         meta={"robot_rank": self.robot_rank, "env_rank": self.rank},
                                         fault_signal=FaultSignal.from_config(self.cfg))
 
@@ -346,7 +347,7 @@ class EnvWorker(Worker):
         if transitions is not None:
             self._put(None, (), np.zeros(0, bool), transitions)
 
-    def _step(self, actions: np.ndarray) -> Stepped | None:
+    def _step(self, actions: np.ndarray) -> Step | None:
         """The env's step, or None when it refused or timed out (e.g. the server's watchdog stopped the arm
         after a stall): the episode loop then ends the running episode(s) there, truncated; what was
         recorded so far stays on disk. A dead server raises (``_loop`` restarts it or gives up), and so does

@@ -60,14 +60,13 @@ class LoopTimer:
         self._t_action = self.clock()
         self.latencies.append(self._t_action - self._t_obs)
 
-    def stepped(self, info: dict) -> None:
-        """After an env step: its period (from the episode's previous step), and its lateness where the env is
-        real-time (simulators advance simulated time and report none)."""
+    def stepped(self, timing: dict[str, float]) -> None:
+        """After an env step, with its phase timings (`Step.timing`): its period (from the episode's previous step),
+        and its lateness where the env is real-time (simulators advance simulated time and report none)."""
         now = self.clock()
         if self._t_step is not None:
             self.periods.append(now - self._t_step)
         self._t_obs = self._t_step = now
-        timing = info.get("timing", {})
         age = _env_phase(timing, "obs_age")
         if age is not None:
             self.obs_ages.append(age)

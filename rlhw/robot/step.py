@@ -1,0 +1,234 @@
+"""`Step` and `Reset`: what one env call says about its n instances, one frozen type from the arm to the learner.
+
+The env contract's layer (next to rlhw.robot.spec): the robot layer builds these, the env server (rlhw.env.host,
+rlhw.env.service) writes them to the wire, the client (rlhw.env.remote_env) reads them back, and the RL loop
+(rlhw.rl.episode_loop) consumes them, none importing another's module. Why a type and not Gymnasium's
+``(obs, reward, terminated, truncated, info)``: the info bag came in three shapes (a dict for one env, lists
+holding None for a batch, masks from the wire), and every reader re-normalised them; a new fact of a step
+(a judge's verdict, the action really executed) had to be taught to each. Here every field has one shape:
+
+- per instance, with a leading axis n (``num_envs``; 1 for a single env): ``obs``, ``reward``,
+  ``terminated``, ``truncated``, ``success``, ``executed``, ``intervened``, ``stamps`` (capture times,
+  float64), ``fault`` and ``fault_message`` (tuples), ``final_obs`` with ``final_mask``, ``judge_success``;
+- for the whole call: ``timing`` (phase -> seconds; a batch reports each phase's slowest instance).
+
+Gymnasium's tuple is built from a `Step` only at the public Gymnasium edge (`Step.gym`: rlhw.robot.gym's
+`GymRobotEnv`, `RemoteEnv.step`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from rlhw.errors import FaultKind
+
+#: The fields of an env's reset info that `Reset` gives a typed home; the rest go to ``extras``.
+_TYPED = frozenset({"timestamps", "timing", "success"})
+
+
+@dataclass(frozen=True, eq=False, init=False)
+class Step:
+    """One env step of n instances (see the module docstring for the shapes).
+
+    ``obs`` is what the next action is chosen from: with same-step autoreset (a batch) an ended instance's
+    row is its next episode's first observation, and its episode's last one is ``final_obs``'s row where
+    ``final_mask`` is set (both None when no instance was reset). ``executed`` is what the arm really did:
+    an operator's command where ``intervened``, else the action (zeros where a fault came before anything
+    was sent). ``fault[i]`` is the `FaultKind` that ended instance i's episode (None: none), with its
+    ``fault_message[i]``. ``judge_success`` is a simulator judge's ground truth (rlhw/robot/rehearsal.py),
+    None where there is none. ``extras`` holds, per instance, what else the env reported (documented where
+    the env writes it: `RobotEnv`'s ``clipped``, ``episode_step``, ``frame_index``, ``teleop_events``,
+    ``operator_label``, ``reward_classifier``, ``fault_cause``); the wire carries none of it.
+    """
+
+    obs: Mapping[str, np.ndarray]
+    reward: np.ndarray  # float64 (n,)
+    terminated: np.ndarray  # bool (n,)
+    truncated: np.ndarray  # bool (n,)
+    success: np.ndarray  # bool (n,)
+    executed: np.ndarray  # float32 (n, *action shape)
+    intervened: np.ndarray  # bool (n,)
+    fault: tuple[FaultKind | None, ...]
+    fault_message: tuple[str, ...]
+    stamps: Mapping[str, np.ndarray]  # name -> float64 (n,)
+    timing: dict[str, float]
+    final_obs: Mapping[str, np.ndarray] | None = None
+    final_mask: np.ndarray | None = None  # bool (n,), set with final_obs
+    judge_success: np.ndarray | None = None  # bool (n,)
+    extras: tuple[Mapping[str, Any], ...] = field(default=())
+
+    def __init__(self, obs, reward, terminated, truncated, success, executed, intervened, fault, fault_message,
+                 stamps, timing, final_obs=None, final_mask=None, judge_success=None, extras=()):
+        # Frozen, written once: one dict update instead of the generated __init__'s object.__setattr__ per
+        # field, which made building a step cost about as much as the env server's whole per-step overhead.
+        self.__dict__.update(obs=obs, reward=reward, terminated=terminated, truncated=truncated, success=success,
+                             executed=executed, intervened=intervened, fault=fault, fault_message=fault_message,
+                             stamps=stamps, timing=timing, final_obs=final_obs, final_mask=final_mask,
+                             judge_success=judge_success, extras=extras)
+
+    @classmethod
+    def one(cls, obs: Mapping[str, np.ndarray], reward: float, terminated: bool, truncated: bool, *, success: bool,
+            executed: np.ndarray, intervened: bool, stamps: Mapping[str, float], timing: dict[str, float],
+            fault: FaultKind | None = None, fault_message: str = "", judge_success: bool | None = None,
+            extras: Mapping[str, Any] | None = None) -> "Step":
+        """One instance's step, from its unbatched values (the leading instance axis is added here)."""
+        return cls({k: v[None] for k, v in obs.items()}, np.array([reward], np.float64), np.array([terminated]),
+                   np.array([truncated]), np.array([success]), np.asarray(executed, np.float32)[None],
+                   np.array([intervened]), (fault,), (fault_message if fault else "",),
+                   {k: np.array([t], np.float64) for k, t in stamps.items()}, timing, None, None,
+                   None if judge_success is None else np.array([judge_success]), (dict(extras),) if extras else ())
+
+    @property
+    def num_envs(self) -> int:
+        return len(self.reward)
+
+    @property
+    def ended(self) -> np.ndarray:
+        return np.logical_or(self.terminated, self.truncated)
+
+    @property
+    def outcome(self) -> np.ndarray:
+        """Success as an episode's result counts it: the judge's verdict where a simulator has one (a rehearsal's
+        measured success may be a classifier's opinion), else the env's success."""
+        return self.success if self.judge_success is None else self.judge_success
+
+    @property
+    def last(self) -> Mapping[str, np.ndarray]:
+        """Each instance's observation after its action: ``obs``, except where the env autoreset an instance whose
+        episode ended (its last observation is then ``final_obs``'s row)."""
+        if self.final_obs is None:
+            return self.obs
+        mask = self.final_mask & self.ended
+        if not mask.any():
+            return self.obs
+        last = {k: np.array(v) for k, v in self.obs.items()}
+        for k in last:
+            last[k][mask] = np.asarray(self.final_obs[k])[mask]
+        return last
+
+    def fault_text(self, i: int) -> str | None:
+        """``"kind: message"`` of the fault that ended instance i's episode, else None."""
+        kind = self.fault[i]
+        return f"{kind}: {self.fault_message[i]}" if kind else None
+
+    def gym(self) -> tuple:
+        """Gymnasium's ``(obs, reward, terminated, truncated, info)``: scalars and unbatched observations for one
+        instance, arrays for a batch (final observations as ``info["final_observation"]`` with the mask
+        ``info["_final_observation"]``, as gymnasium's vector envs give them). Only the Gymnasium edge calls this."""
+        if self.num_envs == 1:
+            info = {"timestamps": {k: float(v[0]) for k, v in self.stamps.items()}, "timing": self.timing,
+                    "success": bool(self.success[0]), "fault": self.fault[0],
+                    "fault_message": self.fault_message[0] if self.fault[0] else None,
+                    "executed_action": self.executed[0], "intervened": bool(self.intervened[0])}
+            if self.judge_success is not None:
+                info["judge_success"] = bool(self.judge_success[0])
+            if self.extras:
+                info.update(self.extras[0])
+            return ({k: v[0] for k, v in self.obs.items()}, float(self.reward[0]), bool(self.terminated[0]),
+                    bool(self.truncated[0]), info)
+        info = {"timestamps": dict(self.stamps), "timing": self.timing, "success": self.success,
+                "fault": list(self.fault), "fault_message": list(self.fault_message),
+                "executed_action": self.executed, "intervened": self.intervened}
+        if self.judge_success is not None:
+            info["judge_success"] = self.judge_success
+        if self.final_obs is not None:
+            info["final_observation"], info["_final_observation"] = self.final_obs, self.final_mask
+        return (self.obs, self.reward.astype(np.float32), self.terminated, self.truncated, info)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Reset:
+    """A reset of n instances: the first observations (leading axis n), their capture times, the success flags
+    and the call's phase timings; ``extras`` per instance as in `Step`."""
+
+    obs: Mapping[str, np.ndarray]
+    stamps: Mapping[str, np.ndarray]
+    success: np.ndarray  # bool (n,)
+    timing: dict[str, float]
+    extras: tuple[Mapping[str, Any], ...] = field(default=())
+
+
+def _constant(value: bool) -> np.ndarray:
+    flag = np.array([value])
+    flag.flags.writeable = False
+    return flag
+
+
+#: One instance's flag as a read-only array: shared by the steps that hot paths build (a Step is never written).
+FLAG = {False: _constant(False), True: _constant(True)}
+
+
+def stack(steps: list[Step], obs: list[Mapping[str, np.ndarray]], finals: Mapping[int, Mapping[str, np.ndarray]]
+          ) -> Step:
+    """The `Step` of a batch from its instances' steps (rlhw.robot.batch.BatchedEnv). ``obs[i]`` is instance i's
+    observation now (its next episode's first where the batch reset it, leading axis 1), and ``finals[i]`` the
+    last observation of instance i's ended episode; timing is each phase's slowest instance. A batch reports no
+    judge's verdict (``judge_success`` None), as before `Step`: a batch's episodes count the env's success."""
+    def cat(field: str) -> np.ndarray:
+        return np.concatenate([getattr(s, field) for s in steps])
+
+    batch = {k: np.concatenate([o[k] for o in obs]) for k in obs[0]}
+    final_obs = final_mask = None
+    if finals:
+        final_mask = np.array([i in finals for i in range(len(steps))])
+        final_obs = {k: np.zeros_like(v) for k, v in batch.items()}
+        for i, last in finals.items():
+            for k in final_obs:
+                final_obs[k][i] = last[k][0]
+    timing: dict[str, float] = {}
+    for s in steps:
+        for k, v in s.timing.items():
+            timing[k] = max(timing.get(k, 0.0), v)
+    return Step(batch, cat("reward"), cat("terminated"), cat("truncated"), cat("success"), cat("executed"),
+                cat("intervened"), sum((s.fault for s in steps), ()), sum((s.fault_message for s in steps), ()),
+                {k: np.concatenate([s.stamps.get(k, [np.nan]) for s in steps]) for k in steps[0].stamps}, timing,
+                final_obs, final_mask, None, tuple(s.extras[0] if s.extras else {} for s in steps))
+
+
+def _per_instance(value, n: int, dtype) -> np.ndarray:
+    arr = np.asarray(False if value is None else value, dtype=dtype).reshape(-1)
+    return np.repeat(arr, n) if arr.size == 1 and n > 1 else arr
+
+
+def _stamps(value, n: int) -> dict[str, np.ndarray]:
+    """Capture times: name -> float (one env) or a list of such dicts (a batch), as name -> float64 (n,)."""
+    if not value:
+        return {}
+    if isinstance(value, Mapping):
+        return {k: np.broadcast_to(np.asarray(v, np.float64), (n,)).copy() for k, v in value.items()}
+    names = {k for d in value if d for k in d}
+    return {k: np.array([(d or {}).get(k, np.nan) for d in value], np.float64) for k in names}
+
+
+def _timing(value) -> dict[str, float]:
+    """Phase timings: one dict, or a batch's list of dicts (each phase's slowest instance)."""
+    if not value:
+        return {}
+    if isinstance(value, Mapping):
+        return {k: float(v) for k, v in value.items()}
+    out: dict[str, float] = {}
+    for d in value:
+        for k, v in (d or {}).items():
+            out[k] = max(out.get(k, 0.0), float(v))
+    return out
+
+
+def _extras(info: Mapping, n: int) -> tuple[dict, ...]:
+    rest = {k: v for k, v in info.items() if k not in _TYPED}
+    if n == 1:
+        return (rest,) if rest else ()
+    return tuple({k: v[i] for k, v in rest.items() if isinstance(v, (list, tuple)) and len(v) == n}
+                 for i in range(n)) if rest else ()
+
+
+def _batched(obs: Mapping, n: int) -> dict:
+    return {k: np.asarray(v)[None] for k, v in obs.items()} if n == 1 else dict(obs)
+
+
+def reset_from_contract(obs, info: Mapping, n: int) -> Reset:
+    """The `Reset` of an env's ``reset() -> (obs, info)``: one env's dict info, or a batch's per-instance lists."""
+    return Reset(_batched(obs, n), _stamps(info.get("timestamps"), n),
+                 _per_instance(info.get("success", False), n, bool), _timing(info.get("timing")), _extras(info, n))
