@@ -184,7 +184,7 @@ def _record_mujoco_demos(config, directory, episodes: int) -> int:
             done = False
             while not done:
                 action = rng.uniform(env.spec.action.low, env.spec.action.high, env.spec.action.shape).astype(np.float32)
-                obs, reward, terminated, truncated, info = env.step(action)
+                obs, reward, terminated, truncated, info = env.step(action).gym()
                 rec.step(action, reward, terminated, truncated, obs, bool(info.get("success")), intervened=True)
                 steps += 1
                 done = terminated or truncated
