@@ -35,7 +35,7 @@ from rlhw.network import FCI_PORT
 #: libfranka's gripper port (TCP); robot commands go to rlhw.network.FCI_PORT.
 GRIPPER_PORT = 1338
 
-_live: "weakref.WeakSet[FrankySim]" = weakref.WeakSet()
+_live: weakref.WeakSet[FrankySim] = weakref.WeakSet()
 _lock = threading.Lock()
 
 
@@ -106,7 +106,7 @@ class FrankySim:
         self._finalizer: weakref.finalize | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
-    def start(self) -> "FrankySim":
+    def start(self) -> FrankySim:
         """Launch the simulator and wait until its robot port accepts (bounded by start_timeout_s)."""
         if self.running:
             return self
@@ -128,13 +128,23 @@ class FrankySim:
             self._terminate(signal.SIGKILL)
             if time.monotonic() >= deadline:
                 break
-        raise HardwareError(f"franky-sim did not start on {sorted(tried)} within {self.start_timeout_s:.0f}s: {last_error}")
+        raise HardwareError(
+            f"franky-sim did not start on {sorted(tried)} within {self.start_timeout_s:.0f}s: {last_error}"
+        )
 
     def _launch(self, host: str) -> None:
         fd, log = tempfile.mkstemp(prefix=f"franky-sim-{host}-", suffix=".log")
         self._log_path = Path(log)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        cmd = [sys.executable, "-c", "import sys; from franky_sim.run_server import main; sys.exit(main())", "-s", self.simulator, "--hostname", host]
+        cmd = [
+            sys.executable,
+            "-c",
+            "import sys; from franky_sim.run_server import main; sys.exit(main())",
+            "-s",
+            self.simulator,
+            "--hostname",
+            host,
+        ]
         with os.fdopen(fd, "wb") as out:
             self._proc = subprocess.Popen(
                 cmd,
@@ -211,7 +221,7 @@ class FrankySim:
             return ""
         return text[-chars:].strip().replace("\n", " | ")
 
-    def __enter__(self) -> "FrankySim":
+    def __enter__(self) -> FrankySim:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -41,8 +41,9 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -237,15 +238,23 @@ class MockArm(Arm):
                 raise RobotFault(FaultKind.NETWORK, f"mock arm {self.name!r}: UDP receive timed out during {method}()")
             if kind is FaultKind.TIMEOUT:
                 time.sleep(self.timeout_s)
-                raise RobotFault(FaultKind.TIMEOUT, f"mock arm {self.name!r}: {method}() got no answer within {self.timeout_s:.2f} s")
+                raise RobotFault(
+                    FaultKind.TIMEOUT, f"mock arm {self.name!r}: {method}() got no answer within {self.timeout_s:.2f} s"
+                )
             if kind is FaultKind.HANG:
                 time.sleep(self.timeout_s)
-                raise RobotFault(FaultKind.HANG, f"mock arm {self.name!r}: {method}() blocked past the driver timeout {self.timeout_s:.2f} s")
+                raise RobotFault(
+                    FaultKind.HANG,
+                    f"mock arm {self.name!r}: {method}() blocked past the driver timeout {self.timeout_s:.2f} s",
+                )
         return kinds
 
     def _require_ready(self, method: str) -> None:
         if self.errors:
-            raise RobotFault(FaultKind.REFLEX, f"mock arm {self.name!r}: {method}() refused, arm in error {self.errors}; call recover()")
+            raise RobotFault(
+                FaultKind.REFLEX,
+                f"mock arm {self.name!r}: {method}() refused, arm in error {self.errors}; call recover()",
+            )
 
     # -- Arm interface -----------------------------------------------------------------------
     def connect(self, timeout_s: float = 10.0) -> None:
@@ -299,7 +308,10 @@ class MockArm(Arm):
         # Reduced dynamics: the slowest joint at speed_factor * 2.62 rad/s sets the duration.
         duration = float(np.max(np.abs(q - self.q))) / (2.62 * speed_factor)
         if duration > timeout_s:
-            raise RobotFault(FaultKind.TIMEOUT, f"mock arm {self.name!r}: joint move needs {duration:.1f} s > timeout {timeout_s:.1f} s")
+            raise RobotFault(
+                FaultKind.TIMEOUT,
+                f"mock arm {self.name!r}: joint move needs {duration:.1f} s > timeout {timeout_s:.1f} s",
+            )
         self.sim_time += duration
         self.q = q.copy()
         self.dq = np.zeros(7)
@@ -362,7 +374,9 @@ class MockCamera(Camera):
         self._schedule = _FaultSchedule(_parse_faults(faults, CAMERA_FAULTS))
         rng = np.random.default_rng(seed)
         yy, xx = np.mgrid[0 : self.height, 0 : self.width]
-        base = np.stack([xx * 255 // max(1, self.width - 1), yy * 255 // max(1, self.height - 1), np.full_like(xx, 64)], -1)
+        base = np.stack(
+            [xx * 255 // max(1, self.width - 1), yy * 255 // max(1, self.height - 1), np.full_like(xx, 64)], -1
+        )
         self._base = (base + rng.integers(0, 16, base.shape)).clip(0, 255).astype(np.uint8)
         self._opened = False
         self._index = -1
@@ -405,7 +419,10 @@ class MockCamera(Camera):
         kinds = self._schedule.check("latest")
         if FaultKind.CAMERA_STALL in kinds:
             if max_age_s is not None:
-                raise RobotFault(FaultKind.CAMERA_STALL, f"mock camera {self.serial!r}: no new frame (stalled); last index {self._index}")
+                raise RobotFault(
+                    FaultKind.CAMERA_STALL,
+                    f"mock camera {self.serial!r}: no new frame (stalled); last index {self._index}",
+                )
             return self._last  # type: ignore[return-value]
         frame = self._capture(skip=kinds.count(DROP_FRAMES))
         self._returned_index = frame.index

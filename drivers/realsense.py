@@ -79,8 +79,15 @@ class RealSenseCamera(Camera):
         context: Any = None,
     ):
         if playback_file is None and not str(serial).strip():
-            raise ConfigError("serial", "a RealSense camera needs its serial number (see list_serials()) or a playback_file")
-        for name, value, lo in (("width", width, 1), ("height", height, 1), ("fps", fps, 1), ("warmup_frames", warmup_frames, 0)):
+            raise ConfigError(
+                "serial", "a RealSense camera needs its serial number (see list_serials()) or a playback_file"
+            )
+        for name, value, lo in (
+            ("width", width, 1),
+            ("height", height, 1),
+            ("fps", fps, 1),
+            ("warmup_frames", warmup_frames, 0),
+        ):
             if not isinstance(value, int) or value < lo:
                 raise ConfigError(name, f"must be an integer >= {lo}, got {value!r}")
         if max_age_s is not None and max_age_s <= 0:
@@ -127,7 +134,10 @@ class RealSenseCamera(Camera):
         if not self.playback_file:
             with _open_lock:
                 if self.serial in _open_serials:
-                    raise ConfigError("serial", f"camera {self.serial} is already open in this process (one pipeline per camera); close the other RealSenseCamera first")
+                    raise ConfigError(
+                        "serial",
+                        f"camera {self.serial} is already open in this process (one pipeline per camera); close the other RealSenseCamera first",
+                    )
                 _open_serials.add(self.serial)
             self._claimed = True
         self._stopping.clear()
@@ -193,7 +203,9 @@ class RealSenseCamera(Camera):
         if not self.playback_file:
             attached = list_serials(ctx)
             if self.serial not in attached:  # fail fast: pipeline.start() would retry for ~15 s
-                raise RuntimeError(f"no RealSense with serial {self.serial} is attached; connected serials: {attached or 'none'}")
+                raise RuntimeError(
+                    f"no RealSense with serial {self.serial} is attached; connected serials: {attached or 'none'}"
+                )
         pipe = rs.pipeline(ctx)
         try:
             profile = pipe.start(self._config(rs))
@@ -252,7 +264,9 @@ class RealSenseCamera(Camera):
                 self.stats["failed_waits"] += 1
                 if self.reconnect_after and failures >= self.reconnect_after and not self._stopping.is_set():
                     if reconnects_in_a_row >= self.max_reconnects:
-                        self._give_up(f"no frames after {reconnects_in_a_row} reconnects; last: {failures} waits of {self.wait_timeout_s}s failed")
+                        self._give_up(
+                            f"no frames after {reconnects_in_a_row} reconnects; last: {failures} waits of {self.wait_timeout_s}s failed"
+                        )
                         return
                     reconnects_in_a_row += 1
                     failures = 0
@@ -279,8 +293,11 @@ class RealSenseCamera(Camera):
             d = frames.get_depth_frame()
             if d:
                 depth = np.asanyarray(d.get_data())
-                depth = depth.copy() if abs(self._depth_scale_mm - 1.0) < 1e-6 else np.clip(
-                    np.rint(depth * self._depth_scale_mm), 0, 65535).astype(np.uint16)
+                depth = (
+                    depth.copy()
+                    if abs(self._depth_scale_mm - 1.0) < 1e-6
+                    else np.clip(np.rint(depth * self._depth_scale_mm), 0, 65535).astype(np.uint16)
+                )
         fn = int(color.get_frame_number())
         with self._cond:
             if self._latest is None:
@@ -322,7 +339,9 @@ class RealSenseCamera(Camera):
             time.sleep(1.0)  # the camera drops off the bus, then re-enumerates
             while self.serial not in list_serials(ctx):
                 if time.monotonic() > deadline or self._stopping.is_set():
-                    raise RuntimeError(f"camera {self.serial} did not come back within {self.reset_timeout_s}s of a hardware reset")
+                    raise RuntimeError(
+                        f"camera {self.serial} did not come back within {self.reset_timeout_s}s of a hardware reset"
+                    )
                 time.sleep(0.2)
         self._start_pipeline(rs)
 
@@ -344,7 +363,8 @@ class RealSenseCamera(Camera):
         age = time.time() - frame.timestamp
         if limit is not None and age > limit:
             raise RobotFault(
-                FaultKind.CAMERA_STALL, f"camera {self.name}: newest frame is {age * 1e3:.0f} ms old (limit {limit * 1e3:.0f} ms)"
+                FaultKind.CAMERA_STALL,
+                f"camera {self.name}: newest frame is {age * 1e3:.0f} ms old (limit {limit * 1e3:.0f} ms)",
             )
         self._last_returned = max(self._last_returned, frame.index)
         return frame
@@ -352,21 +372,27 @@ class RealSenseCamera(Camera):
     def wait_frame(self, timeout_s: float = 1.0) -> Frame:
         with self._cond:
             ok = self._cond.wait_for(
-                lambda: self._fault is not None or (self._latest is not None and self._latest.index > self._last_returned),
+                lambda: (
+                    self._fault is not None or (self._latest is not None and self._latest.index > self._last_returned)
+                ),
                 timeout_s,
             )
             frame, fault = self._latest, self._fault
         if fault is not None:
             raise RobotFault(FaultKind.CAMERA_STALL, fault)
         if not ok or frame is None:
-            raise RobotFault(FaultKind.CAMERA_STALL, f"camera {self.name}: no new frame within {timeout_s * 1e3:.0f} ms")
+            raise RobotFault(
+                FaultKind.CAMERA_STALL, f"camera {self.name}: no new frame within {timeout_s * 1e3:.0f} ms"
+            )
         self._last_returned = frame.index
         return frame
 
     @property
     def intrinsics(self) -> Intrinsics:
         if self._intrinsics is None:
-            raise RobotFault(FaultKind.NOT_CONNECTED, f"camera {self.name}: intrinsics come from the stream profile; open() first")
+            raise RobotFault(
+                FaultKind.NOT_CONNECTED, f"camera {self.name}: intrinsics come from the stream profile; open() first"
+            )
         return self._intrinsics
 
     @property
@@ -390,16 +416,32 @@ class RealSenseCamera(Camera):
         return None
 
 
-def probe_camera(serial: str = "", seconds: float = 3.0, width: int = 640, height: int = 480, fps: int = 30,
-                 depth: bool = False, playback_file: str | None = None, timeout_s: float = 10.0):
+def probe_camera(
+    serial: str = "",
+    seconds: float = 3.0,
+    width: int = 640,
+    height: int = 480,
+    fps: int = 30,
+    depth: bool = False,
+    playback_file: str | None = None,
+    timeout_s: float = 10.0,
+):
     """Smoke-test one camera: opens, resolution/intrinsics, measured vs configured fps, frame age,
     dropped frames over ``seconds``, USB type (a USB2 link cannot carry 640x480@30 color+depth)."""
     from drivers.franka.probe import ProbeReport
 
     report = ProbeReport(serial or str(playback_file))
     try:
-        cam = RealSenseCamera(serial, width=width, height=height, fps=fps, depth=depth, playback_file=playback_file,
-                              warmup_frames=5, reconnect_after=0)
+        cam = RealSenseCamera(
+            serial,
+            width=width,
+            height=height,
+            fps=fps,
+            depth=depth,
+            playback_file=playback_file,
+            warmup_frames=5,
+            reconnect_after=0,
+        )
     except ConfigError as e:
         report.add("open", False, str(e))
         return report
@@ -407,7 +449,12 @@ def probe_camera(serial: str = "", seconds: float = 3.0, width: int = 640, heigh
     try:
         cam.open(timeout_s=timeout_s)
     except RobotFault as e:
-        report.add("open", False, str(e), "check list_serials(), the USB cable (USB3 port), and that no other process holds the camera")
+        report.add(
+            "open",
+            False,
+            str(e),
+            "check list_serials(), the USB cable (USB3 port), and that no other process holds the camera",
+        )
         return report
     try:
         report.add("open", True, f"streaming after {time.perf_counter() - t:.2f} s")
@@ -419,8 +466,12 @@ def probe_camera(serial: str = "", seconds: float = 3.0, width: int = 640, heigh
         dropped = cam.stats["dropped"] - start["dropped"]
         measured = n / seconds
         ok_fps = measured >= 0.9 * cam.fps
-        report.add("fps", ok_fps, f"{measured:.1f} measured vs {cam.fps:.0f} configured over {seconds:.1f} s",
-                   "" if ok_fps else "low frame rate: check USB3, lighting (auto-exposure lowers fps in the dark), CPU load")
+        report.add(
+            "fps",
+            ok_fps,
+            f"{measured:.1f} measured vs {cam.fps:.0f} configured over {seconds:.1f} s",
+            "" if ok_fps else "low frame rate: check USB3, lighting (auto-exposure lowers fps in the dark), CPU load",
+        )
         report.add("dropped", dropped == 0, f"{dropped} dropped of {n + dropped}")
         try:
             age = time.time() - cam.latest(max_age_s=None).timestamp
@@ -431,8 +482,12 @@ def probe_camera(serial: str = "", seconds: float = 3.0, width: int = 640, heigh
         if usb is None:
             report.add("usb", None, "n/a (playback or not reported)")
         else:
-            report.add("usb", not usb.startswith("2"), f"USB {usb}",
-                       "" if not usb.startswith("2") else "camera is on a USB2 link: use a USB3 port/cable")
+            report.add(
+                "usb",
+                not usb.startswith("2"),
+                f"USB {usb}",
+                "" if not usb.startswith("2") else "camera is on a USB2 link: use a USB3 port/cable",
+            )
     finally:
         cam.close()
     return report

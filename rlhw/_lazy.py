@@ -8,7 +8,7 @@ their modules; this returns the module-level ``__getattr__`` (PEP 562) that impo
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
 
 def lazy_getattr(package: str, exports: dict[str, str]) -> Callable[[str], object]:

@@ -24,7 +24,7 @@ def tcp_connect_problem(host: str, port: int, timeout_s: float) -> str | None:
     try:
         with socket.create_connection((host, port), timeout=timeout_s):
             return None
-    except socket.timeout:
+    except TimeoutError:
         return f"no answer on TCP {host}:{port} within {timeout_s:g} s"
     except OSError as e:
         return f"cannot connect to TCP {host}:{port}: {e.strerror or e}"

@@ -17,8 +17,9 @@ _exit_status: dict[str, int] = {}
 def _sigint_state() -> tuple[bool, bool]:
     """(ignored by the process, blocked in this thread) for SIGINT, as the kernel sees it: what a child
     started now would begin with. signal.getsignal shows only Python's view."""
-    fields = dict(line.split(":\t", 1) for line in open("/proc/thread-self/status").read().splitlines()
-                  if ":\t" in line)
+    fields = dict(
+        line.split(":\t", 1) for line in open("/proc/thread-self/status").read().splitlines() if ":\t" in line
+    )
     bit = 1 << (signal.SIGINT - 1)
     return bool(int(fields["SigIgn"], 16) & bit), bool(int(fields["SigBlk"], 16) & bit)
 
@@ -38,16 +39,20 @@ def inherited_process_state_is_left_as_found():
     """
     yield
     if _SIGINT is not None and _sigint_state() != _SIGINT:
-        pytest.fail(f"this test left SIGINT (ignored, blocked) at {_sigint_state()}, not {_SIGINT}: every process "
-                    "the suite starts afterwards would not stop on Ctrl-C")
+        pytest.fail(
+            f"this test left SIGINT (ignored, blocked) at {_sigint_state()}, not {_SIGINT}: every process "
+            "the suite starts afterwards would not stop on Ctrl-C"
+        )
     now = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority, os.getpriority(os.PRIO_PROCESS, 0))
     if now != _SCHEDULING:
         policy, priority, nice = _SCHEDULING
         os.sched_setscheduler(0, policy, os.sched_param(priority))
         os.setpriority(os.PRIO_PROCESS, 0, nice)
-        pytest.fail(f"this test left pytest's main thread at (policy, priority, nice) {now}, not {_SCHEDULING}; "
-                    "run code that changes scheduling (libfranka's Robot, apply_loop_isolation) in a thread "
-                    "or process of its own")
+        pytest.fail(
+            f"this test left pytest's main thread at (policy, priority, nice) {now}, not {_SCHEDULING}; "
+            "run code that changes scheduling (libfranka's Robot, apply_loop_isolation) in a thread "
+            "or process of its own"
+        )
 
 
 def pytest_sessionfinish(session, exitstatus):

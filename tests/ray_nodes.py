@@ -36,9 +36,11 @@ def add_raylet(rc: RayTestCluster, **node_args):
             # belongs to the running head's session, which must stay.
             new = sorted(_own_sessions() - before)
             session = new[-1] if head and new else (rc.head_node.get_session_dir_path() if rc.head_node else "")
-            print(f"\n[ray_nodes] {'head' if head else 'raylet'} start {attempt}/{START_ATTEMPTS} failed ({e}); "
-                  f"load average {os.getloadavg()}\n{_session_processes(session)}\n{_ray_log_tails(session)}",
-                  flush=True)
+            print(
+                f"\n[ray_nodes] {'head' if head else 'raylet'} start {attempt}/{START_ATTEMPTS} failed ({e}); "
+                f"load average {os.getloadavg()}\n{_session_processes(session)}\n{_ray_log_tails(session)}",
+                flush=True,
+            )
             if head and new:
                 _kill_session(session)  # a head that never came up leaves its GCS and dashboard running
             if attempt == START_ATTEMPTS:

@@ -44,7 +44,15 @@ def test_a_call_that_comes_up_late_is_answered_after_doubling_waits():
 def test_the_waits_stop_growing_at_the_maximum_delay():
     clock = FakeClock()
     call, _ = failing(6)
-    retry(call, retry_on=ConnectionError, within_s=100.0, first_delay_s=0.1, max_delay_s=0.3, clock=clock, sleep=clock.sleep)
+    retry(
+        call,
+        retry_on=ConnectionError,
+        within_s=100.0,
+        first_delay_s=0.1,
+        max_delay_s=0.3,
+        clock=clock,
+        sleep=clock.sleep,
+    )
     assert clock.sleeps == [0.1, 0.2, 0.3, 0.3, 0.3, 0.3]
 
 

@@ -177,7 +177,7 @@ def bench_items(n: int, kind: str, batch: int) -> float:
                 got += len(sink.get_batch(want))
             else:
                 # Queue has no blocking batch get: wait for the first, then take what is there.
-                first = sink.get()
+                sink.get()
                 rest = sink.get_nowait_batch(min(want - 1, sink.qsize())) if want > 1 else []
                 got += 1 + len(rest)
     ray.get(done)
@@ -260,13 +260,17 @@ def bench_arrays(nbytes: int, reps: int) -> tuple[float, float, float, float, fl
     if pipe is not None:
         compiled_once()
     for r in range(reps):
-        steps = [lambda: raw_s.append(raw_once()), lambda: chan_s.append(channel_once()),
-                 lambda: floor_s.append(floor_once()), lambda: empty_s.append(empty_once())]
+        steps = [
+            lambda: raw_s.append(raw_once()),
+            lambda: chan_s.append(channel_once()),
+            lambda: floor_s.append(floor_once()),
+            lambda: empty_s.append(empty_once()),
+        ]
         if batch:
             steps.append(lambda: batch_s.append(channel_batch_once()))
         if pipe is not None:
             steps.append(lambda: cg_s.append(compiled_once()))
-        for step in (reversed(steps) if r % 2 else steps):
+        for step in reversed(steps) if r % 2 else steps:
             step()
     raw = nbytes / statistics.median(raw_s)
     chan = nbytes / statistics.median(chan_s)
@@ -303,8 +307,14 @@ def main(argv: list[str] | None = None) -> int:
     n_batched = 5000 if args.quick else 50000
     reps = 3 if args.quick else 8
 
-    ray.init(address="local", num_cpus=4, include_dashboard=False, namespace="rlhw",
-             object_store_memory=1 << 30, log_to_driver=False)
+    ray.init(
+        address="local",
+        num_cpus=4,
+        include_dashboard=False,
+        namespace="rlhw",
+        object_store_memory=1 << 30,
+        log_to_driver=False,
+    )
     try:
         lat = bench_latency(n_lat)
         raw, raw_paced, hop_ch, hop_q = lat["raw"], lat["raw_paced"], lat["channel"], lat["queue"]
@@ -319,25 +329,37 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'raw actor call, paced like hops':<34}{raw_paced:>12.3f}{'-':>12}{'-':>12}")
         print(f"{'rlhw Channel':<34}{hop_ch:>12.3f}{rate_ch:>12.0f}{brate_ch:>12.0f}")
         print(f"{'ray.util.queue.Queue':<34}{hop_q:>12.3f}{rate_q:>12.0f}{brate_q:>12.0f}")
-        print(f"Channel hop / raw call = {hop_ch / raw:.2f}x back-to-back, {hop_ch / raw_paced:.2f}x paced alike "
-              f"(goal <= 1.5x); Channel hop / Queue hop = {hop_ch / hop_q:.2f}x; "
-              f"batched {brate_ch:.0f}/s (goal >= 20000)")
-        print(f"\n{'array':>8}{'raw put+get':>13}{'channel':>10}{'ratio':>7}{'batch of 8':>12}{'ratio':>7}"
-              f"{'streaming':>11}{'ratio':>7}{'relay floor':>13}{'ratio':>7}{'ceiling':>9}{'compiled 1:1':>14}{'ratio':>7}"
-              "   (GB/s)")
+        print(
+            f"Channel hop / raw call = {hop_ch / raw:.2f}x back-to-back, {hop_ch / raw_paced:.2f}x paced alike "
+            f"(goal <= 1.5x); Channel hop / Queue hop = {hop_ch / hop_q:.2f}x; "
+            f"batched {brate_ch:.0f}/s (goal >= 20000)"
+        )
+        print(
+            f"\n{'array':>8}{'raw put+get':>13}{'channel':>10}{'ratio':>7}{'batch of 8':>12}{'ratio':>7}"
+            f"{'streaming':>11}{'ratio':>7}{'relay floor':>13}{'ratio':>7}{'ceiling':>9}{'compiled 1:1':>14}{'ratio':>7}"
+            "   (GB/s)"
+        )
         for mb in (1, 10, 100):
             raw_bw, ch_bw, b_bw, st_bw, fl_bw, cg_bw, ceil_bw = bench_arrays(mb * 1_000_000, reps)
             b_txt = f"{b_bw / 1e9:>12.2f}{b_bw / raw_bw:>7.0%}" if b_bw == b_bw else f"{'-':>12}{'-':>7}"
-            print(f"{mb:>6}MB{raw_bw / 1e9:>13.2f}{ch_bw / 1e9:>10.2f}{ch_bw / raw_bw:>7.0%}{b_txt}"
-                  f"{st_bw / 1e9:>11.2f}{st_bw / raw_bw:>7.0%}{fl_bw / 1e9:>13.2f}{fl_bw / raw_bw:>7.0%}"
-                  f"{ceil_bw / raw_bw:>9.0%}"
-                  f"{cg_bw / 1e9:>14.2f}{cg_bw / raw_bw:>7.0%}")
-        print("relay floor: raw put+get plus two no-op actor calls, the least any channel through an actor "
-              "can cost for one array per put and get")
-        print("ceiling: the share of raw this channel could reach one array per call if moving the array cost "
-              "nothing beyond raw put+get (raw / (raw + the channel's put+get of a tiny item))")
-        print("compiled 1:1: a Ray Compiled Graph moving the array to a fixed reader actor through shared "
-              "memory (reference only: not a channel)")
+            print(
+                f"{mb:>6}MB{raw_bw / 1e9:>13.2f}{ch_bw / 1e9:>10.2f}{ch_bw / raw_bw:>7.0%}{b_txt}"
+                f"{st_bw / 1e9:>11.2f}{st_bw / raw_bw:>7.0%}{fl_bw / 1e9:>13.2f}{fl_bw / raw_bw:>7.0%}"
+                f"{ceil_bw / raw_bw:>9.0%}"
+                f"{cg_bw / 1e9:>14.2f}{cg_bw / raw_bw:>7.0%}"
+            )
+        print(
+            "relay floor: raw put+get plus two no-op actor calls, the least any channel through an actor "
+            "can cost for one array per put and get"
+        )
+        print(
+            "ceiling: the share of raw this channel could reach one array per call if moving the array cost "
+            "nothing beyond raw put+get (raw / (raw + the channel's put+get of a tiny item))"
+        )
+        print(
+            "compiled 1:1: a Ray Compiled Graph moving the array to a fixed reader actor through shared "
+            "memory (reference only: not a channel)"
+        )
     finally:
         ray.shutdown()
     return 0

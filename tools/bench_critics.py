@@ -19,11 +19,13 @@ from rlhw.config.train import SacConfig
 from rlhw.rl.sac import SAC, ObsLayout
 
 PRESETS = {
-    "sac (N=2, M=2, no LayerNorm, actor on min)": dict(critic_ensemble=2, critic_subset=2, critic_layer_norm=False,
-                                                       actor_q="min"),
+    "sac (N=2, M=2, no LayerNorm, actor on min)": dict(
+        critic_ensemble=2, critic_subset=2, critic_layer_norm=False, actor_q="min"
+    ),
     "sac + LayerNorm (N=2)": dict(critic_ensemble=2, critic_subset=2, critic_layer_norm=True, actor_q="min"),
-    "rlpd (N=10, M=2, LayerNorm, actor on mean)": dict(critic_ensemble=10, critic_subset=2, critic_layer_norm=True,
-                                                       actor_q="mean"),
+    "rlpd (N=10, M=2, LayerNorm, actor on mean)": dict(
+        critic_ensemble=10, critic_subset=2, critic_layer_norm=True, actor_q="mean"
+    ),
 }
 
 
@@ -41,14 +43,22 @@ def main() -> None:
     rng = np.random.default_rng(0)
     layout = ObsLayout.from_shapes({"state": (args.obs_dim,)}, {"state": "float32"})
     n = args.batch
-    batch = {"obs/state": rng.random((n, args.obs_dim), np.float32), "next_obs/state": rng.random((n, args.obs_dim), np.float32),
-             "action": rng.uniform(-1, 1, (n, args.act_dim)).astype(np.float32), "reward": rng.random(n, np.float32),
-             "terminated": np.zeros(n, np.float32)}
+    batch = {
+        "obs/state": rng.random((n, args.obs_dim), np.float32),
+        "next_obs/state": rng.random((n, args.obs_dim), np.float32),
+        "action": rng.uniform(-1, 1, (n, args.act_dim)).astype(np.float32),
+        "reward": rng.random(n, np.float32),
+        "terminated": np.zeros(n, np.float32),
+    }
     print(f"{args.threads} thread(s), batch {n}, hidden {args.hidden}, obs {args.obs_dim}, action {args.act_dim}")
     agents = {}
     for name, critics in PRESETS.items():
-        agents[name] = SAC(layout, -np.ones(args.act_dim), np.ones(args.act_dim),
-                           SacConfig(hidden_sizes=tuple(args.hidden), batch_size=n, **critics))
+        agents[name] = SAC(
+            layout,
+            -np.ones(args.act_dim),
+            np.ones(args.act_dim),
+            SacConfig(hidden_sizes=tuple(args.hidden), batch_size=n, **critics),
+        )
         for _ in range(10):
             agents[name].update(batch)
     # Blocks of the presets in turn, so that a load change on a shared machine hits all of them alike.
@@ -64,6 +74,7 @@ def main() -> None:
     for name, ms in blocks.items():
         med = float(np.median(ms))
         print(f"  {name:48s} {med:6.2f} ms/update  x{med / base:.2f}")
+
 
 if __name__ == "__main__":
     main()

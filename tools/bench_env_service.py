@@ -83,10 +83,17 @@ def serve(cameras: int, h: int, w: int) -> None:
             yield payload(request)
 
     echo = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=OPTIONS)
-    echo.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(ECHO_SERVICE, {
-        "Unary": grpc.unary_unary_rpc_method_handler(unary),
-        "Stream": grpc.stream_stream_rpc_method_handler(stream),
-    }),))
+    echo.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                ECHO_SERVICE,
+                {
+                    "Unary": grpc.unary_unary_rpc_method_handler(unary),
+                    "Stream": grpc.stream_stream_rpc_method_handler(stream),
+                },
+            ),
+        )
+    )
     echo_port = echo.add_insecure_port("127.0.0.1:0")
     echo.start()
     print(json.dumps({"env": env_server.address, "echo": f"127.0.0.1:{echo_port}"}), flush=True)
@@ -139,14 +146,19 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
     from dm_env_rpc.v1 import dm_env_rpc_pb2 as dm
     from dm_env_rpc.v1 import tensor_utils
 
-    from rlhw.env.auth import SESSION_METADATA_KEY, new_session_secret
     from rlhw.env import codec
+    from rlhw.env.auth import SESSION_METADATA_KEY, new_session_secret
     from rlhw.env.client import RemoteEnv
     from rlhw.env.v1 import env_pb2 as pb
     from rlhw.env.v1 import env_pb2_grpc
 
-    child = subprocess.Popen([sys.executable, __file__, "--serve", str(cameras), str(h), str(w)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(cameras), str(h), str(w)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     try:
         addresses = json.loads(child.stdout.readline())
         action = np.zeros(7, np.float32)
@@ -227,8 +239,15 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
 
     stats = {k: _pct(v) for k, v in results.items()}
     cpu_us = {k: (1e6 * c / n, 1e6 * sv / n) for k, (c, sv, n) in cpu.items() if n}
-    return {"scenario": name, "request_bytes": request_size, "response_bytes": response_size, "n": steps,
-            "cpu_us": cpu_us, "server_phases_p50_us": phases, **stats}
+    return {
+        "scenario": name,
+        "request_bytes": request_size,
+        "response_bytes": response_size,
+        "n": steps,
+        "cpu_us": cpu_us,
+        "server_phases_p50_us": phases,
+        **stats,
+    }
 
 
 def main(argv=None) -> int:
@@ -248,8 +267,10 @@ def main(argv=None) -> int:
         steps = sc["steps"] // 5 if args.quick else sc["steps"]
         rows.append(run_scenario(name, sc["cameras"], sc["h"], sc["w"], steps))
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
-    header = (f"{'payload':<13}{'resp bytes':>11}  {'path':<15}{'p50 us':>9}{'p99 us':>9}{'p50 x':>8}{'p99 x':>8}"
-              f"{'cpu cli':>9}{'cpu srv':>9}")
+    header = (
+        f"{'payload':<13}{'resp bytes':>11}  {'path':<15}{'p50 us':>9}{'p99 us':>9}{'p50 x':>8}{'p99 x':>8}"
+        f"{'cpu cli':>9}{'cpu srv':>9}"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
@@ -270,8 +291,10 @@ def main(argv=None) -> int:
     print("server phases, p50 us (GetStatus; 'server' = validate + env + bookkeeping, before 'encode'):")
     for r in rows:
         ph = r["server_phases_p50_us"]
-        print(f"  {r['scenario']:<13}" + "  ".join(f"{k} {ph[k]:.1f}" for k in ("validate", "env", "server", "encode")
-                                                  if k in ph))
+        print(
+            f"  {r['scenario']:<13}"
+            + "  ".join(f"{k} {ph[k]:.1f}" for k in ("validate", "env", "server", "encode") if k in ph)
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0

@@ -38,20 +38,40 @@ from rlhw.rl.rundir import RunDir  # noqa: E402
 
 def train(seed: int, run_dir: Path) -> float:
     t = time.monotonic()
-    subprocess.run([sys.executable, "-m", "rlhw.cli.main", "train", "configs/sim_reach.yaml", f"train.seed={seed}",
-                    "train.progress=false", "--run-dir", str(run_dir)], cwd=ROOT, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rlhw.cli.main",
+            "train",
+            "configs/sim_reach.yaml",
+            f"train.seed={seed}",
+            "train.progress=false",
+            "--run-dir",
+            str(run_dir),
+        ],
+        cwd=ROOT,
+        check=True,
+    )
     return time.monotonic() - t
 
 
 def summary(report) -> dict:
     steps = [e.steps for e in report.episodes if e.success]
     h = report.loop_health
-    return {"success_rate": report.success_rate, "ci95": list(report.ci95), "episodes": len(report.episodes),
-            "faults": sum(e.fault is not None for e in report.episodes),
-            "mean_steps_successful": float(np.mean(steps)) if steps else None,
-            "steps": [e.steps for e in report.episodes], "success": [e.success for e in report.episodes],
-            "latency_p50_ms": h.get("latency_p50_ms"), "latency_p99_ms": h.get("latency_p99_ms"),
-            "late_steps": h.get("late_steps"), "timed_steps": h.get("timed_steps")}
+    return {
+        "success_rate": report.success_rate,
+        "ci95": list(report.ci95),
+        "episodes": len(report.episodes),
+        "faults": sum(e.fault is not None for e in report.episodes),
+        "mean_steps_successful": float(np.mean(steps)) if steps else None,
+        "steps": [e.steps for e in report.episodes],
+        "success": [e.success for e in report.episodes],
+        "latency_p50_ms": h.get("latency_p50_ms"),
+        "latency_p99_ms": h.get("latency_p99_ms"),
+        "late_steps": h.get("late_steps"),
+        "timed_steps": h.get("timed_steps"),
+    }
 
 
 def overlap(a: list[float], b: list[float]) -> bool:
@@ -73,9 +93,10 @@ def bench_seed(seed: int, run_dir: Path, episodes: int, out_root: Path, franky_s
     mujoco = load_config(ROOT / "configs/sim_reach.yaml")
     row["mujoco"] = summary(evaluate(mujoco, ckpt, episodes, RunDir(out_root / f"s{seed}-mujoco")))
     with FrankySim() as sim:
-        franky = load_config(ROOT / "configs/franky_sim.yaml",
-                             [f"cluster.node_groups.0.hardware.configs.0.robot_ip={sim.host}", "env.reset.timeout_s=40",
-                              *franky_set])
+        franky = load_config(
+            ROOT / "configs/franky_sim.yaml",
+            [f"cluster.node_groups.0.hardware.configs.0.robot_ip={sim.host}", "env.reset.timeout_s=40", *franky_set],
+        )
         row["franky_sim"] = summary(evaluate(franky, ckpt, episodes, RunDir(out_root / f"s{seed}-franky")))
     row["intervals_overlap"] = overlap(row["mujoco"]["ci95"], row["franky_sim"]["ci95"])
     return row
@@ -88,9 +109,14 @@ def main() -> int:
     ap.add_argument("--episodes", type=int, default=30)
     ap.add_argument("--out", default="runs/bench_eval", help="where training runs and eval episodes go")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--franky-set", action="append", default=[], metavar="KEY=VALUE",
-                    help="an override of configs/franky_sim.yaml (e.g. the controller's relative_dynamics_factor, "
-                         "to measure the config as it was)")
+    ap.add_argument(
+        "--franky-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an override of configs/franky_sim.yaml (e.g. the controller's relative_dynamics_factor, "
+        "to measure the config as it was)",
+    )
     args = ap.parse_args()
     out = Path(args.out)
     rows = []
@@ -100,11 +126,17 @@ def main() -> int:
         rows.append(row)
         for driver in ("mujoco", "franky_sim"):
             r = row[driver]
-            print(f"seed {seed} {driver:>10}: success {r['success_rate']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] "
-                  f"of {r['episodes']}, mean steps {r['mean_steps_successful']}, obs->action p50 "
-                  f"{r['latency_p50_ms']:.2f} ms p99 {r['latency_p99_ms']:.2f} ms", flush=True)
-        print(f"seed {seed} training obs->action p50 {row['train_latency_p50_ms']:.2f} ms p99 "
-              f"{row['train_latency_p99_ms']:.2f} ms; intervals overlap: {row['intervals_overlap']}", flush=True)
+            print(
+                f"seed {seed} {driver:>10}: success {r['success_rate']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] "
+                f"of {r['episodes']}, mean steps {r['mean_steps_successful']}, obs->action p50 "
+                f"{r['latency_p50_ms']:.2f} ms p99 {r['latency_p99_ms']:.2f} ms",
+                flush=True,
+            )
+        print(
+            f"seed {seed} training obs->action p50 {row['train_latency_p50_ms']:.2f} ms p99 "
+            f"{row['train_latency_p99_ms']:.2f} ms; intervals overlap: {row['intervals_overlap']}",
+            flush=True,
+        )
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"command": sys.argv, "rows": rows}, indent=2, default=str) + "\n")

@@ -24,9 +24,9 @@ import time
 import numpy as np
 
 from drivers.franka import FrankaArm
-from rlhw.hardware.types.franka import FrankaController  # noqa: E402
 from drivers.franky_sim import FrankySim
 from rlhw.errors import RobotFault
+from rlhw.hardware.types.franka import FrankaController  # noqa: E402
 
 AMPLITUDE_M = 0.03
 SINE_HZ = 0.25
@@ -71,8 +71,8 @@ def run_loop(rate_hz: float, seconds: float, step=None, on_fault=None) -> dict:
         out["call_p50_ms"] = float(np.percentile(lat, 50))
         out["call_p99_ms"] = float(np.percentile(lat, 99))
     if errors:
-        e = np.array(errors[int(len(errors) * 0.2):]) * 1e3  # skip the start-up transient
-        out["tracking_rms_mm"] = float(np.sqrt(np.mean(e ** 2)))
+        e = np.array(errors[int(len(errors) * 0.2) :]) * 1e3  # skip the start-up transient
+        out["tracking_rms_mm"] = float(np.sqrt(np.mean(e**2)))
     return out
 
 
@@ -88,7 +88,11 @@ def main() -> int:
     results = []
     with FrankySim(start_timeout_s=90) as sim:
         for mode in args.modes:
-            arm = FrankaArm(sim.host, FrankaController(realtime="ignore", control=mode, relative_dynamics_factor=args.dynamics), gripper=False)
+            arm = FrankaArm(
+                sim.host,
+                FrankaController(realtime="ignore", control=mode, relative_dynamics_factor=args.dynamics),
+                gripper=False,
+            )
             arm.connect(timeout_s=30)
             try:
                 home = arm.state()
@@ -127,15 +131,21 @@ def main() -> int:
     if args.json:
         print(json.dumps(results, indent=1))
         return 0
-    print(f"franky-sim on {sim.host}; {args.seconds:.0f} s per loop; sine target {AMPLITUDE_M * 100:.0f} cm @ {SINE_HZ} Hz")
-    print(f"{'mode':10} {'rate':>5} | {'achieved':>8} {'ratio':>6} | {'p50 err':>8} {'p99 err':>8} {'max err':>8} | "
-          f"{'base p99':>8} | {'call p50':>8} {'call p99':>8} | {'track rms':>9} | {'sim RTF':>7} | faults")
+    print(
+        f"franky-sim on {sim.host}; {args.seconds:.0f} s per loop; sine target {AMPLITUDE_M * 100:.0f} cm @ {SINE_HZ} Hz"
+    )
+    print(
+        f"{'mode':10} {'rate':>5} | {'achieved':>8} {'ratio':>6} | {'p50 err':>8} {'p99 err':>8} {'max err':>8} | "
+        f"{'base p99':>8} | {'call p50':>8} {'call p99':>8} | {'track rms':>9} | {'sim RTF':>7} | faults"
+    )
     for r in results:
         d, b = r["driver"], r["baseline"]
-        print(f"{r['mode']:10} {r['rate_hz']:5.0f} | {d['achieved_hz']:8.2f} {d['achieved_hz'] / r['rate_hz']:6.3f} | "
-              f"{d['period_err_p50_ms']:7.2f}m {d['period_err_p99_ms']:7.2f}m {d['period_err_max_ms']:7.2f}m | "
-              f"{b['period_err_p99_ms']:7.2f}m | {d['call_p50_ms']:7.2f}m {d['call_p99_ms']:7.2f}m | "
-              f"{d.get('tracking_rms_mm', float('nan')):7.1f}mm | {d['sim_realtime_factor']:7.2f} | {len(d['faults'])}")
+        print(
+            f"{r['mode']:10} {r['rate_hz']:5.0f} | {d['achieved_hz']:8.2f} {d['achieved_hz'] / r['rate_hz']:6.3f} | "
+            f"{d['period_err_p50_ms']:7.2f}m {d['period_err_p99_ms']:7.2f}m {d['period_err_max_ms']:7.2f}m | "
+            f"{b['period_err_p99_ms']:7.2f}m | {d['call_p50_ms']:7.2f}m {d['call_p99_ms']:7.2f}m | "
+            f"{d.get('tracking_rms_mm', float('nan')):7.1f}mm | {d['sim_realtime_factor']:7.2f} | {len(d['faults'])}"
+        )
     print("(m = milliseconds; err = |step period - 1/rate|; base = idle loop sleeping to the same deadlines;")
     print(" track rms = hand vs the target one step earlier, the sine itself has 21 mm RMS; sim RTF = franky-sim")
     print(" controller time / wall time during the loop: below 1 the simulated arm moves in slow motion)")

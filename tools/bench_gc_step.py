@@ -71,10 +71,14 @@ def run(steps: int, episode_len: int, guard: GcGuard | None) -> dict:
             guard.stop()
         gc.callbacks.remove(on_gc)
     d = np.array(durations) * 1e3
-    return {"step_p50_ms": round(float(np.percentile(d, 50)), 3), "step_p99_ms": round(float(np.percentile(d, 99)), 3),
-            "step_max_ms": round(float(d.max()), 3), "collections_in_steps_by_gen": inside,
-            "full_pause_in_step_max_ms": round(max(pauses) * 1e3, 3) if pauses else 0.0,
-            "full_between_episodes_p50_ms": round(float(np.median(between)) * 1e3, 3) if between else None}
+    return {
+        "step_p50_ms": round(float(np.percentile(d, 50)), 3),
+        "step_p99_ms": round(float(np.percentile(d, 99)), 3),
+        "step_max_ms": round(float(d.max()), 3),
+        "collections_in_steps_by_gen": inside,
+        "full_pause_in_step_max_ms": round(max(pauses) * 1e3, 3) if pauses else 0.0,
+        "full_between_episodes_p50_ms": round(float(np.median(between)) * 1e3, 3) if between else None,
+    }
 
 
 def main() -> None:

@@ -45,8 +45,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_SEED_BASE = 2**31
-SAC_CRITICS = ["train.sac.critic_ensemble=2", "train.sac.critic_subset=2", "train.sac.critic_layer_norm=false",
-               "train.sac.actor_q=min"]
+SAC_CRITICS = [
+    "train.sac.critic_ensemble=2",
+    "train.sac.critic_subset=2",
+    "train.sac.critic_layer_norm=false",
+    "train.sac.actor_q=min",
+]
 
 
 class FreshSeeds:
@@ -67,10 +71,23 @@ def record_demos(config_path: Path, args) -> Path:
     """Record the scripted demos with the user's own command (rlhw record-demos), unless --demos names them.
     The ``env.*`` overrides of --set apply to them too: a demo's actions mean what the env's action config says."""
     out = Path(args.runs_root) / f"demos-{args.task}-n{args.demo_episodes}"
-    cmd = [sys.executable, "-m", "rlhw.cli.main", "record-demos", str(config_path), "--teleop", "scripted",
-           "--episodes", str(args.demo_episodes), "--out", str(out), "--no-live",
-           f"env.teleop.noise={args.demo_noise}", f"env.teleop.hesitation={args.demo_hesitation}",
-           *[kv for kv in args.set if kv.startswith("env.")]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlhw.cli.main",
+        "record-demos",
+        str(config_path),
+        "--teleop",
+        "scripted",
+        "--episodes",
+        str(args.demo_episodes),
+        "--out",
+        str(out),
+        "--no-live",
+        f"env.teleop.noise={args.demo_noise}",
+        f"env.teleop.hesitation={args.demo_hesitation}",
+        *[kv for kv in args.set if kv.startswith("env.")],
+    ]
     print("recording demos:", " ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)
     return out
@@ -86,10 +103,14 @@ def train_reward(demos: Path, args) -> Path:
 
 
 def operator_overrides(args) -> list[str]:
-    return ["env.teleop.device=scripted", "env.teleop.mode=intervene", f"env.teleop.seed={args.seed}",
-            f"env.teleop.intervene_prob={args.intervene_prob}", f"env.teleop.intervene_decay={args.intervene_decay}",
-            f"env.teleop.patience={args.patience}"] + (
-                [] if args.takeover_steps is None else [f"env.teleop.takeover_steps={args.takeover_steps}"])
+    return [
+        "env.teleop.device=scripted",
+        "env.teleop.mode=intervene",
+        f"env.teleop.seed={args.seed}",
+        f"env.teleop.intervene_prob={args.intervene_prob}",
+        f"env.teleop.intervene_decay={args.intervene_decay}",
+        f"env.teleop.patience={args.patience}",
+    ] + ([] if args.takeover_steps is None else [f"env.teleop.takeover_steps={args.takeover_steps}"])
 
 
 def fault_counts(run_dir: Path) -> dict:
@@ -112,30 +133,57 @@ def run_variant(name: str, overrides: list[str], config_path: Path, args) -> dic
     from rlhw.rl.rundir import RunDir
     from rlhw.robot import make_env
 
-    common = ["train.runner=local", f"train.seed={args.seed}", f"train.max_env_steps={args.max_env_steps}",
-              f"train.target_success={args.target}", f"train.eval_every_steps={args.eval_every}",
-              f"train.eval_episodes={args.eval_episodes}", "train.progress=false", *args.set, *overrides]
+    common = [
+        "train.runner=local",
+        f"train.seed={args.seed}",
+        f"train.max_env_steps={args.max_env_steps}",
+        f"train.target_success={args.target}",
+        f"train.eval_every_steps={args.eval_every}",
+        f"train.eval_episodes={args.eval_episodes}",
+        "train.progress=false",
+        *args.set,
+        *overrides,
+    ]
     config = load_config(str(config_path), common)
     eval_config = load_config(str(config_path), [*common, "env.teleop.device=none"])
     rd = RunDir(Path(args.runs_root) / f"{args.task}-{name}-s{args.seed}")
     rd.write_config(config)
     t0 = time.time()
-    stop = train_local(config, rd, eval_env_factory=lambda _cfg, rank: FreshSeeds(make_env(eval_config, rank),
-                                                                                    EVAL_SEED_BASE))
+    stop = train_local(
+        config, rd, eval_env_factory=lambda _cfg, rank: FreshSeeds(make_env(eval_config, rank), EVAL_SEED_BASE)
+    )
     rows = rd.metrics()
     evals = [(r["env_steps"], r["eval/success_rate"]) for r in rows if r.get("eval/success_rate") is not None]
     reached = next((r for r in rows if (r.get("eval/success_rate") or 0) >= args.target), None)
-    return {"variant": name, "status": stop.status, "reason": stop.reason, "wall_s": round(time.time() - t0),
-            "steps_to_target": reached["env_steps"] if reached else None,
-            "wall_to_target_s": round(reached["perf/elapsed_s"]) if reached else None,
-            "eval_episodes_total": len(evals) * args.eval_episodes, "evals": evals,
-            "intervention_rate": [(r["env_steps"], round(r["train/intervention_rate"], 3)) for r in rows
-                                  if r.get("train/intervention_rate") is not None],
-            "classifier_vs_judge": [(r["env_steps"], r["reward/classifier_false_positives"],
-                                     r["reward/classifier_false_negatives"], r["reward/classifier_steps"],
-                                     r["reward/classifier_false_success_episodes"])
-                                    for r in rows if r.get("reward/classifier_steps") is not None],
-            "phases": phases(rows), "faults": fault_counts(rd.path), "run_dir": str(rd.path)}
+    return {
+        "variant": name,
+        "status": stop.status,
+        "reason": stop.reason,
+        "wall_s": round(time.time() - t0),
+        "steps_to_target": reached["env_steps"] if reached else None,
+        "wall_to_target_s": round(reached["perf/elapsed_s"]) if reached else None,
+        "eval_episodes_total": len(evals) * args.eval_episodes,
+        "evals": evals,
+        "intervention_rate": [
+            (r["env_steps"], round(r["train/intervention_rate"], 3))
+            for r in rows
+            if r.get("train/intervention_rate") is not None
+        ],
+        "classifier_vs_judge": [
+            (
+                r["env_steps"],
+                r["reward/classifier_false_positives"],
+                r["reward/classifier_false_negatives"],
+                r["reward/classifier_steps"],
+                r["reward/classifier_false_success_episodes"],
+            )
+            for r in rows
+            if r.get("reward/classifier_steps") is not None
+        ],
+        "phases": phases(rows),
+        "faults": fault_counts(rd.path),
+        "run_dir": str(rd.path),
+    }
 
 
 def phases(rows: list[dict]) -> dict:
@@ -149,7 +197,9 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", choices=["push_cube", "insert", "reach", "push_cube_pixels"], default="push_cube")
-    ap.add_argument("--variants", default="a", help="comma-separated subset of a,b,c,n (push_cube_pixels: r,g), in that order")
+    ap.add_argument(
+        "--variants", default="a", help="comma-separated subset of a,b,c,n (push_cube_pixels: r,g), in that order"
+    )
     ap.add_argument("--classifier", help="(r) success classifier file; default: rlhw train-reward on the demos")
     ap.add_argument("--demos", help="demo directory for (b) and (c); default: record --demo-episodes first")
     ap.add_argument("--demo-episodes", type=int, default=10)
@@ -162,7 +212,9 @@ def main() -> int:
     ap.add_argument("--target", type=float, default=0.8)
     ap.add_argument("--intervene-prob", type=float, default=1.0, help="(c) env.teleop.intervene_prob")
     ap.add_argument("--intervene-decay", type=float, default=0.98, help="(c) env.teleop.intervene_decay (per episode)")
-    ap.add_argument("--takeover-steps", type=int, default=None, help="(c) env.teleop.takeover_steps (default: the config's)")
+    ap.add_argument(
+        "--takeover-steps", type=int, default=None, help="(c) env.teleop.takeover_steps (default: the config's)"
+    )
     ap.add_argument("--patience", type=int, default=5, help="(c) env.teleop.patience")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra config override")
     ap.add_argument("--runs-root", default="runs/bench_hil")
@@ -176,26 +228,39 @@ def main() -> int:
     demos = args.demos or (record_demos(config_path, args) if set(variants) - {"a", "n"} else None)
     classifier = args.classifier or (train_reward(demos, args) if "r" in variants else None)
     with_operator = [f"train.demos=[{demos}]", *operator_overrides(args)]
-    plans = {"a": ("a-sac", SAC_CRITICS), "n": ("n-config", []), "b": ("b-rlpd-demos", [f"train.demos=[{demos}]"]),
-             "c": ("c-rlpd-demos-interventions", with_operator),
-             "r": ("r-rehearsal-classifier-reward", [*with_operator, f"env.reward.classifier={classifier}"]),
-             "g": ("g-ground-truth-reward", [*with_operator, "env.sim_state=visible"])}
-    print(f"sim {args.task}, local runner, seed {args.seed}, target eval success {args.target}, budget "
-          f"{args.max_env_steps} env steps, eval seeds {EVAL_SEED_BASE} + k, overrides {args.set}", flush=True)
+    plans = {
+        "a": ("a-sac", SAC_CRITICS),
+        "n": ("n-config", []),
+        "b": ("b-rlpd-demos", [f"train.demos=[{demos}]"]),
+        "c": ("c-rlpd-demos-interventions", with_operator),
+        "r": ("r-rehearsal-classifier-reward", [*with_operator, f"env.reward.classifier={classifier}"]),
+        "g": ("g-ground-truth-reward", [*with_operator, "env.sim_state=visible"]),
+    }
+    print(
+        f"sim {args.task}, local runner, seed {args.seed}, target eval success {args.target}, budget "
+        f"{args.max_env_steps} env steps, eval seeds {EVAL_SEED_BASE} + k, overrides {args.set}",
+        flush=True,
+    )
     results = []
     for v in variants:
         r = run_variant(*plans[v], config_path, args)
         results.append(r)
-        print(f"  {r['variant']:28s} steps to target: {r['steps_to_target']}  wall to target: "
-              f"{r['wall_to_target_s']} s  ({r['status']}: {r['reason']}; {r['wall_s']} s)", flush=True)
+        print(
+            f"  {r['variant']:28s} steps to target: {r['steps_to_target']}  wall to target: "
+            f"{r['wall_to_target_s']} s  ({r['status']}: {r['reason']}; {r['wall_s']} s)",
+            flush=True,
+        )
         print(f"    evals (env steps, success): {r['evals']}", flush=True)
         print(f"    episodes a fault ended (by kind): {r['faults']}", flush=True)
         if r["intervention_rate"]:
             print(f"    intervention rate (env steps, share of steps): {r['intervention_rate']}", flush=True)
         print(f"    where the time went (last eval): {r['phases']}", flush=True)
         if r["classifier_vs_judge"]:
-            print("    classifier vs judge per eval period (env steps, false positive steps, false negative steps, "
-                  f"steps, false-success episodes): {r['classifier_vs_judge']}", flush=True)
+            print(
+                "    classifier vs judge per eval period (env steps, false positive steps, false negative steps, "
+                f"steps, false-success episodes): {r['classifier_vs_judge']}",
+                flush=True,
+            )
     print(json.dumps(results), file=sys.stderr)
     return 0
 

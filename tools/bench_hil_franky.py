@@ -91,7 +91,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 if os.environ.get("%(env)s"):
     sys.meta_path.insert(0, _Finder())
-''' % {"env": LOG_ENV}
+''' % {"env": LOG_ENV}  # noqa: UP031  (a code template: braces would need escaping)
 
 
 def cli(args: list[str], env: dict | None = None) -> None:
@@ -101,8 +101,13 @@ def cli(args: list[str], env: dict | None = None) -> None:
 
 
 def common_overrides(host: str, args) -> list[str]:
-    return [f"{ENTRY}.robot_ip={host}", f"{ENTRY}.controller.relative_dynamics_factor=1.0", "env.reset.timeout_s=40",
-            f"env.seed={args.seed}", f"env.max_episode_steps={args.episode_steps}"]
+    return [
+        f"{ENTRY}.robot_ip={host}",
+        f"{ENTRY}.controller.relative_dynamics_factor=1.0",
+        "env.reset.timeout_s=40",
+        f"env.seed={args.seed}",
+        f"env.max_episode_steps={args.episode_steps}",
+    ]
 
 
 def train_run(name: str, host: str, demos: Path, args, operator: bool) -> Path:
@@ -115,17 +120,37 @@ def train_run(name: str, host: str, demos: Path, args, operator: bool) -> Path:
         (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
         env["PYTHONPATH"] = f"{hook}:{ROOT}"
         env[LOG_ENV] = str(Path(args.out) / f"{name}-operator.jsonl")
-        teleop = ["env.teleop.device=scripted", "env.teleop.mode=intervene", f"env.teleop.seed={args.seed}",
-                  f"env.teleop.intervene_prob={args.intervene_prob}", f"env.teleop.intervene_decay={args.intervene_decay}"]
+        teleop = [
+            "env.teleop.device=scripted",
+            "env.teleop.mode=intervene",
+            f"env.teleop.seed={args.seed}",
+            f"env.teleop.intervene_prob={args.intervene_prob}",
+            f"env.teleop.intervene_decay={args.intervene_decay}",
+        ]
     for attempt in (1, 2):  # a run whose embedded Ray failed to start (a loaded machine) is run once more, afresh
         if attempt == 2:
             run_dir = Path(args.out) / f"{name}-again"
             Path(env.get(LOG_ENV, "/nonexistent")).unlink(missing_ok=True)
         try:
-            cli(["train", str(CONFIG), "--run-dir", str(run_dir), *common_overrides(host, args), *teleop,
-                 f"train.seed={args.seed}", f"train.max_env_steps={args.steps}", f"train.learning_starts={args.learning_starts}",
-                 f"train.demos=[{demos}]", "train.eval_every_steps=1000000", "train.eval_episodes=1", "train.progress=false",
-                 *args.set], env)
+            cli(
+                [
+                    "train",
+                    str(CONFIG),
+                    "--run-dir",
+                    str(run_dir),
+                    *common_overrides(host, args),
+                    *teleop,
+                    f"train.seed={args.seed}",
+                    f"train.max_env_steps={args.steps}",
+                    f"train.learning_starts={args.learning_starts}",
+                    f"train.demos=[{demos}]",
+                    "train.eval_every_steps=1000000",
+                    "train.eval_episodes=1",
+                    "train.progress=false",
+                    *args.set,
+                ],
+                env,
+            )
             return run_dir
         except subprocess.CalledProcessError as e:
             print(f"{name} run failed ({e.returncode}); see {run_dir}/run.json", flush=True)
@@ -166,16 +191,38 @@ def check_run(run_dir: Path, operator_log: Path | None) -> dict:
     transitions = sum(len(e["action"]) for e in eps)
     gaps = sum(int(not step_indices_whole(e)) for e in every)
     intervened = int(sum(int(e["intervened"].sum()) for e in eps))
-    out = {"run_dir": str(run_dir), "status": status.get("status"), "env_steps_run_json": status.get("env_steps"),
-           "env_worker_steps": health["steps"], "episode_files": len(eps), "episode_transitions": transitions,
-           "eval_episode_files": len(evals), "eval_transitions": sum(len(e["action"]) for e in evals),
-           "eval_intervened_steps": int(sum(int(e["intervened"].sum()) for e in evals)),
-           "episodes_with_step_gaps": gaps, "intervened_steps": intervened,
-           "intervention_rate": intervened / max(transitions, 1),
-           "episodes_with_intervention": sum(int(e["intervened"].any()) for e in eps),
-           "policy_version_minus1_on_intervened": bool(all((e["policy_version"][e["intervened"]] == -1).all() for e in eps)),
-           "loop_health": {k: health[k] for k in ("steps", "timed_steps", "late_steps", "lateness_p99_ms", "period_p50_ms",
-                                                  "period_p99_ms", "latency_p50_ms", "latency_p99_ms", "latency_max_ms")}}
+    out = {
+        "run_dir": str(run_dir),
+        "status": status.get("status"),
+        "env_steps_run_json": status.get("env_steps"),
+        "env_worker_steps": health["steps"],
+        "episode_files": len(eps),
+        "episode_transitions": transitions,
+        "eval_episode_files": len(evals),
+        "eval_transitions": sum(len(e["action"]) for e in evals),
+        "eval_intervened_steps": int(sum(int(e["intervened"].sum()) for e in evals)),
+        "episodes_with_step_gaps": gaps,
+        "intervened_steps": intervened,
+        "intervention_rate": intervened / max(transitions, 1),
+        "episodes_with_intervention": sum(int(e["intervened"].any()) for e in eps),
+        "policy_version_minus1_on_intervened": bool(
+            all((e["policy_version"][e["intervened"]] == -1).all() for e in eps)
+        ),
+        "loop_health": {
+            k: health[k]
+            for k in (
+                "steps",
+                "timed_steps",
+                "late_steps",
+                "lateness_p99_ms",
+                "period_p50_ms",
+                "period_p99_ms",
+                "latency_p50_ms",
+                "latency_p99_ms",
+                "latency_max_ms",
+            )
+        },
+    }
     if operator_log is not None:
         out.update(compare_operator(every, read_operator_log(operator_log)))
     return out
@@ -184,7 +231,10 @@ def check_run(run_dir: Path, operator_log: Path | None) -> dict:
 def step_indices_whole(ep) -> bool:
     """Every per-step array has one entry per step 0..T-1 and the step times increase (no step missing or doubled)."""
     n = len(ep["action"])
-    same = all(len(ep[k]) == n for k in ("reward", "terminated", "truncated", "success", "time", "intervened", "policy_version"))
+    same = all(
+        len(ep[k]) == n
+        for k in ("reward", "terminated", "truncated", "success", "time", "intervened", "policy_version")
+    )
     return same and bool(np.all(np.diff(ep["time"]) > 0))
 
 
@@ -204,12 +254,24 @@ def compare_operator(eps: list, rows: list[dict]) -> dict:
         intervened_not_active += int(not row["active"])
         compared += 1
         if not np.array_equal(expected, e["action"][t]):
-            mismatches.append({"episode": row["episode"], "step": t, "executed": e["action"][t].tolist(), "operator": expected.tolist()})
-    return {"operator_readings_in_steps": len(rows), "intervened_steps_compared": compared,
-            "executed_equals_operator": compared - len(mismatches), "executed_differs": len(mismatches),
-            "mismatch_examples": mismatches[:5], "operator_active_but_not_intervened": active_not_intervened,
-            "intervened_but_operator_inactive": intervened_not_active,
-            "reading_step_index_mismatches": step_index_mismatch}
+            mismatches.append(
+                {
+                    "episode": row["episode"],
+                    "step": t,
+                    "executed": e["action"][t].tolist(),
+                    "operator": expected.tolist(),
+                }
+            )
+    return {
+        "operator_readings_in_steps": len(rows),
+        "intervened_steps_compared": compared,
+        "executed_equals_operator": compared - len(mismatches),
+        "executed_differs": len(mismatches),
+        "mismatch_examples": mismatches[:5],
+        "operator_active_but_not_intervened": active_not_intervened,
+        "intervened_but_operator_inactive": intervened_not_active,
+        "reading_step_index_mismatches": step_index_mismatch,
+    }
 
 
 def check_demos(demos: Path, run_dir: Path) -> dict:
@@ -222,32 +284,58 @@ def check_demos(demos: Path, run_dir: Path) -> dict:
     observations = {k[4:]: first[k].shape[1:] for k in first if k.startswith("obs/")}
     batches = load_demos([str(demos)], observations, first["action"].shape[1:], None)  # counts only; train checked
     lengths = [len(load_episode(f)["action"]) for f in files]
-    return {"demo_files": len(files), "demo_episodes_loaded": len(batches), "demo_steps_loaded": demo_steps(batches),
-            "demo_lengths": lengths, "demo_successes": int(sum(bool(load_episode(f)["success"][-1]) for f in files))}
+    return {
+        "demo_files": len(files),
+        "demo_episodes_loaded": len(batches),
+        "demo_steps_loaded": demo_steps(batches),
+        "demo_lengths": lengths,
+        "demo_successes": int(sum(bool(load_episode(f)["success"][-1]) for f in files)),
+    }
 
 
 def holds(summary: dict, demos: int) -> dict:
     """The three claims, each True only when every count agrees."""
     op, d = summary["operator"], summary["demos"]
-    lost = {name: r["env_steps_run_json"] == r["episode_transitions"]
-            and r["env_worker_steps"] == r["episode_transitions"] + r["eval_transitions"]
-            and r["episodes_with_step_gaps"] == 0
-            for name, r in ((n, summary[n]) for n in ("baseline", "operator") if n in summary)}
-    return {"nothing_lost": all(lost.values()) and op["operator_readings_in_steps"] == op["env_worker_steps"]
-            and op["reading_step_index_mismatches"] == 0
-            and d["demo_files"] == d["demo_episodes_loaded"] == demos and d["demo_steps_loaded"] == sum(d["demo_lengths"]),
-            "executed_equals_operator_on_every_intervened_step": op["executed_differs"] == 0
-            and op["intervened_steps_compared"] == op["intervened_steps"] + op["eval_intervened_steps"]
-            and op["operator_active_but_not_intervened"] == 0 and op["intervened_but_operator_inactive"] == 0}
+    lost = {
+        name: r["env_steps_run_json"] == r["episode_transitions"]
+        and r["env_worker_steps"] == r["episode_transitions"] + r["eval_transitions"]
+        and r["episodes_with_step_gaps"] == 0
+        for name, r in ((n, summary[n]) for n in ("baseline", "operator") if n in summary)
+    }
+    return {
+        "nothing_lost": all(lost.values())
+        and op["operator_readings_in_steps"] == op["env_worker_steps"]
+        and op["reading_step_index_mismatches"] == 0
+        and d["demo_files"] == d["demo_episodes_loaded"] == demos
+        and d["demo_steps_loaded"] == sum(d["demo_lengths"]),
+        "executed_equals_operator_on_every_intervened_step": op["executed_differs"] == 0
+        and op["intervened_steps_compared"] == op["intervened_steps"] + op["eval_intervened_steps"]
+        and op["operator_active_but_not_intervened"] == 0
+        and op["intervened_but_operator_inactive"] == 0,
+    }
 
 
 def table(summary: dict) -> str:
     runs = [(name, summary[name]) for name in ("baseline", "operator") if name in summary]
-    keys = ["status", "env_steps_run_json", "env_worker_steps", "episode_transitions", "episode_files",
-            "eval_transitions", "eval_episode_files", "eval_intervened_steps",
-            "episodes_with_step_gaps", "intervened_steps", "intervention_rate", "operator_readings_in_steps",
-            "intervened_steps_compared", "executed_equals_operator", "executed_differs",
-            "operator_active_but_not_intervened", "reading_step_index_mismatches"]
+    keys = [
+        "status",
+        "env_steps_run_json",
+        "env_worker_steps",
+        "episode_transitions",
+        "episode_files",
+        "eval_transitions",
+        "eval_episode_files",
+        "eval_intervened_steps",
+        "episodes_with_step_gaps",
+        "intervened_steps",
+        "intervention_rate",
+        "operator_readings_in_steps",
+        "intervened_steps_compared",
+        "executed_equals_operator",
+        "executed_differs",
+        "operator_active_but_not_intervened",
+        "reading_step_index_mismatches",
+    ]
     lines = ["| figure | " + " | ".join(n for n, _ in runs) + " |", "|---|" + "---|" * len(runs)]
     for k in keys:
         lines.append(f"| {k} | " + " | ".join(fmt(r.get(k, "-")) for _, r in runs) + " |")
@@ -272,24 +360,44 @@ def main() -> int:
     p.add_argument("--intervene-prob", type=float, default=1.0)
     p.add_argument("--intervene-decay", type=float, default=0.98)
     p.add_argument("--no-baseline", action="store_true", help="skip the run without the operator")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra config override of both train runs, and env.* ones of the demos too "
-                        "(e.g. train.policy_at=rollout)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra config override of both train runs, and env.* ones of the demos too (e.g. train.policy_at=rollout)",
+    )
     p.add_argument("--out", default=str(ROOT / "runs" / f"bench-hil-franky-{time.strftime('%Y%m%d-%H%M%S')}"))
     args = p.parse_args()
     from drivers.franky_sim import FrankySim
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    summary: dict = {"command": " ".join(sys.argv), "seed": args.seed, "steps": args.steps,
-                     "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
+    summary: dict = {
+        "command": " ".join(sys.argv),
+        "seed": args.seed,
+        "steps": args.steps,
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+    }
     t0 = time.monotonic()
     with FrankySim(start_timeout_s=90) as sim:
         demos = out / "demos"
-        cli(["record-demos", str(CONFIG), "--teleop", "scripted", "--episodes", str(args.demos), "--out", str(demos),
-             "--no-live", *common_overrides(sim.host, args),
-             # the env.* overrides apply to the demos too: train.demos refuses demos of another env config
-             *[kv for kv in args.set if kv.startswith("env.")]])
+        cli(
+            [
+                "record-demos",
+                str(CONFIG),
+                "--teleop",
+                "scripted",
+                "--episodes",
+                str(args.demos),
+                "--out",
+                str(demos),
+                "--no-live",
+                *common_overrides(sim.host, args),
+                # the env.* overrides apply to the demos too: train.demos refuses demos of another env config
+                *[kv for kv in args.set if kv.startswith("env.")],
+            ]
+        )
         summary["demo_wall_s"] = round(time.monotonic() - t0, 1)
         if not args.no_baseline:
             summary["baseline"] = check_run(train_run("baseline", sim.host, demos, args, operator=False), None)

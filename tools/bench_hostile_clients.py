@@ -173,8 +173,12 @@ def _ms(values: list[float]) -> dict[str, float]:
     a = np.asarray(values) * 1e3
     if not a.size:
         return {"n": 0}
-    return {"n": int(a.size), "p50_ms": round(float(np.percentile(a, 50)), 3),
-            "p99_ms": round(float(np.percentile(a, 99)), 3), "max_ms": round(float(a.max()), 3)}
+    return {
+        "n": int(a.size),
+        "p50_ms": round(float(np.percentile(a, 50)), 3),
+        "p99_ms": round(float(np.percentile(a, 99)), 3),
+        "max_ms": round(float(a.max()), 3),
+    }
 
 
 def _phase(ctx, address: str, env, duration_s: float, hostile: int, procs: int, niceness: int) -> dict:
@@ -185,8 +189,9 @@ def _phase(ctx, address: str, env, duration_s: float, hostile: int, procs: int, 
     workers = []
     if hostile:
         per = [hostile // procs + (1 if i < hostile % procs else 0) for i in range(procs)]
-        workers = [ctx.Process(target=_hostile, args=(address, k, stop, counts, niceness), daemon=True)
-                   for k in per if k]
+        workers = [
+            ctx.Process(target=_hostile, args=(address, k, stop, counts, niceness), daemon=True) for k in per if k
+        ]
         for w in workers:
             w.start()
         time.sleep(3.0)  # every hostile client started and hammering (the controller keeps stepping)
@@ -211,9 +216,15 @@ def _phase(ctx, address: str, env, duration_s: float, hostile: int, procs: int, 
     for t in tallies:
         for k, v in t.items():
             calls[k] = v if isinstance(v, str) else calls.get(k, 0) + v
-    return {"hostile_clients": hostile, "hostile_nice": niceness if hostile else None, "stop": _ms(probe["stop"]),
-            "get_status": _ms(probe["status"]), "probe_timeouts": probe["timeouts"],
-            "controller_step": _ms(steps), "hostile_calls": calls}
+    return {
+        "hostile_clients": hostile,
+        "hostile_nice": niceness if hostile else None,
+        "stop": _ms(probe["stop"]),
+        "get_status": _ms(probe["status"]),
+        "probe_timeouts": probe["timeouts"],
+        "controller_step": _ms(steps),
+        "hostile_calls": calls,
+    }
 
 
 def main() -> int:
@@ -224,8 +235,12 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="4 s per phase")
     parser.add_argument("--max-workers", type=int, default=0, help="server.max_workers (default: the config's)")
     parser.add_argument("--max-streams", type=int, default=0, help="server.max_streams (default: the config's)")
-    parser.add_argument("--hostile-nice", type=int, default=0,
-                        help="niceness added to the hostile processes (0: same priority as the server)")
+    parser.add_argument(
+        "--hostile-nice",
+        type=int,
+        default=0,
+        help="niceness added to the hostile processes (0: same priority as the server)",
+    )
     args = parser.parse_args()
     duration = 4.0 if args.quick else args.seconds
     from rlhw.env.client import RemoteEnv
@@ -246,15 +261,26 @@ def main() -> int:
         env.close()
         stop_server.set()
         server.join(10)
+
     def ratio_of(q: str) -> dict:  # None where a phase has no successful sample (every call refused)
-        return {k: round(hostile[k][q] / quiet[k][q], 2) if q in hostile[k] and q in quiet[k] else None
-                for k in ("stop", "controller_step")}
+        return {
+            k: round(hostile[k][q] / quiet[k][q], 2) if q in hostile[k] and q in quiet[k] else None
+            for k in ("stop", "controller_step")
+        }
 
     ratio, ratio99 = ratio_of("p50_ms"), ratio_of("p99_ms")
-    report = {"server": options or "defaults", "load_average": os.getloadavg(), "cpus": os.cpu_count(), "seconds_per_phase": duration,
-              "quiet": quiet, "hostile": hostile, "p50_ratio_hostile_to_quiet": ratio,
-              "p99_ratio_hostile_to_quiet": ratio99,
-              "goal_stop_p99_under_50ms_no_timeout": hostile["stop"].get("p99_ms", 1e9) < 50 and hostile["probe_timeouts"] == 0}
+    report = {
+        "server": options or "defaults",
+        "load_average": os.getloadavg(),
+        "cpus": os.cpu_count(),
+        "seconds_per_phase": duration,
+        "quiet": quiet,
+        "hostile": hostile,
+        "p50_ratio_hostile_to_quiet": ratio,
+        "p99_ratio_hostile_to_quiet": ratio99,
+        "goal_stop_p99_under_50ms_no_timeout": hostile["stop"].get("p99_ms", 1e9) < 50
+        and hostile["probe_timeouts"] == 0,
+    }
     print(json.dumps(report, indent=2))
     return 0
 

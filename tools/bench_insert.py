@@ -34,7 +34,7 @@ def expert_episodes(env, episodes: int) -> dict:
     successes, lengths, faults = 0, [], []
     for seed in range(episodes):
         env.reset(seed=seed)
-        for step in range(env.config.max_episode_steps):
+        for step in range(env.config.max_episode_steps):  # noqa: B007  (read after the loop)
             _, _, terminated, truncated, info = env.step(insert_expert_action(env)).gym()
             if info["fault"]:
                 faults.append(info["fault"])
@@ -43,9 +43,14 @@ def expert_episodes(env, episodes: int) -> dict:
         successes += bool(info["success"])
         if info["success"]:
             lengths.append(step + 1)
-    return {"episodes": episodes, "seeds": f"0..{episodes - 1}", "success_rate": successes / episodes,
-            "steps_to_success_median": statistics.median(lengths) if lengths else None,
-            "steps_to_success_max": max(lengths) if lengths else None, "faults": faults}
+    return {
+        "episodes": episodes,
+        "seeds": f"0..{episodes - 1}",
+        "success_rate": successes / episodes,
+        "steps_to_success_median": statistics.median(lengths) if lengths else None,
+        "steps_to_success_max": max(lengths) if lengths else None,
+        "faults": faults,
+    }
 
 
 def time_block(env, steps: int, policy) -> tuple[float, float, float, int]:
@@ -85,9 +90,13 @@ def main() -> None:
             for name, env in envs.items():
                 totals[name].append(time_block(env, args.steps // 4, policies[name]))
         for name, blocks in totals.items():
-            result[name] = {"cpu_ms_per_step": 1e3 * statistics.mean(b[0] for b in blocks),
-                            "wall_ms_per_step": 1e3 * statistics.mean(b[1] for b in blocks),
-                            "cpu_ms_per_reset": 1e3 * statistics.mean(b[2] for b in blocks if b[3]) if any(b[3] for b in blocks) else None}
+            result[name] = {
+                "cpu_ms_per_step": 1e3 * statistics.mean(b[0] for b in blocks),
+                "wall_ms_per_step": 1e3 * statistics.mean(b[1] for b in blocks),
+                "cpu_ms_per_reset": 1e3 * statistics.mean(b[2] for b in blocks if b[3])
+                if any(b[3] for b in blocks)
+                else None,
+            }
         result["insert_vs_reach_step_cpu"] = result["insert"]["cpu_ms_per_step"] / result["reach"]["cpu_ms_per_step"]
         print(json.dumps(result, indent=2))
     finally:

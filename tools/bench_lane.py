@@ -140,14 +140,18 @@ class Lanes:
 
         ctx = mp.get_context("spawn")
         sealed_q, pickle_q, other_q, token = ctx.Queue(), ctx.Queue(), ctx.Queue(), b"b" * 32
-        self.echoes = [ctx.Process(target=echo_sealed, args=(sealed_q, token), daemon=True),
-                       ctx.Process(target=echo_pickle, args=(pickle_q,), daemon=True)]
+        self.echoes = [
+            ctx.Process(target=echo_sealed, args=(sealed_q, token), daemon=True),
+            ctx.Process(target=echo_pickle, args=(pickle_q,), daemon=True),
+        ]
         if self.other:
             self.echoes.append(ctx.Process(target=echo_checkout, args=(other_q, token, self.other), daemon=True))
         for p in self.echoes:
             p.start()
-        self.ends = {"sealed": DirectEnvEnd(LaneAddress("127.0.0.1", sealed_q.get(timeout=60)), token, 0, 0, 30.0),
-                     "pickle": PickleEnvEnd(pickle_q.get(timeout=60))}
+        self.ends = {
+            "sealed": DirectEnvEnd(LaneAddress("127.0.0.1", sealed_q.get(timeout=60)), token, 0, 0, 30.0),
+            "pickle": PickleEnvEnd(pickle_q.get(timeout=60)),
+        }
         if self.other:
             self.ends["checkout"] = checkout_env_end(self.other, other_q.get(timeout=60), token)
         return self.ends
@@ -162,7 +166,7 @@ class Lanes:
 def round_trips(ends: dict, msg, i: int) -> dict[str, float]:
     """One round trip of ``msg`` on each lane, in an order that alternates with ``i``: seconds by lane."""
     out = {}
-    for name in (sorted(ends) if i % 2 else sorted(ends, reverse=True)):  # each lane first, and last, as often
+    for name in sorted(ends) if i % 2 else sorted(ends, reverse=True):  # each lane first, and last, as often
         t0 = time.perf_counter()
         ends[name].send(msg)
         ends[name].actions()
@@ -170,9 +174,11 @@ def round_trips(ends: dict, msg, i: int) -> dict[str, float]:
     return out
 
 
-LANE_NAMES = {"sealed": "direct lane round trip alone (codec + GMAC)",
-              "pickle": "old framing round trip alone (pickle, baseline)",
-              "checkout": "--other-lane checkout's lane round trip alone"}
+LANE_NAMES = {
+    "sealed": "direct lane round trip alone (codec + GMAC)",
+    "pickle": "old framing round trip alone (pickle, baseline)",
+    "checkout": "--other-lane checkout's lane round trip alone",
+}
 
 
 def wire_cost_rows(msg, what: str, steps: int) -> list[tuple]:
@@ -203,8 +209,11 @@ def wire_cost_rows(msg, what: str, steps: int) -> list[tuple]:
             assert intact(aead, 7, buf)
 
     rows = []
-    for name, fn in (("pickle dumps + loads (baseline)", pickled), ("codec pack + unpack", codec),
-                     ("GMAC seal + check, both frames", tags)):
+    for name, fn in (
+        ("pickle dumps + loads (baseline)", pickled),
+        ("codec pack + unpack", codec),
+        ("GMAC seal + check, both frames", tags),
+    ):
         times = []
         for _ in range(steps):
             t0 = time.perf_counter()
@@ -232,12 +241,15 @@ def p50_p99_ms(seconds: list[float]) -> tuple[float, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=2000)
-    ap.add_argument("--other-lane", metavar="CHECKOUT",
-                    help="also the direct lane of the rlhw checkout at this path (e.g. a worktree of the commit "
-                         "before the typed codec), interleaved with the others")
+    ap.add_argument(
+        "--other-lane",
+        metavar="CHECKOUT",
+        help="also the direct lane of the rlhw checkout at this path (e.g. a worktree of the commit "
+        "before the typed codec), interleaved with the others",
+    )
     args = ap.parse_args()
-    from tools.bench_pipeline import mock_observation, print_latency
     from rlhw.rl.pipeline.messages import EnvStep
+    from tools.bench_pipeline import mock_observation, print_latency
 
     rows = []
     with Lanes(args.other_lane) as ends:
@@ -249,8 +261,9 @@ def main() -> int:
                     if i >= 50:
                         trips[name].append(t)
             what = "2x128x128x3 images + proprio" if images else "proprio only"
-            rows += [(f"{LANE_NAMES[n]}, {what}", len(t), *p50_p99_ms(t)) for n, t in sorted(trips.items(),
-                                                                                             reverse=True)]
+            rows += [
+                (f"{LANE_NAMES[n]}, {what}", len(t), *p50_p99_ms(t)) for n, t in sorted(trips.items(), reverse=True)
+            ]
             rows += wire_cost_rows(msg, what, args.steps)
             if not images:
                 rows += wire_cost_rows(with_transitions(msg.obs), "proprio + transitions, 8 instances", args.steps)

@@ -68,8 +68,17 @@ def main() -> int:
     ap.add_argument("--runs-root", default="runs/bench_learning")
     args = ap.parse_args()
     run_dir = Path(args.runs_root) / f"{Path(args.config).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    cmd = [sys.executable, "-m", "rlhw.cli.main", "train", args.config, *args.overrides, "train.progress=false",
-           "--run-dir", str(run_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlhw.cli.main",
+        "train",
+        args.config,
+        *args.overrides,
+        "train.progress=false",
+        "--run-dir",
+        str(run_dir),
+    ]
     print("running:", " ".join(cmd), flush=True)
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT)
@@ -84,20 +93,29 @@ def main() -> int:
         time.sleep(0.5)
     wall = time.monotonic() - t0
     status = json.loads((ROOT / run_dir / "run.json").read_text()) if (ROOT / run_dir / "run.json").exists() else {}
-    rows = [json.loads(x) for x in (ROOT / run_dir / "metrics.jsonl").read_text().splitlines()] \
-        if (ROOT / run_dir / "metrics.jsonl").exists() else []
-    evals = [(r["env_steps"], r["eval/success_rate"], r["perf/elapsed_s"]) for r in rows
-             if r.get("eval/success_rate") is not None]
+    rows = (
+        [json.loads(x) for x in (ROOT / run_dir / "metrics.jsonl").read_text().splitlines()]
+        if (ROOT / run_dir / "metrics.jsonl").exists()
+        else []
+    )
+    evals = [
+        (r["env_steps"], r["eval/success_rate"], r["perf/elapsed_s"])
+        for r in rows
+        if r.get("eval/success_rate") is not None
+    ]
     print()
     print(f"config                 {args.config} {' '.join(args.overrides)}")
     print(f"exit code              {proc.returncode}")
     print(f"status                 {status.get('status')}: {status.get('reason')}")
-    print(f"wall time (process)    {wall:.0f} s  (training loop {status.get('wall_s', float('nan')):.0f} s; "
-          "the rest is Ray start-up and shutdown)")
+    print(
+        f"wall time (process)    {wall:.0f} s  (training loop {status.get('wall_s', float('nan')):.0f} s; "
+        "the rest is Ray start-up and shutdown)"
+    )
     print(f"env steps / updates    {status.get('env_steps')} / {status.get('updates')}")
-    print(f"eval curve             " + ", ".join(f"{s}:{v:.2f}@{t:.0f}s" for s, v, t in evals))
-    print(f"peak memory, all procs PSS {peak_pss / 1024:.0f} MiB, RSS {peak_rss / 1024:.0f} MiB "
-          f"({peak_procs} processes)")
+    print("eval curve             " + ", ".join(f"{s}:{v:.2f}@{t:.0f}s" for s, v, t in evals))
+    print(
+        f"peak memory, all procs PSS {peak_pss / 1024:.0f} MiB, RSS {peak_rss / 1024:.0f} MiB ({peak_procs} processes)"
+    )
     print(f"run directory          {run_dir}")
     return proc.returncode
 

@@ -77,7 +77,7 @@ def size(path: Path) -> int:
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
-    return float(10 * np.log10(255.0 ** 2 / mse))
+    return float(10 * np.log10(255.0**2 / mse))
 
 
 def timed(fn) -> float:
@@ -100,8 +100,11 @@ def main() -> None:
     t0 = time.perf_counter()
     episodes, shapes, action, env_config = collect(args.episodes, args.steps, args.seed)
     steps = sum(len(t) for _, t in episodes)
-    print(f"collected {steps} steps in {len(episodes)} episodes, 2 cameras at 128 px, in "
-          f"{time.perf_counter() - t0:.0f} s (rendering, not timed)", flush=True)
+    print(
+        f"collected {steps} steps in {len(episodes)} episodes, 2 cameras at 128 px, in "
+        f"{time.perf_counter() - t0:.0f} s (rendering, not timed)",
+        flush=True,
+    )
     figures: dict[str, list[float]] = {}
     sizes: dict[str, int] = {}
     quality: dict[str, float] = {}
@@ -115,25 +118,37 @@ def main() -> None:
         load_demos([str(warm / "rlhw")], shapes, action)
         for r in range(args.repeats):
             rlhw_dir = work / f"rlhw{r}"
-            figures.setdefault("rlhw write", []).append(steps / timed(lambda: write_rlhw(episodes, rlhw_dir, env_config)))
+            figures.setdefault("rlhw write", []).append(
+                steps / timed(lambda: write_rlhw(episodes, rlhw_dir, env_config))
+            )
             files = episode_files(rlhw_dir, "demo")
-            figures.setdefault("rlhw read", []).append(steps / timed(lambda: load_demos([str(rlhw_dir)], shapes, action)))
+            figures.setdefault("rlhw read", []).append(
+                steps / timed(lambda: load_demos([str(rlhw_dir)], shapes, action))
+            )
             sizes["rlhw"] = size(rlhw_dir)
             ours = load_demos([str(rlhw_dir)], shapes, action)
             for codec in ("h264", "libsvtav1"):
                 out = work / f"{codec}{r}"
                 options = ExportOptions(repo_id="bench/insert", codec=codec)
-                figures.setdefault(f"export {codec}", []).append(steps / timed(lambda: export_episodes(files, out, options)))
+                figures.setdefault(f"export {codec}", []).append(
+                    steps / timed(lambda: export_episodes(files, out, options))
+                )
                 back: list = []
                 figures.setdefault(f"import {codec}", []).append(
-                    steps / timed(lambda: back.extend(load_demos([str(out)], shapes, action))))
+                    steps / timed(lambda: back.extend(load_demos([str(out)], shapes, action)))
+                )
                 sizes[codec] = size(out)
-                quality[codec] = min(psnr(np.concatenate([b[k] for b in ours]), np.concatenate([b[k] for b in back]))
-                                     for k in ours[0] if k.startswith("obs/image_"))
+                quality[codec] = min(
+                    psnr(np.concatenate([b[k] for b in ours]), np.concatenate([b[k] for b in back]))
+                    for k in ours[0]
+                    if k.startswith("obs/image_")
+                )
                 shutil.rmtree(out)
             shutil.rmtree(rlhw_dir)
-            print(f"repeat {r + 1}/{args.repeats}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in figures.items()),
-                  flush=True)
+            print(
+                f"repeat {r + 1}/{args.repeats}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in figures.items()),
+                flush=True,
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in figures.items()}
@@ -143,11 +158,26 @@ def main() -> None:
         print(f"  {k:16s} {med[k]:8.0f}  ({min(v):.0f}-{max(v):.0f})  {med[k] / base:5.2f}x rlhw's own")
     print("disk, bytes per step:")
     for k, v in sizes.items():
-        extra = f"  {sizes['rlhw'] / v:5.1f}x smaller than rlhw's, worst camera PSNR {quality[k]:.1f} dB" if k != "rlhw" else ""
+        extra = (
+            f"  {sizes['rlhw'] / v:5.1f}x smaller than rlhw's, worst camera PSNR {quality[k]:.1f} dB"
+            if k != "rlhw"
+            else ""
+        )
         print(f"  {k:16s} {v / steps:8.0f}{extra}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"steps": steps, "steps_per_s": figures, "median": med, "bytes": sizes,
-                                               "psnr_db": quality, "args": vars(args)}, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "steps": steps,
+                    "steps_per_s": figures,
+                    "median": med,
+                    "bytes": sizes,
+                    "psnr_db": quality,
+                    "args": vars(args),
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

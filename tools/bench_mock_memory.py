@@ -46,10 +46,15 @@ def run(steps: int, seed: int, keep_all: bool) -> dict:
         _, _, terminated, truncated, _ = env.step(rng.uniform(-1, 1, env.spec.action.shape).astype(np.float32)).gym()
         if terminated or truncated:
             env.reset()
-    out = {"keep_all": keep_all, "rss_mib": marks, "growth_mib": round(marks[steps] - marks[0], 1),
-           "growth_after_first_quarter_mib": round(marks[steps] - marks[max(1, steps // 4)], 1),
-           "motions_kept": len(env.arm.motions), "motion_count": env.arm.motion_count,
-           "steps_per_s": round(steps / (time.perf_counter() - t0))}
+    out = {
+        "keep_all": keep_all,
+        "rss_mib": marks,
+        "growth_mib": round(marks[steps] - marks[0], 1),
+        "growth_after_first_quarter_mib": round(marks[steps] - marks[max(1, steps // 4)], 1),
+        "motions_kept": len(env.arm.motions),
+        "motion_count": env.arm.motion_count,
+        "steps_per_s": round(steps / (time.perf_counter() - t0)),
+    }
     env.close()
     return out
 
@@ -65,8 +70,13 @@ def main() -> int:
         return 0
     results = {}
     for variant in ("keep_all", "window"):  # the baseline first
-        r = subprocess.run([sys.executable, __file__, "--steps", str(args.steps), "--seed", str(args.seed),
-                            "--child", variant], capture_output=True, text=True, check=True, cwd=ROOT)
+        r = subprocess.run(
+            [sys.executable, __file__, "--steps", str(args.steps), "--seed", str(args.seed), "--child", variant],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        )
         results[variant] = json.loads(r.stdout.strip().splitlines()[-1])
     print(json.dumps({"steps": args.steps, "seed": args.seed, **results}, indent=1))
     return 0

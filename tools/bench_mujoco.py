@@ -35,11 +35,16 @@ import sys  # noqa: E402
 import time  # noqa: E402
 
 import drivers.mujoco  # noqa: E402,F401  (picks the GL backend before mujoco is imported)
+
+# isort: split
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
-from drivers.mujoco import MujocoArm, MujocoCamera  # noqa: E402
-from drivers.mujoco import _gl  # noqa: E402
+from drivers.mujoco import (  # noqa: E402
+    MujocoArm,
+    MujocoCamera,
+    _gl,  # noqa: E402
+)
 from rlhw.config import load_config  # noqa: E402
 from rlhw.robot import make_env  # noqa: E402
 
@@ -187,8 +192,12 @@ def memory_per_arm(n: int, n_cameras: int) -> dict[str, float]:
     per_camera = (rss_bytes() - before) / max(n_cameras, 1)
     for c in cams:
         c.close()
-    return {"arm": per_arm / 2**20, "env": per_env / 2**20, "first_camera": first_camera / 2**20,
-            "camera": per_camera / 2**20}
+    return {
+        "arm": per_arm / 2**20,
+        "env": per_env / 2**20,
+        "first_camera": first_camera / 2**20,
+        "camera": per_camera / 2**20,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,13 +209,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cameras", type=int, default=3, help="cameras opened for the memory figure (default 3)")
     p.add_argument("--quick", action="store_true", help="tiny run to check the benchmark works")
     p.add_argument("--json", help="also write the results to this file")
-    p.add_argument("--env-steps-only", type=int, metavar="N",
-                   help="only build the proprio env, reset it and run N random steps (for instruction "
-                        "counts under valgrind; see docs/sim.md)")
-    p.add_argument("--bare-steps-only", type=int, metavar="N",
-                   help=f"the bare counterpart: run that env for {RECORD_STEPS} steps (the same in every run), "
-                        "then replay the joint targets of its first N steps with bare mj_step (N <= "
-                        f"{RECORD_STEPS}); the difference of two runs counts bare steps only")
+    p.add_argument(
+        "--env-steps-only",
+        type=int,
+        metavar="N",
+        help="only build the proprio env, reset it and run N random steps (for instruction "
+        "counts under valgrind; see docs/sim.md)",
+    )
+    p.add_argument(
+        "--bare-steps-only",
+        type=int,
+        metavar="N",
+        help=f"the bare counterpart: run that env for {RECORD_STEPS} steps (the same in every run), "
+        "then replay the joint targets of its first N steps with bare mj_step (N <= "
+        f"{RECORD_STEPS}); the difference of two runs counts bare steps only",
+    )
     args = p.parse_args(argv)
     if args.env_steps_only is not None:
         env = make_env(load_config(CONFIG, ENDLESS))
@@ -222,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         start, ctrls = snapshot(env.arm.data), []
         env_block(env, RECORD_STEPS, np.random.default_rng(0), ctrls)
         nstep = int(round(env.period / env.arm.model.opt.timestep))
-        bare_block(env.arm.model, start, ctrls[:args.bare_steps_only], nstep)
+        bare_block(env.arm.model, start, ctrls[: args.bare_steps_only], nstep)
         env.close()
         return 0
     if args.quick:
@@ -234,7 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_config(CONFIG, ENDLESS)
     env = make_env(cfg)
     env.reset(seed=0)
-    cam_env = make_env(load_config(CONFIG, ENDLESS + ["env.images=true", "env.image_size=[128,128]", "env.sim_cameras=[front]"]))
+    cam_env = make_env(
+        load_config(CONFIG, ENDLESS + ["env.images=true", "env.image_size=[128,128]", "env.sim_cameras=[front]"])
+    )
     cam_env.reset(seed=0)
     arm = MujocoArm(name="bench-arm")
     arm.connect()
@@ -271,7 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     cam_env.close()
 
     med = {k: (statistics.median(c for c, _ in v), statistics.median(w for _, w in v)) for k, v in rows.items()}
-    ratios = {k: statistics.median(rc / rb for (rc, _), (rb, _) in zip(rows[k], rows["bare"])) - 1 for k in ("env", "camera")}
+    ratios = {
+        k: statistics.median(rc / rb for (rc, _), (rb, _) in zip(rows[k], rows["bare"])) - 1 for k in ("env", "camera")
+    }
     # The driver-only loop runs its own trajectory: compare it with the replay of that trajectory.
     ratios["arm"] = statistics.median(ra / rb for (ra, _), (rb, _) in zip(rows["arm"], rows["bare_arm"])) - 1
     ratios["python"] = statistics.median(rp / rb for (rp, _), (rb, _) in zip(rows["python"], rows["bare"]))
@@ -279,8 +300,10 @@ def main(argv: list[str] | None = None) -> int:
     # caches), i.e. what a quiet core would show. Each env step is compared with the replay of the
     # same step's physics.
     quiet = {q: {k: float(np.percentile(v, q)) for k, v in steps_ns.items()} for q in (10, 50)}
-    quiet_ratio = {q: {"env": quiet[q]["env"] / quiet[q]["bare"] - 1, "arm": quiet[q]["arm"] / quiet[q]["bare_arm"] - 1}
-                   for q in quiet}
+    quiet_ratio = {
+        q: {"env": quiet[q]["env"] / quiet[q]["bare"] - 1, "arm": quiet[q]["arm"] / quiet[q]["bare_arm"] - 1}
+        for q in quiet
+    }
     # Best block of each: the least disturbed by other processes (caches, preemption).
     best = {k: min(c for c, _ in v) for k, v in rows.items()}
     phase = {k: statistics.median(t.get(k, 0.0) for t in env_timings) for k in ("command", "wait", "observe", "total")}
@@ -292,39 +315,60 @@ def main(argv: list[str] | None = None) -> int:
         "camera": "RobotEnv reach + 1 camera 128x128",
         "python": "RobotEnv proprio, physics skipped",
     }
-    print(f"MuJoCo backend at {1 / period:g} Hz control, {nstep} x {env.arm.model.opt.timestep * 1e3:g} ms substeps; "
-          f"medians of {args.reps} interleaved blocks of {args.steps} steps ({args.camera_steps} with a camera)")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"load {os.getloadavg()[0]:.1f}; mujoco {mujoco.__version__}; {_gl.CHOICE}")
-    print(f"{'variant':42s} {'ms/step CPU':>11s} {'steps/s/core':>12s} {'ms/step wall':>12s} {'overhead':>9s} {'best-block':>10s}")
+    print(
+        f"MuJoCo backend at {1 / period:g} Hz control, {nstep} x {env.arm.model.opt.timestep * 1e3:g} ms substeps; "
+        f"medians of {args.reps} interleaved blocks of {args.steps} steps ({args.camera_steps} with a camera)"
+    )
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"load {os.getloadavg()[0]:.1f}; mujoco {mujoco.__version__}; {_gl.CHOICE}"
+    )
+    print(
+        f"{'variant':42s} {'ms/step CPU':>11s} {'steps/s/core':>12s} {'ms/step wall':>12s} {'overhead':>9s} {'best-block':>10s}"
+    )
     for k in ("bare", "arm", "env", "camera", "python"):
         cpu, wall = med[k]
         over = "" if k == "bare" else f"{ratios[k] * 100:+.1f}%"
         base = best["bare_arm"] if k == "arm" else best["bare"]
         over_best = "" if k == "bare" else f"{(best[k] / base - (0 if k == 'python' else 1)) * 100:+.1f}%"
         print(f"{labels[k]:42s} {cpu * 1e3:11.3f} {1 / cpu:12.1f} {wall * 1e3:12.3f} {over:>9s} {over_best:>10s}")
-    print(f"RobotEnv step phases (median wall ms): command {phase['command'] * 1e3:.3f}, "
-          f"physics (wait) {phase['wait'] * 1e3:.3f}, observe {phase['observe'] * 1e3:.3f}, total {phase['total'] * 1e3:.3f}")
-    print(f"memory (RSS growth, model shared): {mem['arm']:.2f} MiB per MujocoArm, {mem['env']:.2f} MiB per proprio "
-          f"RobotEnv (N={args.arms}); 128x128 cameras: {mem['first_camera']:.1f} MiB for the first (GL context), "
-          f"{mem['camera']:.2f} MiB per further one (N={args.cameras}, shared context); "
-          f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    print(
+        f"RobotEnv step phases (median wall ms): command {phase['command'] * 1e3:.3f}, "
+        f"physics (wait) {phase['wait'] * 1e3:.3f}, observe {phase['observe'] * 1e3:.3f}, total {phase['total'] * 1e3:.3f}"
+    )
+    print(
+        f"memory (RSS growth, model shared): {mem['arm']:.2f} MiB per MujocoArm, {mem['env']:.2f} MiB per proprio "
+        f"RobotEnv (N={args.arms}); 128x128 cameras: {mem['first_camera']:.1f} MiB for the first (GL context), "
+        f"{mem['camera']:.2f} MiB per further one (N={args.cameras}, shared context); "
+        f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
+    )
     for q in (10, 50):
-        print(f"per-step CPU p{q}: bare {quiet[q]['bare'] / 1e6:.3f} ms, RobotEnv {quiet[q]['env'] / 1e6:.3f} ms "
-              f"({quiet_ratio[q]['env'] * 100:+.1f}%); driver loop {quiet[q]['arm'] / 1e6:.3f} ms vs its bare replay "
-              f"{quiet[q]['bare_arm'] / 1e6:.3f} ms ({quiet_ratio[q]['arm'] * 100:+.1f}%)")
+        print(
+            f"per-step CPU p{q}: bare {quiet[q]['bare'] / 1e6:.3f} ms, RobotEnv {quiet[q]['env'] / 1e6:.3f} ms "
+            f"({quiet_ratio[q]['env'] * 100:+.1f}%); driver loop {quiet[q]['arm'] / 1e6:.3f} ms vs its bare replay "
+            f"{quiet[q]['bare_arm'] / 1e6:.3f} ms ({quiet_ratio[q]['arm'] * 100:+.1f}%)"
+        )
     verdict = "meets" if ratios["env"] <= 0.20 else "misses"
-    print(f"proprio-only env overhead {ratios['env'] * 100:.1f}% {verdict} the 20% goal "
-          f"(driver alone: {ratios['arm'] * 100:.1f}%; Python work per step with warm caches, physics skipped: "
-          f"{ratios['python'] * 100:.1f}% of a bare step)")
+    print(
+        f"proprio-only env overhead {ratios['env'] * 100:.1f}% {verdict} the 20% goal "
+        f"(driver alone: {ratios['arm'] * 100:.1f}%; Python work per step with warm caches, physics skipped: "
+        f"{ratios['python'] * 100:.1f}% of a bare step)"
+    )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"ms_per_step_cpu": {k: v[0] * 1e3 for k, v in med.items()},
-                       "ms_per_step_wall": {k: v[1] * 1e3 for k, v in med.items()},
-                       "overhead": ratios, "phases_ms": {k: v * 1e3 for k, v in phase.items()},
-                       "per_step_quantiles_ms": {f"p{q}": {k: v / 1e6 for k, v in quiet[q].items()} for q in quiet},
-                       "per_step_overhead": {f"p{q}": quiet_ratio[q] for q in quiet},
-                       "rss_mib": mem}, f, indent=2)
+            json.dump(
+                {
+                    "ms_per_step_cpu": {k: v[0] * 1e3 for k, v in med.items()},
+                    "ms_per_step_wall": {k: v[1] * 1e3 for k, v in med.items()},
+                    "overhead": ratios,
+                    "phases_ms": {k: v * 1e3 for k, v in phase.items()},
+                    "per_step_quantiles_ms": {f"p{q}": {k: v / 1e6 for k, v in quiet[q].items()} for q in quiet},
+                    "per_step_overhead": {f"p{q}": quiet_ratio[q] for q in quiet},
+                    "rss_mib": mem,
+                },
+                f,
+                indent=2,
+            )
     return 0
 
 

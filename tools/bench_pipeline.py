@@ -48,8 +48,11 @@ sys.path.insert(0, str(ROOT))
 
 
 #: The obs->action paths compared, as config overrides.
-LANES = {"direct": ["train.step_lane=direct"], "channels": ["train.step_lane=channels"],
-         "next-to-arm": ["train.policy_at=env"]}
+LANES = {
+    "direct": ["train.step_lane=direct"],
+    "channels": ["train.step_lane=channels"],
+    "next-to-arm": ["train.policy_at=env"],
+}
 
 
 def in_process(config, seconds: float) -> float:
@@ -78,8 +81,9 @@ def in_process(config, seconds: float) -> float:
         env.close()
 
 
-def pipeline_rate(config, seconds: float, address: str | None = None, learner_load: bool = False
-                  ) -> tuple[float, list[dict]]:
+def pipeline_rate(
+    config, seconds: float, address: str | None = None, learner_load: bool = False
+) -> tuple[float, list[dict]]:
     """Env steps/s of a pipeline run with the policy acting, and every env worker's loop health; on the Ray
     cluster at ``address`` (else a local one). ``learner_load``: the learner group trains flat out meanwhile
     (50 updates per call, back to back, on the transitions the run collects; weights go to the policy every
@@ -163,15 +167,31 @@ def latency_rows(lanes: list[str], seconds: float, realtime: list[int]) -> list[
     for images in (False, True):
         for priority in realtime:
             for lane in lanes:
-                cfg = load_config(ROOT / "configs/sim_reach.yaml", [
-                    "env.sim=mock", f"env.images={str(images).lower()}", "env.sim_cameras=[wrist,front]",
-                    "env.control_hz=30", "train.progress=false", "train.learning_starts=100000000",
-                    "train.record_episodes=false", *LANES[lane], *realtime_loop(priority, None)])
+                cfg = load_config(
+                    ROOT / "configs/sim_reach.yaml",
+                    [
+                        "env.sim=mock",
+                        f"env.images={str(images).lower()}",
+                        "env.sim_cameras=[wrist,front]",
+                        "env.control_hz=30",
+                        "train.progress=false",
+                        "train.learning_starts=100000000",
+                        "train.record_episodes=false",
+                        *LANES[lane],
+                        *realtime_loop(priority, None),
+                    ],
+                )
                 _, health = pipeline_rate(cfg, seconds)
                 h = health[0]
                 what = "2x128x128x3 images + proprio" if images else "proprio only"
-                rows.append((f"{lane_name(lane, priority)}: mock arm, {what}", h["steps"], h["latency_p50_ms"],
-                             h["latency_p99_ms"]))
+                rows.append(
+                    (
+                        f"{lane_name(lane, priority)}: mock arm, {what}",
+                        h["steps"],
+                        h["latency_p50_ms"],
+                        h["latency_p99_ms"],
+                    )
+                )
     return rows
 
 
@@ -190,16 +210,30 @@ def across_nodes_rows(lanes: list[str], seconds: float) -> list[tuple]:
             rc.add_node(num_cpus=2, labels={"rlhw.node_rank": str(rank)}, include_dashboard=False)
         ray.init(address=rc.address, namespace="rlhw", log_to_driver=False)
         for lane in lanes:
-            cfg = load_config(ROOT / "configs/sim_reach.yaml", [
-                "cluster.num_nodes=2", "env.sim=mock", "env.control_hz=30", "train.progress=false",
-                "train.learning_starts=100000000", "train.record_episodes=false", *LANES[lane]])
+            cfg = load_config(
+                ROOT / "configs/sim_reach.yaml",
+                [
+                    "cluster.num_nodes=2",
+                    "env.sim=mock",
+                    "env.control_hz=30",
+                    "train.progress=false",
+                    "train.learning_starts=100000000",
+                    "train.record_episodes=false",
+                    *LANES[lane],
+                ],
+            )
             data = cfg.model_dump(mode="json")
-            data["cluster"]["component_placement"] = {"env": {"node_group": "node", "placement": "0"},
-                                                      "rollout,learner": {"node_group": "node", "placement": "1"}}
+            data["cluster"]["component_placement"] = {
+                "env": {"node_group": "node", "placement": "0"},
+                "rollout,learner": {"node_group": "node", "placement": "1"},
+            }
             _, health = pipeline_rate(load_config_dict(data), seconds, address=rc.address)
             h = health[0]
-            where = "env + policy on raylet 0, learner on raylet 1" if lane == "next-to-arm" else \
-                "env on raylet 0, rollout on raylet 1"
+            where = (
+                "env + policy on raylet 0, learner on raylet 1"
+                if lane == "next-to-arm"
+                else "env on raylet 0, rollout on raylet 1"
+            )
             rows.append((f"{lane}: {where}", h["steps"], h["latency_p50_ms"], h["latency_p99_ms"]))
     finally:
         ray.shutdown()
@@ -217,8 +251,10 @@ def mock_observation(images: bool):
     from rlhw.config import load_config
     from rlhw.robot import make_env
 
-    cfg = load_config(ROOT / "configs/sim_reach.yaml", ["env.sim=mock", f"env.images={str(images).lower()}",
-                                                       "env.sim_cameras=[wrist,front]"])
+    cfg = load_config(
+        ROOT / "configs/sim_reach.yaml",
+        ["env.sim=mock", f"env.images={str(images).lower()}", "env.sim_cameras=[wrist,front]"],
+    )
     env = make_env(cfg, 0)
     try:
         return cfg, env.spec, {k: np.asarray(v)[None] for k, v in env.reset(seed=0)[0].items()}
@@ -255,8 +291,9 @@ def phase_rows(steps: int) -> list[tuple]:
                         trips[name].append(t)
                     forwards.append(t2 - t1)
             what = "2x128x128x3 images + proprio" if images else "proprio only"
-            rows += [(f"{LANE_NAMES[n]}, {what}", len(t), *p50_p99_ms(t)) for n, t in sorted(trips.items(),
-                                                                                             reverse=True)]
+            rows += [
+                (f"{LANE_NAMES[n]}, {what}", len(t), *p50_p99_ms(t)) for n, t in sorted(trips.items(), reverse=True)
+            ]
             rows.append((f"policy forward alone (CPU, 1 thread), {what}", len(forwards), *p50_p99_ms(forwards)))
             rows += wire_cost_rows(msg, what, steps)
             if not images:
@@ -312,8 +349,9 @@ def robot_realtime(pid: int, priority: int) -> None:
         os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(priority))
 
 
-def franky_rows(lanes: list[str], rates: list[float], steps: int, loaded: bool, realtime: list[int],
-                sim_realtime: int = 0) -> list[dict]:
+def franky_rows(
+    lanes: list[str], rates: list[float], steps: int, loaded: bool, realtime: list[int], sim_realtime: int = 0
+) -> list[dict]:
     """configs/franky_sim.yaml through the pipeline for every lane, control rate and robot-loop priority
     (``realtime``: SCHED_FIFO priorities for node 0's ``loop_priority``, 0 = no isolation); ``loaded``: the learner
     trains flat out on the same cores meanwhile; ``sim_realtime``: franky-sim's threads at that SCHED_FIFO
@@ -328,10 +366,17 @@ def franky_rows(lanes: list[str], rates: list[float], steps: int, loaded: bool, 
         for hz in rates:
             for priority in realtime:
                 for lane in lanes:
-                    cfg = load_config(ROOT / "configs/franky_sim.yaml", [
-                        f"cluster.node_groups[0].hardware.configs[0].robot_ip={sim.host}", f"env.control_hz={hz:g}",
-                        "train.progress=false", "train.record_episodes=false", *LANES[lane],
-                        *realtime_loop(priority, 0)])
+                    cfg = load_config(
+                        ROOT / "configs/franky_sim.yaml",
+                        [
+                            f"cluster.node_groups[0].hardware.configs[0].robot_ip={sim.host}",
+                            f"env.control_hz={hz:g}",
+                            "train.progress=false",
+                            "train.record_episodes=false",
+                            *LANES[lane],
+                            *realtime_loop(priority, 0),
+                        ],
+                    )
                     rate, health = pipeline_rate(cfg, steps / hz, learner_load=loaded)
                     out.append({"lane": lane_name(lane, priority), "hz": hz, "rate": rate, **health[0]})
     return out
@@ -348,48 +393,71 @@ def print_latency(title: str, rows: list[tuple], width: int = 52, digits: int = 
 def print_franky(rows: list[dict], loaded: bool) -> None:
     print()
     print(f"franky-sim through the pipeline (real franka driver), {'learner training flat out' if loaded else 'quiet'}")
-    print(f"{'lane':<20}{'Hz':>5}{'steps':>7}{'hit %':>9}{'late':>6}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}"
-          f"{'period p99':>12}{'updates':>9}")
+    print(
+        f"{'lane':<20}{'Hz':>5}{'steps':>7}{'hit %':>9}{'late':>6}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}"
+        f"{'period p99':>12}{'updates':>9}"
+    )
     for h in rows:
         hit = float("nan") if h["late_steps"] is None else 100 * (1 - h["late_steps"] / max(h["timed_steps"], 1))
         period = h["period_p99_ms"] if h["period_p99_ms"] is not None else float("nan")
-        print(f"{h['lane']:<20}{h['hz']:>5g}{h['steps']:>7}{hit:>9.2f}{h['late_steps'] or 0:>6}"
-              f"{h['latency_p50_ms']:>9.2f}{h['latency_p99_ms']:>9.2f}{h['latency_max_ms']:>9.1f}{period:>12.1f}"
-              f"{h.get('learner_updates', 0):>9}  {h.get('late_by_phase') or ''}")
+        print(
+            f"{h['lane']:<20}{h['hz']:>5g}{h['steps']:>7}{hit:>9.2f}{h['late_steps'] or 0:>6}"
+            f"{h['latency_p50_ms']:>9.2f}{h['latency_p99_ms']:>9.2f}{h['latency_max_ms']:>9.1f}{period:>12.1f}"
+            f"{h.get('learner_updates', 0):>9}  {h.get('late_by_phase') or ''}"
+        )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=30.0)
-    ap.add_argument("--num-envs", default="1,8",
-                    help="comma-separated env.num_envs values to run the throughput rows with (default 1,8)")
-    ap.add_argument("--lanes", default="direct,channels,next-to-arm",
-                    help="obs->action paths to compare: direct, channels (train.step_lane) or next-to-arm "
-                         "(train.policy_at=env: the env worker acts itself)")
-    ap.add_argument("--parts", default="throughput,latency,franky",
-                    help="which parts to run: throughput, latency, phases, across-nodes, franky, franky-loaded")
+    ap.add_argument(
+        "--num-envs",
+        default="1,8",
+        help="comma-separated env.num_envs values to run the throughput rows with (default 1,8)",
+    )
+    ap.add_argument(
+        "--lanes",
+        default="direct,channels,next-to-arm",
+        help="obs->action paths to compare: direct, channels (train.step_lane) or next-to-arm "
+        "(train.policy_at=env: the env worker acts itself)",
+    )
+    ap.add_argument(
+        "--parts",
+        default="throughput,latency,franky",
+        help="which parts to run: throughput, latency, phases, across-nodes, franky, franky-loaded",
+    )
     ap.add_argument("--franky-steps", type=int, default=300)
     ap.add_argument("--franky-hz", default="10,30")
-    ap.add_argument("--realtime", default="0",
-                    help="comma-separated SCHED_FIFO priorities of the robot loop (node 0's env_configs "
-                         "loop_priority) for the latency and franky rows; 0 = no isolation (default 0)")
-    ap.add_argument("--sim-realtime", type=int, default=0,
-                    help="franky-sim's threads at this SCHED_FIFO priority, as a robot's own controller would be "
-                         "on a computer of its own (default 0: as started)")
+    ap.add_argument(
+        "--realtime",
+        default="0",
+        help="comma-separated SCHED_FIFO priorities of the robot loop (node 0's env_configs "
+        "loop_priority) for the latency and franky rows; 0 = no isolation (default 0)",
+    )
+    ap.add_argument(
+        "--sim-realtime",
+        type=int,
+        default=0,
+        help="franky-sim's threads at this SCHED_FIFO priority, as a robot's own controller would be "
+        "on a computer of its own (default 0: as started)",
+    )
     args = ap.parse_args()
     try:
         num_envs = [int(x) for x in args.num_envs.split(",") if x.strip()]
         franky_hz = [float(x) for x in args.franky_hz.split(",") if x.strip()]
         realtime = [int(x) for x in args.realtime.split(",") if x.strip()]
     except ValueError:
-        ap.error(f"--num-envs, --franky-hz and --realtime take comma-separated numbers, got {args.num_envs!r}, "
-                 f"{args.franky_hz!r}, {args.realtime!r}")
+        ap.error(
+            f"--num-envs, --franky-hz and --realtime take comma-separated numbers, got {args.num_envs!r}, "
+            f"{args.franky_hz!r}, {args.realtime!r}"
+        )
     if not num_envs or min(num_envs) < 1:
         ap.error(f"--num-envs needs values >= 1, got {args.num_envs!r}")
     lanes = [x.strip() for x in args.lanes.split(",") if x.strip()]
     parts = {x.strip() for x in args.parts.split(",") if x.strip()}
-    if bad := [x for x in lanes if x not in LANES] + \
-            [x for x in parts if x not in ("throughput", "latency", "phases", "across-nodes", "franky", "franky-loaded")]:
+    if bad := [x for x in lanes if x not in LANES] + [
+        x for x in parts if x not in ("throughput", "latency", "phases", "across-nodes", "franky", "franky-loaded")
+    ]:
         ap.error(f"unknown --lanes/--parts value(s): {bad}")
     torch.set_num_threads(1)
     import ray
@@ -402,8 +470,10 @@ def main() -> int:
         """sim_reach with env.num_envs=k: one env worker, and two env workers on node 0."""
         one = load_config(ROOT / "configs/sim_reach.yaml", [*base, f"env.num_envs={k}", *extra])
         data = one.model_dump(mode="json")
-        data["cluster"]["component_placement"] = {"env": {"node_group": "node", "placement": "0:0-1"},
-                                                  "rollout,learner": {"node_group": "node", "placement": "0"}}
+        data["cluster"]["component_placement"] = {
+            "env": {"node_group": "node", "placement": "0:0-1"},
+            "rollout,learner": {"node_group": "node", "placement": "0"},
+        }
         return one, load_config_dict(data)
 
     if "throughput" in parts:
@@ -415,17 +485,16 @@ def main() -> int:
         for name, rate, ratio, lat in rows:
             print(f"{name:<44}{rate:>10.1f}{ratio:>10.2f}{lat:>22}")
     if "latency" in parts:
-        print_latency("obs->action on one node (30 Hz mock arm)", latency_rows(lanes, args.seconds, realtime),
-                      width=62)
+        print_latency("obs->action on one node (30 Hz mock arm)", latency_rows(lanes, args.seconds, realtime), width=62)
     if "phases" in parts:
-        print_latency("obs->action phase by phase (one node)", phase_rows(2000) + compiled_graph_rows(2000),
-                      width=90, digits=3)
+        print_latency(
+            "obs->action phase by phase (one node)", phase_rows(2000) + compiled_graph_rows(2000), width=90, digits=3
+        )
     if "across-nodes" in parts:
         print_latency("obs->action across nodes (30 Hz mock arm, proprio)", across_nodes_rows(lanes, args.seconds))
     for loaded in (False, True):
         if ("franky-loaded" if loaded else "franky") in parts:
-            print_franky(franky_rows(lanes, franky_hz, args.franky_steps, loaded, realtime, args.sim_realtime),
-                         loaded)
+            print_franky(franky_rows(lanes, franky_hz, args.franky_steps, loaded, realtime, args.sim_realtime), loaded)
     ray.shutdown()
     return 0
 

@@ -49,8 +49,12 @@ def big_config(nodes: int, gpus: int) -> dict:
         "cluster": {
             "num_nodes": nodes,
             "node_groups": [
-                {"label": "gpu", "node_ranks": f"0-{nodes - 1}", "accelerators_per_node": gpus,
-                 "env_configs": [{"node_ranks": f"0-{nodes - 1}", "env_vars": [{"NCCL_DEBUG": "WARN"}]}]},
+                {
+                    "label": "gpu",
+                    "node_ranks": f"0-{nodes - 1}",
+                    "accelerators_per_node": gpus,
+                    "env_configs": [{"node_ranks": f"0-{nodes - 1}", "env_vars": [{"NCCL_DEBUG": "WARN"}]}],
+                },
             ],
             "component_placement": {
                 "learner": {"node_group": "gpu", "placement": "all"},
@@ -75,7 +79,11 @@ def bench_plan(nodes: int, gpus: int, repeat: int):
         t = time.perf_counter()
         placements = plan(cfg.cluster)
         plan_times.append(time.perf_counter() - t)
-    assert {k: len(v) for k, v in placements.items()} == {"learner": nodes * gpus, "rollout": nodes * gpus, "agent": nodes * gpus}
+    assert {k: len(v) for k, v in placements.items()} == {
+        "learner": nodes * gpus,
+        "rollout": nodes * gpus,
+        "agent": nodes * gpus,
+    }
     del placements
     gc.collect()
     tracemalloc.start()
@@ -95,7 +103,9 @@ def main() -> int:
 
     base = time_command([py, "-c", "pass"], args.repeat)
     cli = time_command([py, "-m", "rlhw.cli.main", "placement", "configs/hetero_18node.yaml", "--dry-run"], args.repeat)
-    js = time_command([py, "-m", "rlhw.cli.main", "placement", "configs/hetero_18node.yaml", "--dry-run", "--json"], args.repeat)
+    js = time_command(
+        [py, "-m", "rlhw.cli.main", "placement", "configs/hetero_18node.yaml", "--dry-run", "--json"], args.repeat
+    )
     # The placement module alone, without rlhw.cli.main (which builds every subcommand's parser).
     alone = (
         "import argparse; from rlhw.cli import placement as m; p = argparse.ArgumentParser(); m.add_arguments(p); "
@@ -103,7 +113,9 @@ def main() -> int:
     )
     mod = time_command([py, "-c", alone], args.repeat)
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"{'end to end (fresh interpreter)':48} {'wall med':>9} {'wall min':>9} {'cpu med':>8} {'cpu - baseline':>15}")
+    print(
+        f"{'end to end (fresh interpreter)':48} {'wall med':>9} {'wall min':>9} {'cpu med':>8} {'cpu - baseline':>15}"
+    )
     for label, r in (
         ("python -c pass (baseline)", base),
         ("rlhw placement hetero_18node --dry-run", cli),
@@ -121,7 +133,9 @@ def main() -> int:
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\nplanning {nodes} nodes x {gpus} GPUs, components learner/rollout/agent of {nodes * gpus} processes each")
     print(f"{'load + validate config':48} {load_s:9.3f} s")
-    print(f"{'plan (' + str(records) + ' records)':48} {plan_s:9.3f} s   goal < 2 s: {'yes' if plan_s + load_s < 2 else 'NO'}")
+    print(
+        f"{'plan (' + str(records) + ' records)':48} {plan_s:9.3f} s   goal < 2 s: {'yes' if plan_s + load_s < 2 else 'NO'}"
+    )
     print(f"{'peak traced memory (load + plan)':48} {peak / 2**20:9.1f} MiB")
     print(f"{'process max RSS':48} {rss_mb:9.1f} MiB")
     return 0 if not rc else 1

@@ -27,9 +27,17 @@ def main() -> int:
     ap.add_argument("--takeovers", type=int, nargs="+", default=[8, 20, 40, 60])
     args = ap.parse_args()
     for takeover in args.takeovers:
-        config = load_config(str(ROOT / "configs/sim_push_cube_pixels.yaml"), [
-            "env.sim_state=visible", "env.image_size=[32,32]", "env.teleop.device=scripted",
-            "env.teleop.mode=intervene", f"env.teleop.takeover_steps={takeover}", "env.teleop.intervene_decay=1.0"])
+        config = load_config(
+            str(ROOT / "configs/sim_push_cube_pixels.yaml"),
+            [
+                "env.sim_state=visible",
+                "env.image_size=[32,32]",
+                "env.teleop.device=scripted",
+                "env.teleop.mode=intervene",
+                f"env.teleop.takeover_steps={takeover}",
+                "env.teleop.intervene_decay=1.0",
+            ],
+        )
         env = make_env(config)
         wins, shares = 0, []
         try:
@@ -44,8 +52,11 @@ def main() -> int:
                 shares.append(driven / steps)
         finally:
             env.close()
-        print(f"takeover_steps={takeover}: {wins}/{args.episodes} episodes reached the goal, "
-              f"operator share of steps {np.mean(shares):.2f}", flush=True)
+        print(
+            f"takeover_steps={takeover}: {wins}/{args.episodes} episodes reached the goal, "
+            f"operator share of steps {np.mean(shares):.2f}",
+            flush=True,
+        )
     return 0
 
 

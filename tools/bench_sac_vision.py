@@ -46,12 +46,18 @@ def make(encoder: dict | None, size: int, batch: int) -> tuple[SAC, dict[str, np
     encoder_cfg = dict(encoder or {})
     sac_cfg = encoder_cfg.pop("sac", {})  # train.sac settings of the preset, beside its image encoder
     cfg = SacConfig(batch_size=batch, image_encoder=ImageEncoderConfig(**encoder_cfg), **sac_cfg)
-    b = {"action": rng.uniform(-1, 1, (batch, 4)).astype(np.float32), "reward": rng.random(batch, np.float32),
-         "terminated": np.zeros(batch, np.float32)}
+    b = {
+        "action": rng.uniform(-1, 1, (batch, 4)).astype(np.float32),
+        "reward": rng.random(batch, np.float32),
+        "terminated": np.zeros(batch, np.float32),
+    }
     for prefix in ("obs/", "next_obs/"):
         for name, shape in shapes.items():
-            b[prefix + name] = (rng.integers(0, 256, (batch, *shape), dtype=np.uint8) if len(shape) == 3
-                                else rng.random((batch, *shape), np.float32))
+            b[prefix + name] = (
+                rng.integers(0, 256, (batch, *shape), dtype=np.uint8)
+                if len(shape) == 3
+                else rng.random((batch, *shape), np.float32)
+            )
     return SAC(layout, -np.ones(4), np.ones(4), cfg, augment_seed=0), b
 
 
@@ -62,8 +68,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--blocks", type=int, default=3)
     ap.add_argument("--updates", type=int, default=3, help="updates per block")
-    ap.add_argument("--heap", choices=("keep", "default"), default="keep",
-                    help="keep freed memory for reuse, as a learner does (keep), or glibc's defaults")
+    ap.add_argument(
+        "--heap",
+        choices=("keep", "default"),
+        default="keep",
+        help="keep freed memory for reuse, as a learner does (keep), or glibc's defaults",
+    )
     ap.add_argument("--only", nargs="+", choices=list(PRESETS), help="run these presets (the baseline always runs)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -80,9 +90,11 @@ def main() -> None:
             for _ in range(args.updates):
                 sac.update(batch)
             cpu[n].append((time.process_time() - t) / args.updates)
-    print(f"{args.threads} thread(s), batch {args.batch}, one {args.size}x{args.size} camera + 9 proprio, "
-          f"N=10 critics, {args.blocks} blocks x {args.updates} updates, freed memory "
-          f"{'kept' if kept else 'returned (glibc defaults)'}; CPU ms per update (median of blocks)")
+    print(
+        f"{args.threads} thread(s), batch {args.batch}, one {args.size}x{args.size} camera + 9 proprio, "
+        f"N=10 critics, {args.blocks} blocks x {args.updates} updates, freed memory "
+        f"{'kept' if kept else 'returned (glibc defaults)'}; CPU ms per update (median of blocks)"
+    )
     base = statistics.median(cpu[names[0]])
     for n in names:
         ms = statistics.median(cpu[n])

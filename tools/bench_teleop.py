@@ -64,7 +64,9 @@ def build(sim: str):
     return env, hid, mouse, stamps
 
 
-def teleop_trial(env, hid, mouse, stamps, report: bytes, expected: list[float], paced: bool) -> tuple[float, float, int]:
+def teleop_trial(
+    env, hid, mouse, stamps, report: bytes, expected: list[float], paced: bool
+) -> tuple[float, float, int]:
     """Report -> the command of the step that executes it; returns (seconds, decode seconds, steps)."""
     zero = np.zeros(env.spec.action.shape, np.float32)
     target = mouse.reports + 1
@@ -113,7 +115,9 @@ def one_run(sim: str, trials: int) -> dict[str, list[float]]:
             target = mouse.reports + 1
             hid.push(bytes.fromhex("01000000000000"))  # let go: the policy drives the baseline
             mouse.wait_reports(target, 1.0)
-            out["policy"].append(policy_trial(env, stamps, rng.uniform(-1, 1, env.spec.action.shape).astype(np.float32)))
+            out["policy"].append(
+                policy_trial(env, stamps, rng.uniform(-1, 1, env.spec.action.shape).astype(np.float32))
+            )
     finally:
         env.close()
     return out
@@ -127,7 +131,9 @@ def expert_success(task: str, episodes: int) -> tuple[float, float, float]:
         overrides.append("env.safety.workspace_low=[0.25,-0.3,0.02]")
     rates = []
     for device in ("scripted", "none"):
-        config = load_config(os.path.join(ROOT, "configs", "sim_reach.yaml"), [*overrides, f"env.teleop.device={device}"])
+        config = load_config(
+            os.path.join(ROOT, "configs", "sim_reach.yaml"), [*overrides, f"env.teleop.device={device}"]
+        )
         env = make_env(config)
         wins, steps = 0, []
         try:
@@ -150,26 +156,37 @@ def main() -> int:
     parser.add_argument("--sim", choices=("mujoco", "mock"), default="mujoco")
     parser.add_argument("--trials", type=int, default=300, help="trials per run (half paced, half busy)")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--experts", type=int, default=0, metavar="EPISODES",
-                        help="instead: the scripted expert's success rate on reach and push_cube over EPISODES seeds")
+    parser.add_argument(
+        "--experts",
+        type=int,
+        default=0,
+        metavar="EPISODES",
+        help="instead: the scripted expert's success rate on reach and push_cube over EPISODES seeds",
+    )
     args = parser.parse_args()
     if args.experts:
         print(f"scripted expert, demo mode, default noise 0.1 / hesitation 0.05, seeds 0-{args.experts - 1}, MuJoCo")
         for task in ("reach", "push_cube"):
             rate, steps, idle = expert_success(task, args.experts)
-            print(f"{task:>10}: success {rate:.2f} (mean {steps:.1f} steps); baseline, zero actions: success {idle:.2f}")
+            print(
+                f"{task:>10}: success {rate:.2f} (mean {steps:.1f} steps); baseline, zero actions: success {idle:.2f}"
+            )
         return 0
     print(f"teleop latency, {args.sim} arm, {args.trials} trials per run; milliseconds, p50 / p99")
-    print(f"{'run':>3} {'policy (baseline)':>18} {'teleop paced':>15} {'of it decode':>15} {'paced/policy p50':>17} "
-          f"{'teleop busy':>15} {'busy stale steps':>17}")
+    print(
+        f"{'run':>3} {'policy (baseline)':>18} {'teleop paced':>15} {'of it decode':>15} {'paced/policy p50':>17} "
+        f"{'teleop busy':>15} {'busy stale steps':>17}"
+    )
     for run in range(args.runs):
         r = one_run(args.sim, args.trials)
 
         def both(key):
             return f"{pct(r[key], 50):.3f} / {pct(r[key], 99):.3f}"
 
-        print(f"{run + 1:>3} {both('policy'):>18} {both('paced'):>15} {both('decode'):>15} "
-              f"{pct(r['paced'], 50) / pct(r['policy'], 50):>17.2f} {both('busy'):>15} {statistics.fmean(r['busy_stale']):>17.2f}")
+        print(
+            f"{run + 1:>3} {both('policy'):>18} {both('paced'):>15} {both('decode'):>15} "
+            f"{pct(r['paced'], 50) / pct(r['policy'], 50):>17.2f} {both('busy'):>15} {statistics.fmean(r['busy_stale']):>17.2f}"
+        )
     return 0
 
 

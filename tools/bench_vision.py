@@ -40,8 +40,13 @@ from rlhw.vision.augment import random_shift  # noqa: E402
 from rlhw.vision.classifier import ClassifierSpec, SuccessClassifier, save_classifier  # noqa: E402
 from rlhw.vision.encoders import build_image_encoder  # noqa: E402
 
-PUSH = ["env.sim=mujoco", "env.task=push_cube", "env.safety.workspace_low=[0.25,-0.3,0.02]",
-        "env.task_options.terminate_on_success=false", "env.max_episode_steps=1000"]
+PUSH = [
+    "env.sim=mujoco",
+    "env.task=push_cube",
+    "env.safety.workspace_low=[0.25,-0.3,0.02]",
+    "env.task_options.terminate_on_success=false",
+    "env.max_episode_steps=1000",
+]
 
 
 def per_call(fn, n: int) -> tuple[float, float]:
@@ -70,7 +75,12 @@ def env_steps(overrides: list[str], n: int) -> dict[str, float]:
 
 
 def camera(size: int, meshes: str = "visual") -> list[str]:
-    return ["env.images=true", f"env.image_size=[{size},{size}]", "env.sim_cameras=[front]", f"env.sim_camera_meshes={meshes}"]
+    return [
+        "env.images=true",
+        f"env.image_size=[{size},{size}]",
+        "env.sim_cameras=[front]",
+        f"env.sim_camera_meshes={meshes}",
+    ]
 
 
 def render(size: int, n: int, meshes: str = "visual") -> tuple[float, float]:
@@ -109,8 +119,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         model = save_classifier(SuccessClassifier(ClassifierSpec(("front",), (64, 64))), os.path.join(tmp, "c.pt"))
         rows["env step + 1 camera 64px + classifier"] = env_steps(
-            [*camera(64), f"env.reward.classifier={model}",
-             "env.reward.terminate_on_success=false"], steps)
+            [*camera(64), f"env.reward.classifier={model}", "env.reward.terminate_on_success=false"], steps
+        )
     for kind in ("cnn", "resnet10", "resnet18"):
         for size, batch in ((64, 1), (128, 1), (64, 256), (128, 256)):
             if a.quick and batch == 256 and (kind != "cnn" or size == 128):

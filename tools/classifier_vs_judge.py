@@ -45,8 +45,10 @@ def main() -> int:
     tp, fp, fn = counts["tp"], counts["fp"], counts["fn"]
     precision = tp / (tp + fp) if tp + fp else float("nan")
     recall = tp / (tp + fn) if tp + fn else float("nan")
-    print(f"{args.model} at threshold {threshold}: {used} episodes with a judge verdict; TP {tp} FP {fp} FN {fn} "
-          f"TN {counts['tn']}; precision {precision:.3f} recall {recall:.3f}")
+    print(
+        f"{args.model} at threshold {threshold}: {used} episodes with a judge verdict; TP {tp} FP {fp} FN {fn} "
+        f"TN {counts['tn']}; precision {precision:.3f} recall {recall:.3f}"
+    )
     return 0
 
 

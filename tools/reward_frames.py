@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -39,8 +39,11 @@ class PushCubeStager:
     line with a little sideways wobble, then holds still for the last ``hold`` steps."""
 
     config = "configs/sim_reach.yaml"
-    overrides = ["env.task=push_cube", "env.safety.workspace_low=[0.25,-0.3,0.02]",
-                 "env.task_options.terminate_on_success=false"]
+    overrides = [
+        "env.task=push_cube",
+        "env.safety.workspace_low=[0.25,-0.3,0.02]",
+        "env.task_options.terminate_on_success=false",
+    ]
 
     def __init__(self, env, rng: np.random.Generator, succeed: bool, steps: int, hold: int):
         task = env.task
@@ -80,17 +83,24 @@ class InsertStager:
     """
 
     config = "configs/sim_insert.yaml"
-    overrides = ["env.task_options.terminate_on_success=false", "env.control_hz=2", "env.safety.max_step_m=0.06",
-                 "env.safety.contact_zone_speed_mps=0.3", "env.action.scale_m=0.05",
-                 "env.task_options.path_speed_mps=0.3"]
+    overrides = [
+        "env.task_options.terminate_on_success=false",
+        "env.control_hz=2",
+        "env.safety.max_step_m=0.06",
+        "env.safety.contact_zone_speed_mps=0.3",
+        "env.action.scale_m=0.05",
+        "env.task_options.path_speed_mps=0.3",
+    ]
     #: The peg's tip above the hole's top while lining up (m), as the scripted expert does.
     CLEARANCE_M = 0.008
     ENDS = ("above", "beside", "on_top")
 
     def __init__(self, env, rng: np.random.Generator, succeed: bool, steps: int, hold: int):
         if steps - hold < 3:
-            raise ValueError(f"steps: insert needs steps - hold >= 3 (line up, go down the hole in two steps), "
-                             f"got steps={steps}, hold={hold}")
+            raise ValueError(
+                f"steps: insert needs steps - hold >= 3 (line up, go down the hole in two steps), "
+                f"got steps={steps}, hold={hold}"
+            )
         self.env, self.task, self.rng, self.steps, self.hold = env, env.task, rng, steps, hold
         goal, start = self.task.goal.position.copy(), np.asarray(env.measured_state.ee_position, dtype=float)
         moving = steps - hold
@@ -141,16 +151,35 @@ class InsertStager:
 STAGERS = {"push_cube": PushCubeStager, "insert": InsertStager}
 
 
-def record_episodes(task: str, out_dir: str | Path, episodes: int, *, steps: int = 10, hold: int = 4,
-                    size: int = 64, cameras: Sequence[str] = ("front",), seed: int = 0,
-                    config: str | None = None, overrides: Sequence[str] = ()) -> list[Path]:
+def record_episodes(
+    task: str,
+    out_dir: str | Path,
+    episodes: int,
+    *,
+    steps: int = 10,
+    hold: int = 4,
+    size: int = 64,
+    cameras: Sequence[str] = ("front",),
+    seed: int = 0,
+    config: str | None = None,
+    overrides: Sequence[str] = (),
+) -> list[Path]:
     """Record ``episodes`` episodes of ``task`` (alternately successful and not) under ``out_dir``."""
     if task not in STAGERS:
         raise SystemExit(f"no stager for task {task!r}; known: {', '.join(STAGERS)}")
     stager_cls = STAGERS[task]
-    cfg = load_config(config or stager_cls.config, ["env.sim=mujoco", "env.images=true", f"env.image_size=[{size},{size}]",
-                               f"env.sim_cameras=[{','.join(cameras)}]", f"env.max_episode_steps={steps}",
-                               *stager_cls.overrides, *overrides])
+    cfg = load_config(
+        config or stager_cls.config,
+        [
+            "env.sim=mujoco",
+            "env.images=true",
+            f"env.image_size=[{size},{size}]",
+            f"env.sim_cameras=[{','.join(cameras)}]",
+            f"env.max_episode_steps={steps}",
+            *stager_cls.overrides,
+            *overrides,
+        ],
+    )
     env = make_env(cfg)
     rng = np.random.default_rng(seed)
     recorder, paths = EpisodeRecorder(out_dir), []
@@ -184,11 +213,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cameras", nargs="+", default=["front"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--config", default=None, help="base config (default: the stager's)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="config override on top of the stager's (repeatable), e.g. env.sim_camera_meshes=collision")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override on top of the stager's (repeatable), e.g. env.sim_camera_meshes=collision",
+    )
     a = p.parse_args(argv)
-    paths = record_episodes(a.task, a.out, a.episodes, steps=a.steps, hold=a.hold, size=a.size,
-                            cameras=a.cameras, seed=a.seed, config=a.config, overrides=a.set)
+    paths = record_episodes(
+        a.task,
+        a.out,
+        a.episodes,
+        steps=a.steps,
+        hold=a.hold,
+        size=a.size,
+        cameras=a.cameras,
+        seed=a.seed,
+        config=a.config,
+        overrides=a.set,
+    )
     print(f"wrote {len(paths)} episodes under {a.out}", file=sys.stderr)
     return 0
 

@@ -39,7 +39,7 @@ from rlhw.robot.registry import register_arm
 STOP_TIMEOUT_S = 2.0
 
 #: robot_ip -> the FrankaArm that owns it in this process (one controller per arm).
-_owners: "weakref.WeakValueDictionary[str, FrankaArm]" = weakref.WeakValueDictionary()
+_owners: weakref.WeakValueDictionary[str, FrankaArm] = weakref.WeakValueDictionary()
 _owners_lock = threading.Lock()
 
 
@@ -56,8 +56,9 @@ class FrankaArm(Arm):
 
     name = "franka"
 
-    def __init__(self, robot_ip: str, controller: FrankaController | None = None, *, gripper: bool = True,
-                 timeout_s: float = 3.0):
+    def __init__(
+        self, robot_ip: str, controller: FrankaController | None = None, *, gripper: bool = True, timeout_s: float = 3.0
+    ):
         if not isinstance(robot_ip, str) or not robot_ip.strip():
             raise ConfigError("robot_ip", f"must be a host name or IP address string, got {robot_ip!r}")
         if not timeout_s > 1.0:
@@ -152,7 +153,10 @@ class FrankaArm(Arm):
                 if self._proc is not None:
                     code = self._proc.poll()
                     self._drop()
-                    raise RobotFault(FaultKind.NETWORK, f"driver process for {self.robot_ip} exited (code {code}); call connect() or recover()")
+                    raise RobotFault(
+                        FaultKind.NETWORK,
+                        f"driver process for {self.robot_ip} exited (code {code}); call connect() or recover()",
+                    )
                 raise RobotFault(FaultKind.NOT_CONNECTED, f"arm {self.robot_ip} is not connected; call connect() first")
             try:
                 self._conn.send((op, kwargs))
@@ -168,7 +172,9 @@ class FrankaArm(Arm):
             except (EOFError, OSError, BrokenPipeError) as e:
                 code = self._proc.poll() if self._proc else None
                 self._drop()
-                raise RobotFault(FaultKind.NETWORK, f"driver process for {self.robot_ip} died during '{op}' (exit code {code}): {e}") from None
+                raise RobotFault(
+                    FaultKind.NETWORK, f"driver process for {self.robot_ip} died during '{op}' (exit code {code}): {e}"
+                ) from None
         return self._result(op, reply)
 
     def _result(self, op: str, reply: tuple, read_from: subprocess.Popen | None = None):
@@ -201,7 +207,10 @@ class FrankaArm(Arm):
             code = proc.poll()
             if code is not None:
                 self._drop_unless_busy(proc)
-                raise RobotFault(FaultKind.NETWORK, f"driver process for {self.robot_ip} exited (code {code}); call connect() or recover()")
+                raise RobotFault(
+                    FaultKind.NETWORK,
+                    f"driver process for {self.robot_ip} exited (code {code}); call connect() or recover()",
+                )
             try:
                 conn.send((op, {}))
                 if not conn.poll(wait_s):
@@ -220,7 +229,9 @@ class FrankaArm(Arm):
                 code = proc.poll()
                 _kill_proc(proc)
                 self._drop_unless_busy(proc)
-                raise RobotFault(FaultKind.NETWORK, f"driver process for {self.robot_ip} died during '{op}' (exit code {code}): {e}") from None
+                raise RobotFault(
+                    FaultKind.NETWORK, f"driver process for {self.robot_ip} died during '{op}' (exit code {code}): {e}"
+                ) from None
         return self._result(op, reply, read_from=proc)
 
     def _drop_unless_busy(self, proc: subprocess.Popen) -> None:
@@ -272,9 +283,12 @@ class FrankaArm(Arm):
         self.robot_time_s = d["robot_time_s"]
         self.robot_mode = d["robot_mode"]
         return ArmState(
-            timestamp=d["timestamp"], q=d["q"], dq=d["dq"],
+            timestamp=d["timestamp"],
+            q=d["q"],
+            dq=d["dq"],
             pose=Pose.from_vector(d["ee_pose"]),  # the pipe carries the 7-vector [x, y, z, qx, qy, qz, qw]
-            gripper_width=d["gripper_width"], errors=tuple(d["errors"]),
+            gripper_width=d["gripper_width"],
+            errors=tuple(d["errors"]),
             external_wrench=d.get("external_wrench"),
         )
 
@@ -297,7 +311,13 @@ class FrankaArm(Arm):
             raise ValueError(f"speed_factor must be in (0, 1], got {speed_factor}")
         # The child stops the arm itself at timeout_s (a bounded stop motion, STOP_TIMEOUT_S); the
         # margin covers that stop plus one ordinary call.
-        self._call("move_joints", timeout_s + STOP_TIMEOUT_S + self.timeout_s, q=q, speed_factor=float(speed_factor), timeout_s=float(timeout_s))
+        self._call(
+            "move_joints",
+            timeout_s + STOP_TIMEOUT_S + self.timeout_s,
+            q=q,
+            speed_factor=float(speed_factor),
+            timeout_s=float(timeout_s),
+        )
 
     def stop(self) -> None:
         """Bring the arm to rest. Safe from any thread: when another thread is inside a call
@@ -328,7 +348,9 @@ class FrankaArm(Arm):
         proc = self._proc
         if proc is not None:
             _kill_proc(proc)
-        raise RobotFault(FaultKind.HANG, f"driver process for {self.robot_ip} did not acknowledge stop(); killed it to drop the link")
+        raise RobotFault(
+            FaultKind.HANG, f"driver process for {self.robot_ip} did not acknowledge stop(); killed it to drop the link"
+        )
 
     def recover(self, timeout_s: float = 5.0) -> bool:
         """Automatic error recovery; restarts the driver process first when a fault killed it.

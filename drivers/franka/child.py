@@ -65,11 +65,15 @@ def hint(kind: FaultKind, exc: BaseException) -> str:
     import franky
 
     if isinstance(exc, franky.RealtimeException):
-        return " (no realtime kernel: set realtime: ignore for franky-sim / test machines, keep 'enforce' on the robot PC)"
+        return (
+            " (no realtime kernel: set realtime: ignore for franky-sim / test machines, keep 'enforce' on the robot PC)"
+        )
     if isinstance(exc, franky.IncompatibleVersionException):
         return " (libfranka in franky does not match the robot's system version: install the franky-control build for your firmware)"
     if kind is FaultKind.NETWORK:
-        return " (is FCI enabled in Desk and the control box reachable? for franky-sim: is the simulator still running?)"
+        return (
+            " (is FCI enabled in Desk and the control box reachable? for franky-sim: is the simulator still running?)"
+        )
     return ""
 
 
@@ -136,8 +140,12 @@ class FrankyArmServer:
 
         self.options = options
         rt = franky.RealtimeConfig.Enforce if options["realtime"] == "enforce" else franky.RealtimeConfig.Ignore
-        self.robot = franky.Robot(robot_ip, realtime_config=rt, relative_dynamics_factor=options["relative_dynamics_factor"])
-        self.robot.set_collision_behavior(list(options["collision_torque_thresholds_nm"]), list(options["collision_force_thresholds_n"]))
+        self.robot = franky.Robot(
+            robot_ip, realtime_config=rt, relative_dynamics_factor=options["relative_dynamics_factor"]
+        )
+        self.robot.set_collision_behavior(
+            list(options["collision_torque_thresholds_nm"]), list(options["collision_force_thresholds_n"])
+        )
         if options.get("joint_impedance"):
             self.robot.set_joint_impedance(list(options["joint_impedance"]))
         if options.get("cartesian_impedance"):
@@ -219,7 +227,10 @@ class FrankyArmServer:
             raise _Fault(FaultKind.NOT_CONNECTED, "this arm was connected with gripper disabled (gripper: false)")
         busy = self.gripper.busy_since
         if busy is not None and time.monotonic() - busy > self.options["gripper_timeout_s"]:
-            raise _Fault(FaultKind.TIMEOUT, f"gripper has not finished its previous command after {self.options['gripper_timeout_s']}s")
+            raise _Fault(
+                FaultKind.TIMEOUT,
+                f"gripper has not finished its previous command after {self.options['gripper_timeout_s']}s",
+            )
         try:
             self.gripper.command(float(width))
         except RuntimeError as e:
@@ -248,7 +259,9 @@ class FrankyArmServer:
                     return None
             except Exception:
                 if self.urgent_stop.is_set():
-                    raise _Fault(FaultKind.STOPPED, "joint move interrupted by stop() from another thread; the arm was stopped") from None
+                    raise _Fault(
+                        FaultKind.STOPPED, "joint move interrupted by stop() from another thread; the arm was stopped"
+                    ) from None
                 raise
         self._halt()
         raise _Fault(FaultKind.TIMEOUT, f"joint move did not finish within {timeout_s}s; the arm was stopped")
@@ -406,7 +419,9 @@ def execute(server: FrankyArmServer, op: str, kwargs: dict) -> tuple:
 def serve(conn: Connection, stop_line: socket.socket | None = None, read_line: Connection | None = None) -> None:
     server = FrankyArmServer()
     if stop_line is not None:
-        threading.Thread(target=server.listen_for_urgent_stops, args=(stop_line,), name="stop-line", daemon=True).start()
+        threading.Thread(
+            target=server.listen_for_urgent_stops, args=(stop_line,), name="stop-line", daemon=True
+        ).start()
     if read_line is not None:
         threading.Thread(target=server.serve_reads, args=(read_line,), name="read-line", daemon=True).start()
     while True:

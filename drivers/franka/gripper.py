@@ -46,7 +46,8 @@ class GripperWorker:
         while True:
             with self._cv:
                 while not self._closed and (
-                    self._target is None or (self._issued is not None and abs(self._target - self._issued) < GRIPPER_DEADBAND_M)
+                    self._target is None
+                    or (self._issued is not None and abs(self._target - self._issued) < GRIPPER_DEADBAND_M)
                 ):
                     self._cv.wait(0.5)
                 if self._closed:

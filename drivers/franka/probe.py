@@ -11,11 +11,10 @@ import platform
 import time
 from dataclasses import dataclass, field
 
+from drivers.franka.arm import FrankaArm
 from rlhw.errors import RlhwError
 from rlhw.hardware.types.franka import FrankaController
 from rlhw.network import FCI_PORT, tcp_connect_problem
-
-from drivers.franka.arm import FrankaArm
 
 
 @dataclass
@@ -65,27 +64,52 @@ def probe(robot_ip: str, timeout_s: float = 10.0, realtime: str = "ignore", grip
     report = ProbeReport(robot_ip)
     rt = realtime_kernel()
     report.add(
-        "realtime_kernel", rt or realtime == "ignore", f"{'PREEMPT_RT' if rt else 'no realtime kernel'} ({platform.release()})",
-        "" if rt else ("fine for franky-sim (realtime: ignore); a real arm needs a PREEMPT_RT kernel" if realtime == "ignore"
-                       else "install a PREEMPT_RT kernel or set realtime: ignore (simulator only)"),
+        "realtime_kernel",
+        rt or realtime == "ignore",
+        f"{'PREEMPT_RT' if rt else 'no realtime kernel'} ({platform.release()})",
+        ""
+        if rt
+        else (
+            "fine for franky-sim (realtime: ignore); a real arm needs a PREEMPT_RT kernel"
+            if realtime == "ignore"
+            else "install a PREEMPT_RT kernel or set realtime: ignore (simulator only)"
+        ),
     )
     # FCI first, a bare TCP probe only to diagnose a failure: franky-sim takes any TCP connection
     # for its client and refuses new ones for seconds after it closes.
     arm = None
     try:
-        arm = FrankaArm(robot_ip, FrankaController(realtime=realtime), gripper=gripper, timeout_s=max(1.5, min(timeout_s, 5.0)))
+        arm = FrankaArm(
+            robot_ip, FrankaController(realtime=realtime), gripper=gripper, timeout_s=max(1.5, min(timeout_s, 5.0))
+        )
         t = time.perf_counter()
         arm.connect(timeout_s=timeout_s)
-        report.add("fci_connect", True, f"connected in {(time.perf_counter() - t):.2f} s; robot mode {arm.info.get('robot_mode')}"
-                   + (f"; gripper max width {arm.info['gripper_max_width']:.3f} m" if "gripper_max_width" in arm.info else ""))
+        report.add(
+            "fci_connect",
+            True,
+            f"connected in {(time.perf_counter() - t):.2f} s; robot mode {arm.info.get('robot_mode')}"
+            + (f"; gripper max width {arm.info['gripper_max_width']:.3f} m" if "gripper_max_width" in arm.info else ""),
+        )
         st = arm.state()
-        report.add("state", True, f"q={[round(float(v), 3) for v in st.q]} ee_xyz={[round(float(v), 3) for v in st.ee_position]}"
-                   f" gripper={st.gripper_width:.3f} m")
-        report.add("errors", not st.errors, ", ".join(st.errors) or "none",
-                   "" if not st.errors else "clear them (recover) or release the user stop in Desk")
+        report.add(
+            "state",
+            True,
+            f"q={[round(float(v), 3) for v in st.q]} ee_xyz={[round(float(v), 3) for v in st.ee_position]}"
+            f" gripper={st.gripper_width:.3f} m",
+        )
+        report.add(
+            "errors",
+            not st.errors,
+            ", ".join(st.errors) or "none",
+            "" if not st.errors else "clear them (recover) or release the user stop in Desk",
+        )
         info = arm.robot_info()
-        report.add("versions", True, f"franky {info.get('franky_version')}, gripper server v{info.get('gripper_server_version')}, "
-                   f"command success rate {info.get('control_command_success_rate'):.2f}")
+        report.add(
+            "versions",
+            True,
+            f"franky {info.get('franky_version')}, gripper server v{info.get('gripper_server_version')}, "
+            f"command success rate {info.get('control_command_success_rate'):.2f}",
+        )
     except RlhwError as e:
         text = str(e)
         step = "fci_connect" if len(report.checks) == 1 else "state"
@@ -94,13 +118,17 @@ def probe(robot_ip: str, timeout_s: float = 10.0, realtime: str = "ignore", grip
             problem = tcp_connect_problem(robot_ip, FCI_PORT, min(timeout_s, 3.0))
             reachable = problem is None
             report.add(
-                "tcp", reachable, f"{f'{robot_ip}:{FCI_PORT} accepts TCP' if reachable else problem} "
+                "tcp",
+                reachable,
+                f"{f'{robot_ip}:{FCI_PORT} accepts TCP' if reachable else problem} "
                 f"({(time.perf_counter() - t) * 1e3:.1f} ms)",
                 "" if reachable else "check the network cable/IP and that FCI is enabled in Desk (or start franky-sim)",
             )
         hint = ""
         if "libfranka" in text and "version" in text.lower() or "IncompatibleVersion" in text:
-            hint = "libfranka/firmware mismatch: install the franky-control build that matches the robot's system version"
+            hint = (
+                "libfranka/firmware mismatch: install the franky-control build that matches the robot's system version"
+            )
         elif "realtime" in text.lower():
             hint = "set realtime: ignore for simulators, or run on a PREEMPT_RT kernel"
         report.add(step, False, text.splitlines()[0], hint)

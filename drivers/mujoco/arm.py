@@ -126,8 +126,8 @@ class MujocoArm(Arm):
         d.qpos[self._arm] = self.home_q
         d.qpos[self.layout.finger_qadr] = self._start_width / 2
         for qadr in self._objects.values():
-            d.qpos[qadr:qadr + 3] = _scene.CUBE_PARKED
-            d.qpos[qadr + 3:qadr + 7] = (1.0, 0.0, 0.0, 0.0)
+            d.qpos[qadr : qadr + 3] = _scene.CUBE_PARKED
+            d.qpos[qadr + 3 : qadr + 7] = (1.0, 0.0, 0.0, 0.0)
         d.ctrl[self._arm_ctrl] = self.home_q
         d.ctrl[self.layout.gripper_act] = self._start_width / self.max_gripper_width * _scene.GRIPPER_CTRL_MAX
         mujoco.mj_forward(m, d)
@@ -264,7 +264,8 @@ class MujocoArm(Arm):
     def _refuse_if_faulted(self) -> None:
         if self._errors:
             raise RobotFault(
-                FaultKind.REFLEX, f"sim arm {self.name!r} is in error state {self._errors}; call recover() first")
+                FaultKind.REFLEX, f"sim arm {self.name!r} is in error state {self._errors}; call recover() first"
+            )
 
     def command_pose(self, pose: Pose) -> None:
         """Track the TCP `Pose` (base frame): solves IK now, servos during `advance`."""
@@ -280,8 +281,9 @@ class MujocoArm(Arm):
             mujoco.mj_comPos(self.model, d)
             self._com_current = True
         v = self._views
-        v.ctrl_arm[:] = self._ik.iteration(d, v.qpos_arm.tolist(), pose.position.tolist(), target_wxyz,
-                                           self._tcp_quat(v), v.tcp_xpos.tolist())
+        v.ctrl_arm[:] = self._ik.iteration(
+            d, v.qpos_arm.tolist(), pose.position.tolist(), target_wxyz, self._tcp_quat(v), v.tcp_xpos.tolist()
+        )
 
     def solve_ik(self, target: Pose, q_start: np.ndarray, iterations: int = 20) -> np.ndarray:
         """Joint angles (within the ranges, minus a margin) that put the TCP at ``target``, from
@@ -313,8 +315,10 @@ class MujocoArm(Arm):
         if outside.size:
             i = int(outside[0])
             raise RobotFault(
-                FaultKind.LIMIT, f"joint target q[{i}]={q[i]:.3f} rad is outside the FR3 range "
-                f"[{self.joint_low[i]:.3f}, {self.joint_high[i]:.3f}]")
+                FaultKind.LIMIT,
+                f"joint target q[{i}]={q[i]:.3f} rad is outside the FR3 range "
+                f"[{self.joint_low[i]:.3f}, {self.joint_high[i]:.3f}]",
+            )
         return np.clip(q, self._ctrl_low, self._ctrl_high)
 
     def move_joints(self, q: np.ndarray, speed_factor: float = 0.2, timeout_s: float = 15.0) -> None:
@@ -338,14 +342,15 @@ class MujocoArm(Arm):
                 d.ctrl[self._arm_ctrl] = start + delta * (10 * s**3 - 15 * s**4 + 6 * s**5)
             else:
                 d.ctrl[self._arm_ctrl] = target
-                if (np.max(np.abs(d.qpos[self._arm] - target)) < 5e-3
-                        and np.max(np.abs(d.qvel[self._arm])) < 0.05):
+                if np.max(np.abs(d.qpos[self._arm] - target)) < 5e-3 and np.max(np.abs(d.qvel[self._arm])) < 0.05:
                     return
             if elapsed > timeout_s or time.monotonic() > wall_deadline:
                 self.stop()
                 raise RobotFault(
-                    FaultKind.TIMEOUT, f"move_joints did not reach its target within {timeout_s} s "
-                    f"(max joint error {np.max(np.abs(d.qpos[self._arm] - target)):.4f} rad)")
+                    FaultKind.TIMEOUT,
+                    f"move_joints did not reach its target within {timeout_s} s "
+                    f"(max joint error {np.max(np.abs(d.qpos[self._arm] - target)):.4f} rad)",
+                )
             mujoco.mj_step(self.model, d, chunk)
             self._clock = (d.time, time.time())
             self._stepped1, self._forces_valid = False, True
@@ -373,7 +378,10 @@ class MujocoArm(Arm):
         # comparisons are cheaper than 4 ufunc calls. (For finite numbers a - b < 0 iff a < b;
         # a NaN angle never gets here: MuJoCo resets a diverged state, flagged below.)
         q = self._views.qpos_arm.tolist()
-        if min(map(operator.sub, q, self._flag_low_list)) < 0.0 or min(map(operator.sub, self._flag_high_list, q)) < 0.0:
+        if (
+            min(map(operator.sub, q, self._flag_low_list)) < 0.0
+            or min(map(operator.sub, self._flag_high_list, q)) < 0.0
+        ):
             faults.append("joint_limit")
         if self._forces_valid:
             self._table_force, self._wrench = self._contacts.measure(d)
@@ -421,24 +429,25 @@ class MujocoArm(Arm):
     def _object_qadr(self, name: str) -> int:
         if name not in self._objects:
             known = ", ".join(self._objects) or "none"
-            raise ValueError(f"object {name!r} is not in this sim scene (objects: {known}); "
-                             "build MujocoArm(cube=True) for the cube")
+            raise ValueError(
+                f"object {name!r} is not in this sim scene (objects: {known}); build MujocoArm(cube=True) for the cube"
+            )
         return self._objects[name]
 
     def object_pose(self, name: str = "cube") -> Pose:
         """The `Pose` of a free object in the base frame (sim only)."""
         qadr = self._object_qadr(name)
         qpos = self._live().qpos
-        return Pose.from_wxyz(qpos[qadr:qadr + 3], qpos[qadr + 3:qadr + 7])
+        return Pose.from_wxyz(qpos[qadr : qadr + 3], qpos[qadr + 3 : qadr + 7])
 
     def set_object_pose(self, name: str, pose: Pose) -> None:
         """Teleport a free object to ``pose`` (``Pose(position)``: upright) at rest."""
         qadr = self._object_qadr(name)
         d = self._live()
-        d.qpos[qadr:qadr + 3] = pose.position
-        d.qpos[qadr + 3:qadr + 7] = pose.wxyz
+        d.qpos[qadr : qadr + 3] = pose.position
+        d.qpos[qadr + 3 : qadr + 7] = pose.wxyz
         dadr = self.model.jnt_dofadr[self.model.joint(name).id]
-        d.qvel[dadr:dadr + 6] = 0.0
+        d.qvel[dadr : dadr + 6] = 0.0
         self._moved()
 
     def park_object(self, name: str = "cube") -> None:

@@ -56,7 +56,7 @@ class _SharedRenderer:
     context, not N. A lock serialises renders from several threads.
     """
 
-    _pool: dict[tuple[int, int, int], "_SharedRenderer"] = {}
+    _pool: dict[tuple[int, int, int], _SharedRenderer] = {}
     _pool_lock = threading.Lock()
 
     def __init__(self, key: tuple[int, int, int], renderer: mujoco.Renderer):
@@ -66,7 +66,7 @@ class _SharedRenderer:
         self.users = 0
 
     @classmethod
-    def acquire(cls, model: mujoco.MjModel, width: int, height: int) -> "_SharedRenderer":
+    def acquire(cls, model: mujoco.MjModel, width: int, height: int) -> _SharedRenderer:
         key = (id(model), width, height)
         with cls._pool_lock:
             shared = cls._pool.get(key)
@@ -98,7 +98,8 @@ def scene_camera_for(serial: str, index: int = 0) -> str:
     raise ValueError(
         f"camera {serial!r} (position {index} in the camera list): the sim scene has only "
         f"{len(_scene.CAMERA_NAMES)} cameras {list(_scene.CAMERA_NAMES)}; name it after one of them "
-        "or list at most that many cameras")
+        "or list at most that many cameras"
+    )
 
 
 class MujocoCamera(Camera):
@@ -118,8 +119,10 @@ class MujocoCamera(Camera):
         meshes: str = "visual",
     ):
         if not isinstance(arm, MujocoArm):
-            raise ValueError(f"arm: a MujocoCamera renders a MujocoArm's scene, got {type(arm).__name__}; "
-                             "use the same simulator for arm and cameras")
+            raise ValueError(
+                f"arm: a MujocoCamera renders a MujocoArm's scene, got {type(arm).__name__}; "
+                "use the same simulator for arm and cameras"
+            )
         if not (8 <= width <= 4096 and 8 <= height <= 4096):
             raise ValueError(f"width x height = {width}x{height}: each must be between 8 and 4096 pixels")
         if fps <= 0:
@@ -130,8 +133,9 @@ class MujocoCamera(Camera):
         self.width, self.height = int(width), int(height)
         self.scene_camera = scene_camera or scene_camera_for(serial, index)
         if self.scene_camera not in _scene.CAMERA_NAMES:
-            raise ValueError(f"scene_camera: {self.scene_camera!r} is not a scene camera; "
-                             f"choose one of {list(_scene.CAMERA_NAMES)}")
+            raise ValueError(
+                f"scene_camera: {self.scene_camera!r} is not a scene camera; choose one of {list(_scene.CAMERA_NAMES)}"
+            )
         self._camera_id = arm.model.camera(self.scene_camera).id
         self.meshes = meshes
         self._option = scene_option(meshes)
@@ -157,8 +161,9 @@ class MujocoCamera(Camera):
             self._renderer = _SharedRenderer.acquire(model, self.width, self.height)
         except Exception as e:  # GL context creation failed: say which backend and how to fix it
             raise RobotFault(
-                FaultKind.NOT_CONNECTED, f"sim camera {self.serial!r}: cannot create an offscreen GL context "
-                f"({_gl.CHOICE}): {e}. Try MUJOCO_GL=osmesa (apt libosmesa6) or MUJOCO_GL=egl (apt libegl1)"
+                FaultKind.NOT_CONNECTED,
+                f"sim camera {self.serial!r}: cannot create an offscreen GL context "
+                f"({_gl.CHOICE}): {e}. Try MUJOCO_GL=osmesa (apt libosmesa6) or MUJOCO_GL=egl (apt libegl1)",
             ) from e
         self._index = -1
         self._returned_index = -1
@@ -175,7 +180,9 @@ class MujocoCamera(Camera):
         if self._renderer is None:
             raise RobotFault(FaultKind.NOT_CONNECTED, f"sim camera {self.serial!r} is not open; call open() first")
         if not self.arm.connected:
-            raise RobotFault(FaultKind.NOT_CONNECTED, f"sim camera {self.serial!r}: its arm {self.arm.name!r} is not connected")
+            raise RobotFault(
+                FaultKind.NOT_CONNECTED, f"sim camera {self.serial!r}: its arm {self.arm.name!r} is not connected"
+            )
         return self._renderer
 
     def _render(self) -> Frame:
@@ -212,8 +219,10 @@ class MujocoCamera(Camera):
                 break
             if time.monotonic() >= deadline:
                 raise RobotFault(
-                    FaultKind.CAMERA_STALL, f"sim camera {self.serial!r}: simulated time stood still for {timeout_s} s "
-                    f"after frame {self._last.index}; advance the arm (env.step) before waiting for a new frame")
+                    FaultKind.CAMERA_STALL,
+                    f"sim camera {self.serial!r}: simulated time stood still for {timeout_s} s "
+                    f"after frame {self._last.index}; advance the arm (env.step) before waiting for a new frame",
+                )
             time.sleep(0.001)
         self._returned_index = frame.index
         return frame

@@ -25,8 +25,15 @@ class TcpIk:
     toward ``home_q`` in the null space. Scratch buffers are allocated once: the per-step path
     allocates little."""
 
-    def __init__(self, model: mujoco.MjModel, tcp: int, arm: slice, home_q: np.ndarray,
-                 ctrl_low: np.ndarray, ctrl_high: np.ndarray):
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        tcp: int,
+        arm: slice,
+        home_q: np.ndarray,
+        ctrl_low: np.ndarray,
+        ctrl_high: np.ndarray,
+    ):
         self.model, self.tcp, self.arm = model, tcp, arm
         m = model
         # The TCP jacobian, full width: its rows 0-2 (translation) and 3-5 (rotation) are the two
@@ -52,8 +59,7 @@ class TcpIk:
         self._ctrl_high_list = ctrl_high.tolist()
         self._scratch: mujoco.MjData | None = None
 
-    def solve(self, position: np.ndarray, quat_wxyz: np.ndarray, q_start: np.ndarray,
-              iterations: int) -> np.ndarray:
+    def solve(self, position: np.ndarray, quat_wxyz: np.ndarray, q_start: np.ndarray, iterations: int) -> np.ndarray:
         """Joint angles that put the TCP at the pose, from ``q_start``, on a scratch MjData."""
         m, k = self.model, self._scratch
         if k is None:  # made on first use: most arms never plan, and each MjData costs memory
@@ -66,16 +72,18 @@ class TcpIk:
             mujoco.mj_kinematics(m, k)
             mujoco.mj_comPos(m, k)
             mujoco.mju_mat2Quat(self._quat, k.site_xmat[self.tcp])
-            q = np.array(self.iteration(k, q.tolist(), position, quat_wxyz, self._quat.tolist(),
-                                        k.site_xpos[self.tcp].tolist()))
+            q = np.array(
+                self.iteration(k, q.tolist(), position, quat_wxyz, self._quat.tolist(), k.site_xpos[self.tcp].tolist())
+            )
         return q
 
     def release(self) -> None:
         """Drop the scratch MjData (the arm is closing); `solve` makes a new one when needed."""
         self._scratch = None
 
-    def iteration(self, data: mujoco.MjData, q: list[float], position, quat_wxyz, current_wxyz,
-                  current_xyz) -> list[float]:
+    def iteration(
+        self, data: mujoco.MjData, q: list[float], position, quat_wxyz, current_wxyz, current_xyz
+    ) -> list[float]:
         """One damped-least-squares step from joint angles ``q`` (``data`` holds kinematics and
         COM terms at ``q``; ``current_wxyz`` and ``current_xyz`` are the TCP pose there); returns
         the new angles.

@@ -61,9 +61,11 @@ def _arm_slices(m: mujoco.MjModel) -> tuple[slice, slice]:
     qadr = np.array([m.joint(j).qposadr[0] for j in _scene.ARM_JOINTS])
     dadr = np.array([m.joint(j).dofadr[0] for j in _scene.ARM_JOINTS])
     act = np.array([m.actuator(a).id for a in _scene.ARM_ACTUATORS])
-    if not np.array_equal(qadr, np.arange(qadr[0], qadr[0] + 7)) or \
-            not np.array_equal(dadr, qadr) or \
-            not np.array_equal(act, np.arange(act[0], act[0] + 7)):
+    if (
+        not np.array_equal(qadr, np.arange(qadr[0], qadr[0] + 7))
+        or not np.array_equal(dadr, qadr)
+        or not np.array_equal(act, np.arange(act[0], act[0] + 7))
+    ):
         raise RuntimeError("the FR3 model's arm joints and servos are expected contiguous in qpos/qvel/ctrl")
     return slice(int(qadr[0]), int(qadr[0]) + 7), slice(int(act[0]), int(act[0]) + 7)
 

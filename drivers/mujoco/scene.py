@@ -35,10 +35,9 @@ import os
 import threading
 from dataclasses import dataclass
 
+import franky_sim
 import mujoco
 import numpy as np
-
-import franky_sim
 
 from rlhw.robot.pose import Pose
 
@@ -82,10 +81,15 @@ HOLE_PARKED = np.array([0.0, 1.5, 0.0])
 def _add_peg_in_hole(spec: mujoco.MjSpec, hand) -> None:
     """The peg on the hand and the block with the hole as a mocap body (origin: the hole's top
     centre, z along the hole's axis, out of the hole)."""
-    hand.add_geom(name="peg", type=mujoco.mjtGeom.mjGEOM_BOX,
-                  size=[PEG_HALF_WIDTH, PEG_HALF_WIDTH, PEG_LENGTH / 2],
-                  pos=[0.0, 0.0, TCP_OFFSET + PEG_TIP - PEG_LENGTH / 2], mass=0.05,
-                  rgba=[0.2, 0.4, 0.9, 1.0], friction=[0.3, 0.005, 0.0001])
+    hand.add_geom(
+        name="peg",
+        type=mujoco.mjtGeom.mjGEOM_BOX,
+        size=[PEG_HALF_WIDTH, PEG_HALF_WIDTH, PEG_LENGTH / 2],
+        pos=[0.0, 0.0, TCP_OFFSET + PEG_TIP - PEG_LENGTH / 2],
+        mass=0.05,
+        rgba=[0.2, 0.4, 0.9, 1.0],
+        friction=[0.3, 0.005, 0.0001],
+    )
     block = spec.worldbody.add_body(name="hole_block", mocap=True, pos=list(HOLE_PARKED))
     a = PEG_HALF_WIDTH + HOLE_CLEARANCE / 2  # the hole's half width
     b, h = BLOCK_HALF_WIDTH, HOLE_DEPTH / 2
@@ -101,7 +105,9 @@ def _add_peg_in_hole(spec: mujoco.MjSpec, hand) -> None:
         ("wall_ny", [0.0, -a - wall, -h], [a, wall, h]),
         ("hole_floor", [0.0, 0.0, -HOLE_DEPTH - 0.005], [b, b, 0.005]),
     ):
-        block.add_geom(name=name, type=mujoco.mjtGeom.mjGEOM_BOX, pos=pos, size=size, rgba=rgba, friction=friction, **soft)
+        block.add_geom(
+            name=name, type=mujoco.mjtGeom.mjGEOM_BOX, pos=pos, size=size, rgba=rgba, friction=friction, **soft
+        )
 
 
 def hole_block_pose(goal: Pose, insertion_depth_m: float) -> tuple[np.ndarray, tuple[float, float, float, float]]:
@@ -162,41 +168,73 @@ def _build_spec(options: SceneOptions) -> mujoco.MjSpec:
     hand = spec.body("hand")
     hand.add_site(name="tcp", pos=[0.0, 0.0, TCP_OFFSET], size=[0.005, 0.005, 0.005], group=4)
 
-    spec.add_texture(name="grid", type=mujoco.mjtTexture.mjTEXTURE_2D,
-                     builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER, width=256, height=256,
-                     rgb1=[0.55, 0.5, 0.45], rgb2=[0.45, 0.4, 0.35])
-    spec.add_material(name="table", texrepeat=[8, 8], reflectance=0.0).textures[
-        mujoco.mjtTextureRole.mjTEXROLE_RGB] = "grid"
+    spec.add_texture(
+        name="grid",
+        type=mujoco.mjtTexture.mjTEXTURE_2D,
+        builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER,
+        width=256,
+        height=256,
+        rgb1=[0.55, 0.5, 0.45],
+        rgb2=[0.45, 0.4, 0.35],
+    )
+    spec.add_material(name="table", texrepeat=[8, 8], reflectance=0.0).textures[mujoco.mjtTextureRole.mjTEXROLE_RGB] = (
+        "grid"
+    )
     world = spec.worldbody
-    world.add_light(name="top", pos=[0.5, 0.0, 2.0], dir=[0.0, 0.0, -1.0], diffuse=[0.8, 0.8, 0.8],
-                    castshadow=False)
-    world.add_geom(name="table", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[2.0, 2.0, 0.05],
-                   material="table", friction=[1.0, 0.005, 0.0001])
+    world.add_light(name="top", pos=[0.5, 0.0, 2.0], dir=[0.0, 0.0, -1.0], diffuse=[0.8, 0.8, 0.8], castshadow=False)
+    world.add_geom(
+        name="table",
+        type=mujoco.mjtGeom.mjGEOM_PLANE,
+        size=[2.0, 2.0, 0.05],
+        material="table",
+        friction=[1.0, 0.005, 0.0001],
+    )
 
     target = world.add_body(name="target", mocap=True, pos=[0.5, 0.0, 0.3])
-    target.add_geom(name="target", type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[0.02, 0, 0],
-                    rgba=[0.1, 0.9, 0.2, 0.5], contype=0, conaffinity=0, group=0)
+    target.add_geom(
+        name="target",
+        type=mujoco.mjtGeom.mjGEOM_SPHERE,
+        size=[0.02, 0, 0],
+        rgba=[0.1, 0.9, 0.2, 0.5],
+        contype=0,
+        conaffinity=0,
+        group=0,
+    )
 
     if options.cube:
         cube = world.add_body(name="cube", pos=list(CUBE_PARKED))
         cube.add_freejoint(name="cube")
-        cube.add_geom(name="cube", type=mujoco.mjtGeom.mjGEOM_BOX, size=[CUBE_HALF_SIZE] * 3,
-                      mass=0.1, rgba=[0.85, 0.15, 0.1, 1.0], friction=[1.0, 0.005, 0.0001])
+        cube.add_geom(
+            name="cube",
+            type=mujoco.mjtGeom.mjGEOM_BOX,
+            size=[CUBE_HALF_SIZE] * 3,
+            mass=0.1,
+            rgba=[0.85, 0.15, 0.1, 1.0],
+            friction=[1.0, 0.005, 0.0001],
+        )
         mark = world.add_body(name="floor_mark", mocap=True, pos=list(FLOOR_MARK_PARKED))
-        mark.add_geom(name="floor_mark", type=mujoco.mjtGeom.mjGEOM_BOX,
-                      size=[FLOOR_MARK_HALF_SIZE, FLOOR_MARK_HALF_SIZE, FLOOR_MARK_HALF_HEIGHT],
-                      rgba=[0.1, 0.3, 0.95, 1.0], contype=0, conaffinity=0, group=0)
+        mark.add_geom(
+            name="floor_mark",
+            type=mujoco.mjtGeom.mjGEOM_BOX,
+            size=[FLOOR_MARK_HALF_SIZE, FLOOR_MARK_HALF_SIZE, FLOOR_MARK_HALF_HEIGHT],
+            rgba=[0.1, 0.3, 0.95, 1.0],
+            contype=0,
+            conaffinity=0,
+            group=0,
+        )
 
     if options.peg:
         _add_peg_in_hole(spec, hand)
 
-    world.add_camera(name="front", pos=[1.15, 0.0, 0.6], quat=look_at([1.15, 0.0, 0.6], [0.45, 0.0, 0.15]),
-                     fovy=50.0)
+    world.add_camera(name="front", pos=[1.15, 0.0, 0.6], quat=look_at([1.15, 0.0, 0.6], [0.45, 0.0, 0.15]), fovy=50.0)
     # Wrist camera: on the hand, beside the fingers, looking down the gripper's approach axis.
-    hand.add_camera(name="wrist", pos=[0.06, 0.0, 0.02],
-                    quat=look_at([0.06, 0.0, 0.02], [0.0, 0.0, 0.16], up=(1.0, 0.0, 0.0)), fovy=70.0)
-    world.add_camera(name="side", pos=[0.45, -1.0, 0.6], quat=look_at([0.45, -1.0, 0.6], [0.45, 0.0, 0.1]),
-                     fovy=50.0)
+    hand.add_camera(
+        name="wrist",
+        pos=[0.06, 0.0, 0.02],
+        quat=look_at([0.06, 0.0, 0.02], [0.0, 0.0, 0.16], up=(1.0, 0.0, 0.0)),
+        fovy=70.0,
+    )
+    world.add_camera(name="side", pos=[0.45, -1.0, 0.6], quat=look_at([0.45, -1.0, 0.6], [0.45, 0.0, 0.1]), fovy=50.0)
     return spec
 
 

@@ -74,7 +74,9 @@ class ReaderThreadDevice(TeleopDevice):
         if thread is None:
             raise RobotFault(FaultKind.TELEOP, f"{self.name} is not open (call open())")
         if not self._lock.acquire(timeout=timeout_s):
-            raise RobotFault(FaultKind.TELEOP, f"{self.name}: no reading within {timeout_s:.3f} s (reader thread stuck)")
+            raise RobotFault(
+                FaultKind.TELEOP, f"{self.name}: no reading within {timeout_s:.3f} s (reader thread stuck)"
+            )
         try:
             if self._error is not None or not thread.is_alive():
                 why = self._error or "its reader thread ended"

@@ -29,7 +29,7 @@ import sys
 import termios
 import time
 import tty
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -51,8 +51,15 @@ class TerminalKeyboard(ReaderThreadDevice):
     name = "keyboard"
     operator = Operator.HUMAN  # a person's hand: a simulated env paces itself at env.control_hz
 
-    def __init__(self, fd: int | None = None, *, hold_s: float = 0.15, gain: float = 1.0, poll_s: float = 0.02,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        fd: int | None = None,
+        *,
+        hold_s: float = 0.15,
+        gain: float = 1.0,
+        poll_s: float = 0.02,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         super().__init__()
         self.fd = sys.stdin.fileno() if fd is None else fd
         self.hold_s, self.gain, self.poll_s, self.clock = hold_s, min(gain, 1.0), poll_s, clock
@@ -60,7 +67,7 @@ class TerminalKeyboard(ReaderThreadDevice):
         self._reset_state()
 
     @classmethod
-    def from_config(cls, config: TeleopConfig, env: object = None) -> "TerminalKeyboard":
+    def from_config(cls, config: TeleopConfig, env: object = None) -> TerminalKeyboard:
         return cls(hold_s=config.keyboard_hold_s, gain=config.gain)
 
     def _reset_state(self) -> None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 
 def load_reports(path: str | Path) -> list[bytes]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -60,8 +60,11 @@ def register_expert(task_name: str, fn: ExpertFn, progress: ProgressFn | None = 
 
 def expert_for(task_name: str) -> ExpertFn:
     if task_name not in _EXPERTS:
-        raise ConfigError("env.teleop.device", f"no scripted expert for task {task_name!r} (experts: "
-                          f"{', '.join(sorted(_EXPERTS))}); register one with drivers.teleop.register_expert")
+        raise ConfigError(
+            "env.teleop.device",
+            f"no scripted expert for task {task_name!r} (experts: "
+            f"{', '.join(sorted(_EXPERTS))}); register one with drivers.teleop.register_expert",
+        )
     return _EXPERTS[task_name]
 
 
@@ -81,10 +84,10 @@ def reach_expert(env) -> np.ndarray:
     return action_toward(env, env.task.target)
 
 
-PUSH_Z = 0.03        # hand (TCP) height while pushing: fingertips at the cube's mid-height
-CLEAR_Z = 0.10       # hand height while moving around the cube
-BEHIND_M = 0.06      # start of a push: this far behind the cube centre, on the goal line
-ALIGNED_M = 0.015    # lateral tolerance to count as on the goal line
+PUSH_Z = 0.03  # hand (TCP) height while pushing: fingertips at the cube's mid-height
+CLEAR_Z = 0.10  # hand height while moving around the cube
+BEHIND_M = 0.06  # start of a push: this far behind the cube centre, on the goal line
+ALIGNED_M = 0.015  # lateral tolerance to count as on the goal line
 
 
 def push_cube_expert(env) -> np.ndarray:
@@ -126,16 +129,32 @@ class ScriptedExpert(TeleopDevice):
     name = "scripted"
     operator = Operator.PROGRAM  # it reads the simulator, not a clock: a simulated env need not pace for it
 
-    def __init__(self, env, *, mode: str = "demo", noise: float = 0.1, hesitation: float = 0.05,
-                 pause_steps: int = 3, patience: int = 5, intervene_prob: float = 1.0,
-                 intervene_decay: float = 0.98, takeover_steps: int = 8, seed: int = 0):
+    def __init__(
+        self,
+        env,
+        *,
+        mode: str = "demo",
+        noise: float = 0.1,
+        hesitation: float = 0.05,
+        pause_steps: int = 3,
+        patience: int = 5,
+        intervene_prob: float = 1.0,
+        intervene_decay: float = 0.98,
+        takeover_steps: int = 8,
+        seed: int = 0,
+    ):
         if mode not in ("demo", "intervene"):
             raise ConfigError("env.teleop.mode", f"expected demo or intervene, got {mode!r}")
         self.env = env
         self.expert = expert_for(env.task.name)
         self.progress = _PROGRESS[env.task.name]
         self.mode, self.noise, self.hesitation, self.pause_steps = mode, noise, hesitation, pause_steps
-        self.patience, self.prob, self.decay, self.takeover_steps = patience, intervene_prob, intervene_decay, takeover_steps
+        self.patience, self.prob, self.decay, self.takeover_steps = (
+            patience,
+            intervene_prob,
+            intervene_decay,
+            takeover_steps,
+        )
         self._rng = np.random.default_rng(seed)
         self._episode = None
         self._best = -math.inf
@@ -146,10 +165,16 @@ class ScriptedExpert(TeleopDevice):
         self._open = False
 
     @classmethod
-    def from_config(cls, config: TeleopConfig, env) -> "ScriptedExpert":
+    def from_config(cls, config: TeleopConfig, env) -> ScriptedExpert:
         return cls(
-            env, mode=config.mode, noise=config.noise, hesitation=config.hesitation, pause_steps=config.pause_steps,
-            patience=config.patience, intervene_prob=config.intervene_prob, intervene_decay=config.intervene_decay,
+            env,
+            mode=config.mode,
+            noise=config.noise,
+            hesitation=config.hesitation,
+            pause_steps=config.pause_steps,
+            patience=config.patience,
+            intervene_prob=config.intervene_prob,
+            intervene_decay=config.intervene_decay,
             takeover_steps=config.takeover_steps,
             seed=config.seed + env.seed,  # instances of a batched env differ
         )
@@ -167,7 +192,9 @@ class ScriptedExpert(TeleopDevice):
             return TeleopReading(np.zeros(6, dtype=np.float32), None, (), frozenset(), False, self.now())
         self._new_episode_check()
         if self._sees_success():  # a person's success key: hold still, end the episode labelled
-            return TeleopReading(np.zeros(6, dtype=np.float32), None, (), frozenset({TeleopEvent.SUCCESS}), True, self.now())
+            return TeleopReading(
+                np.zeros(6, dtype=np.float32), None, (), frozenset({TeleopEvent.SUCCESS}), True, self.now()
+            )
         active = self.mode == "demo" or self._decide(events)
         twist = np.zeros(6, dtype=np.float32)
         gripper = None
@@ -192,8 +219,11 @@ class ScriptedExpert(TeleopDevice):
     def _sees_success(self) -> bool:
         """Demo mode in a rehearsal (``env.sim_state: hidden``): the operator's eyes (the simulator's judge) see
         the task done and mark it, as a person presses the success key; no sensor of a real cell would tell."""
-        return (self.mode == "demo" and self.env.config.sim_state == "hidden"
-                and bool(self.env.task.judge(self.env.arm, self.env.measured_state)))
+        return (
+            self.mode == "demo"
+            and self.env.config.sim_state == "hidden"
+            and bool(self.env.task.judge(self.env.arm, self.env.measured_state))
+        )
 
     def _decide(self, events: set[TeleopEvent]) -> bool:
         """Intervene mode: track progress; take over / give back. Returns whether it drives now."""

@@ -42,7 +42,9 @@ def device_spec(name: str):
 
     specs = get_device_specs()
     if name not in specs:
-        raise RobotFault(FaultKind.TELEOP, f"unknown SpaceMouse model {name!r}; pyspacemouse knows {', '.join(sorted(specs))}")
+        raise RobotFault(
+            FaultKind.TELEOP, f"unknown SpaceMouse model {name!r}; pyspacemouse knows {', '.join(sorted(specs))}"
+        )
     return specs[name]
 
 
@@ -62,8 +64,15 @@ class SpaceMouse(ReaderThreadDevice):
     name = "spacemouse"
     operator = Operator.HUMAN  # a person's hand: a simulated env paces itself at env.control_hz
 
-    def __init__(self, model: str | None = None, *, deadband: float = 0.1, gain: float = 1.0,
-                 poll_s: float = 0.001, hid_device: Any = None):
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        deadband: float = 0.1,
+        gain: float = 1.0,
+        poll_s: float = 0.001,
+        hid_device: Any = None,
+    ):
         super().__init__()
         if not 0 <= deadband < 1:
             raise ValueError(f"deadband must be in [0, 1), got {deadband}")
@@ -74,7 +83,7 @@ class SpaceMouse(ReaderThreadDevice):
         self._reset_state()
 
     @classmethod
-    def from_config(cls, config: TeleopConfig, env: Any = None) -> "SpaceMouse":
+    def from_config(cls, config: TeleopConfig, env: Any = None) -> SpaceMouse:
         return cls(config.spacemouse_name, deadband=config.deadband, gain=config.gain)
 
     def _reset_state(self) -> None:
@@ -99,11 +108,16 @@ class SpaceMouse(ReaderThreadDevice):
         opener.start()
         opener.join(timeout_s)
         if opener.is_alive():
-            raise RobotFault(FaultKind.TELEOP, f"opening the SpaceMouse took over {timeout_s} s (env.teleop.open_timeout_s)")
+            raise RobotFault(
+                FaultKind.TELEOP, f"opening the SpaceMouse took over {timeout_s} s (env.teleop.open_timeout_s)"
+            )
         if "error" in box:
             e = box["error"]
-            raise RobotFault(FaultKind.TELEOP, f"no usable SpaceMouse ({type(e).__name__}: {e}); plug one in, check "
-                                       "the hidraw permissions (udev rule), or set env.teleop.device") from e
+            raise RobotFault(
+                FaultKind.TELEOP,
+                f"no usable SpaceMouse ({type(e).__name__}: {e}); plug one in, check "
+                "the hidraw permissions (udev rule), or set env.teleop.device",
+            ) from e
         self._mouse = box["mouse"]
         self._last_t = -1.0  # SpaceMouseState.t before its first report
         self._gripper_button = self._button_index(GRIPPER_BUTTONS)
@@ -117,8 +131,9 @@ class SpaceMouse(ReaderThreadDevice):
         if self._hid is None:  # a real device: pyspacemouse enumerates USB HID devices
             return pyspacemouse.open(device=self.model, nonblocking=True, axis_convention=AxisConvention.HID_Z_UP)
         spec = device_spec(self.model or "SpaceMouseCompact")
-        return _create_and_open_device(spec=spec, hid_device=self._hid, nonblocking=True,
-                                       axis_convention=AxisConvention.HID_Z_UP)
+        return _create_and_open_device(
+            spec=spec, hid_device=self._hid, nonblocking=True, axis_convention=AxisConvention.HID_Z_UP
+        )
 
     def _button_index(self, names: tuple[str, ...]) -> int | None:
         known = list(self._mouse.info.button_names)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from rlhw.errors import ConfigError
 
@@ -70,9 +70,12 @@ def episode_paths(items: Sequence[str], kinds: Sequence[str] = EPISODE_KINDS) ->
         if p.is_dir():
             found = episode_files(p, tuple(kinds))
             if not found:
-                raise ConfigError("EPISODES", f"{p} holds no episode files of kind {'/'.join(kinds)} (<kind>-NNNNNN.npz "
-                                              "or .steps, searched recursively); record some with `rlhw record-demos "
-                                              "CONFIG --out DIR` or `rlhw train`")
+                raise ConfigError(
+                    "EPISODES",
+                    f"{p} holds no episode files of kind {'/'.join(kinds)} (<kind>-NNNNNN.npz "
+                    "or .steps, searched recursively); record some with `rlhw record-demos "
+                    "CONFIG --out DIR` or `rlhw train`",
+                )
             paths += found
         elif p.is_file():
             paths.append(p)

@@ -22,17 +22,30 @@ from rlhw.cli.common import add_config_arguments
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
-    parser.add_argument("--checkpoint", required=True, metavar="FILE",
-                        help="checkpoint of rlhw train (runs/<run>/checkpoints/latest.pt, or the run directory)")
+    parser.add_argument(
+        "--checkpoint",
+        required=True,
+        metavar="FILE",
+        help="checkpoint of rlhw train (runs/<run>/checkpoints/latest.pt, or the run directory)",
+    )
     parser.add_argument("--episodes", type=int, default=20, metavar="N", help="episodes to evaluate (default 20)")
-    parser.add_argument("--json", default=None, metavar="FILE",
-                        help="also write the result as JSON: success_rate, ci95, episodes, loop_health")
-    parser.add_argument("--run-dir", default=None,
-                        help="where the episodes, config snapshot and eval.json go "
-                             "(default: runs/eval-<config>-<time>)")
+    parser.add_argument(
+        "--json",
+        default=None,
+        metavar="FILE",
+        help="also write the result as JSON: success_rate, ci95, episodes, loop_health",
+    )
+    parser.add_argument(
+        "--run-dir",
+        default=None,
+        help="where the episodes, config snapshot and eval.json go (default: runs/eval-<config>-<time>)",
+    )
     parser.add_argument("--robot", type=int, default=0, metavar="R", help="the robot rank to run on (default 0)")
-    parser.add_argument("--sim", action="store_true",
-                        help="replace robots and cameras by the MuJoCo drivers (env.sim=mujoco), as rlhw train --sim")
+    parser.add_argument(
+        "--sim",
+        action="store_true",
+        help="replace robots and cameras by the MuJoCo drivers (env.sim=mujoco), as rlhw train --sim",
+    )
 
 
 def resolve(args: argparse.Namespace):
@@ -51,20 +64,26 @@ def resolve(args: argparse.Namespace):
     overrides = list(args.overrides) + (["env.sim=mujoco"] if args.sim else [])
     config = load_config(args.config, overrides)
     if config.env.num_envs != 1:  # evaluation steps one instance: one seed, one target, one row per episode
-        print(f"rlhw eval: env.num_envs={config.env.num_envs} ignored: evaluation runs one env instance",
-              file=sys.stderr)
+        print(
+            f"rlhw eval: env.num_envs={config.env.num_envs} ignored: evaluation runs one env instance", file=sys.stderr
+        )
         config = config.model_copy(update={"env": config.env.model_copy(update={"num_envs": 1})})
     return config, PolicyCheckpoint.load(args.checkpoint, "--checkpoint")
 
 
 def print_episode(episode) -> None:
     if episode.index == 0:
-        print(f"{'episode':>7}  {'seed':>10}  {'success':>7}  {'steps':>5}  {'return':>8}  fault / operator",
-              flush=True)
-    notes = [n for n in (episode.fault, "operator took over: counted as a failure" if episode.intervened else None)
-             if n]
-    print(f"{episode.index:>7}  {episode.seed:>10}  {'yes' if episode.success else 'no':>7}  {episode.steps:>5}  "
-          f"{episode.ret:>8.2f}  {'; '.join(notes)}", flush=True)
+        print(
+            f"{'episode':>7}  {'seed':>10}  {'success':>7}  {'steps':>5}  {'return':>8}  fault / operator", flush=True
+        )
+    notes = [
+        n for n in (episode.fault, "operator took over: counted as a failure" if episode.intervened else None) if n
+    ]
+    print(
+        f"{episode.index:>7}  {episode.seed:>10}  {'yes' if episode.success else 'no':>7}  {episode.steps:>5}  "
+        f"{episode.ret:>8.2f}  {'; '.join(notes)}",
+        flush=True,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,16 +94,21 @@ def run(args: argparse.Namespace) -> int:
     config, checkpoint = resolve(args)
     stem = Path(args.config).stem
     run_dir = RunDir(args.run_dir or Path("runs") / f"eval-{stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
-    print(f"rlhw eval: {checkpoint.path} on {args.config}, {args.episodes} episodes; run directory {run_dir.path}",
-          file=sys.stderr)
+    print(
+        f"rlhw eval: {checkpoint.path} on {args.config}, {args.episodes} episodes; run directory {run_dir.path}",
+        file=sys.stderr,
+    )
     with sigterm_interrupts():  # SIGTERM (systemd, a scheduler) ends it as Ctrl-C does
         report = evaluate(config, checkpoint, args.episodes, run_dir, args.robot, on_episode=print_episode)
     result = report.to_json(checkpoint=str(checkpoint.path), config=str(args.config), run_dir=str(run_dir.path))
     lo, hi = report.ci95
-    print(f"success rate {report.successes}/{len(report.episodes)} = {report.success_rate:.2f}, "
-          f"95% Wilson interval [{lo:.2f}, {hi:.2f}]; obs->action p50 "
-          f"{report.loop_health.get('latency_p50_ms', float('nan')):.2f} ms, p99 "
-          f"{report.loop_health.get('latency_p99_ms', float('nan')):.2f} ms", flush=True)
+    print(
+        f"success rate {report.successes}/{len(report.episodes)} = {report.success_rate:.2f}, "
+        f"95% Wilson interval [{lo:.2f}, {hi:.2f}]; obs->action p50 "
+        f"{report.loop_health.get('latency_p50_ms', float('nan')):.2f} ms, p99 "
+        f"{report.loop_health.get('latency_p99_ms', float('nan')):.2f} ms",
+        flush=True,
+    )
     text = json.dumps(_strict_json(result), indent=2, default=str, allow_nan=False)
     (run_dir.path / "eval.json").write_text(text + "\n")
     if args.json:

@@ -20,18 +20,32 @@ SUBCOMMANDS = {
     "serve-env": ("rlhw.cli.serve_env", "serve gRPC step/reset in front of one arm or simulator"),
     "train": ("rlhw.cli.train", "train a policy (sim-only default: configs/sim_reach.yaml)"),
     "eval": ("rlhw.cli.eval", "run a trained policy for N episodes: its success rate and Wilson interval"),
-    "record-pose": ("rlhw.cli.record_pose", "save the hand's pose (moved there by hand-guiding or teleop) as a task's goal"),
+    "record-pose": (
+        "rlhw.cli.record_pose",
+        "save the hand's pose (moved there by hand-guiding or teleop) as a task's goal",
+    ),
     "smoke-test": ("rlhw.cli.smoke_test", "check robots, cameras, nodes and env servers; moves nothing unless asked"),
-    "record-demos": ("rlhw.cli.record_demos", "record operator demonstrations (SpaceMouse, keyboard or scripted expert) as demo episodes"),
+    "record-demos": (
+        "rlhw.cli.record_demos",
+        "record operator demonstrations (SpaceMouse, keyboard or scripted expert) as demo episodes",
+    ),
     "view": ("rlhw.cli.view", "show recorded episodes in the Rerun viewer (writes an .rrd file, or serves the viewer)"),
-    "train-reward": ("rlhw.cli.train_reward", "train the success (reward) classifier on recorded episodes' camera frames"),
-    "export-dataset": ("rlhw.cli.export_dataset", "write recorded episodes as a LeRobotDataset v3.0 (LeRobot's tools and the Hub read it)"),
+    "train-reward": (
+        "rlhw.cli.train_reward",
+        "train the success (reward) classifier on recorded episodes' camera frames",
+    ),
+    "export-dataset": (
+        "rlhw.cli.export_dataset",
+        "write recorded episodes as a LeRobotDataset v3.0 (LeRobot's tools and the Hub read it)",
+    ),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser: lists the subcommands without importing any of them."""
-    parser = argparse.ArgumentParser(prog="rlhw", description="Reinforcement learning on real and simulated robot arms.")
+    parser = argparse.ArgumentParser(
+        prog="rlhw", description="Reinforcement learning on real and simulated robot arms."
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (_, help_text) in SUBCOMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)

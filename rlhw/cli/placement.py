@@ -30,7 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="attach to a running Ray cluster ('auto' or head-ip:6379), check node ranks and hardware, "
         "and plan with the GPUs Ray sees on each node",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON: {num_nodes, components: {name: {world_size, processes}}}")
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON: {num_nodes, components: {name: {world_size, processes}}}"
+    )
     parser.add_argument(
         "--per-process",
         action="store_true",
@@ -48,7 +50,9 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.overrides)
     if args.address:
         accelerators = detect_accelerators(config, args.address)
-        source = f"live cluster at {args.address}: GPUs per node " + ", ".join(f"{r}:{n}" for r, n in sorted(accelerators.items()))
+        source = f"live cluster at {args.address}: GPUs per node " + ", ".join(
+            f"{r}:{n}" for r, n in sorted(accelerators.items())
+        )
     else:
         accelerators = None
         source = "dry run: accelerators from accelerators_per_node"
@@ -168,7 +172,9 @@ def print_table(num_nodes: int, placements, source: str, per_process: bool = Fal
 
     from rlhw.placement.grammar import format_ranks
 
-    table = Table(title=f"placement on {num_nodes} node{'s' if num_nodes != 1 else ''} ({source})", title_justify="left")
+    table = Table(
+        title=f"placement on {num_nodes} node{'s' if num_nodes != 1 else ''} ({source})", title_justify="left"
+    )
     for col, justify in (
         ("component", "left"),
         ("ranks", "right"),

@@ -38,11 +38,25 @@ DEVICES = tuple(teleop_devices())
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
-    parser.add_argument("--episodes", type=positive_int("--episodes"), default=20, help="episodes to record (default 20, as SERL)")
-    parser.add_argument("--teleop", choices=DEVICES, default=None, help="the operator's device (default: env.teleop.device)")
+    parser.add_argument(
+        "--episodes", type=positive_int("--episodes"), default=20, help="episodes to record (default 20, as SERL)"
+    )
+    parser.add_argument(
+        "--teleop", choices=DEVICES, default=None, help="the operator's device (default: env.teleop.device)"
+    )
     parser.add_argument("--out", default="demos", help="directory of the demo episodes (default: ./demos)")
-    parser.add_argument("--replay", metavar="EPISODE_FILE", default=None, help="re-execute a recorded episode in sim and check it reproduces")
-    parser.add_argument("--tolerance", type=float, default=0.005, help="replay: largest final deviation of any proprio observation (default 0.005)")
+    parser.add_argument(
+        "--replay",
+        metavar="EPISODE_FILE",
+        default=None,
+        help="re-execute a recorded episode in sim and check it reproduces",
+    )
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.005,
+        help="replay: largest final deviation of any proprio observation (default 0.005)",
+    )
     parser.add_argument("--no-live", action="store_true", help="print one line per episode instead of the live view")
 
 
@@ -51,13 +65,17 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = list(args.overrides)
     if args.replay:
-        return replay(load_config(args.config, [*overrides, "env.teleop.device=none"]), Path(args.replay), args.tolerance)
+        return replay(
+            load_config(args.config, [*overrides, "env.teleop.device=none"]), Path(args.replay), args.tolerance
+        )
     if args.teleop:
         overrides.append(f"env.teleop.device={args.teleop}")
     overrides += ["env.teleop.always_active=true", "env.teleop.mode=demo"]
     config = load_config(args.config, overrides)
     if config.env.teleop.device == "none":
-        raise ConfigError("--teleop", f"record-demos needs an operator: pass --teleop {'|'.join(DEVICES)} or set env.teleop.device")
+        raise ConfigError(
+            "--teleop", f"record-demos needs an operator: pass --teleop {'|'.join(DEVICES)} or set env.teleop.device"
+        )
     return record(config, args, overrides)
 
 
@@ -79,16 +97,33 @@ def record(config: Config, args, overrides: list[str]) -> int:
             for episode in range(args.episodes):
                 seed = config.env.seed + episode
                 obs, info = env.reset(seed=seed)
-                recorder.begin(obs, kind="demo", meta={
-                    "seed": seed, "task": config.env.task, "robot": env.spec.robot, "teleop": config.env.teleop.device,
-                    "config": str(args.config), "overrides": overrides, "control_hz": config.env.control_hz})
+                recorder.begin(
+                    obs,
+                    kind="demo",
+                    meta={
+                        "seed": seed,
+                        "task": config.env.task,
+                        "robot": env.spec.robot,
+                        "teleop": config.env.teleop.device,
+                        "config": str(args.config),
+                        "overrides": overrides,
+                        "control_hz": config.env.control_hz,
+                    },
+                )
                 done = False
                 while not done:
                     step = env.step(zero)  # the operator's action is executed
-                    recorder.step(step.executed[0], step.reward[0], step.terminated[0], step.truncated[0],
-                                  {k: v[0] for k, v in step.obs.items()}, step.success[0],
-                                  intervened=step.intervened[0], fault=step.fault[0],
-                                  judge_success=None if step.judge_success is None else step.judge_success[0])
+                    recorder.step(
+                        step.executed[0],
+                        step.reward[0],
+                        step.terminated[0],
+                        step.truncated[0],
+                        {k: v[0] for k, v in step.obs.items()},
+                        step.success[0],
+                        intervened=step.intervened[0],
+                        fault=step.fault[0],
+                        judge_success=None if step.judge_success is None else step.judge_success[0],
+                    )
                     done = bool(step.ended[0])
                     view.update(episode, step, successes)
                 path = recorder.end()
@@ -117,7 +152,9 @@ def replay(config: Config, path: Path, tolerance: float) -> int:
     env = make_env(config)
     try:
         if env.realtime:
-            raise ConfigError("--replay", "replay runs in simulation only (a real arm is not deterministic); add env.sim=mujoco")
+            raise ConfigError(
+                "--replay", "replay runs in simulation only (a real arm is not deterministic); add env.sim=mujoco"
+            )
         obs, _ = env.reset(seed=int(meta["seed"]))
         for action in episode["action"]:
             step = env.step(action)
@@ -126,11 +163,16 @@ def replay(config: Config, path: Path, tolerance: float) -> int:
     finally:
         env.close()
     obs, steps = {k: v[0] for k, v in step.obs.items()}, step.extras[0]["episode_step"]
-    deviation = max(float(np.max(np.abs(obs[k] - episode[f"obs/{k}"][-1]))) for k in obs
-                    if not k.startswith("image_") and f"obs/{k}" in episode)
+    deviation = max(
+        float(np.max(np.abs(obs[k] - episode[f"obs/{k}"][-1])))
+        for k in obs
+        if not k.startswith("image_") and f"obs/{k}" in episode
+    )
     ok = deviation <= tolerance and len(episode["action"]) == steps
-    print(f"replay of {path}: {steps} of {len(episode['action'])} steps, final deviation "
-          f"{deviation:.6f} (tolerance {tolerance}): {'reproduced' if ok else 'NOT reproduced'}")
+    print(
+        f"replay of {path}: {steps} of {len(episode['action'])} steps, final deviation "
+        f"{deviation:.6f} (tolerance {tolerance}): {'reproduced' if ok else 'NOT reproduced'}"
+    )
     return 0 if ok else 1
 
 
@@ -142,12 +184,14 @@ class LiveView:
         self.enabled = enabled
         self._live = None
 
-    def __enter__(self) -> "LiveView":
+    def __enter__(self) -> LiveView:
         if self.enabled:
             from rich.console import Console
             from rich.live import Live
 
-            self._live = Live(self._render(0, None, 0), console=Console(stderr=True), refresh_per_second=8, transient=False)
+            self._live = Live(
+                self._render(0, None, 0), console=Console(stderr=True), refresh_per_second=8, transient=False
+            )
             self._live.__enter__()
         return self
 
@@ -184,6 +228,7 @@ def frame_ages(step: Step | None) -> str:
     if step is None:
         return "-"
     now = time.time()
-    ages = [f"{k[len('image_'):]} {1000 * (now - t[0]):.0f} ms" for k, t in step.stamps.items()
-            if k.startswith("image_")]
+    ages = [
+        f"{k[len('image_') :]} {1000 * (now - t[0]):.0f} ms" for k, t in step.stamps.items() if k.startswith("image_")
+    ]
     return ", ".join(ages) or "no camera"

@@ -27,10 +27,14 @@ REFRESH_S = 0.2
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="YAML config file (its env section names the arm and the task)")
     parser.add_argument("name", help="the pose to record: a pose option of the config's task (insert: goal_pose)")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. env.driver_timeout_s=5")
+    parser.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. env.driver_timeout_s=5"
+    )
     parser.add_argument("--out", default=None, help="write the pose here instead of the file the config names")
     parser.add_argument("--now", action="store_true", help="record the current pose at once, without waiting for Enter")
-    parser.add_argument("--sim", action="store_true", help="record in MuJoCo instead of on the configured robot (env.sim=mujoco)")
+    parser.add_argument(
+        "--sim", action="store_true", help="record in MuJoCo instead of on the configured robot (env.sim=mujoco)"
+    )
 
 
 def pose_path(config: Config, name: str, out: str | None) -> str:
@@ -45,11 +49,16 @@ def pose_path(config: Config, name: str, out: str | None) -> str:
         task = config.env.task
         known = tuple(task_class(task).pose_options)
         if name not in known:
-            raise ConfigError("NAME", f"task {task!r} has no pose option {name!r}; known: {', '.join(known) or '(none)'}"
-                                      " (or pass --out FILE)")
+            raise ConfigError(
+                "NAME",
+                f"task {task!r} has no pose option {name!r}; known: {', '.join(known) or '(none)'}"
+                " (or pass --out FILE)",
+            )
         out = config.env.task_options.get(name)
         if not out:
-            raise ConfigError(f"env.task_options.{name}", "names no file; set it to a path (e.g. poses/goal.json) or pass --out FILE")
+            raise ConfigError(
+                f"env.task_options.{name}", "names no file; set it to a path (e.g. poses/goal.json) or pass --out FILE"
+            )
     path = str(out)
     folder = os.path.dirname(os.path.abspath(path))
     try:
@@ -61,14 +70,18 @@ def pose_path(config: Config, name: str, out: str | None) -> str:
     except OSError as e:
         raise ConfigError(source, f"cannot write the pose file {path!r}: {e.strerror or e}") from None
     if os.path.isdir(path):
-        raise ConfigError(source, f"{path!r} is a directory; give a file name such as {os.path.join(path, name + '.json')}")
+        raise ConfigError(
+            source, f"{path!r} is a directory; give a file name such as {os.path.join(path, name + '.json')}"
+        )
     return path
 
 
 def describe(state) -> str:
     (x, y, z), (qx, qy, qz, qw) = state.pose.position.tolist(), state.pose.quaternion.tolist()
-    return (f"hand at x={x:+.4f} y={y:+.4f} z={z:+.4f} m, quat(xyzw)=[{qx:+.3f} {qy:+.3f} {qz:+.3f} {qw:+.3f}], "
-            f"gripper {state.gripper_width * 1000:.1f} mm")
+    return (
+        f"hand at x={x:+.4f} y={y:+.4f} z={z:+.4f} m, quat(xyzw)=[{qx:+.3f} {qy:+.3f} {qz:+.3f} {qw:+.3f}], "
+        f"gripper {state.gripper_width * 1000:.1f} mm"
+    )
 
 
 def wait_for_enter(arm, out=sys.stderr):
@@ -92,7 +105,9 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config, list(args.overrides) + (["env.sim=mujoco"] if args.sim else []))
     path = pose_path(config, args.name, args.out)
     if not args.now and not sys.stdin.isatty():
-        raise ConfigError("--now", "stdin is not a terminal, so nobody can press Enter; pass --now to record the current pose")
+        raise ConfigError(
+            "--now", "stdin is not a terminal, so nobody can press Enter; pass --now to record the current pose"
+        )
     plan = plan_env(config)
     sim_options = task_class(config.env.task).sim_arm_options
     arm = build_arm(config, plan, seed=config.env.seed, sim_options=sim_options)
@@ -103,6 +118,9 @@ def run(args: argparse.Namespace) -> int:
         arm.close()
     pose = RecordedPose.from_state(args.name, plan.robot, state)
     save_pose(path, pose)
-    print(f"rlhw record-pose: {describe(state)}; saved {args.name!r} from {plan.robot} to {path}"
-          f" at {time.strftime('%H:%M:%S')}", file=sys.stderr)
+    print(
+        f"rlhw record-pose: {describe(state)}; saved {args.name!r} from {plan.robot} to {path}"
+        f" at {time.strftime('%H:%M:%S')}",
+        file=sys.stderr,
+    )
     return 0

@@ -40,12 +40,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-dm-env-rpc", action="store_true", help="do not serve the dm_env_rpc Environment service")
     parser.add_argument("--grace", type=float, default=2.0, help="seconds to let calls in flight finish at shutdown")
-    parser.add_argument("--isolate-node", type=int, metavar="N",
-                        help="apply node N's robot-loop isolation (cluster.node_groups[].env_configs[]: loop_cpus, "
-                             "loop_priority) to this whole server; the training env worker passes its node")
-    parser.add_argument("--address-fd", type=int, metavar="FD",
-                        help='inherited file descriptor (a pipe) to write {"address": "HOST:PORT"} and a newline to '
-                        "once listening, then close; for a parent process that starts this server")
+    parser.add_argument(
+        "--isolate-node",
+        type=int,
+        metavar="N",
+        help="apply node N's robot-loop isolation (cluster.node_groups[].env_configs[]: loop_cpus, "
+        "loop_priority) to this whole server; the training env worker passes its node",
+    )
+    parser.add_argument(
+        "--address-fd",
+        type=int,
+        metavar="FD",
+        help='inherited file descriptor (a pipe) to write {"address": "HOST:PORT"} and a newline to '
+        "once listening, then close; for a parent process that starts this server",
+    )
 
 
 def _factory(spec: str):
@@ -74,8 +82,10 @@ def _check_port_free(host: str, port: int) -> None:
         try:
             s.bind(sockaddr)
         except OSError as e:
-            raise ConfigError("server.port", f"cannot listen on {host}:{port} ({e.strerror}); another env server? "
-                              "pick another port (0 = any free)") from None
+            raise ConfigError(
+                "server.port",
+                f"cannot listen on {host}:{port} ({e.strerror}); another env server? pick another port (0 = any free)",
+            ) from None
 
 
 def _check_address_fd(fd: int | None) -> int | None:
@@ -85,8 +95,10 @@ def _check_address_fd(fd: int | None) -> int | None:
     try:
         os.fstat(fd)
     except OSError as e:
-        raise ConfigError("--address-fd", f"{fd} is not an open file descriptor ({e.strerror}); the parent "
-                          "passes the write end of a pipe it created") from None
+        raise ConfigError(
+            "--address-fd",
+            f"{fd} is not an open file descriptor ({e.strerror}); the parent passes the write end of a pipe it created",
+        ) from None
     return fd
 
 
@@ -96,8 +108,9 @@ def _isolate(config: Config, node_rank: int) -> dict:
     from rlhw.runtime.isolation import apply_loop_isolation
 
     if not 0 <= node_rank < config.cluster.num_nodes:
-        raise ConfigError("--isolate-node", f"must be a node rank of the cluster (0..{config.cluster.num_nodes - 1}), "
-                                            f"got {node_rank}")
+        raise ConfigError(
+            "--isolate-node", f"must be a node rank of the cluster (0..{config.cluster.num_nodes - 1}), got {node_rank}"
+        )
     record = apply_loop_isolation(config.cluster.node_env(node_rank).isolation)
     print(f"robot loop isolation of node {node_rank}: {json.dumps(record)}", flush=True)
     return record

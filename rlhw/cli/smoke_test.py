@@ -21,7 +21,9 @@ def _checks(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     bad = [n for n in names if n not in CHECK_GROUPS]
     if bad or not names:
-        raise argparse.ArgumentTypeError(f"unknown check group(s) {bad or [text]}; choose from {', '.join(CHECK_GROUPS)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown check group(s) {bad or [text]}; choose from {', '.join(CHECK_GROUPS)}"
+        )
     return names
 
 
@@ -35,26 +37,72 @@ def _playback(text: str) -> tuple[str, str]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
     parser.add_argument("--node-group", metavar="G", help="only the robots, cameras and nodes of node group G")
-    parser.add_argument("--robot", type=int, metavar="R", help="only Franka rank R (within its node group), with its cameras and env server")
-    parser.add_argument("--allow-motion", action="store_true",
-                        help="also move each arm 1.5 cm and back, open/close its gripper, and reset/step real-arm env servers")
-    parser.add_argument("--yes", action="store_true", help="do not ask before moving (needed with --allow-motion when stdin is not a terminal)")
+    parser.add_argument(
+        "--robot",
+        type=int,
+        metavar="R",
+        help="only Franka rank R (within its node group), with its cameras and env server",
+    )
+    parser.add_argument(
+        "--allow-motion",
+        action="store_true",
+        help="also move each arm 1.5 cm and back, open/close its gripper, and reset/step real-arm env servers",
+    )
+    parser.add_argument(
+        "--yes",
+        action="store_true",
+        help="do not ask before moving (needed with --allow-motion when stdin is not a terminal)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
-    parser.add_argument("--timeout", type=positive_seconds("--timeout"), default=10.0, metavar="S",
-                        help="bound on every single check, seconds (default 10)")
-    parser.add_argument("--window", type=positive_seconds("--window"), default=3.0, metavar="S",
-                        help="how long streaming checks watch: camera fps/drops, robot state (default 3)")
-    parser.add_argument("--checks", type=_checks, default=CHECK_GROUPS, metavar="LIST",
-                        help=f"comma-separated groups to run (default all: {','.join(CHECK_GROUPS)})")
-    parser.add_argument("--env-server", metavar="HOST:PORT", help="check this running env server instead of starting one")
-    parser.add_argument("--server-start-timeout", type=positive_seconds("--server-start-timeout"), default=60.0, metavar="S",
-                        help="bound on starting `rlhw serve-env` (default 60)")
+    parser.add_argument(
+        "--timeout",
+        type=positive_seconds("--timeout"),
+        default=10.0,
+        metavar="S",
+        help="bound on every single check, seconds (default 10)",
+    )
+    parser.add_argument(
+        "--window",
+        type=positive_seconds("--window"),
+        default=3.0,
+        metavar="S",
+        help="how long streaming checks watch: camera fps/drops, robot state (default 3)",
+    )
+    parser.add_argument(
+        "--checks",
+        type=_checks,
+        default=CHECK_GROUPS,
+        metavar="LIST",
+        help=f"comma-separated groups to run (default all: {','.join(CHECK_GROUPS)})",
+    )
+    parser.add_argument(
+        "--env-server", metavar="HOST:PORT", help="check this running env server instead of starting one"
+    )
+    parser.add_argument(
+        "--server-start-timeout",
+        type=positive_seconds("--server-start-timeout"),
+        default=60.0,
+        metavar="S",
+        help="bound on starting `rlhw serve-env` (default 60)",
+    )
     parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster for multi-node configs (default: auto)")
-    parser.add_argument("--local-node", type=int, metavar="N",
-                        help="run only node N's checks, here, without Ray (e.g. on the robot PC of a larger cluster)")
-    parser.add_argument("--camera-playback", action="append", type=_playback, default=[], metavar="SERIAL=FILE",
-                        help="check camera SERIAL's pipeline on a recording (.db3) instead of the device (repeatable)")
-    parser.add_argument("--motion-cm", type=float, default=1.5, metavar="CM", help="size of the test motion, 0.2-3 cm (default 1.5)")
+    parser.add_argument(
+        "--local-node",
+        type=int,
+        metavar="N",
+        help="run only node N's checks, here, without Ray (e.g. on the robot PC of a larger cluster)",
+    )
+    parser.add_argument(
+        "--camera-playback",
+        action="append",
+        type=_playback,
+        default=[],
+        metavar="SERIAL=FILE",
+        help="check camera SERIAL's pipeline on a recording (.db3) instead of the device (repeatable)",
+    )
+    parser.add_argument(
+        "--motion-cm", type=float, default=1.5, metavar="CM", help="size of the test motion, 0.2-3 cm (default 1.5)"
+    )
 
 
 def confirm_motion(args, targets, ask=input, stdin=None) -> str:
@@ -69,8 +117,11 @@ def confirm_motion(args, targets, ask=input, stdin=None) -> str:
     if stdin is None or not stdin.isatty():
         return "no terminal to confirm motion on: add --yes to move the arms unattended"
     real = [r.name for r in targets.robots if not r.simulated]
-    print(f"--allow-motion: will move {', '.join(real)} by {args.motion_cm:g} cm and back, close/open the gripper, and "
-          "reset/step their env servers. Keep the workspace clear and the stop button in reach.", file=sys.stderr)
+    print(
+        f"--allow-motion: will move {', '.join(real)} by {args.motion_cm:g} cm and back, close/open the gripper, and "
+        "reset/step their env servers. Keep the workspace clear and the stop button in reach.",
+        file=sys.stderr,
+    )
     answer = ask("Move the arms? [y/N] ").strip().lower()
     return "allowed" if answer in ("y", "yes") else "the operator declined motion at the prompt"
 
@@ -88,10 +139,19 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--yes", "confirms motion, which is off; add --allow-motion to move the arms (or drop --yes)")
     config = load_config(args.config, list(args.overrides or []))
     base = dict(
-        node_group=args.node_group, robot=args.robot, timeout_s=args.timeout, window_s=args.window,
-        server_start_s=args.server_start_timeout, env_server=args.env_server, checks=tuple(args.checks),
-        config_path=os.path.abspath(args.config), overrides=tuple(args.overrides or ()), motion_m=args.motion_cm / 100.0,
-        ray_address=args.ray_address, local_node=args.local_node, camera_playback=tuple(args.camera_playback),
+        node_group=args.node_group,
+        robot=args.robot,
+        timeout_s=args.timeout,
+        window_s=args.window,
+        server_start_s=args.server_start_timeout,
+        env_server=args.env_server,
+        checks=tuple(args.checks),
+        config_path=os.path.abspath(args.config),
+        overrides=tuple(args.overrides or ()),
+        motion_m=args.motion_cm / 100.0,
+        ray_address=args.ray_address,
+        local_node=args.local_node,
+        camera_playback=tuple(args.camera_playback),
     )
     options = SmokeOptions(**base)
     targets = select_targets(config, options)

@@ -19,13 +19,21 @@ DEFAULT_CONFIG = "configs/sim_reach.yaml"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser, default=DEFAULT_CONFIG)
-    parser.add_argument("--run-dir", default=None,
-                        help="where checkpoints, metrics, episodes and plots go (default: runs/<config>-<timestamp>)")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the run in --run-dir: reload its config snapshot, checkpoint and episodes")
-    parser.add_argument("--sim", action="store_true",
-                        help="sim-only: replace robots and cameras by the MuJoCo drivers (env.sim=mujoco), "
-                             "keeping the placement")
+    parser.add_argument(
+        "--run-dir",
+        default=None,
+        help="where checkpoints, metrics, episodes and plots go (default: runs/<config>-<timestamp>)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --run-dir: reload its config snapshot, checkpoint and episodes",
+    )
+    parser.add_argument(
+        "--sim",
+        action="store_true",
+        help="sim-only: replace robots and cameras by the MuJoCo drivers (env.sim=mujoco), keeping the placement",
+    )
 
 
 def resolve_config(args: argparse.Namespace):

@@ -25,22 +25,41 @@ DEFAULT_OUT = "reward_classifier.pt"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("episodes", nargs="*", metavar="EPISODES", help="episode files or directories of them")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"model file to write (default: {DEFAULT_OUT})")
-    parser.add_argument("--cameras", nargs="+", default=None, help="cameras to use (default: every camera in the episodes)")
+    parser.add_argument(
+        "--cameras", nargs="+", default=None, help="cameras to use (default: every camera in the episodes)"
+    )
     parser.add_argument("--epochs", type=int, default=60, help="training epochs (default: 60)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the split, the initialisation and the augmentation")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the split, the initialisation and the augmentation"
+    )
     parser.add_argument("--input-size", type=int, default=64, help="square input size in pixels, 32-256 (default: 64)")
-    parser.add_argument("--crop", nargs=4, type=float, default=(0.0, 0.0, 1.0, 1.0), metavar=("TOP", "LEFT", "BOTTOM", "RIGHT"),
-                        help="region of interest of every frame, as fractions (default: the whole frame); saved in the file")
+    parser.add_argument(
+        "--crop",
+        nargs=4,
+        type=float,
+        default=(0.0, 0.0, 1.0, 1.0),
+        metavar=("TOP", "LEFT", "BOTTOM", "RIGHT"),
+        help="region of interest of every frame, as fractions (default: the whole frame); saved in the file",
+    )
     parser.add_argument("--encoder", default="cnn", choices=("cnn", "resnet10", "resnet18"), help="image encoder kind")
     parser.add_argument("--encoder-weights", default=None, help="local state_dict file to start the encoder from")
     parser.add_argument("--frozen", action="store_true", help="freeze the encoder backbone (with --encoder-weights)")
-    parser.add_argument("--positive-last-k", type=int, default=2, help="last frames of a successful episode labelled success (default 2: an episode ends as the cube arrives, so earlier frames seldom show it in)")
+    parser.add_argument(
+        "--positive-last-k",
+        type=int,
+        default=2,
+        help="last frames of a successful episode labelled success (default 2: an episode ends as the cube arrives, so earlier frames seldom show it in)",
+    )
     parser.add_argument("--ambiguous-gap", type=int, default=3, help="frames before those left out (neither label)")
     parser.add_argument("--threshold", type=float, default=0.5, help="success when P >= threshold (saved in the file)")
     parser.add_argument("--held-out", type=float, default=0.25, help="fraction of episodes held out for the metrics")
-    parser.add_argument("--labels", choices=("recorded", "judge"), default="recorded",
-                        help="recorded: the episode's measured success and the operator's marks (default); judge: the "
-                             "simulator judge's verdict recorded with every step (simulation only)")
+    parser.add_argument(
+        "--labels",
+        choices=("recorded", "judge"),
+        default="recorded",
+        help="recorded: the episode's measured success and the operator's marks (default); judge: the "
+        "simulator judge's verdict recorded with every step (simulation only)",
+    )
 
 
 def _options(args: argparse.Namespace):
@@ -51,12 +70,22 @@ def _options(args: argparse.Namespace):
     from rlhw.vision.labels import LabelRules
     from rlhw.vision.train_classifier import TrainOptions
 
-    checks = (("--epochs", args.epochs >= 1, "must be >= 1"), ("--input-size", 32 <= args.input_size <= 256, "must be 32-256"),
-              ("--threshold", 0.0 <= args.threshold <= 1.0, "must be in [0, 1]"),
-              ("--held-out", 0.0 < args.held_out < 1.0, "must be in (0, 1)"),
-              ("--positive-last-k", args.positive_last_k >= 1, "must be >= 1"), ("--ambiguous-gap", args.ambiguous_gap >= 0, "must be >= 0"))
+    checks = (
+        ("--epochs", args.epochs >= 1, "must be >= 1"),
+        ("--input-size", 32 <= args.input_size <= 256, "must be 32-256"),
+        ("--threshold", 0.0 <= args.threshold <= 1.0, "must be in [0, 1]"),
+        ("--held-out", 0.0 < args.held_out < 1.0, "must be in (0, 1)"),
+        ("--positive-last-k", args.positive_last_k >= 1, "must be >= 1"),
+        ("--ambiguous-gap", args.ambiguous_gap >= 0, "must be >= 0"),
+    )
     top, left, bottom, right = args.crop
-    checks += (("--crop", 0 <= top < bottom <= 1 and 0 <= left < right <= 1, "needs fractions 0 <= TOP < BOTTOM <= 1, 0 <= LEFT < RIGHT <= 1"),)
+    checks += (
+        (
+            "--crop",
+            0 <= top < bottom <= 1 and 0 <= left < right <= 1,
+            "needs fractions 0 <= TOP < BOTTOM <= 1, 0 <= LEFT < RIGHT <= 1",
+        ),
+    )
     for flag, ok, why in checks:
         if not ok:
             raise ConfigError(flag, f"{why}, got {getattr(args, flag[2:].replace('-', '_'))}")
@@ -65,9 +94,16 @@ def _options(args: argparse.Namespace):
     except ValidationError as e:
         raise ConfigError("--encoder", str(e.errors()[0]["msg"])) from None
     return TrainOptions(
-        cameras=tuple(args.cameras) if args.cameras else None, input_size=(args.input_size, args.input_size), crop=tuple(args.crop),
-        encoder=encoder, epochs=args.epochs, threshold=args.threshold, held_out_fraction=args.held_out, seed=args.seed,
-        rules=LabelRules(positive_last_k=args.positive_last_k, ambiguous_gap=args.ambiguous_gap))
+        cameras=tuple(args.cameras) if args.cameras else None,
+        input_size=(args.input_size, args.input_size),
+        crop=tuple(args.crop),
+        encoder=encoder,
+        epochs=args.epochs,
+        threshold=args.threshold,
+        held_out_fraction=args.held_out,
+        seed=args.seed,
+        rules=LabelRules(positive_last_k=args.positive_last_k, ambiguous_gap=args.ambiguous_gap),
+    )
 
 
 def read_episodes(paths: list[str], labels: str = "recorded") -> list:
@@ -75,8 +111,8 @@ def read_episodes(paths: list[str], labels: str = "recorded") -> list:
     ``labels="judge"`` their success is the simulator judge's recorded verdict."""
     import numpy as np
 
-    from rlhw.errors import ConfigError
     from rlhw.cli.common import episode_paths
+    from rlhw.errors import ConfigError
     from rlhw.rl.episodes import load_episode
     from rlhw.vision.labels import EpisodeFrames
 
@@ -89,12 +125,15 @@ def read_episodes(paths: list[str], labels: str = "recorded") -> list:
         if not ep or "success" not in ep:
             continue  # a reset with no step: nothing to label
         meta = json.loads(bytes(ep["meta"]).decode()) if "meta" in ep else {}
-        images = {k[len("obs/image_"):]: v for k, v in ep.items() if k.startswith("obs/image_")}
+        images = {k[len("obs/image_") :]: v for k, v in ep.items() if k.startswith("obs/image_")}
         success = np.asarray(ep["success"], dtype=bool)
         if labels == "judge":
             if "judge_success" not in ep:
-                raise ConfigError("--labels", f"episode {f} has no judge verdict (recorded on a real cell, or before "
-                                              "rehearsals existed); use --labels recorded")
+                raise ConfigError(
+                    "--labels",
+                    f"episode {f} has no judge verdict (recorded on a real cell, or before "
+                    "rehearsals existed); use --labels recorded",
+                )
             success = np.asarray(ep["judge_success"], dtype=bool)
             meta = {k: v for k, v in meta.items() if k not in ("operator_success", "operator_marks")}
         episodes.append(EpisodeFrames(str(f), images, success, meta))
@@ -121,16 +160,24 @@ def run(args: argparse.Namespace) -> int:
     options = _options(args)
     result = train_success_classifier(read_episodes(args.episodes, args.labels), options)
     out = save_classifier(result.classifier, args.out, result.metrics, result.training)
-    report = {"model": str(out), "held_out": result.metrics, **{k: result.training[k] for k in ("episodes", "frames", "train_accuracy")}}
+    report = {
+        "model": str(out),
+        "held_out": result.metrics,
+        **{k: result.training[k] for k in ("episodes", "frames", "train_accuracy")},
+    }
     metrics_path = out.with_suffix(".metrics.json")
     metrics_path.write_text(json.dumps(_nan_to_null(report), indent=2, allow_nan=False) + "\n")
     m, c = result.metrics, result.metrics["confusion"]
     frames = result.training["frames"]
-    print(f"held-out: {len(result.training['episodes']['held_out'])} episodes, {m['frames']} frames "
-          f"({frames['held_out']['positive']} success, {frames['held_out']['negative']} not); "
-          f"train: {len(result.training['episodes']['train'])} episodes")
-    print(f"accuracy {_fmt(m['accuracy'])}  precision {_fmt(m['precision'])}  recall {_fmt(m['recall'])}  "
-          f"(threshold {m['threshold']}, seed {args.seed})")
+    print(
+        f"held-out: {len(result.training['episodes']['held_out'])} episodes, {m['frames']} frames "
+        f"({frames['held_out']['positive']} success, {frames['held_out']['negative']} not); "
+        f"train: {len(result.training['episodes']['train'])} episodes"
+    )
+    print(
+        f"accuracy {_fmt(m['accuracy'])}  precision {_fmt(m['precision'])}  recall {_fmt(m['recall'])}  "
+        f"(threshold {m['threshold']}, seed {args.seed})"
+    )
     print("confusion (rows: truth, columns: predicted)    success    not")
     print(f"  success                                   {c['true_positive']:>9}  {c['false_negative']:>5}")
     print(f"  not                                       {c['false_positive']:>9}  {c['true_negative']:>5}")

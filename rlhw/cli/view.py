@@ -28,8 +28,12 @@ from rlhw.errors import ConfigError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("episodes", nargs="+", metavar="EPISODES", help="episode files or directories of them")
-    parser.add_argument("--out", default=None, help="write the recording to this .rrd file (default: episodes.rrd unless --serve)")
-    parser.add_argument("--serve", action="store_true", help="serve the Rerun web viewer with the episodes (until Ctrl-C)")
+    parser.add_argument(
+        "--out", default=None, help="write the recording to this .rrd file (default: episodes.rrd unless --serve)"
+    )
+    parser.add_argument(
+        "--serve", action="store_true", help="serve the Rerun web viewer with the episodes (until Ctrl-C)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,7 +78,7 @@ def log_episode(rec, name: str, episode: dict[str, np.ndarray]) -> int:
         for key, values in obs.items():
             value = values[t]
             if key.startswith("image_") and value.ndim == 3:
-                rec.log(f"{name}/camera/{key[len('image_'):]}", rr.Image(value))
+                rec.log(f"{name}/camera/{key[len('image_') :]}", rr.Image(value))
             else:
                 rec.log(f"{name}/obs/{key}", rr.Scalars(np.asarray(value, dtype=np.float64).ravel()))
         if t == 0:

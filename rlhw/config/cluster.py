@@ -15,13 +15,12 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from rlhw.config.base import StrictModel, as_text
-from rlhw.config.component_placement import (ComponentRule, PlacementEntry, canonical_component,  # noqa: F401 - PlacementEntry re-exported
-                                             component_names)
+from rlhw.config.component_placement import ComponentRule, PlacementEntry, canonical_component, component_names  # noqa: F401 - PlacementEntry re-exported
 from rlhw.config.errors import config_error
 from rlhw.config.isolation import LoopIsolation, merge_isolation
 from rlhw.errors import ConfigError, PlacementError
@@ -48,7 +47,7 @@ class NodeGroupEnvConfig(LoopIsolation):
 
     node_ranks: tuple[int, ...] = Field(description="subset of the group's node_ranks")
     env_vars: tuple[dict[str, str], ...] = Field((), description="list of one-key maps: - NAME: value")
-    python_interpreter_path: Optional[str] = Field(None, description="absolute path of the Python to run workers with")
+    python_interpreter_path: str | None = Field(None, description="absolute path of the Python to run workers with")
 
     @field_validator("node_ranks", mode="before")
     @classmethod
@@ -68,20 +67,20 @@ class NodeGroupEnvConfig(LoopIsolation):
             if not isinstance(item, dict) or len(item) != 1:
                 got = f"{len(item)} keys" if isinstance(item, dict) else repr(item)
                 raise ConfigError(f"[{j}]", f"each env_vars entry must have exactly one key (NAME: value), got {got}")
-            (key, val), = item.items()
+            ((key, val),) = item.items()
             if not isinstance(key, str) or not _ENV_NAME.match(key):
                 raise ConfigError(f"[{j}]", f"{key!r} is not a valid environment variable name")
             if key in seen:
                 raise ConfigError(f"[{j}]", f"env var {key} is already set by entry [{seen[key]}]; keep one")
             if isinstance(val, bool) or val is None or not isinstance(val, (str, int, float)):
-                raise ConfigError(f"[{j}].{key}", f"value {val!r} is not text; quote it, e.g. {key}: \"{val}\"")
+                raise ConfigError(f"[{j}].{key}", f'value {val!r} is not text; quote it, e.g. {key}: "{val}"')
             seen[key] = j
             out.append({key: str(val)})
         return tuple(out)
 
     @field_validator("python_interpreter_path")
     @classmethod
-    def _interpreter(cls, value: Optional[str]) -> Optional[str]:
+    def _interpreter(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith("/"):
             raise ConfigError("", f"{value!r} is not an absolute path; write e.g. /opt/venv/bin/python3")
         return value
@@ -136,11 +135,11 @@ class HardwareSection(StrictModel):
 class NodeGroup(StrictModel):
     label: str = Field(description="unique, case-sensitive name used by component_placement")
     node_ranks: tuple[int, ...] = Field(description="global node ranks in this group, e.g. 0-7 or [0, 3]")
-    accelerators_per_node: Optional[int] = Field(
+    accelerators_per_node: int | None = Field(
         None, ge=0, description="GPUs on each node; used in a dry run, checked against detection on a live cluster"
     )
     env_configs: tuple[NodeGroupEnvConfig, ...] = ()
-    hardware: Optional[HardwareSection] = None
+    hardware: HardwareSection | None = None
 
     @field_validator("node_ranks", mode="before")
     @classmethod
@@ -159,11 +158,13 @@ class NodeGroup(StrictModel):
                 f"the label {value!r} is reserved ('node' means every node, 'cluster' the whole cluster); choose another",
             )
         if not _LABEL.match(value):
-            raise ConfigError("", f"label {value!r} must be letters, digits, '_', '-' or '.' (no spaces, commas or colons)")
+            raise ConfigError(
+                "", f"label {value!r} must be letters, digits, '_', '-' or '.' (no spaces, commas or colons)"
+            )
         return value
 
     @model_validator(mode="after")
-    def _subsets(self) -> "NodeGroup":
+    def _subsets(self) -> NodeGroup:
         mine = set(self.node_ranks)
         owner: dict[int, int] = {}
         for i, env in enumerate(self.env_configs):
@@ -202,7 +203,7 @@ class NodeEnv:
     """What a worker on one node gets: env vars from every group the node is in, and its interpreter."""
 
     env_vars: dict[str, str] = field(default_factory=dict)
-    python_interpreter_path: Optional[str] = None
+    python_interpreter_path: str | None = None
     isolation: LoopIsolation = field(default_factory=LoopIsolation)
 
 
@@ -235,14 +236,15 @@ class ClusterConfig(StrictModel):
             for name, as_written in zip(names, written):
                 if name in seen:
                     alias = "" if name == as_written else f" (written {as_written!r}, its old name)"
-                    raise ConfigError(key_text, f"component {name!r}{alias} is already placed by key {seen[name]!r}; "
-                                                "place it once")
+                    raise ConfigError(
+                        key_text, f"component {name!r}{alias} is already placed by key {seen[name]!r}; place it once"
+                    )
                 seen[name] = key_text
             out[",".join(names)] = rule
         return out
 
     @model_validator(mode="after")
-    def _cross_group_rules(self) -> "ClusterConfig":
+    def _cross_group_rules(self) -> ClusterConfig:
         labels: dict[str, int] = {}
         for i, g in enumerate(self.node_groups):
             if g.label in labels:
@@ -282,7 +284,7 @@ class ClusterConfig(StrictModel):
             for j, ec in enumerate(g.env_configs):
                 where = f"node_groups[{i}].env_configs[{j}]"
                 for k, item in enumerate(ec.env_vars):
-                    (key, val), = item.items()
+                    ((key, val),) = item.items()
                     for r in ec.node_ranks:
                         prev = env.get((r, key))
                         if prev is not None and prev[0] != val:
@@ -354,7 +356,7 @@ class ClusterConfig(StrictModel):
             for i, entry in enumerate(rule.entries):
                 if entry.node_group is None or entry.node_group in labels or entry.node_group == "node":
                     continue
-                path = rule.entry_path(key, i, "node_group")[len("cluster."):]
+                path = rule.entry_path(key, i, "node_group")[len("cluster.") :]
                 if entry.node_group == "cluster":
                     raise ConfigError(path, "'cluster' is implied when node_group is omitted; remove node_group")
                 raise ConfigError(path, unknown_group_message(entry.node_group, known))
@@ -388,7 +390,7 @@ class ClusterConfig(StrictModel):
     def node_env(self, node_rank: int) -> NodeEnv:
         """Env vars, interpreter and robot-loop isolation for one node, merged over every group the node belongs to."""
         env: dict[str, str] = {}
-        python: Optional[str] = None
+        python: str | None = None
         isolation: list[tuple[str, LoopIsolation]] = []
         for i, g in enumerate(self.node_groups):
             if node_rank not in g.node_ranks:

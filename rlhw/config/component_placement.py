@@ -7,7 +7,7 @@ rlhw.config.cluster.ClusterConfig; this module checks one key's value on its own
 from __future__ import annotations
 
 import warnings
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_serializer, model_validator
 
@@ -15,7 +15,6 @@ from rlhw.config.base import StrictModel, as_text
 from rlhw.config.errors import config_error
 from rlhw.errors import ConfigError
 from rlhw.placement.grammar import parse_placement
-
 
 #: Old component names a config may still write -> the name they stand for. ``actor`` named the learner
 #: until the word also meant the policy network (`rlhw.rl.sac.Actor`), Ray's actors and SERL's acting process.
@@ -38,15 +37,19 @@ def canonical_component(name: str) -> str:
         return name
     if name not in _said:
         _said.add(name)
-        warnings.warn(f"cluster.component_placement: component {name!r} is now called {new!r}; write {new!r} "
-                      f"(the old name is still read)", FutureWarning, stacklevel=2)
+        warnings.warn(
+            f"cluster.component_placement: component {name!r} is now called {new!r}; write {new!r} "
+            f"(the old name is still read)",
+            FutureWarning,
+            stacklevel=2,
+        )
     return new
 
 
 class PlacementEntry(StrictModel):
     """One ``{node_group, placement}`` pair; without node_group the implicit ``cluster`` group."""
 
-    node_group: Optional[str] = Field(None, description="a node group label, 'node', or omitted for the whole cluster")
+    node_group: str | None = Field(None, description="a node group label, 'node', or omitted for the whole cluster")
     placement: str = Field(description="resource_ranks[:process_ranks], comma separated, e.g. 0-1:0-3,4-7")
 
     @field_validator("node_group", mode="before")
@@ -93,7 +96,9 @@ class ComponentRule(StrictModel):
             return {"entries": (_entry(data, ""),), "style": "group"}
         if isinstance(data, (list, tuple)):
             if not data:
-                raise ConfigError("", "the list of node-group entries is empty; give at least one {node_group, placement}")
+                raise ConfigError(
+                    "", "the list of node-group entries is empty; give at least one {node_group, placement}"
+                )
             return {"entries": tuple(_entry(d, f"[{i}]") for i, d in enumerate(data)), "style": "list"}
         raise ConfigError(
             "",
@@ -103,7 +108,11 @@ class ComponentRule(StrictModel):
     @model_serializer(mode="plain")
     def _user_form(self) -> Any:
         def one(e: PlacementEntry) -> dict:
-            return {"placement": e.placement} if e.node_group is None else {"node_group": e.node_group, "placement": e.placement}
+            return (
+                {"placement": e.placement}
+                if e.node_group is None
+                else {"node_group": e.node_group, "placement": e.placement}
+            )
 
         if self.style == "short":
             return self.entries[0].placement

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Discriminator, Field, PlainSerializer, Tag
 
@@ -40,11 +40,12 @@ class FeatureRef:
     stop: int | None = None
 
     @classmethod
-    def parse(cls, text: str) -> "FeatureRef":
+    def parse(cls, text: str) -> FeatureRef:
         m = _REF.match(str(text))
         if not m:
-            raise ValueError(f"{text!r} is not a feature reference: write NAME or NAME[START:STOP], "
-                             "e.g. observation.state[0:3]")
+            raise ValueError(
+                f"{text!r} is not a feature reference: write NAME or NAME[START:STOP], e.g. observation.state[0:3]"
+            )
         start, stop = (int(m.group(2)), int(m.group(3))) if m.group(2) is not None else (None, None)
         if start is not None and stop <= start:
             raise ValueError(f"{text!r}: the slice [{start}:{stop}] is empty; STOP must be greater than START")
@@ -67,14 +68,20 @@ class LeRobotDemoConfig(StrictModel):
 
     path: str = Field(..., description="directory of a LeRobotDataset (v3.0: meta/info.json, data/, videos/)")
     observations: dict[str, Feature] = Field(
-        default_factory=dict, description="env observation key -> dataset feature (NAME or NAME[START:STOP]); "
-                                          "empty = the map an `rlhw export-dataset` export carries")
-    action: Feature | None = Field(None, description="the feature holding the executed action "
-                                                     "(default: the export's map, else `action`)")
+        default_factory=dict,
+        description="env observation key -> dataset feature (NAME or NAME[START:STOP]); "
+        "empty = the map an `rlhw export-dataset` export carries",
+    )
+    action: Feature | None = Field(
+        None, description="the feature holding the executed action (default: the export's map, else `action`)"
+    )
     reward: Feature = Field(FeatureRef("next.reward"), description="per-frame reward after the frame's action")
     done: Literal["episode_end"] | Feature = Field(
-        FeatureRef("next.done"), union_mode="left_to_right", description="per-frame end-of-episode flag, or episode_end: the last frame of "
-                                             "each episode ends it (for a dataset without one)")
+        FeatureRef("next.done"),
+        union_mode="left_to_right",
+        description="per-frame end-of-episode flag, or episode_end: the last frame of "
+        "each episode ends it (for a dataset without one)",
+    )
 
 
 def _entry_kind(value) -> str:
@@ -83,5 +90,6 @@ def _entry_kind(value) -> str:
 
 #: A `train.demos` entry: a directory (rlhw episodes, or an rlhw export), or a dataset with its feature map.
 #: Told apart by their form, so that an error in a map is reported inside the map.
-DemoEntry = Annotated[Union[Annotated[str, Tag("path")], Annotated[LeRobotDemoConfig, Tag("dataset")]],
-                      Discriminator(_entry_kind)]
+DemoEntry = Annotated[
+    Annotated[str, Tag("path")] | Annotated[LeRobotDemoConfig, Tag("dataset")], Discriminator(_entry_kind)
+]

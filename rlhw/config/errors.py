@@ -56,7 +56,7 @@ def _one(err: dict, model: type[BaseModel], prefix: str) -> ConfigError:
     msg = str(err.get("msg", "invalid value"))
     for noise in ("Value error, ", "Assertion failed, "):
         if msg.startswith(noise):
-            msg = msg[len(noise):]
+            msg = msg[len(noise) :]
     value = err.get("input")
     if kind not in ("value_error", "assertion_error") and not isinstance(value, (dict, list)):
         msg = f"{msg} (got {value!r})"

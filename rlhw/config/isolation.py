@@ -8,7 +8,7 @@ per node group next to the node's env vars; they are applied by `rlhw.runtime.is
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
@@ -24,11 +24,11 @@ NICE_RANGE = (-20, 19)
 class LoopPriority(StrictModel):
     """``{realtime: 80}`` (SCHED_FIFO at that priority) or ``{nice: -5}`` (normal scheduling, that nice)."""
 
-    realtime: Optional[int] = Field(None, description="SCHED_FIFO priority 1-99 (CAP_SYS_NICE or rtprio limit)")
-    nice: Optional[int] = Field(None, description="nice value -20..19 (below 0 needs CAP_SYS_NICE)")
+    realtime: int | None = Field(None, description="SCHED_FIFO priority 1-99 (CAP_SYS_NICE or rtprio limit)")
+    nice: int | None = Field(None, description="nice value -20..19 (below 0 needs CAP_SYS_NICE)")
 
     @model_validator(mode="after")
-    def _one_of(self) -> "LoopPriority":
+    def _one_of(self) -> LoopPriority:
         if (self.realtime is None) == (self.nice is None):
             raise ConfigError("", "give exactly one of realtime (e.g. {realtime: 80}) or nice (e.g. {nice: -5})")
         for key, value, (lo, hi) in (("realtime", self.realtime, REALTIME_RANGE), ("nice", self.nice, NICE_RANGE)):
@@ -40,9 +40,11 @@ class LoopPriority(StrictModel):
 class LoopIsolation(StrictModel):
     """The three isolation keys of one env_configs entry (all optional: unset means leave the OS default)."""
 
-    loop_cpus: Optional[tuple[int, ...]] = Field(None, description="CPUs of the robot loop, e.g. \"2-3\" or [2, 3]")
-    loop_priority: Optional[LoopPriority] = Field(None, description="{realtime: 80} or {nice: -5}")
-    learner_threads: Optional[int] = Field(None, ge=1, description="torch threads of the learner (learner worker, or the local runner)")
+    loop_cpus: tuple[int, ...] | None = Field(None, description='CPUs of the robot loop, e.g. "2-3" or [2, 3]')
+    loop_priority: LoopPriority | None = Field(None, description="{realtime: 80} or {nice: -5}")
+    learner_threads: int | None = Field(
+        None, ge=1, description="torch threads of the learner (learner worker, or the local runner)"
+    )
 
     @field_validator("loop_cpus", mode="before")
     @classmethod
@@ -69,7 +71,9 @@ def merge_isolation(entries: list[tuple[str, LoopIsolation]]) -> LoopIsolation:
             if value is None:
                 continue
             if key in out and out[key] != value:
-                raise ConfigError(f"{where}.{key}", f"this node already gets {key} {out[key]} from {given[key]}; "
-                                                    "a node has one value, keep one")
+                raise ConfigError(
+                    f"{where}.{key}",
+                    f"this node already gets {key} {out[key]} from {given[key]}; a node has one value, keep one",
+                )
             out[key], given[key] = value, where
     return LoopIsolation(**out)

@@ -6,8 +6,9 @@ Every failure is one rlhw.errors.ConfigError naming the path and the fix.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -23,7 +24,9 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
     p = Path(path)
     if not p.is_file():
         hint = " (it is a directory)" if p.is_dir() else ""
-        raise ConfigError("", f"config file {str(p)!r} not found{hint}; pass a YAML file such as configs/sim_reach.yaml")
+        raise ConfigError(
+            "", f"config file {str(p)!r} not found{hint}; pass a YAML file such as configs/sim_reach.yaml"
+        )
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -49,7 +52,9 @@ def load_config_dict(data: Mapping[str, Any], source: str = "<dict>", overrides:
     if isinstance(data, Config):
         data = data.model_dump()
     if not isinstance(data, Mapping):
-        raise ConfigError("", f"{source}: a config is a map of sections (cluster:, env:, ...), got {type(data).__name__}")
+        raise ConfigError(
+            "", f"{source}: a config is a map of sections (cluster:, env:, ...), got {type(data).__name__}"
+        )
     try:
         base = OmegaConf.create(dict(data))
     except Exception as e:

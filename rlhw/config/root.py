@@ -19,7 +19,7 @@ class Config(StrictModel):
     train: TrainConfig = TrainConfig()
 
     @model_validator(mode="after")
-    def _runner_drives_the_instances(self) -> "Config":
+    def _runner_drives_the_instances(self) -> Config:
         # The in-process runner is one env, one loop; quietly training on 1 of N instances would mislead.
         if self.train.runner == "local" and self.env.num_envs > 1:
             raise ValueError(
@@ -29,7 +29,7 @@ class Config(StrictModel):
         return self
 
     @model_validator(mode="after")
-    def _rehearsal_runs_locally(self) -> "Config":
+    def _rehearsal_runs_locally(self) -> Config:
         # The judge's verdict (eval/success_rate in a rehearsal) travels in the step info of the in-process
         # runner; the pipeline's wire carries one success flag, the measured one, so its eval figure would be
         # the classifier's opinion presented as the truth.
@@ -37,6 +37,6 @@ class Config(StrictModel):
             raise ConfigError(
                 "train.runner",
                 "env.sim_state=hidden (a rehearsal) logs the simulator judge's eval verdict from the in-process runner "
-                "only; set train.runner=local (the pipeline's wire carries the measured success alone)"
+                "only; set train.runner=local (the pipeline's wire carries the measured success alone)",
             )
         return self

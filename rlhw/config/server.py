@@ -57,9 +57,17 @@ class ServerConfig(StrictModel):
     reset_deadline_s: float = Field(
         60.0, gt=0, le=3600, description="client deadline for one Reset (moves home); longer stops the arm"
     )
-    max_workers: int = Field(16, ge=4, le=256, description="gRPC handler threads shared by all calls but Stop and GetStatus (they have their own)")
+    max_workers: int = Field(
+        16,
+        ge=4,
+        le=256,
+        description="gRPC handler threads shared by all calls but Stop and GetStatus (they have their own)",
+    )
     max_streams: int = Field(
-        8, ge=1, le=254, description="Session (and dm_env_rpc) streams open at once; each holds a handler thread, so keep it below max_workers"
+        8,
+        ge=1,
+        le=254,
+        description="Session (and dm_env_rpc) streams open at once; each holds a handler thread, so keep it below max_workers",
     )
     max_streams_per_peer: int = Field(4, ge=1, le=64, description="Session streams one connection may hold open")
     max_calls_per_connection: int = Field(
@@ -75,18 +83,19 @@ class ServerConfig(StrictModel):
         return v
 
     @model_validator(mode="after")
-    def _tls_pair(self) -> "ServerConfig":
+    def _tls_pair(self) -> ServerConfig:
         if (self.tls_cert is None) != (self.tls_key is None):
             missing = "tls_key" if self.tls_key is None else "tls_cert"
             raise ValueError(f"TLS needs both tls_cert and tls_key; set server.{missing} too (or neither)")
         return self
 
     @model_validator(mode="after")
-    def _threads_left_for_calls(self) -> "ServerConfig":
+    def _threads_left_for_calls(self) -> ServerConfig:
         if self.max_streams > self.max_workers - 2:
             raise ValueError(
                 f"max_streams ({self.max_streams}) must leave at least 2 of max_workers ({self.max_workers}) "
-                f"handler threads for unary calls; raise server.max_workers or lower server.max_streams")
+                f"handler threads for unary calls; raise server.max_workers or lower server.max_streams"
+            )
         return self
 
     @property

@@ -27,11 +27,26 @@ def _file_path(value: str | None) -> str | None:
 class ImageEncoderConfig(StrictModel):
     """One image encoder: uint8 HxWx3 camera image -> LayerNorm'd feature vector."""
 
-    kind: EncoderKind = Field("cnn", description="'cnn' (small 3-layer CNN), 'resnet10' or 'resnet18' (ResNet v1 with BasicBlocks)")
-    weights: str | None = Field(None, description="local file with a saved state_dict (the whole encoder, or a torchvision-layout ResNet backbone); null = random init")
-    frozen: bool = Field(False, description="freeze the convolutional backbone (no gradient, BatchNorm statistics fixed); the projection head still learns")
-    features: int = Field(64, ge=1, le=4096, description="width of the encoder's output (after Linear + LayerNorm + tanh)")
-    augment_pad: int = Field(4, ge=0, le=32, description="random-shift augmentation of training batches: pad by this many pixels (edge replicated), crop back; 0 = off")
+    kind: EncoderKind = Field(
+        "cnn", description="'cnn' (small 3-layer CNN), 'resnet10' or 'resnet18' (ResNet v1 with BasicBlocks)"
+    )
+    weights: str | None = Field(
+        None,
+        description="local file with a saved state_dict (the whole encoder, or a torchvision-layout ResNet backbone); null = random init",
+    )
+    frozen: bool = Field(
+        False,
+        description="freeze the convolutional backbone (no gradient, BatchNorm statistics fixed); the projection head still learns",
+    )
+    features: int = Field(
+        64, ge=1, le=4096, description="width of the encoder's output (after Linear + LayerNorm + tanh)"
+    )
+    augment_pad: int = Field(
+        4,
+        ge=0,
+        le=32,
+        description="random-shift augmentation of training batches: pad by this many pixels (edge replicated), crop back; 0 = off",
+    )
 
     _weights = field_validator("weights")(classmethod(lambda cls, v: _file_path(v)))
 
@@ -39,10 +54,23 @@ class ImageEncoderConfig(StrictModel):
 class RewardConfig(StrictModel):
     """``env.reward``: an optional learned success classifier, run by the env at the step rate."""
 
-    classifier: str | None = Field(None, description="a model file written by `rlhw train-reward`; null = the task's own success and reward")
-    threshold: float | None = Field(None, ge=0.0, le=1.0, allow_inf_nan=False, description="success when the classifier's probability is >= this; null = the threshold saved in the model file")
+    classifier: str | None = Field(
+        None, description="a model file written by `rlhw train-reward`; null = the task's own success and reward"
+    )
+    threshold: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="success when the classifier's probability is >= this; null = the threshold saved in the model file",
+    )
     decides: Literal["success", "success_and_reward"] = Field(
-        "success", description="'success': the classifier replaces the task's success flag; 'success_and_reward': also the reward (1 on success, else 0: sparse)")
-    terminate_on_success: bool = Field(True, description="a success judged by the classifier ends the episode (the task's own termination rules still apply)")
+        "success",
+        description="'success': the classifier replaces the task's success flag; 'success_and_reward': also the reward (1 on success, else 0: sparse)",
+    )
+    terminate_on_success: bool = Field(
+        True,
+        description="a success judged by the classifier ends the episode (the task's own termination rules still apply)",
+    )
 
     _classifier = field_validator("classifier")(classmethod(lambda cls, v: _file_path(v)))

@@ -55,9 +55,7 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
             deny(request_or_iterator, context)
             yield  # pragma: no cover - abort raises
 
-        kw = dict(
-            request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
-        )
+        kw = dict(request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer)
         if handler.request_streaming and handler.response_streaming:
             return grpc.stream_stream_rpc_method_handler(deny_stream, **kw)
         if handler.request_streaming:

@@ -45,8 +45,10 @@ def fault_from_wire(value: int) -> FaultKind | None:
         return None
     kind = FAULT_FROM_WIRE.get(value)
     if kind is None:
-        raise ValueError(f"StepResponse.fault holds FaultKind value {value}, which this client does not know; "
-                         "update rlhw (proto/rlhw/env/v1/env.proto) to the server's version")
+        raise ValueError(
+            f"StepResponse.fault holds FaultKind value {value}, which this client does not know; "
+            "update rlhw (proto/rlhw/env/v1/env.proto) to the server's version"
+        )
     return kind
 
 
@@ -236,7 +238,11 @@ def tensor_spec_from_message(message: pb.TensorSpec) -> TensorSpec:
         return np.asarray(values, dtype=np.float64).reshape(shape)
 
     return TensorSpec(
-        name=message.name, dtype=dtype_name(message.dtype), shape=shape, low=bound(message.low), high=bound(message.high)
+        name=message.name,
+        dtype=dtype_name(message.dtype),
+        shape=shape,
+        low=bound(message.low),
+        high=bound(message.high),
     )
 
 

@@ -21,8 +21,9 @@ GENERATED = ("rlhw/env/v1/env_pb2.py", "rlhw/env/v1/env_pb2.pyi", "rlhw/env/v1/e
 def generate(out_dir: Path | str = REPO_ROOT, proto_root: Path | str = PROTO_ROOT) -> list[Path]:
     """Run protoc (from grpcio-tools) into ``out_dir``; returns the paths written."""
     try:
-        from grpc_tools import protoc
         import importlib.resources
+
+        from grpc_tools import protoc
     except ImportError as e:  # pragma: no cover - grpcio-tools is a dev dependency
         raise SystemExit("grpcio-tools is needed to regenerate the proto code: pip install grpcio-tools") from e
     out_dir = Path(out_dir)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable
 
 from rlhw.errors import RlhwError
 
@@ -26,7 +26,7 @@ class ControlState:
     since: float = 0.0
     last_seen: float = 0.0
     busy: int = 0
-    busy_since: float = 0.0      # start of the oldest call in progress
+    busy_since: float = 0.0  # start of the oldest call in progress
     limit_s: float | None = None  # how long that call may take before the arm is stopped
     overrun_reported: bool = False
 
@@ -38,8 +38,12 @@ def _clock_time(t: float) -> str:
 class ControlLease:
     """The single-controller rule, plus the watchdog thread that enforces ``watchdog_s``."""
 
-    def __init__(self, watchdog_s: float, on_silence: Callable[[str, float], None],
-                 on_overrun: Callable[[str, float], None] | None = None):
+    def __init__(
+        self,
+        watchdog_s: float,
+        on_silence: Callable[[str, float], None],
+        on_overrun: Callable[[str, float], None] | None = None,
+    ):
         self.watchdog_s = float(watchdog_s)
         self._on_silence = on_silence
         self._on_overrun = on_overrun

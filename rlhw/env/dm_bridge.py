@@ -26,8 +26,7 @@ import threading
 import grpc
 import numpy as np
 from dm_env_rpc.v1 import dm_env_rpc_pb2 as dm
-from dm_env_rpc.v1 import dm_env_rpc_pb2_grpc
-from dm_env_rpc.v1 import tensor_spec_utils, tensor_utils
+from dm_env_rpc.v1 import dm_env_rpc_pb2_grpc, tensor_spec_utils, tensor_utils
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 
@@ -105,16 +104,22 @@ class DmEnvRpcService(dm_env_rpc_pb2_grpc.EnvironmentServicer):
                 try:
                     handler = getattr(stream, kind, None)
                     if handler is None:
-                        raise CallFailed(grpc.StatusCode.UNIMPLEMENTED, f"request type {kind!r} is not supported",
-                                         ErrorReason.UNSUPPORTED_REQUEST)
+                        raise CallFailed(
+                            grpc.StatusCode.UNIMPLEMENTED,
+                            f"request type {kind!r} is not supported",
+                            ErrorReason.UNSUPPORTED_REQUEST,
+                        )
                     response = handler(getattr(request, kind))
                     yield dm.EnvironmentResponse(**{kind: response})
                 except CallFailed as e:
                     yield dm.EnvironmentResponse(error=status(e))
                 except Exception as e:  # a bug here must not end the client's stream silently
                     log.exception("dm_env_rpc request failed")
-                    yield dm.EnvironmentResponse(error=status(CallFailed(
-                        grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}", ErrorReason.ENV_FAILED)))
+                    yield dm.EnvironmentResponse(
+                        error=status(
+                            CallFailed(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}", ErrorReason.ENV_FAILED)
+                        )
+                    )
         finally:
             try:
                 stream.close()
@@ -175,19 +180,24 @@ class _Stream:
     def _check_world(self, name: str) -> None:
         w = self.svc.world
         if w.created_by is None or name != w.name:
-            raise CallFailed(grpc.StatusCode.NOT_FOUND,
-                             f"no world named {name!r}; this server has one world, {w.name!r}; CreateWorld it first"
-                             if w.created_by is None else f"no world named {name!r}; the world is {w.name!r}",
-                             ErrorReason.UNKNOWN_WORLD)
+            raise CallFailed(
+                grpc.StatusCode.NOT_FOUND,
+                f"no world named {name!r}; this server has one world, {w.name!r}; CreateWorld it first"
+                if w.created_by is None
+                else f"no world named {name!r}; the world is {w.name!r}",
+                ErrorReason.UNKNOWN_WORLD,
+            )
 
     def create_world(self, req: dm.CreateWorldRequest) -> dm.CreateWorldResponse:
         _no_settings(req.settings, "CreateWorld")
         with self.svc._lock:
             w = self.svc.world
             if w.created_by is not None:
-                raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION,
-                                 f"world {w.name!r} exists already (one world per server, one arm); JoinWorld it",
-                                 ErrorReason.WORLD_STATE)
+                raise CallFailed(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"world {w.name!r} exists already (one world per server, one arm); JoinWorld it",
+                    ErrorReason.WORLD_STATE,
+                )
             w.created_by = self.number
         return dm.CreateWorldResponse(world_name=w.name)
 
@@ -196,11 +206,16 @@ class _Stream:
         with self.svc._lock:
             self._check_world(req.world_name)
             if not self.svc.supported:
-                raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION,
-                                 "dm_env_rpc serves single envs only; this server hosts "
-                                 f"{self.host.num_envs} instances; use the rlhw.env.v1 service", ErrorReason.UNSUPPORTED_REQUEST)
+                raise CallFailed(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    "dm_env_rpc serves single envs only; this server hosts "
+                    f"{self.host.num_envs} instances; use the rlhw.env.v1 service",
+                    ErrorReason.UNSUPPORTED_REQUEST,
+                )
             if self.joined:
-                raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION, "already joined; LeaveWorld first", ErrorReason.WORLD_STATE)
+                raise CallFailed(
+                    grpc.StatusCode.FAILED_PRECONDITION, "already joined; LeaveWorld first", ErrorReason.WORLD_STATE
+                )
             run_guarded(self.host.control.acquire, self.session)
             self.host.control.done(self.session)
             self.joined = True
@@ -226,8 +241,11 @@ class _Stream:
         with self.svc._lock:
             self._check_world(req.world_name)
             if self.svc.world.joined_by is not None:
-                raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION, "a client is joined to the world; LeaveWorld first",
-                                 ErrorReason.WORLD_STATE)
+                raise CallFailed(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    "a client is joined to the world; LeaveWorld first",
+                    ErrorReason.WORLD_STATE,
+                )
             self.svc.world.created_by = None
         return dm.DestroyWorldResponse()
 
@@ -237,8 +255,11 @@ class _Stream:
             self._check_world(req.world_name)
             joined_by = self.svc.world.joined_by
         if joined_by is not None and joined_by != self.number:
-            raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION,
-                             "another client is joined to the world and controls the arm", ErrorReason.CONTROLLED_BY_OTHER)
+            raise CallFailed(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "another client is joined to the world and controls the arm",
+                ErrorReason.CONTROLLED_BY_OTHER,
+            )
         self.need_start = True
         self.pending = None
         return dm.ResetWorldResponse()
@@ -246,8 +267,11 @@ class _Stream:
     # episode
     def _require_joined(self, what: str) -> None:
         if not self.joined:
-            raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION, f"{what} needs a joined world; JoinWorld first",
-                             ErrorReason.WORLD_STATE)
+            raise CallFailed(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{what} needs a joined world; JoinWorld first",
+                ErrorReason.WORLD_STATE,
+            )
 
     def reset(self, req: dm.ResetRequest) -> dm.ResetResponse:
         _no_settings(req.settings, "Reset")
@@ -261,9 +285,11 @@ class _Stream:
         requested = []
         for uid in req.requested_observations:
             if uid not in self.svc.uid_names:
-                raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT,
-                                 f"requested_observations: unknown observation uid {uid}; "
-                                 f"known: {sorted(self.svc.uid_names)}", ErrorReason.INVALID_REQUEST)
+                raise CallFailed(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"requested_observations: unknown observation uid {uid}; known: {sorted(self.svc.uid_names)}",
+                    ErrorReason.INVALID_REQUEST,
+                )
             if uid not in requested:
                 requested.append(uid)
         if self.need_start:
@@ -300,9 +326,12 @@ class _Stream:
         checker = self.host.checker
         for uid in actions:
             if uid != ACTION_UID:
-                raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT,
-                                 f"actions: unknown action uid {uid}; the only action is uid {ACTION_UID} "
-                                 f"({self.host.spec.action.name!r})", ErrorReason.INVALID_REQUEST)
+                raise CallFailed(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"actions: unknown action uid {uid}; the only action is uid {ACTION_UID} "
+                    f"({self.host.spec.action.name!r})",
+                    ErrorReason.INVALID_REQUEST,
+                )
         if ACTION_UID not in actions:
             return self.last_action
         tensor = actions[ACTION_UID]
@@ -310,26 +339,39 @@ class _Stream:
         try:
             got = tensor_utils.get_tensor_type(tensor)
         except Exception as e:
-            raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: unreadable tensor: {e}", ErrorReason.INVALID_REQUEST) from None
+            raise CallFailed(
+                grpc.StatusCode.INVALID_ARGUMENT, f"{field}: unreadable tensor: {e}", ErrorReason.INVALID_REQUEST
+            ) from None
         if np.dtype(got) != checker.dtype:
-            raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT,
-                             f"{field}.dtype: expected {checker.dtype.name}, got {np.dtype(got).name}", ErrorReason.INVALID_REQUEST)
+            raise CallFailed(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{field}.dtype: expected {checker.dtype.name}, got {np.dtype(got).name}",
+                ErrorReason.INVALID_REQUEST,
+            )
         shape = list(tensor.shape)
         want = list(checker.shape)
         if len(shape) != len(want) or any(s not in (w, -1) for s, w in zip(shape, want)) or shape.count(-1) > 1:
-            raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT,
-                             f"{field}.shape: expected {want} (one dimension may be -1), got {shape}", ErrorReason.INVALID_REQUEST)
+            raise CallFailed(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{field}.shape: expected {want} (one dimension may be -1), got {shape}",
+                ErrorReason.INVALID_REQUEST,
+            )
         try:
             arr = tensor_utils.unpack_tensor(tensor)
         except Exception as e:
-            raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: cannot unpack: {e}", ErrorReason.INVALID_REQUEST) from None
+            raise CallFailed(
+                grpc.StatusCode.INVALID_ARGUMENT, f"{field}: cannot unpack: {e}", ErrorReason.INVALID_REQUEST
+            ) from None
         arr = np.asarray(arr, dtype=checker.dtype)
         if arr.shape != checker.shape:
             try:
                 arr = np.broadcast_to(arr, checker.shape)
             except ValueError:
-                raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT,
-                                 f"{field}.shape: {list(arr.shape)} does not fit {want}", ErrorReason.INVALID_REQUEST) from None
+                raise CallFailed(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"{field}.shape: {list(arr.shape)} does not fit {want}",
+                    ErrorReason.INVALID_REQUEST,
+                ) from None
         try:
             return checker.check_array(arr, field)
         except InvalidRequest as e:

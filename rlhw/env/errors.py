@@ -79,8 +79,9 @@ _PRECONDITION_BY_REASON: dict[ErrorReason, type[EnvServiceError]] = {
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 
 
-def _error(address: str, code: grpc.StatusCode | None, message: str, field: str = "",
-           reason: ErrorReason | None = None) -> EnvServiceError:
+def _error(
+    address: str, code: grpc.StatusCode | None, message: str, field: str = "", reason: ErrorReason | None = None
+) -> EnvServiceError:
     """The client exception for a failed call: by status code, and for FAILED_PRECONDITION by reason."""
     name = code.name if code is not None else "UNKNOWN"
     if code == grpc.StatusCode.INVALID_ARGUMENT:
@@ -106,5 +107,16 @@ def error_from_rpc(address: str, e: grpc.RpcError) -> EnvServiceError:
     return _error(address, code, details or str(code), trailing.get(codec.FIELD_METADATA_KEY, ""), reason)
 
 
-__all__ = ["EnvServiceError", "EnvServerUnavailable", "EnvTimeout", "InvalidAction", "ControlConflictError",
-           "SafetyLocked", "EpisodeEnded", "Unauthenticated", "RemoteRobotFault", "error_from_message", "error_from_rpc"]
+__all__ = [
+    "EnvServiceError",
+    "EnvServerUnavailable",
+    "EnvTimeout",
+    "InvalidAction",
+    "ControlConflictError",
+    "SafetyLocked",
+    "EpisodeEnded",
+    "Unauthenticated",
+    "RemoteRobotFault",
+    "error_from_message",
+    "error_from_rpc",
+]

@@ -84,7 +84,8 @@ class FakeEnv:
     def _info(self, t0: float) -> dict:
         now = time.time()
         return {
-            "timestamps": dict.fromkeys(self._obs, now) if self.num_envs == 1
+            "timestamps": dict.fromkeys(self._obs, now)
+            if self.num_envs == 1
             else {k: np.full(self.num_envs, now) for k in self._obs},
             "timing": {"env": time.perf_counter() - t0},
             "success": np.zeros(self.num_envs, bool) if self.num_envs > 1 else False,
@@ -123,9 +124,19 @@ class FakeEnv:
             if self.intervene_every:
                 executed, intervened = self._intervention(executed, self._t1)
             now = np.array([time.time()])
-            return Step(self._obs, np.array([-sum(map(abs, values))]), FLAG[False],
-                        FLAG[self._t1 >= self.episode_length], FLAG[False], executed, intervened, _NO_FAULT,
-                        _NO_MESSAGE, dict.fromkeys(self._obs, now), {"env": time.perf_counter() - t0})
+            return Step(
+                self._obs,
+                np.array([-sum(map(abs, values))]),
+                FLAG[False],
+                FLAG[self._t1 >= self.episode_length],
+                FLAG[False],
+                executed,
+                intervened,
+                _NO_FAULT,
+                _NO_MESSAGE,
+                dict.fromkeys(self._obs, now),
+                {"env": time.perf_counter() - t0},
+            )
         self._t += 1
         # The joint position follows the action a little, so tests can see actions arrive.
         if action.any():
@@ -140,9 +151,21 @@ class FakeEnv:
             self._t[truncated] = 0
             self._obs["joint_pos"][truncated] = 0.0  # same-step autoreset: rows start a new episode
         now = time.time()
-        return Step(dict(self._obs), -np.abs(action).sum(axis=-1).astype(np.float64), np.zeros(n, bool), truncated,
-                    np.zeros(n, bool), executed, intervened, (None,) * n, ("",) * n,
-                    {k: np.full(n, now) for k in self._obs}, {"env": time.perf_counter() - t0}, final_obs, final_mask)
+        return Step(
+            dict(self._obs),
+            -np.abs(action).sum(axis=-1).astype(np.float64),
+            np.zeros(n, bool),
+            truncated,
+            np.zeros(n, bool),
+            executed,
+            intervened,
+            (None,) * n,
+            ("",) * n,
+            {k: np.full(n, now) for k in self._obs},
+            {"env": time.perf_counter() - t0},
+            final_obs,
+            final_mask,
+        )
 
     def _intervention(self, action: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
         """(executed, intervened) per instance: with ``intervene_every``, every k-th step instance 0's operator
@@ -167,7 +190,7 @@ class FakeEnv:
         self.closed = True
 
 
-def make_fake_env(config: Config | None=None, robot_rank: int = 0, **kwargs) -> FakeEnv:
+def make_fake_env(config: Config | None = None, robot_rank: int = 0, **kwargs) -> FakeEnv:
     """Factory with make_env's signature, for ``rlhw serve-env --env rlhw.env.fake_env:make_fake_env``.
 
     Keyword arguments come from the ``RLHW_FAKE_ENV`` environment variable (``cameras=2,h=128,w=128``)

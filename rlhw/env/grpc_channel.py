@@ -26,9 +26,13 @@ RETRY_POLICY = {
     "backoffMultiplier": 2,
     "retryableStatusCodes": ["UNAVAILABLE"],
 }
-SERVICE_CONFIG = json.dumps({
-    "methodConfig": [{"name": [{"service": SERVICE, "method": m} for m in REPEATABLE_METHODS], "retryPolicy": RETRY_POLICY}],
-})
+SERVICE_CONFIG = json.dumps(
+    {
+        "methodConfig": [
+            {"name": [{"service": SERVICE, "method": m} for m in REPEATABLE_METHODS], "retryPolicy": RETRY_POLICY}
+        ],
+    }
+)
 
 
 def open_channel(
@@ -48,8 +52,10 @@ def open_channel(
         ("grpc.max_reconnect_backoff_ms", 1000),
     ]
     if max_message_mb is not None:
-        options += [("grpc.max_receive_message_length", max_message_mb * 1024 * 1024),
-                    ("grpc.max_send_message_length", max_message_mb * 1024 * 1024)]
+        options += [
+            ("grpc.max_receive_message_length", max_message_mb * 1024 * 1024),
+            ("grpc.max_send_message_length", max_message_mb * 1024 * 1024),
+        ]
     if tls_root_cert is None:
         return grpc.insecure_channel(address, options)
     pem = tls_root_cert if isinstance(tls_root_cert, bytes) else Path(tls_root_cert).read_bytes()

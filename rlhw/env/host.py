@@ -61,12 +61,16 @@ class EnvHost:
     # -- control ------------------------------------------------------------------------------
     def _on_silence(self, session: str, silent_s: float) -> None:
         self.stop_arm(f"watchdog: controller {session} silent for {silent_s:.1f} s")
-        self.faults.append(f"{time.time():.3f} watchdog: stopped the arm and released control of {session} "
-                           f"after {silent_s:.1f} s without a call")
+        self.faults.append(
+            f"{time.time():.3f} watchdog: stopped the arm and released control of {session} "
+            f"after {silent_s:.1f} s without a call"
+        )
 
     def _on_overrun(self, session: str, running_s: float) -> None:
-        self.faults.append(f"{time.time():.3f} overrun: a call by {session} has run {running_s:.1f} s, past its "
-                           f"limit; stopped the arm (is a driver hung?)")
+        self.faults.append(
+            f"{time.time():.3f} overrun: a call by {session} has run {running_s:.1f} s, past its "
+            f"limit; stopped the arm (is a driver hung?)"
+        )
         self.stop_arm(f"call by {session} running for {running_s:.1f} s")
 
     def release(self, session: str, reason: str) -> bool:
@@ -129,8 +133,13 @@ class EnvHost:
         out = {}
         for k, q in phases.items():
             a = np.asarray(q, dtype=np.float64)
-            out[k] = {"mean_s": float(a.mean()), "p50_s": float(np.percentile(a, 50)),
-                      "p99_s": float(np.percentile(a, 99)), "max_s": float(a.max()), "count": int(a.size)}
+            out[k] = {
+                "mean_s": float(a.mean()),
+                "p50_s": float(np.percentile(a, 50)),
+                "p99_s": float(np.percentile(a, 99)),
+                "max_s": float(a.max()),
+                "count": int(a.size),
+            }
         return out
 
     def env_status_json(self) -> str:

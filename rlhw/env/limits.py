@@ -58,12 +58,14 @@ class StreamGate:
             if self._peers.get(peer, 0) >= self.max_streams_per_peer:
                 raise StreamRefused(
                     f"this connection already has {self.max_streams_per_peer} Session streams open "
-                    f"(server.max_streams_per_peer); one stream per client is enough: close the others")
+                    f"(server.max_streams_per_peer); one stream per client is enough: close the others"
+                )
             if self._total >= self.max_streams and not controller:
                 raise StreamRefused(
                     f"the server has {self.max_streams} Session streams open (server.max_streams); "
                     f"retry later, or take control with a unary Reset first (the controller's streams "
-                    f"are always admitted)")
+                    f"are always admitted)"
+                )
             self._peers[peer] = self._peers.get(peer, 0) + 1
             self._sessions[session] = self._sessions.get(session, 0) + 1
             self._total += 1

@@ -21,8 +21,14 @@ import numpy as np
 
 from rlhw.env import codec
 from rlhw.env.auth import SESSION_METADATA_KEY, bearer, check_session_secret, new_session_secret, session_fingerprint
-from rlhw.env.errors import (ControlConflictError, EnvServerUnavailable, EnvServiceError, EnvTimeout, error_from_message,
-                              error_from_rpc)
+from rlhw.env.errors import (
+    ControlConflictError,
+    EnvServerUnavailable,
+    EnvServiceError,
+    EnvTimeout,
+    error_from_message,
+    error_from_rpc,
+)
 from rlhw.env.grpc_channel import open_channel, wait_until_connected
 from rlhw.env.session_stream import DeadlineWatcher, SessionStream
 from rlhw.env.v1 import env_pb2 as pb
@@ -76,8 +82,9 @@ class RemoteEnv(gym.Env):
         self.reconnect_s = reconnect_s
         self.use_session = use_session
         self._metadata = ((SESSION_METADATA_KEY, secret), bearer(token)) if token else ((SESSION_METADATA_KEY, secret),)
-        self._channel = open_channel(address, tls_root_cert=tls_root_cert, tls_server_name=tls_server_name,
-                                     max_message_mb=max_message_mb)
+        self._channel = open_channel(
+            address, tls_root_cert=tls_root_cert, tls_server_name=tls_server_name, max_message_mb=max_message_mb
+        )
         self._stub = env_pb2_grpc.EnvStub(self._channel)
         # Steps, resets and the Session stream move bytes, serialised and parsed here, so that a
         # Session stream's response is parsed as the SessionResponse it is (also an in-band error).
@@ -87,7 +94,9 @@ class RemoteEnv(gym.Env):
         self._watcher = DeadlineWatcher()
         self._stream: SessionStream | None = None
         self._closed = False
-        self.env_spec: EnvSpec = codec.env_spec_from_message(self._repeatable(self._stub.GetSpec, pb.GetSpecRequest(), timeout_s).spec)
+        self.env_spec: EnvSpec = codec.env_spec_from_message(
+            self._repeatable(self._stub.GetSpec, pb.GetSpecRequest(), timeout_s).spec
+        )
         self.num_envs = self.env_spec.num_envs
         self.observation_space, self.action_space = spaces_from_spec(self.env_spec)
         self._action_dtype = np.dtype(self.env_spec.action.dtype)
@@ -109,8 +118,10 @@ class RemoteEnv(gym.Env):
             err = error_from_rpc(self.address, e)
             if isinstance(err, EnvServerUnavailable) and not connected:
                 err = EnvServerUnavailable(
-                    self.address, f"unreachable for {self.reconnect_s:g} s ({e.details()}); "
-                    "is `rlhw serve-env` running there?", "UNAVAILABLE")
+                    self.address,
+                    f"unreachable for {self.reconnect_s:g} s ({e.details()}); is `rlhw serve-env` running there?",
+                    "UNAVAILABLE",
+                )
             raise err from None
 
     def _session_call(self, request: bytes, timeout_s: float):
@@ -136,8 +147,11 @@ class RemoteEnv(gym.Env):
                 self._drop_stream()  # the server ends a refused would-be controller's stream
             raise err
         if kind is None:
-            raise EnvServiceError(self.address, "the server sent an empty SessionResponse (neither reset, step "
-                                                "nor error); is the server another version of rlhw?")
+            raise EnvServiceError(
+                self.address,
+                "the server sent an empty SessionResponse (neither reset, step "
+                "nor error); is the server another version of rlhw?",
+            )
         head = getattr(message, kind)
         return kind, head, codec.observations_of(head)
 
@@ -152,7 +166,9 @@ class RemoteEnv(gym.Env):
             if stream.timed_out:
                 raise EnvTimeout(self.address, f"no answer within {timeout_s:g} s", "DEADLINE_EXCEEDED") from None
             if isinstance(e, StopIteration):
-                raise EnvServerUnavailable(self.address, "the server closed the session stream", "UNAVAILABLE") from None
+                raise EnvServerUnavailable(
+                    self.address, "the server closed the session stream", "UNAVAILABLE"
+                ) from None
             raise error_from_rpc(self.address, e) from None
         return response
 
@@ -183,11 +199,15 @@ class RemoteEnv(gym.Env):
         if self.use_session:
             # A stream is not covered by gRPC's retry policy: reopen it until the server answers.
             message = pb.SessionRequest(reset=request).SerializeToString()
-            _, response, observations = retry(lambda: self._session_call(message, self.reset_timeout_s),
-                                              retry_on=EnvServerUnavailable, within_s=self.reconnect_s)
+            _, response, observations = retry(
+                lambda: self._session_call(message, self.reset_timeout_s),
+                retry_on=EnvServerUnavailable,
+                within_s=self.reconnect_s,
+            )
         else:
             response = pb.ResetResponse.FromString(
-                self._repeatable(self._raw_reset, request.SerializeToString(), self.reset_timeout_s))
+                self._repeatable(self._raw_reset, request.SerializeToString(), self.reset_timeout_s)
+            )
             observations = codec.observations_of(response)
         return self._reset_of(response, observations)
 
@@ -248,18 +268,27 @@ class RemoteEnv(gym.Env):
             final_mask = None if final_obs is None else np.asarray(response.final_mask, dtype=bool)
         if response.HasField("executed_action"):
             executed = codec.from_tensor(response.executed_action).astype(np.float32).reshape(executed.shape)
-        return Step(self._instances(obs), np.asarray(response.reward, np.float64),
-                    np.asarray(response.terminated, bool), np.asarray(response.truncated, bool),
-                    _flags(response.success, n), executed,
-                    np.asarray(response.intervened, bool) if response.intervened else np.zeros(n, bool),
-                    tuple(codec.fault_from_wire(v) for v in response.fault) or (None,) * n,
-                    tuple(response.fault_message) or ("",) * n, _stamps(stamps), dict(response.timing),
-                    final_obs, final_mask)
+        return Step(
+            self._instances(obs),
+            np.asarray(response.reward, np.float64),
+            np.asarray(response.terminated, bool),
+            np.asarray(response.truncated, bool),
+            _flags(response.success, n),
+            executed,
+            np.asarray(response.intervened, bool) if response.intervened else np.zeros(n, bool),
+            tuple(codec.fault_from_wire(v) for v in response.fault) or (None,) * n,
+            tuple(response.fault_message) or ("",) * n,
+            _stamps(stamps),
+            dict(response.timing),
+            final_obs,
+            final_mask,
+        )
 
     def _reset_of(self, response: pb.ResetResponse, observations: dict) -> Reset:
         obs, stamps = observations.get("observation", ({}, {}))
-        return Reset(self._instances(obs), _stamps(stamps), _flags(response.success, self.num_envs),
-                     dict(response.timing))
+        return Reset(
+            self._instances(obs), _stamps(stamps), _flags(response.success, self.num_envs), dict(response.timing)
+        )
 
     def _instances(self, obs: dict) -> dict:
         """The wire's observations with a leading instance axis (one instance's are unbatched on the wire)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -47,8 +47,10 @@ class RemoteVectorEnv(gym.vector.VectorEnv):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         seeds = [None] * len(self.envs) if seed is None else [seed + int(o) for o in self._offsets[:-1]]
         results = [None] * len(self.envs)
-        threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, _safe(self.envs[i].reset_typed, seed=seeds[i])))
-                   for i in range(len(self.envs))]
+        threads = [
+            threading.Thread(target=lambda i=i: results.__setitem__(i, _safe(self.envs[i].reset_typed, seed=seeds[i])))
+            for i in range(len(self.envs))
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -64,7 +66,7 @@ class RemoteVectorEnv(gym.vector.VectorEnv):
         actions = np.asarray(actions, dtype=self.single_action_space.dtype)
         if actions.shape[0] != self.num_envs:
             raise ValueError(f"actions: expected a leading dimension of {self.num_envs}, got shape {actions.shape}")
-        parts = [actions[self._offsets[i]: self._offsets[i + 1]] for i in range(len(self.envs))]
+        parts = [actions[self._offsets[i] : self._offsets[i + 1]] for i in range(len(self.envs))]
         parts = [a[0] if env.num_envs == 1 else a for a, env in zip(parts, self.envs)]
         for env, a in zip(self.envs, parts):  # every request first, then the answers: the servers work at once
             env.send_step(a)
@@ -72,8 +74,10 @@ class RemoteVectorEnv(gym.vector.VectorEnv):
         steps = [env.receive_step(a, timeout_s) for env, a in zip(self.envs, parts)]
         obs_parts = [s.obs for s in steps]
         final_obs = [s.obs if s.final_obs is None else s.final_obs for s in steps]
-        final_mask = [s.ended if env.num_envs == 1 else (np.zeros(env.num_envs, bool) if s.final_mask is None
-                                                          else s.final_mask) for env, s in zip(self.envs, steps)]
+        final_mask = [
+            s.ended if env.num_envs == 1 else (np.zeros(env.num_envs, bool) if s.final_mask is None else s.final_mask)
+            for env, s in zip(self.envs, steps)
+        ]
         done_single = [i for i, (env, s) in enumerate(zip(self.envs, steps)) if env.num_envs == 1 and s.ended[0]]
         if done_single:  # same-step autoreset for single-instance servers, in parallel
             for i in done_single:
@@ -86,8 +90,13 @@ class RemoteVectorEnv(gym.vector.VectorEnv):
         if mask.any():
             info["final_observation"] = self._stack(final_obs)
             info["_final_observation"] = mask
-        return (self._stack(obs_parts), np.concatenate([s.reward for s in steps]).astype(np.float32),
-                np.concatenate([s.terminated for s in steps]), np.concatenate([s.truncated for s in steps]), info)
+        return (
+            self._stack(obs_parts),
+            np.concatenate([s.reward for s in steps]).astype(np.float32),
+            np.concatenate([s.terminated for s in steps]),
+            np.concatenate([s.truncated for s in steps]),
+            info,
+        )
 
     def _stack(self, parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         out = {}

@@ -59,7 +59,9 @@ class EnvServer:
         check_exposure(config, self.token)
         self.env_host = EnvHost(env, watchdog_s=config.watchdog_s)
         gate = StreamGate(config.max_streams, config.max_streams_per_peer)
-        self.native = EnvService(self.env_host, config.watchdog_s, config.step_deadline_s, config.reset_deadline_s, gate)
+        self.native = EnvService(
+            self.env_host, config.watchdog_s, config.step_deadline_s, config.reset_deadline_s, gate
+        )
         self.close_env = close_env
         interceptors = [TokenAuthInterceptor(self.token)] if self.token else []
         max_bytes = config.max_message_bytes
@@ -81,7 +83,8 @@ class EnvServer:
         names = [SERVICE_NAME]
         self.dm = None
         if dm_env_rpc:
-            from rlhw.env.dm_bridge import SERVICE_NAME as DM_NAME, DmEnvRpcService
+            from rlhw.env.dm_bridge import SERVICE_NAME as DM_NAME
+            from rlhw.env.dm_bridge import DmEnvRpcService
 
             self.dm = DmEnvRpcService(self.env_host, self.native)
             handlers.append(self.dm.handler())
@@ -89,9 +92,7 @@ class EnvServer:
         self.server.add_generic_rpc_handlers(tuple(handlers))
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection(
-            (*names, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server
-        )
+        reflection.enable_server_reflection((*names, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
         self._service_names = names
         self.port: int | None = None
         self.unix_path: str | None = None
@@ -103,7 +104,7 @@ class EnvServer:
         """``ip:port`` clients dial (the bound port, after start)."""
         return _bind_address(self.config.host, self.port if self.port is not None else self.config.port)
 
-    def start(self) -> "EnvServer":
+    def start(self) -> EnvServer:
         cfg = self.config
         # Every handler thread of this process takes turns at the GIL; a thread that waits gets it
         # after at most about one switch interval per runnable thread. CPython's default (5 ms)
@@ -120,7 +121,9 @@ class EnvServer:
         except OSError as e:
             raise ConfigError("server.tls_cert", f"cannot read TLS files: {e}") from None
         except RuntimeError as e:
-            raise ConfigError("server.port", f"cannot listen on {addr}: {e}; pick another port (0 = any free)") from None
+            raise ConfigError(
+                "server.port", f"cannot listen on {addr}: {e}; pick another port (0 = any free)"
+            ) from None
         if not port:
             raise ConfigError("server.port", f"cannot listen on {addr} (in use?); pick another port (0 = any free)")
         self.port = port
@@ -174,7 +177,7 @@ class EnvServer:
         """Block until `stop` has finished (or ``timeout``); True when stopped."""
         return self._stopped.wait(timeout)
 
-    def __enter__(self) -> "EnvServer":
+    def __enter__(self) -> EnvServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -112,8 +112,9 @@ def parse_report(line: bytes) -> ServerReport:
         report = json.loads(line)
         address, isolation = report["address"], report.get("loop_isolation")
     except (ValueError, KeyError, TypeError, AttributeError):
-        raise BadAddressReport(f"reported {line[:200]!r} on its address pipe; expected one JSON line "
-                               '{"address": "HOST:PORT"}') from None
+        raise BadAddressReport(
+            f'reported {line[:200]!r} on its address pipe; expected one JSON line {{"address": "HOST:PORT"}}'
+        ) from None
     if not isinstance(address, str) or not address:
         raise BadAddressReport(f"reported an empty or non-text address {address!r}")
     if isolation is not None and not isinstance(isolation, dict):

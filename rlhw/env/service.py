@@ -13,8 +13,8 @@ the message is for people.
 from __future__ import annotations
 
 import logging
-from concurrent import futures
 import time
+from concurrent import futures
 from time import perf_counter
 
 import grpc
@@ -42,7 +42,9 @@ def session_id(context: grpc.ServicerContext, prefix: str = "") -> str:
     try:
         return session_of(context.invocation_metadata(), context.peer(), prefix)
     except SessionSecretRefused as e:
-        raise InvalidRequest(SessionSecretRefused.field, str(e).split(": ", 1)[1], ErrorReason.BAD_SESSION_KEY) from None
+        raise InvalidRequest(
+            SessionSecretRefused.field, str(e).split(": ", 1)[1], ErrorReason.BAD_SESSION_KEY
+        ) from None
 
 
 class CallFailed(Exception):
@@ -143,15 +145,23 @@ def _parse(message_type, data: bytes):
     try:
         return message_type.FromString(data)
     except DecodeError as e:
-        raise InvalidRequest("request", f"is not a valid {message_type.DESCRIPTOR.full_name} ({e}); "
-                                        f"build it from proto/rlhw/env/v1/env.proto") from None
+        raise InvalidRequest(
+            "request",
+            f"is not a valid {message_type.DESCRIPTOR.full_name} ({e}); build it from proto/rlhw/env/v1/env.proto",
+        ) from None
 
 
 class EnvService:
     """Handlers of the native service, bound to one EnvHost."""
 
-    def __init__(self, host: EnvHost, watchdog_s: float, step_limit_s: float | None = None,
-                 reset_limit_s: float | None = None, gate: StreamGate | None = None):
+    def __init__(
+        self,
+        host: EnvHost,
+        watchdog_s: float,
+        step_limit_s: float | None = None,
+        reset_limit_s: float | None = None,
+        gate: StreamGate | None = None,
+    ):
         self.host = host
         self.watchdog_s = watchdog_s
         self.step_limit_s = step_limit_s
@@ -168,8 +178,9 @@ class EnvService:
     # -- operations shared by unary calls and the Session stream ----------------------------------
     def _controlled(self, session: str, fn, *args, limit_s: float | None = None):
         if self.shutting_down:
-            raise CallFailed(grpc.StatusCode.UNAVAILABLE, "server is shutting down; the arm is stopped",
-                             ErrorReason.SHUTTING_DOWN)
+            raise CallFailed(
+                grpc.StatusCode.UNAVAILABLE, "server is shutting down; the arm is stopped", ErrorReason.SHUTTING_DOWN
+            )
         control = self.host.control
         try:
             control.acquire(session, limit_s)
@@ -195,7 +206,9 @@ class EnvService:
         t0 = time.perf_counter()
         seed = request.seed if request.HasField("seed") else None
         if seed is not None and not 0 <= seed < 2**63:
-            raise InvalidRequest("seed", f"must be between 0 and 2**63-1, got {seed}; leave it unset for an unseeded reset")
+            raise InvalidRequest(
+                "seed", f"must be between 0 and 2**63-1, got {seed}; leave it unset for an unseeded reset"
+            )
         first, timing = self.host.reset(seed)
         timing["server"] = time.perf_counter() - t0
         response = pb.SessionResponse() if in_session else pb.ResetResponse()  # the Session stream's oneof
@@ -256,15 +269,26 @@ class EnvService:
         try:
             self.host.stop_arm(f"Stop called by {session or context.peer()}")
         except Exception as e:
-            abort(context, CallFailed(grpc.StatusCode.INTERNAL, f"stopping the arm failed: {e!r}", ErrorReason.ENV_FAILED))
+            abort(
+                context, CallFailed(grpc.StatusCode.INTERNAL, f"stopping the arm failed: {e!r}", ErrorReason.ENV_FAILED)
+            )
         try:
             request = _parse(pb.StopRequest, data)
         except InvalidRequest as e:
-            abort(context, InvalidRequest(e.field, f"{e.message}; the arm was stopped anyway, control not released", e.reason))
+            abort(
+                context,
+                InvalidRequest(e.field, f"{e.message}; the arm was stopped anyway, control not released", e.reason),
+            )
         if session is None:
             if request.release:
-                abort(context, InvalidRequest(refused.field, f"{refused.message}; the arm was stopped anyway, "
-                                                             "control not released", refused.reason))
+                abort(
+                    context,
+                    InvalidRequest(
+                        refused.field,
+                        f"{refused.message}; the arm was stopped anyway, control not released",
+                        refused.reason,
+                    ),
+                )
             session = "peer:" + context.peer()
         message = "arm stopped"
         released = False
@@ -272,8 +296,11 @@ class EnvService:
             released = self.host.release(session, "Stop(release=true)")
             if not released:
                 holder = self.host.control.controller
-                message += (f"; control not released: it is held by {holder}, not {session}" if holder
-                            else "; nobody held control")
+                message += (
+                    f"; control not released: it is held by {holder}, not {session}"
+                    if holder
+                    else "; nobody held control"
+                )
             else:
                 message += f"; control released by {session}"
         return pb.StopResponse(stopped=True, released=released, message=message)
@@ -284,9 +311,16 @@ class EnvService:
         c = host.control.snapshot()
         timing = {k: pb.PhaseTiming(**v) for k, v in host.timing_summary().items()}
         return pb.GetStatusResponse(
-            controller=c.session, controller_since=c.since, controller_last_seen=c.last_seen,
-            steps=host.steps, resets=host.resets, faults=list(host.faults), timing=timing,
-            env_status_json=host.env_status_json(), watchdog_s=self.watchdog_s, stopped=host.stopped,
+            controller=c.session,
+            controller_since=c.since,
+            controller_last_seen=c.last_seen,
+            steps=host.steps,
+            resets=host.resets,
+            faults=list(host.faults),
+            timing=timing,
+            env_status_json=host.env_status_json(),
+            watchdog_s=self.watchdog_s,
+            stopped=host.stopped,
             uptime_s=time.time() - host.started,
         )
 
@@ -319,13 +353,20 @@ class EnvService:
                     elif kind == "reset":
                         out = self._controlled(session, self._reset, request.reset, True, limit_s=self.reset_limit_s)
                     else:
-                        raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, "empty SessionRequest; set reset or step",
-                                         ErrorReason.INVALID_REQUEST, "kind")
+                        raise CallFailed(
+                            grpc.StatusCode.INVALID_ARGUMENT,
+                            "empty SessionRequest; set reset or step",
+                            ErrorReason.INVALID_REQUEST,
+                            "kind",
+                        )
                     yield out
                 except (CallFailed, InvalidRequest) as e:  # InvalidRequest: a request that does not parse
                     error = error_message(e)
                     yield pb.SessionResponse(error=error).SerializeToString()
-                    if error.code == grpc.StatusCode.FAILED_PRECONDITION.value[0] and self.host.control.controller != session:
+                    if (
+                        error.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+                        and self.host.control.controller != session
+                    ):
                         return  # a refused would-be controller: end its stream now, freeing the thread
         finally:
             left = self.gate.close(peer, session)
@@ -376,5 +417,13 @@ def _parse_or_abort(message_type, data: bytes, context):
         abort(context, e)
 
 
-__all__ = ["EnvService", "SERVICE_NAME", "SESSION_METADATA_KEY", "session_id", "CallFailed", "run_guarded",
-           "abort", "error_message"]
+__all__ = [
+    "EnvService",
+    "SERVICE_NAME",
+    "SESSION_METADATA_KEY",
+    "session_id",
+    "CallFailed",
+    "run_guarded",
+    "abort",
+    "error_message",
+]

@@ -16,7 +16,7 @@ class SessionStream:
     """One Session stream. Requests (serialised SessionRequests) go through a queue; a shared
     `DeadlineWatcher` cancels the call when an answer is late, and ``timed_out`` says so."""
 
-    def __init__(self, session_method, metadata, watcher: "DeadlineWatcher"):
+    def __init__(self, session_method, metadata, watcher: DeadlineWatcher):
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
         self._call = session_method(iter(self._requests.get, None), metadata=metadata)
         self._watcher = watcher

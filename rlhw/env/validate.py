@@ -44,12 +44,20 @@ class ActionChecker:
         self._fast = None
         self._small = None
         self._uniform = None
-        if self.low is not None and self.high is not None and np.isfinite(self.low).all() and np.isfinite(self.high).all():
-            self._fast = (np.ascontiguousarray(self.low, dtype=self.dtype), np.ascontiguousarray(self.high, dtype=self.dtype))
+        if (
+            self.low is not None
+            and self.high is not None
+            and np.isfinite(self.low).all()
+            and np.isfinite(self.high).all()
+        ):
+            self._fast = (
+                np.ascontiguousarray(self.low, dtype=self.dtype),
+                np.ascontiguousarray(self.high, dtype=self.dtype),
+            )
             n = math.prod(self.shape)
             if self.is_float and n <= 64 and self.dtype.kind == "f" and self.dtype.itemsize in (4, 8):
                 # Small actions (arm commands): plain Python comparisons beat numpy's per-call overhead.
-                fmt = "<%d%s" % (n, "f" if self.dtype.itemsize == 4 else "d")
+                fmt = f"<{n}{'f' if self.dtype.itemsize == 4 else 'd'}"
                 low = np.broadcast_to(self._fast[0], self.shape).reshape(-1).tolist()
                 high = np.broadcast_to(self._fast[1], self.shape).reshape(-1).tolist()
                 self._small = (struct.Struct(fmt), list(zip(low, high)))
@@ -109,9 +117,13 @@ class ActionChecker:
             if not finite.all():
                 idx = _first(~finite)
                 raise InvalidRequest(
-                    f"{field}{idx}", f"is {_num(arr[tuple(idx)])}; actions must be finite ({int((~finite).sum())} bad values)"
+                    f"{field}{idx}",
+                    f"is {_num(arr[tuple(idx)])}; actions must be finite ({int((~finite).sum())} bad values)",
                 )
-        for bound, outside, side in ((self.low, np.less, "below the spec's low"), (self.high, np.greater, "above the spec's high")):
+        for bound, outside, side in (
+            (self.low, np.less, "below the spec's low"),
+            (self.high, np.greater, "above the spec's high"),
+        ):
             if bound is not None:
                 mask = outside(arr, bound)
                 if mask.any():
@@ -124,7 +136,7 @@ class ActionChecker:
         return arr
 
     def _bound(self, bound: np.ndarray, idx: list[int]):
-        per_instance = idx[len(idx) - len(self.spec.shape):] if self.spec.shape else []
+        per_instance = idx[len(idx) - len(self.spec.shape) :] if self.spec.shape else []
         return bound[tuple(per_instance)]
 
 
@@ -136,7 +148,11 @@ def _dims(shape: tuple[int, ...], most: int = 8) -> str:
 
 
 def _num(value) -> str:
-    return f"{value.item() if hasattr(value, 'item') else value:g}" if not isinstance(value, (bool, np.bool_)) else str(value)
+    return (
+        f"{value.item() if hasattr(value, 'item') else value:g}"
+        if not isinstance(value, (bool, np.bool_))
+        else str(value)
+    )
 
 
 class _Index(list):

@@ -8,8 +8,9 @@ or GPU is reported up front, by node and device, instead of as a hang in some wo
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from rlhw.errors import HardwareError
 from rlhw.hardware.registry import get_hardware_type
@@ -40,7 +41,7 @@ class Inventory:
         }
 
 
-def probe_local(node_rank: int, cluster: "ClusterConfig", timeout_s: float = 2.0) -> Inventory:
+def probe_local(node_rank: int, cluster: ClusterConfig, timeout_s: float = 2.0) -> Inventory:
     """Probe this machine as node ``node_rank``: count accelerators and look for every device the
     config declares on this node. Each device check is bounded by ``timeout_s``."""
     from rlhw.hardware.types.accelerator import Accelerator
@@ -54,7 +55,7 @@ def probe_local(node_rank: int, cluster: "ClusterConfig", timeout_s: float = 2.0
     return Inventory(node_rank, socket.gethostname(), Accelerator.detect(timeout_s=max(timeout_s, 5.0)), devices)
 
 
-def check_inventory(cluster: "ClusterConfig", inventories: Mapping[int, Inventory] | Iterable[Inventory]) -> None:
+def check_inventory(cluster: ClusterConfig, inventories: Mapping[int, Inventory] | Iterable[Inventory]) -> None:
     """Raise one HardwareError listing every node that is missing, every declared device that was
     not found, and every accelerator count that differs from ``accelerators_per_node``."""
     if isinstance(inventories, Mapping):

@@ -13,7 +13,8 @@ from __future__ import annotations
 import difflib
 import importlib
 import pkgutil
-from typing import ClassVar, Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 from pydantic import Field
 

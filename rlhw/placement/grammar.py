@@ -21,8 +21,8 @@ see ``parse_ranks``.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from rlhw.errors import PlacementError
 
@@ -83,8 +83,7 @@ def parse_range(text: str, *, what: str, whole: str) -> RankRange:
             hint = " (ranks are never negative)"
         raise PlacementError(
             "",
-            f"{what} {text.strip()!r} in {whole!r} is not a rank or an a-b range{hint}; "
-            "write e.g. '3' or '0-7'",
+            f"{what} {text.strip()!r} in {whole!r} is not a rank or an a-b range{hint}; write e.g. '3' or '0-7'",
         )
     start = int(m.group(1))
     end = int(m.group(2)) if m.group(2) is not None else start
@@ -108,7 +107,9 @@ def parse_placement(text: str | int) -> PlacementSpec:
             raise PlacementError("", f"empty segment in {whole!r}: remove the extra comma")
         parts = raw.split(":")
         if len(parts) > 2:
-            raise PlacementError("", f"segment {raw.strip()!r} in {whole!r} has more than one ':'; write resources:processes")
+            raise PlacementError(
+                "", f"segment {raw.strip()!r} in {whole!r} has more than one ':'; write resources:processes"
+            )
         res_text = parts[0]
         if not res_text.strip():
             raise PlacementError("", f"segment {raw.strip()!r} in {whole!r} has no resource ranks before ':'")
@@ -117,7 +118,9 @@ def parse_placement(text: str | int) -> PlacementSpec:
         if len(parts) == 2:
             proc_text = parts[1]
             if proc_text.strip() == "all":
-                raise PlacementError("", f"process ranks cannot be 'all' (in {whole!r}); write an explicit range such as 0-7")
+                raise PlacementError(
+                    "", f"process ranks cannot be 'all' (in {whole!r}); write an explicit range such as 0-7"
+                )
             if not proc_text.strip():
                 raise PlacementError("", f"segment {raw.strip()!r} in {whole!r} has no process ranks after ':'")
             processes = parse_range(proc_text, what="process ranks", whole=whole)
@@ -132,7 +135,9 @@ def parse_placement(text: str | int) -> PlacementSpec:
 
 def _check_resources_ascending(spec: PlacementSpec, whole: str) -> None:
     if len(spec.segments) > 1 and any(s.resources is None for s in spec.segments):
-        raise PlacementError("", f"'all' already covers every resource; it cannot be combined with other segments in {whole!r}")
+        raise PlacementError(
+            "", f"'all' already covers every resource; it cannot be combined with other segments in {whole!r}"
+        )
     previous: RankRange | None = None
     for seg in spec.segments:
         r = seg.resources

@@ -41,7 +41,7 @@ class PlacementPlan(dict):
         return getattr(self, "_num_nodes", 0)
 
 
-def plan(cluster: "ClusterConfig", accelerators: dict[int, int] | None = None) -> PlacementPlan:
+def plan(cluster: ClusterConfig, accelerators: dict[int, int] | None = None) -> PlacementPlan:
     """Plan every component. ``accelerators`` is the detected GPU count per node rank on a live
     cluster; without it (dry run) the groups' ``accelerators_per_node`` are used."""
     counts = _accelerator_counts(cluster, accelerators)
@@ -53,7 +53,7 @@ def plan(cluster: "ClusterConfig", accelerators: dict[int, int] | None = None) -
     return out
 
 
-def _accelerator_counts(cluster: "ClusterConfig", detected: dict[int, int] | None) -> dict[int, int]:
+def _accelerator_counts(cluster: ClusterConfig, detected: dict[int, int] | None) -> dict[int, int]:
     counts = cluster.declared_accelerators()
     if detected is None:
         return counts
@@ -72,8 +72,8 @@ def _accelerator_counts(cluster: "ClusterConfig", detected: dict[int, int] | Non
 def _plan_component(
     name: str,
     key: str,
-    rule: "ComponentRule",
-    cluster: "ClusterConfig",
+    rule: ComponentRule,
+    cluster: ClusterConfig,
     counts: dict[int, int],
     tables: dict[str, ResourceTable],
 ) -> list[Placement]:
@@ -112,7 +112,9 @@ def _plan_component(
                 raise PlacementError(path, e.message) from None
             total += len(procs)
             if total > MAX_PROCESSES:
-                raise PlacementError(path, f"{name} would have more than {MAX_PROCESSES} processes; is {text!r} a typo?")
+                raise PlacementError(
+                    path, f"{name} would have more than {MAX_PROCESSES} processes; is {text!r} a typo?"
+                )
             _assign(name, path, text, table, res, procs, assigned)
             next_rank = max(next_rank, procs.end + 1)
     _check_continuous(name, key, assigned)

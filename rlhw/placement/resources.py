@@ -41,7 +41,7 @@ class ResourceTable:
         return f"group {self.group!r} has {len(self)} {kind} rank{'s' if len(self) != 1 else ''}"
 
 
-def group_resources(cluster: "ClusterConfig", label: str, accelerators: dict[int, int]) -> ResourceTable:
+def group_resources(cluster: ClusterConfig, label: str, accelerators: dict[int, int]) -> ResourceTable:
     if label == "node":
         nodes = tuple(range(cluster.num_nodes))
         return ResourceTable("node", NODE, nodes, (0,) * len(nodes), nodes)
@@ -58,7 +58,9 @@ def group_resources(cluster: "ClusterConfig", label: str, accelerators: dict[int
     return _on_nodes(label, group.node_ranks, accelerators, node_ranks_are_global=False)
 
 
-def _on_nodes(label: str, node_ranks: tuple[int, ...], accelerators: dict[int, int], node_ranks_are_global: bool) -> ResourceTable:
+def _on_nodes(
+    label: str, node_ranks: tuple[int, ...], accelerators: dict[int, int], node_ranks_are_global: bool
+) -> ResourceTable:
     if any(accelerators.get(n, 0) for n in node_ranks):
         nodes: list[int] = []
         local: list[int] = []

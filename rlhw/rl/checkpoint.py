@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from rlhw.config.root import Config
+from rlhw.config.train import SacConfig
 from rlhw.errors import ConfigError
 from rlhw.rl.session import Counters
 from rlhw.rl.spaces import action_bounds
@@ -33,10 +34,16 @@ def spec_record(spec: EnvSpec) -> dict:
     bounds (the policy network rescales to them), and the control rate it was trained at (informational)."""
     low, high = action_bounds(spec.action)
     return {
-        "observations": {k: {"shape": [int(s) for s in v.shape], "dtype": str(np.dtype(v.dtype))}
-                         for k, v in sorted(spec.observations.items())},
-        "action": {"shape": [int(s) for s in spec.action.shape], "dtype": str(np.dtype(spec.action.dtype)),
-                   "low": low.reshape(-1).tolist(), "high": high.reshape(-1).tolist()},
+        "observations": {
+            k: {"shape": [int(s) for s in v.shape], "dtype": str(np.dtype(v.dtype))}
+            for k, v in sorted(spec.observations.items())
+        },
+        "action": {
+            "shape": [int(s) for s in spec.action.shape],
+            "dtype": str(np.dtype(spec.action.dtype)),
+            "low": low.reshape(-1).tolist(),
+            "high": high.reshape(-1).tolist(),
+        },
         "control_hz": float(spec.control_hz),
     }
 
@@ -54,15 +61,24 @@ def checkpoint_state(agent, contract: dict, counters: Counters) -> dict:
     """A checkpoint's contents, one format for every writer (the local runner, learner rank 0, a test's policy):
     SAC's state, the observation layout, the `policy_contract`, and the run's `COUNTERS`; ``updates`` is the
     agent's own. `saved_counters` reads them back."""
-    return {"sac": agent.state_dict(), "layout": agent.layout.to_dict(), **contract,
-            **{k: getattr(counters, k) for k in COUNTERS}, "updates": agent.updates}
+    return {
+        "sac": agent.state_dict(),
+        "layout": agent.layout.to_dict(),
+        **contract,
+        **{k: getattr(counters, k) for k in COUNTERS},
+        "updates": agent.updates,
+    }
 
 
 def saved_counters(state: dict) -> Counters:
     """The run's counters in a checkpoint that `checkpoint_state` wrote (one written before it carried
     ``episodes`` or ``best_success``: none yet)."""
-    return Counters(env_steps=int(state.get("env_steps", 0)), updates=int(state.get("updates", 0)),
-                    episodes=int(state.get("episodes", 0)), best_success=float(state.get("best_success", math.nan)))
+    return Counters(
+        env_steps=int(state.get("env_steps", 0)),
+        updates=int(state.get("updates", 0)),
+        episodes=int(state.get("episodes", 0)),
+        best_success=float(state.get("best_success", math.nan)),
+    )
 
 
 def spec_differences(saved: dict, spec: EnvSpec) -> list[str]:
@@ -77,12 +93,15 @@ def spec_differences(saved: dict, spec: EnvSpec) -> list[str]:
     for key in sorted(set(have) & set(want)):
         a, b = have[key], want[key]
         if a["shape"] != b["shape"] or a["dtype"] != b["dtype"]:
-            problems.append(f"observation {key}: checkpoint {a['dtype']}{tuple(a['shape'])}, "
-                            f"env {b['dtype']}{tuple(b['shape'])}")
+            problems.append(
+                f"observation {key}: checkpoint {a['dtype']}{tuple(a['shape'])}, env {b['dtype']}{tuple(b['shape'])}"
+            )
     a, b = saved["action"], now["action"]
     if a["shape"] != b["shape"]:
-        problems.append(f"action: checkpoint shape {tuple(a['shape'])}, env {tuple(b['shape'])} "
-                        "(env.action.gripper adds a 4th component)")
+        problems.append(
+            f"action: checkpoint shape {tuple(a['shape'])}, env {tuple(b['shape'])} "
+            "(env.action.gripper adds a 4th component)"
+        )
     elif not (np.allclose(a["low"], b["low"]) and np.allclose(a["high"], b["high"])):
         problems.append(f"action bounds: checkpoint [{a['low']}, {a['high']}], env [{b['low']}, {b['high']}]")
     return problems
@@ -102,15 +121,18 @@ class PolicyCheckpoint:
         return int(self.state["sac"].get("updates", self.state.get("updates", 0)))
 
     @classmethod
-    def load(cls, path: str | Path, field: str) -> "PolicyCheckpoint":
+    def load(cls, path: str | Path, field: str) -> PolicyCheckpoint:
         """The checkpoint at ``path`` (a .pt file, or a run directory: its checkpoints/latest.pt). Errors name
         ``field`` (the flag or config key that gave the path)."""
         path = Path(path)
         if path.is_dir():
             path = path / "checkpoints" / "latest.pt" if (path / "checkpoints").is_dir() else path / "latest.pt"
         if not path.is_file():
-            raise ConfigError(field, f"checkpoint {path} not found; give a checkpoint file (runs/<run>/checkpoints/"
-                                     "latest.pt) or the run directory of rlhw train")
+            raise ConfigError(
+                field,
+                f"checkpoint {path} not found; give a checkpoint file (runs/<run>/checkpoints/"
+                "latest.pt) or the run directory of rlhw train",
+            )
         try:
             state = torch.load(path, map_location="cpu", weights_only=False)
         except Exception as e:  # noqa: BLE001 - a torn or foreign file: say which
@@ -118,27 +140,35 @@ class PolicyCheckpoint:
         if not isinstance(state, dict) or "sac" not in state:
             raise ConfigError(field, f"{path} is not a checkpoint of rlhw train (no 'sac' entry)")
         if SPEC_KEY not in state:
-            raise ConfigError(field, f"{path} was written before checkpoints carried the env spec they were trained "
-                                     "on, so it cannot be checked against this env; re-save it by resuming its run "
-                                     "for a moment (rlhw train --resume --run-dir RUN train.max_env_steps=<its env "
-                                     "steps + 1>), which writes a checkpoint with its spec")
+            raise ConfigError(
+                field,
+                f"{path} was written before checkpoints carried the env spec they were trained "
+                "on, so it cannot be checked against this env; re-save it by resuming its run "
+                "for a moment (rlhw train --resume --run-dir RUN train.max_env_steps=<its env "
+                "steps + 1>), which writes a checkpoint with its spec",
+            )
         return cls(path, state, state[SPEC_KEY], state.get(SAC_CONFIG_KEY))
 
     def check_spec(self, spec: EnvSpec, field: str) -> None:
         """Refuse an env whose observations or action differ from the ones this policy was trained on."""
         problems = spec_differences(self.spec, spec)
         if problems:
-            raise ConfigError(field, f"{self.path} does not fit this env: {'; '.join(problems)}. Run it on an env "
-                                     "configured like the one it was trained on (task, env.images, "
-                                     "env.action.gripper, cameras)")
+            raise ConfigError(
+                field,
+                f"{self.path} does not fit this env: {'; '.join(problems)}. Run it on an env "
+                "configured like the one it was trained on (task, env.images, "
+                "env.action.gripper, cameras)",
+            )
 
     def rate_note(self, spec: EnvSpec) -> str | None:
         """A warning when the env steps at another rate than the policy was trained at (allowed: the spec
         matches, but each action then moves the hand for a different time)."""
         trained, now = self.spec.get("control_hz"), float(spec.control_hz)
         if trained and abs(trained - now) > 1e-6:
-            return (f"the policy was trained at {trained:g} Hz and this env steps at {now:g} Hz (env.control_hz): "
-                    "each action lasts a different time, expect it to behave differently")
+            return (
+                f"the policy was trained at {trained:g} Hz and this env steps at {now:g} Hz (env.control_hz): "
+                "each action lasts a different time, expect it to behave differently"
+            )
         return None
 
     def sac(self, fallback):
@@ -170,6 +200,9 @@ def warm_start(agent, checkpoint: PolicyCheckpoint, field: str = INIT_FROM) -> N
             getattr(agent, name).load_state_dict(sac[name])
         except (RuntimeError, KeyError) as e:
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise ConfigError(field, f"the {name} of {checkpoint.path} does not fit this run's networks ({first}); "
-                                     "set train.sac (hidden_sizes, critic_ensemble, critic_layer_norm, "
-                                     "image_encoder) as the checkpoint's run had them") from None
+            raise ConfigError(
+                field,
+                f"the {name} of {checkpoint.path} does not fit this run's networks ({first}); "
+                "set train.sac (hidden_sizes, critic_ensemble, critic_layer_norm, "
+                "image_encoder) as the checkpoint's run had them",
+            ) from None

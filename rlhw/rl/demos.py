@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -77,9 +78,13 @@ def _flatten(tree: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     return out
 
 
-def load_demos(dirs: Sequence[str | LeRobotDemoConfig], observations: Mapping[str, tuple[int, ...]],
-               action_shape: tuple[int, ...], provenance: Mapping[str, Any] | None = None,
-               fault_signal: FaultSignal = AS_REPORTED) -> list[dict[str, np.ndarray]]:
+def load_demos(
+    dirs: Sequence[str | LeRobotDemoConfig],
+    observations: Mapping[str, tuple[int, ...]],
+    action_shape: tuple[int, ...],
+    provenance: Mapping[str, Any] | None = None,
+    fault_signal: FaultSignal = AS_REPORTED,
+) -> list[dict[str, np.ndarray]]:
     """Every demo and train episode under each of ``dirs`` as transition batches, checked against the env's
     per-instance observation shapes and action shape, and against ``provenance`` (`env_provenance` of the
     run's env config; None: a caller behind the edge where it was already checked), fault steps stored as
@@ -90,13 +95,17 @@ def load_demos(dirs: Sequence[str | LeRobotDemoConfig], observations: Mapping[st
         entry = d if isinstance(d, LeRobotDemoConfig) else None
         path = Path(entry.path if entry else d)
         if not path.is_dir():
-            raise ConfigError(where, f"{path} is not a directory (relative paths start at {Path.cwd()}); record demos "
-                                     "with `rlhw record-demos CONFIG --out DIR` or fix the path")
+            raise ConfigError(
+                where,
+                f"{path} is not a directory (relative paths start at {Path.cwd()}); record demos "
+                "with `rlhw record-demos CONFIG --out DIR` or fix the path",
+            )
         if entry or is_lerobot_dataset(path):
             from rlhw.rl.lerobot.reader import read_lerobot_episodes
 
-            loaded = read_lerobot_episodes(path, entry or LeRobotDemoConfig(path=str(path)), where, observations,
-                                           action_shape)
+            loaded = read_lerobot_episodes(
+                path, entry or LeRobotDemoConfig(path=str(path)), where, observations, action_shape
+            )
             episodes = [(_dataset_episode_name(path, ep), ep) for ep in loaded if len(ep["action"])]
         else:
             files = episode_files(path, DEMO_KINDS)
@@ -110,13 +119,21 @@ def load_demos(dirs: Sequence[str | LeRobotDemoConfig], observations: Mapping[st
                 unrecorded.append(f.name)
             batches.append(episode_transitions(ep, fault_signal))
         if unrecorded:
-            why, fix = ("recorded elsewhere", "check that the dataset was recorded with this task, action scale "
-                        "and control rate") if entry else ("recorded before demos did", "record them again with "
-                                                           "`rlhw record-demos` to have them checked")
-            warnings.warn(f"{where}: {len(unrecorded)} of {len(episodes)} episode(s) in {path} (e.g. {unrecorded[0]}) "
-                          f"record no env config ({why}), so {', '.join(sorted(provenance))} are NOT checked "
-                          f"against this run: only their shapes are. {fix[0].upper() + fix[1:]}",
-                          UncheckedDemoWarning, stacklevel=2)
+            why, fix = (
+                (
+                    "recorded elsewhere",
+                    "check that the dataset was recorded with this task, action scale and control rate",
+                )
+                if entry
+                else ("recorded before demos did", "record them again with `rlhw record-demos` to have them checked")
+            )
+            warnings.warn(
+                f"{where}: {len(unrecorded)} of {len(episodes)} episode(s) in {path} (e.g. {unrecorded[0]}) "
+                f"record no env config ({why}), so {', '.join(sorted(provenance))} are NOT checked "
+                f"against this run: only their shapes are. {fix[0].upper() + fix[1:]}",
+                UncheckedDemoWarning,
+                stacklevel=2,
+            )
     return batches
 
 
@@ -131,36 +148,55 @@ def _check_provenance(where: str, file: Path, meta: Mapping[str, Any], expected:
     if not isinstance(meta.get(PROVENANCE_KEY), Mapping):
         return False
     recorded = provenance_of(meta[PROVENANCE_KEY])
-    differ = sorted(k for k in set(expected) | set(recorded) if recorded.get(k, "<unset>") != expected.get(k, "<unset>"))
+    differ = sorted(
+        k for k in set(expected) | set(recorded) if recorded.get(k, "<unset>") != expected.get(k, "<unset>")
+    )
     if differ:
         key = differ[0]
         more = f" (and {len(differ) - 1} more: {', '.join(differ[1:])})" if len(differ) > 1 else ""
-        raise ConfigError(where, f"{file.name} was recorded with {key}={json.dumps(recorded.get(key, '<unset>'))}, "
-                                 f"this run has {key}={json.dumps(expected.get(key, '<unset>'))}{more}; demos teach "
-                                 f"the env they were recorded in: set {key} to the demos' value, or record them "
-                                 "again with this config")
+        raise ConfigError(
+            where,
+            f"{file.name} was recorded with {key}={json.dumps(recorded.get(key, '<unset>'))}, "
+            f"this run has {key}={json.dumps(expected.get(key, '<unset>'))}{more}; demos teach "
+            f"the env they were recorded in: set {key} to the demos' value, or record them "
+            "again with this config",
+        )
     return True
 
 
-def _check_episode(where: str, file: Path, ep: Mapping[str, np.ndarray], observations: Mapping[str, tuple[int, ...]],
-                   action_shape: tuple[int, ...]) -> None:
+def _check_episode(
+    where: str,
+    file: Path,
+    ep: Mapping[str, np.ndarray],
+    observations: Mapping[str, tuple[int, ...]],
+    action_shape: tuple[int, ...],
+) -> None:
     keys = {k[4:] for k in ep if k.startswith("obs/")}
     missing, extra = sorted(set(observations) - keys), sorted(keys - set(observations))
     if missing or extra:
-        raise ConfigError(where, f"{file.name} does not match the env's observations: "
-                                 f"{'missing ' + ', '.join(missing) if missing else ''}"
-                                 f"{'; ' if missing and extra else ''}"
-                                 f"{'not in the env: ' + ', '.join(extra) if extra else ''}; "
-                                 "demos must be recorded with the same task and observation config")
+        raise ConfigError(
+            where,
+            f"{file.name} does not match the env's observations: "
+            f"{'missing ' + ', '.join(missing) if missing else ''}"
+            f"{'; ' if missing and extra else ''}"
+            f"{'not in the env: ' + ', '.join(extra) if extra else ''}; "
+            "demos must be recorded with the same task and observation config",
+        )
     for name, shape in observations.items():
         got = tuple(ep[f"obs/{name}"].shape[1:])
         if got != tuple(shape):
-            raise ConfigError(where, f"{file.name}: observation {name!r} has shape {got}, the env's has "
-                                     f"{tuple(shape)}; record the demos with the same task config")
+            raise ConfigError(
+                where,
+                f"{file.name}: observation {name!r} has shape {got}, the env's has "
+                f"{tuple(shape)}; record the demos with the same task config",
+            )
     got = tuple(ep["action"].shape[1:])
     if got != tuple(action_shape):
-        raise ConfigError(where, f"{file.name}: action shape {got}, the env's is {tuple(action_shape)}; "
-                                 "record the demos with the same task and action config")
+        raise ConfigError(
+            where,
+            f"{file.name}: action shape {got}, the env's is {tuple(action_shape)}; "
+            "record the demos with the same task and action config",
+        )
 
 
 def demo_steps(batches: Sequence[Mapping[str, np.ndarray]]) -> int:

@@ -17,8 +17,8 @@ test env with the RobotEnv contract): `Step` (rlhw/robot/step.py), the type the 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import numpy as np
 
@@ -81,8 +81,13 @@ class RefusedSteps:
     the last refusal's error, which the owner raises once too many came in a row. The env worker's and
     `rlhw eval`'s rule, one implementation."""
 
-    def __init__(self, step: Callable[[np.ndarray], Step], server_dead: Callable[[], bool],
-                 note: Callable[[str], None], consequence: str = "episode truncated"):
+    def __init__(
+        self,
+        step: Callable[[np.ndarray], Step],
+        server_dead: Callable[[], bool],
+        note: Callable[[str], None],
+        consequence: str = "episode truncated",
+    ):
         self.step, self.server_dead, self.note, self.consequence = step, server_dead, note, consequence
         self.in_a_row = 0
         self.last: Exception | None = None
@@ -124,8 +129,14 @@ class EpisodeLoop:
     (``train.fault_signal``) says how a train step that a safety fault ended is handed to the sink; recorders
     keep the step as the env reported it, with the fault's kind."""
 
-    def __init__(self, view: BatchView, max_episode_steps: int, recorders: list[EpisodeRecorder] | None = None,
-                 meta: dict | None = None, fault_signal: FaultSignal = AS_REPORTED):
+    def __init__(
+        self,
+        view: BatchView,
+        max_episode_steps: int,
+        recorders: list[EpisodeRecorder] | None = None,
+        meta: dict | None = None,
+        fault_signal: FaultSignal = AS_REPORTED,
+    ):
         self.view, self.n = view, view.num_envs
         self.fault_signal = fault_signal
         self.book = Instances(self.n, max_episode_steps)
@@ -161,8 +172,9 @@ class EpisodeLoop:
     def _transitions(self, obs: dict, s: Step, last: Mapping, train: list[int]) -> TransitionBatch:
         """The train instances' transitions, fault steps stored as ``fault_signal`` says."""
         reward, terminated = self.fault_signal.stored(s.reward[train], s.terminated[train], [s.fault[i] for i in train])
-        return transition_batch(_rows(obs, train), _rows(last, train), s.executed[train], reward, terminated,
-                                s.intervened[train])
+        return transition_batch(
+            _rows(obs, train), _rows(last, train), s.executed[train], reward, terminated, s.intervened[train]
+        )
 
     def _start(self, hooks: LoopHooks, seed: int | None) -> dict:
         """Reset every instance (a batch gives instance i seed + i) and choose each one's episode kind."""
@@ -194,11 +206,18 @@ class EpisodeLoop:
         if self.recorders is None:
             return
         for i in rows:
-            self.recorders[i].step(s.executed[i], s.reward[i], s.terminated[i], s.truncated[i],
-                                   {k: v[i] for k, v in last.items()}, s.success[i], intervened=s.intervened[i],
-                                   policy_version=-1 if s.intervened[i] else versions[i],
-                                   fault=s.fault[i],
-                                   judge_success=None if s.judge_success is None else bool(s.judge_success[i]))
+            self.recorders[i].step(
+                s.executed[i],
+                s.reward[i],
+                s.terminated[i],
+                s.truncated[i],
+                {k: v[i] for k, v in last.items()},
+                s.success[i],
+                intervened=s.intervened[i],
+                policy_version=-1 if s.intervened[i] else versions[i],
+                fault=s.fault[i],
+                judge_success=None if s.judge_success is None else bool(s.judge_success[i]),
+            )
 
     def _note_faults(self, hooks: LoopHooks, s: Step) -> None:
         for i in range(self.n):

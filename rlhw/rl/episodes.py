@@ -28,17 +28,18 @@ import json
 import os
 import re
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
 from rlhw.errors import FaultKind
+from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
 
 #: The episode meta key holding the whole env config section the episode was recorded with
 #: (rlhw.rl.demos.recorded_env): `train.demos` checks it, `rlhw export-dataset` carries it on.
 PROVENANCE_KEY = "env_config"
-from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
 
 _NAME = re.compile(r"^(train|eval|demo)-(\d{6})\.(steps|npz)$")
 FAULT_CHARS = max(len(k.value) for k in FaultKind)  # the ``fault`` field: a fixed-width string, no pickle
@@ -99,18 +100,39 @@ class EpisodeRecorder:
         self._f = open(self._path, "wb")
         self._obs = [{k: np.array(v) for k, v in obs.items()}]
         self._steps = []
-        _write_record(self._f, {"reset": True, "time": time.time(), "meta": self._meta},
-                      {f"obs/{k}": v for k, v in self._obs[0].items()})
+        _write_record(
+            self._f,
+            {"reset": True, "time": time.time(), "meta": self._meta},
+            {f"obs/{k}": v for k, v in self._obs[0].items()},
+        )
 
-    def step(self, action, reward: float, terminated: bool, truncated: bool, next_obs: Mapping[str, np.ndarray],
-             success: bool = False, *, intervened: bool = False, policy_version: int = -1,
-             fault: FaultKind | None = None, judge_success: bool | None = None) -> None:
+    def step(
+        self,
+        action,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        next_obs: Mapping[str, np.ndarray],
+        success: bool = False,
+        *,
+        intervened: bool = False,
+        policy_version: int = -1,
+        fault: FaultKind | None = None,
+        judge_success: bool | None = None,
+    ) -> None:
         """Record one step; ``action`` is what the arm executed (see the module docstring for the flags)."""
         if self._f is None:
             raise RuntimeError("EpisodeRecorder.step before begin()")
-        rec = {"reward": float(reward), "terminated": bool(terminated), "truncated": bool(truncated),
-               "success": bool(success), "time": time.time(), "intervened": bool(intervened),
-               "policy_version": int(policy_version), "fault": FaultKind(fault).value if fault else ""}
+        rec = {
+            "reward": float(reward),
+            "terminated": bool(terminated),
+            "truncated": bool(truncated),
+            "success": bool(success),
+            "time": time.time(),
+            "intervened": bool(intervened),
+            "policy_version": int(policy_version),
+            "fault": FaultKind(fault).value if fault else "",
+        }
         if judge_success is not None:
             rec["judge_success"] = bool(judge_success)
         action = np.asarray(action, dtype=np.float32)
@@ -152,8 +174,13 @@ class EpisodeRecorder:
 def _episode_arrays(obs: list[dict], steps: list[dict], meta: dict) -> dict[str, np.ndarray]:
     out = {f"obs/{k}": np.stack([o[k] for o in obs]) for k in obs[0]}
     out["action"] = np.stack([s["action"] for s in steps]).astype(np.float32)
-    for k, dt in (("reward", np.float32), ("terminated", bool), ("truncated", bool), ("success", bool),
-                  ("time", np.float64)):
+    for k, dt in (
+        ("reward", np.float32),
+        ("terminated", bool),
+        ("truncated", bool),
+        ("success", bool),
+        ("time", np.float64),
+    ):
         out[k] = np.array([s[k] for s in steps], dtype=dt)
     out["intervened"] = np.array([s.get("intervened", False) for s in steps], dtype=bool)
     out["policy_version"] = np.array([s.get("policy_version", -1) for s in steps], dtype=np.int64)
@@ -232,7 +259,8 @@ def recorded_episodes(root: str | os.PathLike, kind: str = "train") -> Iterator[
             yield i, ep
 
 
-def iter_recorded_transitions(root: str | os.PathLike, kind: str = "train",
-                              fault_signal: FaultSignal = AS_REPORTED) -> Iterator[dict[str, np.ndarray]]:
+def iter_recorded_transitions(
+    root: str | os.PathLike, kind: str = "train", fault_signal: FaultSignal = AS_REPORTED
+) -> Iterator[dict[str, np.ndarray]]:
     for _, ep in recorded_episodes(root, kind):
         yield episode_transitions(ep, fault_signal)

@@ -26,10 +26,10 @@ import logging
 import math
 import os
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -105,11 +105,19 @@ class EvalReport:
 
     def to_json(self, **extra) -> dict:
         rate = self.success_rate
-        return {"status": self.status, "reason": self.reason, "signal": self.signal,
-                "success_rate": None if math.isnan(rate) else rate, "ci95": list(self.ci95),
-                "successes": self.successes, "num_episodes": len(self.episodes),
-                "seed_base": EVAL_SEED_BASE, **extra, "episodes": [e.to_json() for e in self.episodes],
-                "loop_health": self.loop_health}
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "signal": self.signal,
+            "success_rate": None if math.isnan(rate) else rate,
+            "ci95": list(self.ci95),
+            "successes": self.successes,
+            "num_episodes": len(self.episodes),
+            "seed_base": EVAL_SEED_BASE,
+            **extra,
+            "episodes": [e.to_json() for e in self.episodes],
+            "loop_health": self.loop_health,
+        }
 
 
 class OpenEnv:
@@ -129,8 +137,9 @@ class OpenEnv:
         else:
             from rlhw.rl.pipeline.env_server import open_remote_env
 
-            self.server, self.env = open_remote_env(config, robot_rank, log_dir / f"env{robot_rank}-server.log",
-                                                    f"rlhw-eval-env{robot_rank}")
+            self.server, self.env = open_remote_env(
+                config, robot_rank, log_dir / f"env{robot_rank}-server.log", f"rlhw-eval-env{robot_rank}"
+            )
             self.spec = self.env.env_spec
             self.typed_step = self.env.step_typed
 
@@ -162,18 +171,33 @@ def deterministic_policy(checkpoint: PolicyCheckpoint, spec: EnvSpec, sac_fallba
 class Evaluation:
     """Episodes of one policy on one open env, through the episode loop; `run` fills an `EvalReport`."""
 
-    def __init__(self, env: OpenEnv, policy, recorder: EpisodeRecorder | None, max_episode_steps: int,
-                 meta: dict, on_episode: Callable[[EvalEpisode], None] | None = None, gc_guard=None):
+    def __init__(
+        self,
+        env: OpenEnv,
+        policy,
+        recorder: EpisodeRecorder | None,
+        max_episode_steps: int,
+        meta: dict,
+        on_episode: Callable[[EvalEpisode], None] | None = None,
+        gc_guard=None,
+    ):
         self.env, self.policy, self.on_episode, self.gc_guard = env, policy, on_episode, gc_guard
-        self.loop = EpisodeLoop(BatchView(env.env, env.spec, env.typed_step), max_episode_steps,
-                                [recorder] if recorder is not None else None, meta=meta)
+        self.loop = EpisodeLoop(
+            BatchView(env.env, env.spec, env.typed_step),
+            max_episode_steps,
+            [recorder] if recorder is not None else None,
+            meta=meta,
+        )
         self.timer = LoopTimer()
         self.report = EvalReport()
         self._faults: list[str] = []
         server = env.server
         # a refused step ends the episode there (truncated), as in the env worker; a dead server raises
-        self.refused = RefusedSteps(self.loop.view.step, lambda: server is not None and not server.alive(),
-                                    lambda text: self._faults.append(text))
+        self.refused = RefusedSteps(
+            self.loop.view.step,
+            lambda: server is not None and not server.alive(),
+            lambda text: self._faults.append(text),
+        )
         self._first = True
 
     def run(self, episodes: int, first_index: int = 0) -> EvalReport:
@@ -187,8 +211,10 @@ class Evaluation:
         except KeyboardInterrupt as e:
             cause = interrupt_cause(e)
             self.report.status, self.report.signal = "interrupted", int(cause)
-            self.report.reason = (f"{cause_text(cause)} after {len(self.report.episodes)} of {episodes} episodes; the "
-                                  "arm was stopped and the running episode's steps kept on disk")
+            self.report.reason = (
+                f"{cause_text(cause)} after {len(self.report.episodes)} of {episodes} episodes; the "
+                "arm was stopped and the running episode's steps kept on disk"
+            )
         except BaseException as e:
             self.report.status, self.report.reason = "failed", f"{type(e).__name__}: {e}"
             raise
@@ -200,12 +226,28 @@ class Evaluation:
         seed = EVAL_SEED_BASE + k
         results: list = []
         self._faults, self._first = [], True
-        self.loop.run(LoopHooks(act=self._act, choose=lambda book: EVAL, report=lambda _kind, r: results.append(r),
-                                step=self.refused, note=self._faults.append,
-                                stepped=lambda step: self.timer.stepped(step.timing)), seed=seed)
+        self.loop.run(
+            LoopHooks(
+                act=self._act,
+                choose=lambda book: EVAL,
+                report=lambda _kind, r: results.append(r),
+                step=self.refused,
+                note=self._faults.append,
+                stepped=lambda step: self.timer.stepped(step.timing),
+            ),
+            seed=seed,
+        )
         ret, env_success, length, interventions = results[0]
-        episode = EvalEpisode(k, seed, bool(env_success) and not interventions, int(length), float(ret),
-                              self._faults[0] if self._faults else None, interventions > 0, bool(env_success))
+        episode = EvalEpisode(
+            k,
+            seed,
+            bool(env_success) and not interventions,
+            int(length),
+            float(ret),
+            self._faults[0] if self._faults else None,
+            interventions > 0,
+            bool(env_success),
+        )
         self.report.episodes.append(episode)
         if self.on_episode is not None:
             self.on_episode(episode)
@@ -220,8 +262,15 @@ class Evaluation:
         self.timer.actions_received()
         return answer.actions, answer.versions
 
-def evaluate(config: Config, checkpoint: PolicyCheckpoint, episodes: int, run_dir, robot_rank: int = 0,
-             on_episode: Callable[[EvalEpisode], None] | None = None) -> EvalReport:
+
+def evaluate(
+    config: Config,
+    checkpoint: PolicyCheckpoint,
+    episodes: int,
+    run_dir,
+    robot_rank: int = 0,
+    on_episode: Callable[[EvalEpisode], None] | None = None,
+) -> EvalReport:
     """Evaluate ``checkpoint`` for ``episodes`` episodes on arm ``robot_rank`` of ``config``; episodes and the
     config snapshot go to ``run_dir`` (a `RunDir`). The checkpoint is refused, before any step, when its spec
     does not match the env's. The env is closed (the arm stopped) whatever happens."""
@@ -244,8 +293,9 @@ def evaluate(config: Config, checkpoint: PolicyCheckpoint, episodes: int, run_di
         if config.train.record_episodes:
             fsync = config.train.fsync_episodes
             fsync = (config.env.sim is None and declares_real_arm(config)) if fsync == "auto" else bool(fsync)
-            recorder = EpisodeRecorder(run_dir.episodes / f"env{robot_rank}", fsync=fsync,
-                                       meta={PROVENANCE_KEY: recorded_env(config.env)})
+            recorder = EpisodeRecorder(
+                run_dir.episodes / f"env{robot_rank}", fsync=fsync, meta={PROVENANCE_KEY: recorded_env(config.env)}
+            )
         meta = {"robot_rank": robot_rank, "checkpoint": str(checkpoint.path), "policy_version": checkpoint.updates}
         evaluation = Evaluation(env, policy, recorder, config.env.max_episode_steps, meta, on_episode, guard)
         with _scheduling_restored():  # the loop is the calling thread: a caller that goes on gets it back as it was

@@ -17,8 +17,8 @@ transitions rebuilt from disk (demos, a resumed run) are stored the same way as 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -36,7 +36,7 @@ class FaultSignal:
     gamma: float
 
     @classmethod
-    def from_config(cls, train: TrainConfig) -> "FaultSignal":
+    def from_config(cls, train: TrainConfig) -> FaultSignal:
         cfg: FaultSignalConfig = train.fault_signal
         return cls(cfg.store, float(cfg.penalty), frozenset(cfg.kinds), float(train.sac.gamma))
 

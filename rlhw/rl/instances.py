@@ -55,8 +55,9 @@ class Instances:
 
     def train_reserved(self) -> int:
         """Steps the running train episodes may still take (each ends by ``max_episode_steps``)."""
-        return int(sum(max(self.max_episode_steps - int(self.length[i]), 0)
-                       for i, k in enumerate(self.kind) if k == TRAIN))
+        return int(
+            sum(max(self.max_episode_steps - int(self.length[i]), 0) for i, k in enumerate(self.kind) if k == TRAIN)
+        )
 
     # ---- episode starts and ends
     def choose(self, budget: int, unlimited: bool, eval_pending: int) -> str:

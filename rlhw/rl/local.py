@@ -7,9 +7,9 @@ path is the pipeline (rlhw.rl.pipeline). Both share SAC, the replay buffer, epis
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -18,7 +18,6 @@ from rlhw.config.root import Config
 from rlhw.rl.checkpoint import checked_init_from, checkpoint_state, policy_contract, warm_start
 from rlhw.rl.demos import PROVENANCE_KEY, env_provenance, load_demos, recorded_env
 from rlhw.rl.episode_loop import Act, BatchView, EpisodeLoop, EpisodeResult, LoopHooks
-from rlhw.robot.step import Step
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
 from rlhw.rl.pipeline.utd_gate import updates_owed
@@ -30,6 +29,7 @@ from rlhw.rl.sac import SAC, resolve_device
 from rlhw.rl.seeds import episode_seed, seed_process
 from rlhw.rl.session import Counters, StopReason, TrainingSession, VerdictTally, interrupted
 from rlhw.rl.spaces import AgentSpace
+from rlhw.robot.step import Step
 from rlhw.runtime.isolation import GcGuard, apply_learner_threads, apply_loop_isolation
 from rlhw.runtime.stop_signals import interrupt_cause
 
@@ -43,24 +43,46 @@ def agent_policy(agent: SAC, rng: np.random.Generator, random_actions: bool = Fa
     """The episode loop's policy in this process: the one acting rule (`rlhw.rl.policy.choose_actions`) on the
     agent's own network, whose version is the number of updates behind its weights; ``random_actions``: the
     warm-up's uniform random actions (version -1)."""
+
     def act(obs: dict, rows: list[int], evaluating: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return choose_actions(lambda: agent.sample_and_mean(obs), evaluating, agent.updates, random_actions, rng,
-                              agent.act_low, agent.act_high)
+        return choose_actions(
+            lambda: agent.sample_and_mean(obs),
+            evaluating,
+            agent.updates,
+            random_actions,
+            rng,
+            agent.act_low,
+            agent.act_high,
+        )
+
     return act
 
 
-def run_episode(env, agent: SAC, rng: np.random.Generator, recorder: EpisodeRecorder | None, kind: str,
-                random_actions: bool = False, on_step: Callable[[TransitionBatch], None] | None = None,
-                fault_signal: FaultSignal = AS_REPORTED, on_info: Callable[[Step], None] | None = None) -> EpisodeResult:
+def run_episode(
+    env,
+    agent: SAC,
+    rng: np.random.Generator,
+    recorder: EpisodeRecorder | None,
+    kind: str,
+    random_actions: bool = False,
+    on_step: Callable[[TransitionBatch], None] | None = None,
+    fault_signal: FaultSignal = AS_REPORTED,
+    on_info: Callable[[Step], None] | None = None,
+) -> EpisodeResult:
     """One ``kind`` episode (train or eval: the policy's mean action) of ``env`` (one instance with the RobotEnv
     contract) through the episode loop; returns (return, success, length, intervened steps). Each step is
     recorded, and in a train episode handed to ``on_step`` as a transition, with the action the arm executed
     and its ``intervened`` flag, a fault step stored as ``fault_signal`` says; ``on_info`` gets each `Step`."""
-    loop = EpisodeLoop(BatchView(env, env.spec), 0, [recorder] if recorder is not None else None,
-                       fault_signal=fault_signal)
+    loop = EpisodeLoop(
+        BatchView(env, env.spec), 0, [recorder] if recorder is not None else None, fault_signal=fault_signal
+    )
     results: list[EpisodeResult] = []
-    hooks = LoopHooks(agent_policy(agent, rng, random_actions), lambda book: kind,
-                      lambda _kind, result: results.append(result), sink=on_step)
+    hooks = LoopHooks(
+        agent_policy(agent, rng, random_actions),
+        lambda book: kind,
+        lambda _kind, result: results.append(result),
+        sink=on_step,
+    )
     if on_info is not None:
         hooks.stepped = on_info
     loop.run(hooks, seed=episode_seed(rng))
@@ -75,8 +97,13 @@ def tally_verdicts(tally: VerdictTally, step: Step) -> None:
         tally.add(success, bool(step.judge_success[0]), success)
 
 
-def train_local(config: Config, run_dir: RunDir, env_factory: Callable | None = None, resume: bool = False,
-                eval_env_factory: Callable | None = None) -> StopReason:
+def train_local(
+    config: Config,
+    run_dir: RunDir,
+    env_factory: Callable | None = None,
+    resume: bool = False,
+    eval_env_factory: Callable | None = None,
+) -> StopReason:
     """Train in this process until the target eval success or the step budget. Returns why it stopped.
 
     Eval episodes run on the training env unless ``eval_env_factory`` gives them their own (a benchmark
@@ -109,8 +136,13 @@ class LocalRun:
         self.replay = MixedReplay(cfg.buffer_size, cfg.demo_ratio, seed=cfg.seed)
         provenance = env_provenance(config.env)
         self.fault_signal = FaultSignal.from_config(cfg)
-        for batch in load_demos(cfg.demos, space.observation_shapes, space.action_shape, provenance=provenance,
-                                fault_signal=self.fault_signal):
+        for batch in load_demos(
+            cfg.demos,
+            space.observation_shapes,
+            space.action_shape,
+            provenance=provenance,
+            fault_signal=self.fault_signal,
+        ):
             self.replay.add_demos(batch)
         if resume:
             counters = resume_run(run_dir, self.agent, self.replay, self.fault_signal)
@@ -118,9 +150,13 @@ class LocalRun:
             counters = Counters()
             if cfg.init_from:
                 warm_start(self.agent, checked_init_from(config, env.spec))
-        self.recorder = (EpisodeRecorder(Path(run_dir.episodes) / "env0", fsync=False,
-                                         meta={PROVENANCE_KEY: recorded_env(config.env)})
-                         if cfg.record_episodes else None)
+        self.recorder = (
+            EpisodeRecorder(
+                Path(run_dir.episodes) / "env0", fsync=False, meta={PROVENANCE_KEY: recorded_env(config.env)}
+            )
+            if cfg.record_episodes
+            else None
+        )
         self.session = TrainingSession(config, run_dir, counters)
         self.isolation = config.cluster.node_env(0).isolation
         self.gc_guard = GcGuard()
@@ -139,11 +175,14 @@ class LocalRun:
                     session.log()
                 if session.eval_due():
                     started = time.perf_counter()
-                    results = [run_episode(self.eval_env, self.agent, self.rng, self.recorder, "eval")
-                               for _ in range(self.cfg.eval_episodes)]
+                    results = [
+                        run_episode(self.eval_env, self.agent, self.rng, self.recorder, "eval")
+                        for _ in range(self.cfg.eval_episodes)
+                    ]
                     self.phases.eval_s += time.perf_counter() - started
-                    session.record_eval(results, {**(self.verdicts.row() if self.verdicts.steps else {}),
-                                                  **self.phases.row()})
+                    session.record_eval(
+                        results, {**(self.verdicts.row() if self.verdicts.steps else {}), **self.phases.row()}
+                    )
                     self.verdicts = VerdictTally()
                 if session.checkpoint_due() or session.stop is not None:
                     self._save()
@@ -176,8 +215,17 @@ class LocalRun:
 
     def _train_episode(self) -> None:
         warmup = self.session.c.env_steps < self.cfg.learning_starts
-        result = run_episode(self.env, self.agent, self.rng, self.recorder, "train", random_actions=warmup,
-                             on_step=self._learn, fault_signal=self.fault_signal, on_info=self._note_step)
+        result = run_episode(
+            self.env,
+            self.agent,
+            self.rng,
+            self.recorder,
+            "train",
+            random_actions=warmup,
+            on_step=self._learn,
+            fault_signal=self.fault_signal,
+            on_info=self._note_step,
+        )
         self.session.add_episode(*result)
 
     def _note_step(self, step: Step) -> None:
@@ -225,7 +273,11 @@ class PhaseClock:
     eval_s: float = 0.0
 
     def row(self) -> dict[str, float]:
-        return {"perf/env_step_ms": 1000 * self.env_s / max(self.env_steps, 1),
-                "perf/classifier_ms": 1000 * self.classifier_s / max(self.env_steps, 1),
-                "perf/update_ms": 1000 * self.update_s / max(self.updates, 1),
-                "perf/env_total_s": self.env_s, "perf/update_total_s": self.update_s, "perf/eval_total_s": self.eval_s}
+        return {
+            "perf/env_step_ms": 1000 * self.env_s / max(self.env_steps, 1),
+            "perf/classifier_ms": 1000 * self.classifier_s / max(self.env_steps, 1),
+            "perf/update_ms": 1000 * self.update_s / max(self.updates, 1),
+            "perf/env_total_s": self.env_s,
+            "perf/update_total_s": self.update_s,
+            "perf/eval_total_s": self.eval_s,
+        }

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -19,8 +19,15 @@ import numpy as np
 Forward = Callable[[], tuple[np.ndarray, np.ndarray]]
 
 
-def choose_actions(forward: Forward, deterministic: np.ndarray, version: int, explore_at_random: bool,
-                   rng: np.random.Generator, low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def choose_actions(
+    forward: Forward,
+    deterministic: np.ndarray,
+    version: int,
+    explore_at_random: bool,
+    rng: np.random.Generator,
+    low: np.ndarray,
+    high: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """(actions, versions) for a batch of ``len(deterministic)`` rows; ``forward`` runs only when an action needs
     the network. ``rng`` draws the warm-up actions (within ``low``..``high``)."""
     deterministic = np.asarray(deterministic, bool)

@@ -10,10 +10,9 @@ is what the arm executed; ``intervened`` (1.0 / 0.0) marks an operator's step.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
-
 
 TransitionBatch = dict[str, np.ndarray]
 """n transitions stacked in the field names above: ``obs/<name>`` and ``next_obs/<name>`` (n, ...) in the
@@ -21,8 +20,9 @@ observation's dtype, ``action`` float32 (n, ...), ``reward``, ``terminated`` and
 A plain dict because the buffer stores one array per field, whatever the observation names are."""
 
 
-def transition_batch(obs: Mapping[str, np.ndarray], next_obs: Mapping[str, np.ndarray], action, reward,
-                     terminated, intervened) -> TransitionBatch:
+def transition_batch(
+    obs: Mapping[str, np.ndarray], next_obs: Mapping[str, np.ndarray], action, reward, terminated, intervened
+) -> TransitionBatch:
     """n stacked transitions (every argument has a leading dimension n) in the replay buffer's field names.
     The one place that builds them: the local runner and the env worker both call it."""
     out = {f"obs/{k}": np.asarray(v) for k, v in obs.items()}

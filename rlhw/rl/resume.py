@@ -16,8 +16,9 @@ from rlhw.rl.rundir import RunDir
 from rlhw.rl.session import Counters
 
 
-def resume_run(run_dir: RunDir, agent, replay: MixedReplay, fault_signal: FaultSignal, rank: int = 0,
-           world_size: int = 1) -> Counters:
+def resume_run(
+    run_dir: RunDir, agent, replay: MixedReplay, fault_signal: FaultSignal, rank: int = 0, world_size: int = 1
+) -> Counters:
     """Load the checkpoint's weights into ``agent`` (a `SAC`) and return the run's counters; put this rank's share
     of the recorded train episodes back into ``replay`` (episode file i goes to rank i % ``world_size``; their
     intervention steps into the demo buffer too: `MixedReplay.add_batch`), each step stored as

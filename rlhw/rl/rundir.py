@@ -1,13 +1,13 @@
 """The run directory: everything a training run leaves behind, written by the controller (and rank 0).
 
-    <run_dir>/config.yaml          resolved config snapshot (what actually ran, overrides applied)
-    <run_dir>/run.json             status: running / finished / stopped / interrupted / failed, reason, env steps
-    <run_dir>/metrics.jsonl        one JSON object per log step (env_steps, train/..., eval/..., losses/..., perf/...)
-    <run_dir>/tb/                  TensorBoard events (same scalars)
-    <run_dir>/checkpoints/         latest.pt (+ step-<N>.pt), written atomically
-    <run_dir>/episodes/env<r>/     every collected transition (see rlhw.rl.episodes)
-    <run_dir>/learning_curve.png   eval success, train return (and the intervention rate, once an operator
-                                   took over) against env steps
+<run_dir>/config.yaml          resolved config snapshot (what actually ran, overrides applied)
+<run_dir>/run.json             status: running / finished / stopped / interrupted / failed, reason, env steps
+<run_dir>/metrics.jsonl        one JSON object per log step (env_steps, train/..., eval/..., losses/..., perf/...)
+<run_dir>/tb/                  TensorBoard events (same scalars)
+<run_dir>/checkpoints/         latest.pt (+ step-<N>.pt), written atomically
+<run_dir>/episodes/env<r>/     every collected transition (see rlhw.rl.episodes)
+<run_dir>/learning_curve.png   eval success, train return (and the intervention rate, once an operator
+                               took over) against env steps
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import json
 import math
 import os
 import time
-from datetime import datetime, timezone
+from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 import yaml
@@ -150,8 +151,7 @@ def plot_learning_curve(run_dir: RunDir) -> Path | None:
 
     ev = [(r["env_steps"], r["eval/success_rate"]) for r in rows if r.get("eval/success_rate") is not None]
     tr = [(r["env_steps"], r["train/episode_return"]) for r in rows if r.get("train/episode_return") is not None]
-    iv = [(r["env_steps"], r["train/intervention_rate"]) for r in rows
-          if r.get("train/intervention_rate") is not None]
+    iv = [(r["env_steps"], r["train/intervention_rate"]) for r in rows if r.get("train/intervention_rate") is not None]
     panels = 3 if any(rate > 0 for _, rate in iv) else 2
     fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 3.6))
     ax1, ax2 = axes[0], axes[1]

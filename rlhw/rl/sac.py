@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import numpy as np
 import torch
@@ -74,7 +74,7 @@ class ObsLayout:
         return cls(tuple(proprio), tuple(images))
 
     @classmethod
-    def from_spec(cls, spec, use_images: bool = True) -> "ObsLayout":
+    def from_spec(cls, spec, use_images: bool = True) -> ObsLayout:
         """From an `rlhw.robot.spec.EnvSpec` (shapes per env instance)."""
         obs = spec.observations
         return cls.from_shapes({k: v.shape for k, v in obs.items()}, {k: v.dtype for k, v in obs.items()}, use_images)
@@ -91,10 +91,8 @@ class ObsLayout:
         return {"proprio": [[n, list(s)] for n, s in self.proprio], "images": [[n, list(s)] for n, s in self.images]}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ObsLayout":
-        return cls(
-            tuple((n, tuple(s)) for n, s in d["proprio"]), tuple((n, tuple(s)) for n, s in d.get("images", []))
-        )
+    def from_dict(cls, d: dict) -> ObsLayout:
+        return cls(tuple((n, tuple(s)) for n, s in d["proprio"]), tuple((n, tuple(s)) for n, s in d.get("images", [])))
 
 
 def obs_to_tensors(obs: Mapping[str, np.ndarray], layout: ObsLayout, device: torch.device) -> dict[str, torch.Tensor]:
@@ -128,8 +126,7 @@ class Encoder(nn.Module):
         super().__init__()
         self.layout = layout
         cfg = image_encoder.model_copy(update={"weights": None}) if for_acting else image_encoder
-        self.cnns = nn.ModuleDict({n: build_image_encoder(cfg, s, field=IMAGE_ENCODER_FIELD)
-                                   for n, s in layout.images})
+        self.cnns = nn.ModuleDict({n: build_image_encoder(cfg, s, field=IMAGE_ENCODER_FIELD) for n, s in layout.images})
         self.dim = layout.proprio_dim + image_encoder.features * len(layout.images)
 
     def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -182,8 +179,12 @@ class Actor(nn.Module):
 def build_actor(layout: ObsLayout, act_low, act_high, cfg: SacConfig) -> Actor:
     """The acting network alone (encoder + actor) for a rollout worker, from ``train.sac``; its weights
     arrive with `SAC.policy_state`."""
-    return Actor(Encoder(layout, cfg.image_encoder, for_acting=True), np.asarray(act_low, np.float32),
-                 np.asarray(act_high, np.float32), tuple(cfg.hidden_sizes))
+    return Actor(
+        Encoder(layout, cfg.image_encoder, for_acting=True),
+        np.asarray(act_low, np.float32),
+        np.asarray(act_high, np.float32),
+        tuple(cfg.hidden_sizes),
+    )
 
 
 class EnsembleLinear(nn.Module):
@@ -263,8 +264,15 @@ class SAC:
     ``augment_seed`` seeds the DrQ random shifts of training images (default: torch's current seed, so a
     process seeded with `torch.manual_seed` augments reproducibly without drawing from the global stream)."""
 
-    def __init__(self, layout: ObsLayout, act_low, act_high, cfg: SacConfig, device: str | torch.device = "cpu",
-                 augment_seed: int | None = None):
+    def __init__(
+        self,
+        layout: ObsLayout,
+        act_low,
+        act_high,
+        cfg: SacConfig,
+        device: str | torch.device = "cpu",
+        augment_seed: int | None = None,
+    ):
         self.cfg, self.layout, self.device = cfg, layout, torch.device(device)
         act_low = np.asarray(act_low, dtype=np.float32)
         act_high = np.asarray(act_high, dtype=np.float32)
@@ -284,8 +292,9 @@ class SAC:
         self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=cfg.actor_lr)
         # Automatic entropy tuning: alpha is learned so the policy's entropy tracks target_entropy.
         self.target_entropy = float(cfg.target_entropy if cfg.target_entropy is not None else -act_dim)
-        self.log_alpha = torch.tensor([np.log(cfg.init_alpha)], dtype=torch.float32, device=self.device,
-                                      requires_grad=True)
+        self.log_alpha = torch.tensor(
+            [np.log(cfg.init_alpha)], dtype=torch.float32, device=self.device, requires_grad=True
+        )
         self.a_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
         pad = cfg.image_encoder.augment_pad if layout.images else 0
         seed = torch.initial_seed() if augment_seed is None else augment_seed
@@ -330,16 +339,18 @@ class SAC:
     def _batch_obs(self, batch: Mapping[str, np.ndarray], prefix: str) -> dict[str, torch.Tensor]:
         """The ``prefix`` observations of a batch as tensors, camera images randomly shifted (DrQ) when
         augmentation is on; obs and next_obs draw their shifts independently."""
-        t = obs_to_tensors({k[len(prefix):]: v for k, v in batch.items() if k.startswith(prefix)}, self.layout,
-                           self.device)
+        t = obs_to_tensors(
+            {k[len(prefix) :]: v for k, v in batch.items() if k.startswith(prefix)}, self.layout, self.device
+        )
         if self.augment is not None:
             for name, _ in self.layout.images:
                 t[name] = self.augment(t[name])
         return t
 
     @torch.no_grad()
-    def bellman_target(self, next_obs: dict[str, torch.Tensor], rewards: torch.Tensor, not_done: torch.Tensor,
-                       alpha: torch.Tensor) -> torch.Tensor:
+    def bellman_target(
+        self, next_obs: dict[str, torch.Tensor], rewards: torch.Tensor, not_done: torch.Tensor, alpha: torch.Tensor
+    ) -> torch.Tensor:
         """The soft Bellman target (n, 1) from the smallest of a random subset of M target critics (with
         N = M = 2, SAC's clipped double-Q). Where ``not_done`` is 0 (a terminal step: a success, or a safety
         fault stored as ``train.fault_signal`` says) it is the stored reward alone. next_obs is encoded once, for
@@ -413,11 +424,14 @@ class SAC:
 
     def state_dict(self) -> dict:
         return {
-            "actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
             "critic_target": self.critic_target.state_dict(),
             "log_alpha": self.log_alpha.detach().cpu(),
-            "q_optimizer": self.q_optimizer.state_dict(), "actor_optimizer": self.actor_optimizer.state_dict(),
-            "a_optimizer": self.a_optimizer.state_dict(), "updates": self.updates,
+            "q_optimizer": self.q_optimizer.state_dict(),
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "a_optimizer": self.a_optimizer.state_dict(),
+            "updates": self.updates,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -470,21 +484,30 @@ def _check_critic_checkpoint(state: dict, critic: CriticEnsemble) -> None:
     from rlhw.errors import ConfigError
 
     if "critic" not in state:
-        raise ConfigError("--resume", "the checkpoint holds two separate critics (qf1/qf2), written before rlhw's "
-                                      "critic ensemble; it cannot be resumed: start a new run directory")
+        raise ConfigError(
+            "--resume",
+            "the checkpoint holds two separate critics (qf1/qf2), written before rlhw's "
+            "critic ensemble; it cannot be resumed: start a new run directory",
+        )
     saved = state["critic"]["head.weight"].shape[0]
     if saved != critic.n:
-        raise ConfigError("train.sac.critic_ensemble", f"is {critic.n}, but the checkpoint was trained with {saved} "
-                                                       f"critics: set train.sac.critic_ensemble={saved} to resume")
+        raise ConfigError(
+            "train.sac.critic_ensemble",
+            f"is {critic.n}, but the checkpoint was trained with {saved} "
+            f"critics: set train.sac.critic_ensemble={saved} to resume",
+        )
     want = {k: tuple(v.shape) for k, v in critic.state_dict().items() if k.startswith("encoder.")}
     have = {k: tuple(v.shape) for k, v in state["critic"].items() if k.startswith("encoder.")}
     if want != have:
         old = any(".conv." in k for k in have)
-        why = ("it was written before rlhw's shared image encoder (each network had its own CNN) and cannot be "
-               "resumed: start a new run directory" if old else
-               "its image encoders differ from this config's (another kind or other cameras): set "
-               "train.sac.image_encoder (kind, features), env.images and env.image_size as the run had them, or start "
-               "a new run directory")
+        why = (
+            "it was written before rlhw's shared image encoder (each network had its own CNN) and cannot be "
+            "resumed: start a new run directory"
+            if old
+            else "its image encoders differ from this config's (another kind or other cameras): set "
+            "train.sac.image_encoder (kind, features), env.images and env.image_size as the run had them, or start "
+            "a new run directory"
+        )
         raise ConfigError(IMAGE_ENCODER_FIELD, f"the checkpoint's image encoder does not fit: {why}")
 
 

@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,9 +46,13 @@ class StopReason:
 def interrupted(env_steps: int, saved: bool, cause: signal.Signals = signal.SIGINT) -> StopReason:
     """Ctrl-C or SIGTERM is a user's (or a scheduler's) decision, not a failure: say where the run stands
     and how to go on."""
-    return StopReason("interrupted", f"{cause_text(cause)} at {env_steps} env steps; "
-                                     f"{'checkpoint saved' if saved else 'checkpoint NOT saved'}; "
-                                     "continue with --resume and the same --run-dir", cause)
+    return StopReason(
+        "interrupted",
+        f"{cause_text(cause)} at {env_steps} env steps; "
+        f"{'checkpoint saved' if saved else 'checkpoint NOT saved'}; "
+        "continue with --resume and the same --run-dir",
+        cause,
+    )
 
 
 @dataclass
@@ -73,13 +77,16 @@ class VerdictTally:
     def row(self) -> dict[str, float]:
         """The period's figures for metrics.jsonl (rates over the judge's negatives / positives; NaN when none)."""
         negatives = self.steps - self.judged_positive
-        return {"reward/classifier_steps": self.steps,
-                "reward/classifier_false_positives": self.false_positives,
-                "reward/classifier_false_negatives": self.false_negatives,
-                "reward/classifier_fp_rate": self.false_positives / negatives if negatives else float("nan"),
-                "reward/classifier_fn_rate": (self.false_negatives / self.judged_positive if self.judged_positive
-                                              else float("nan")),
-                "reward/classifier_false_success_episodes": self.false_success_episodes}
+        return {
+            "reward/classifier_steps": self.steps,
+            "reward/classifier_false_positives": self.false_positives,
+            "reward/classifier_false_negatives": self.false_negatives,
+            "reward/classifier_fp_rate": self.false_positives / negatives if negatives else float("nan"),
+            "reward/classifier_fn_rate": (
+                self.false_negatives / self.judged_positive if self.judged_positive else float("nan")
+            ),
+            "reward/classifier_false_success_episodes": self.false_success_episodes,
+        }
 
 
 class TrainingSession:
@@ -107,8 +114,14 @@ class TrainingSession:
         if self.cfg.progress:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=self.cfg.max_env_steps, initial=self.c.env_steps, unit="step",
-                             dynamic_ncols=True, desc="train", mininterval=0.5 if sys.stderr.isatty() else 10.0)
+            self._bar = tqdm(
+                total=self.cfg.max_env_steps,
+                initial=self.c.env_steps,
+                unit="step",
+                dynamic_ncols=True,
+                desc="train",
+                mininterval=0.5 if sys.stderr.isatty() else 10.0,
+            )
         run_dir.write_status("running", env_steps=self.c.env_steps, started=self._t0)
 
     # ---- inputs from the runner
@@ -128,7 +141,10 @@ class TrainingSession:
             self._bar.set_postfix(self._postfix(), refresh=False)
 
     def _postfix(self) -> dict:
-        out = {"eval_success": f"{self.c.last_success:.2f}", "alpha": f"{self._extra.get('losses/alpha', float('nan')):.3f}"}
+        out = {
+            "eval_success": f"{self.c.last_success:.2f}",
+            "alpha": f"{self._extra.get('losses/alpha', float('nan')):.3f}",
+        }
         if any(self._intervention_rates):
             out["intervened"] = f"{np.mean(self._intervention_rates):.0%}"
         return out
@@ -151,7 +167,9 @@ class TrainingSession:
 
     def checkpoint_due(self) -> bool:
         if self.c.env_steps >= self._next_ckpt:
-            self._next_ckpt = (self.c.env_steps // self.cfg.checkpoint_every_steps + 1) * self.cfg.checkpoint_every_steps
+            self._next_ckpt = (
+                self.c.env_steps // self.cfg.checkpoint_every_steps + 1
+            ) * self.cfg.checkpoint_every_steps
             return True
         return False
 
@@ -171,8 +189,15 @@ class TrainingSession:
         self.c.last_success = rate
         self.c.best_success = rate if np.isnan(self.c.best_success) else max(self.c.best_success, rate)
         helped = float(np.mean([h > 0 for _, _, _, h in results])) if results else float("nan")
-        self.log({"eval/success_rate": rate, "eval/episode_return": float(np.mean(returns)) if returns else
-                  float("nan"), "eval/episodes": len(successes), "eval/intervened_episodes": helped, **(extra or {})})
+        self.log(
+            {
+                "eval/success_rate": rate,
+                "eval/episode_return": float(np.mean(returns)) if returns else float("nan"),
+                "eval/episodes": len(successes),
+                "eval/intervened_episodes": helped,
+                **(extra or {}),
+            }
+        )
         plot_learning_curve(self.run_dir)
         if self._bar is not None:
             self._bar.set_postfix(self._postfix())
@@ -181,8 +206,10 @@ class TrainingSession:
 
     def check_budget(self) -> None:
         if self.stop is None and self.c.env_steps >= self.cfg.max_env_steps:
-            self.stop = StopReason("stopped", f"reached max_env_steps={self.cfg.max_env_steps} "
-                                              f"(best eval success {self.c.best_success:.2f})")
+            self.stop = StopReason(
+                "stopped",
+                f"reached max_env_steps={self.cfg.max_env_steps} (best eval success {self.c.best_success:.2f})",
+            )
 
     def log(self, extra: dict[str, float] | None = None) -> dict:
         """Write one metrics row: training stats since the last row plus ``extra``."""
@@ -192,7 +219,8 @@ class TrainingSession:
             "train/success_rate": float(np.mean(self._successes)) if self._successes else float("nan"),
             "train/episode_length": float(np.mean(self._lengths)) if self._lengths else float("nan"),
             # share of the steps of the recent train episodes that an operator executed (mean per episode)
-            "train/intervention_rate": float(np.mean(self._intervention_rates)) if self._intervention_rates
+            "train/intervention_rate": float(np.mean(self._intervention_rates))
+            if self._intervention_rates
             else float("nan"),
             "train/episodes": self.c.episodes,
             "train/updates": self.c.updates,
@@ -222,9 +250,15 @@ class TrainingSession:
         plot_learning_curve(self.run_dir)
         self.logger.close()
         self.run_dir.write_status(
-            stop.status, reason=stop.reason, env_steps=self.c.env_steps, updates=self.c.updates,
-            episodes=self.c.episodes, best_eval_success=self.c.best_success, last_eval_success=self.c.last_success,
-            wall_s=time.time() - self._t0, **({"signal": stop.signal.name} if stop.signal else {}),
+            stop.status,
+            reason=stop.reason,
+            env_steps=self.c.env_steps,
+            updates=self.c.updates,
+            episodes=self.c.episodes,
+            best_eval_success=self.c.best_success,
+            last_eval_success=self.c.last_success,
+            wall_s=time.time() - self._t0,
+            **({"signal": stop.signal.name} if stop.signal else {}),
             **self.status_extra,
         )
         return stop

@@ -56,7 +56,8 @@ class AgentSpace:
     action_shape: tuple[int, ...]
 
     @classmethod
-    def from_spec(cls, spec: EnvSpec) -> "AgentSpace":
+    def from_spec(cls, spec: EnvSpec) -> AgentSpace:
         low, high = action_bounds(spec.action)
-        return cls(ObsLayout.from_spec(spec), low, high, observation_shapes(spec),
-                   tuple(int(s) for s in spec.action.shape))
+        return cls(
+            ObsLayout.from_spec(spec), low, high, observation_shapes(spec), tuple(int(s) for s in spec.action.shape)
+        )

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import abc
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping, NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -48,8 +49,16 @@ class ArmState:
     errors: tuple[str, ...] = field(default_factory=tuple)
     external_wrench: np.ndarray | None = None
 
-    def __init__(self, timestamp: float, q: np.ndarray, dq: np.ndarray, pose: Pose,
-                 gripper_width: float, errors: tuple[str, ...] = (), external_wrench: np.ndarray | None = None):
+    def __init__(
+        self,
+        timestamp: float,
+        q: np.ndarray,
+        dq: np.ndarray,
+        pose: Pose,
+        gripper_width: float,
+        errors: tuple[str, ...] = (),
+        external_wrench: np.ndarray | None = None,
+    ):
         # Every driver builds one per control step: filling the instance dict directly costs
         # half of the generated frozen __init__ (an object.__setattr__ call per field). Still
         # frozen: assigning a field afterwards raises FrozenInstanceError.
@@ -170,7 +179,9 @@ class Arm(abc.ABC):
 
     # Optional abilities: declared in ``capabilities`` by the drivers that implement them.
     def _lacks(self, capability: ArmCapability) -> NoReturn:
-        raise NotImplementedError(f"{type(self).__name__} does not declare {capability}; ask arm.has({capability}) first")
+        raise NotImplementedError(
+            f"{type(self).__name__} does not declare {capability}; ask arm.has({capability}) first"
+        )
 
     def restore_initial_state(self) -> None:
         self._lacks(ArmCapability.RESTORE_INITIAL_STATE)
@@ -193,7 +204,7 @@ class Arm(abc.ABC):
     def place_hole(self, goal_pose: Pose, insertion_depth_m: float) -> None:
         self._lacks(ArmCapability.PLACE_HOLE)
 
-    def __enter__(self) -> "Arm":
+    def __enter__(self) -> Arm:
         self.connect()
         return self
 

@@ -19,7 +19,8 @@ does). ``reset``'s info holds per-instance lists of the members' ``timestamps``,
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -87,7 +88,7 @@ class BatchedEnv:
         for e in self.envs:
             e.close()
 
-    def __enter__(self) -> "BatchedEnv":
+    def __enter__(self) -> BatchedEnv:
         return self
 
     def __exit__(self, *exc) -> None:

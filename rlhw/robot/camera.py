@@ -62,7 +62,7 @@ class Camera(abc.ABC):
     @abc.abstractmethod
     def fps(self) -> float: ...
 
-    def __enter__(self) -> "Camera":
+    def __enter__(self) -> Camera:
         self.open()
         return self
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -37,8 +38,8 @@ from rlhw.robot.safety import SafetyLayer
 from rlhw.robot.spec import EnvSpec, TensorSpec
 from rlhw.robot.step import Step
 from rlhw.robot.takeover import Choice, Takeover
-from rlhw.robot.teleop import Operator
 from rlhw.robot.tasks.base import Task
+from rlhw.robot.teleop import Operator
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +170,7 @@ class RobotEnv:
             except Exception as e:  # closing must go on for the other devices
                 log.warning("close() of %s failed: %s", thing, e)
 
-    def __enter__(self) -> "RobotEnv":
+    def __enter__(self) -> RobotEnv:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -248,13 +249,19 @@ class RobotEnv:
             self.safety.check_state(state)
         if rc.randomize_radius_m > 0:
             direction = self._rng.normal(size=3)
-            offset = direction / max(np.linalg.norm(direction), 1e-9) * rc.randomize_radius_m * self._rng.uniform() ** (1 / 3)
+            offset = (
+                direction
+                / max(np.linalg.norm(direction), 1e-9)
+                * rc.randomize_radius_m
+                * self._rng.uniform() ** (1 / 3)
+            )
             target = np.clip(state.ee_position + offset, self.safety.low, self.safety.high)
             self.arm.command_pose(state.pose.with_position(target))
             self._wait(rc.settle_s)
             state = self._read_state()
-        if self.config.action.gripper or (self.task.opens_gripper_at_reset
-                                          and state.gripper_width < self.arm.max_gripper_width - GRIPPER_OPEN_M):
+        if self.config.action.gripper or (
+            self.task.opens_gripper_at_reset and state.gripper_width < self.arm.max_gripper_width - GRIPPER_OPEN_M
+        ):
             self.arm.open_gripper()
             self._wait(min(rc.settle_s, self.arm.max_gripper_width / self.config.safety.gripper_max_speed_mps))
             state = self._read_state()
@@ -270,14 +277,22 @@ class RobotEnv:
     def _follow(self, path, state: ArmState) -> ArmState:
         """A task's reset path: slow straight moves through the safety layer (checked reads)."""
         for pose in path:
-            state = self.safety.approach(pose, state, self._read_state, self._wait, self.task.path_speed_mps,
-                                         timeout_s=self.config.reset.timeout_s)
+            state = self.safety.approach(
+                pose,
+                state,
+                self._read_state,
+                self._wait,
+                self.task.path_speed_mps,
+                timeout_s=self.config.reset.timeout_s,
+            )
         return state
 
     def step(self, action) -> Step:
         self._raise_if_locked()
         if not self.episode_active:
-            raise SafetyViolation(f"step() refused: no active episode ({self._ended_because})", ErrorReason.EPISODE_ENDED)
+            raise SafetyViolation(
+                f"step() refused: no active episode ({self._ended_because})", ErrorReason.EPISODE_ENDED
+            )
         action = self._check_action(action)
         t0 = self.clock.now()
         timing: dict[str, float] = {}
@@ -333,8 +348,9 @@ class RobotEnv:
             timing["classifier"], success = verdict.seconds, verdict.success
             terminated = terminated or (success and self.config.reward.terminate_on_success)
             reward = float(success) if self.config.reward.decides == "success_and_reward" else reward
-        truncated = not terminated and (self.episode_step >= self.config.max_episode_steps
-                                        or bool(self.task.truncated(state)))
+        truncated = not terminated and (
+            self.episode_step >= self.config.max_episode_steps or bool(self.task.truncated(state))
+        )
         if choice is not None and choice.ends_episode:  # the operator ended it (docs/teleop.md)
             success = choice.label == "success" or (success and choice.label != "failure")
             terminated = terminated or choice.label == "success"
@@ -432,8 +448,14 @@ class RobotEnv:
             "attempts": record.attempts,
         }
 
-    def _fault_step(self, fault: RobotFault, t0: float, timing: dict[str, float],
-                    executed: np.ndarray | None = None, choice: Choice | None = None):
+    def _fault_step(
+        self,
+        fault: RobotFault,
+        t0: float,
+        timing: dict[str, float],
+        executed: np.ndarray | None = None,
+        choice: Choice | None = None,
+    ):
         self._handle(fault)
         self.episode_active = False
         self._ended_because = f"the episode was truncated by fault {fault.kind}; call reset()"
@@ -444,25 +466,68 @@ class RobotEnv:
             kind, message, extras["fault_cause"] = FaultKind.LOCKED, self.safety.lock_reason, fault.kind
         # A fault before anything was chosen (the teleop device died) sent nothing: executed = zeros.
         executed = np.zeros(self.spec.action.shape, np.float32) if executed is None else executed
-        return self._result(float(self.task.reward(self._state)), False, True, False, timing, executed, choice,
-                            self._state, extras, kind, message)
+        return self._result(
+            float(self.task.reward(self._state)),
+            False,
+            True,
+            False,
+            timing,
+            executed,
+            choice,
+            self._state,
+            extras,
+            kind,
+            message,
+        )
 
-    def _result(self, reward: float, terminated: bool, truncated: bool, success: bool, timing: dict[str, float],
-                executed: np.ndarray, choice: Choice | None, state: ArmState, extras: dict[str, Any],
-                fault: FaultKind | None = None, message: str = "") -> Step:
+    def _result(
+        self,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        success: bool,
+        timing: dict[str, float],
+        executed: np.ndarray,
+        choice: Choice | None,
+        state: ArmState,
+        extras: dict[str, Any],
+        fault: FaultKind | None = None,
+        message: str = "",
+    ) -> Step:
         """The step as the env reports it: what went to the safety layer and whether the operator sent it (every
         step), and on a simulator the evaluation judge's verdict, apart from everything the learner reads."""
-        extras.update(episode_step=self.episode_step, frame_index=dict(self._frame_index),
-                      teleop_events=[e.value for e in choice.events] if choice is not None else [],
-                      operator_label=choice.label if choice is not None else None)
-        return Step.one(self._copy_obs(), reward, terminated, truncated, success=bool(success), executed=executed,
-                        intervened=bool(choice is not None and choice.intervened), stamps=self._stamps,
-                        timing=timing, fault=fault, fault_message=message, extras=extras,
-                        judge_success=None if self.realtime else bool(self.task.judge(self.arm, state)))
+        extras.update(
+            episode_step=self.episode_step,
+            frame_index=dict(self._frame_index),
+            teleop_events=[e.value for e in choice.events] if choice is not None else [],
+            operator_label=choice.label if choice is not None else None,
+        )
+        return Step.one(
+            self._copy_obs(),
+            reward,
+            terminated,
+            truncated,
+            success=bool(success),
+            executed=executed,
+            intervened=bool(choice is not None and choice.intervened),
+            stamps=self._stamps,
+            timing=timing,
+            fault=fault,
+            fault_message=message,
+            extras=extras,
+            judge_success=None if self.realtime else bool(self.task.judge(self.arm, state)),
+        )
 
     def _info(self, timing: dict[str, float], *, success: bool) -> dict[str, Any]:
-        return {"timestamps": dict(self._stamps), "timing": timing, "success": bool(success), "fault": None,
-                "fault_message": None, "episode_step": self.episode_step, "frame_index": dict(self._frame_index)}
+        return {
+            "timestamps": dict(self._stamps),
+            "timing": timing,
+            "success": bool(success),
+            "fault": None,
+            "fault_message": None,
+            "episode_step": self.episode_step,
+            "frame_index": dict(self._frame_index),
+        }
 
     @property
     def measured_state(self) -> ArmState | None:
@@ -471,8 +536,9 @@ class RobotEnv:
 
     def _raise_if_locked(self) -> None:
         if self.safety.locked:
-            raise SafetyViolation(f"env locked, the arm will not move: {self.safety.lock_reason}",
-                                  ErrorReason.SAFETY_LOCKED)
+            raise SafetyViolation(
+                f"env locked, the arm will not move: {self.safety.lock_reason}", ErrorReason.SAFETY_LOCKED
+            )
 
     # -- read-only -----------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

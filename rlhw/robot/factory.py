@@ -124,7 +124,7 @@ def realsense_settings(config: Config, serial: str) -> dict[str, Any]:
     return {} if found is None else {k: getattr(found[0], k) for k in _REALSENSE_SETTINGS}
 
 
-def _realsense_args(config: Config, serial: str) -> dict[str, "_Arg"]:
+def _realsense_args(config: Config, serial: str) -> dict[str, _Arg]:
     found = _realsense_entry(config, serial)
     return {} if found is None else {k: _Arg(getattr(found[0], k), f"{found[1]}.{k}") for k in _REALSENSE_SETTINGS}
 
@@ -171,8 +171,14 @@ def plan_env(config: Config, robot_rank: int = 0) -> EnvPlan:
         names = serials or tuple(env.sim_cameras)
     robot = f"franka@{hw.robot_ip}" if arm_driver == "franka" else f"{arm_driver}-sim{robot_rank}"
     beside_real = env.sim is None and env.driver == "auto" and declares_real_arm(config)
-    return EnvPlan(arm_driver, camera_driver if env.images else None, names if env.images else (), robot, hw,
-                   beside_real_arm=beside_real)
+    return EnvPlan(
+        arm_driver,
+        camera_driver if env.images else None,
+        names if env.images else (),
+        robot,
+        hw,
+        beside_real_arm=beside_real,
+    )
 
 
 @dataclass(frozen=True)
@@ -203,8 +209,9 @@ def _construct(cls: type, driver: str, **args: _Arg) -> Any:
     return cls(**{k: a.value for k, a in args.items()})
 
 
-def build_arm(config: Config, plan: EnvPlan, *, seed: int, index: int = 0,
-              sim_options: dict[str, Any] | None = None) -> Arm:
+def build_arm(
+    config: Config, plan: EnvPlan, *, seed: int, index: int = 0, sim_options: dict[str, Any] | None = None
+) -> Arm:
     """Construct (not connect) the arm ``plan`` chose; ``sim_options`` are the task's scene options
     (simulators only). Also used alone, without a task (`rlhw record-pose`)."""
     env_cfg = config.env
@@ -213,12 +220,17 @@ def build_arm(config: Config, plan: EnvPlan, *, seed: int, index: int = 0,
         hw = plan.hardware
         return arm_cls(hw.robot_ip, hw.controller, gripper=hw.gripper, timeout_s=env_cfg.driver_timeout_s)
     name = f"{plan.robot}.{index}" if index else plan.robot
-    args = dict(name=_Arg(name, "env.driver"), seed=_Arg(seed, "env.seed"),
-                home_q=_Arg(tuple(env_cfg.reset.home_q), "env.reset.home_q"))
+    args = dict(
+        name=_Arg(name, "env.driver"),
+        seed=_Arg(seed, "env.seed"),
+        home_q=_Arg(tuple(env_cfg.reset.home_q), "env.reset.home_q"),
+    )
     args.update({k: _Arg(v, "env.task") for k, v in (sim_options or {}).items()})  # the task asks its scene for them
     if plan.arm_driver == "mock":
-        args.update(faults=_Arg(env_cfg.mock_faults, "env.mock_faults"),
-                    timeout_s=_Arg(min(env_cfg.driver_timeout_s, 0.5), "env.driver_timeout_s"))
+        args.update(
+            faults=_Arg(env_cfg.mock_faults, "env.mock_faults"),
+            timeout_s=_Arg(min(env_cfg.driver_timeout_s, 0.5), "env.driver_timeout_s"),
+        )
     return _construct(arm_cls, plan.arm_driver, **args)
 
 
@@ -236,13 +248,20 @@ def build_cameras(config: Config, plan: EnvPlan, arm: Arm, seed: int) -> dict[st
         if driver == "realsense":
             cameras[name] = _construct(cam_cls, driver, serial=serial, **_realsense_args(config, name))
             continue
-        args = dict(serial=serial, arm=_Arg(arm, "env.camera_driver"),
-                    width=_Arg(w, "env.image_size"), height=_Arg(h, "env.image_size"))
+        args = dict(
+            serial=serial,
+            arm=_Arg(arm, "env.camera_driver"),
+            width=_Arg(w, "env.image_size"),
+            height=_Arg(h, "env.image_size"),
+        )
         if driver == "mock":
             args.update(faults=_Arg(env_cfg.mock_faults, "env.mock_faults"), seed=_Arg(seed + 17 * i, "env.seed"))
         else:
-            args.update(name=serial, index=_Arg(i, "env.camera_driver"),
-                        meshes=_Arg(env_cfg.sim_camera_meshes, "env.sim_camera_meshes"))
+            args.update(
+                name=serial,
+                index=_Arg(i, "env.camera_driver"),
+                meshes=_Arg(env_cfg.sim_camera_meshes, "env.sim_camera_meshes"),
+            )
         cameras[name] = _construct(cam_cls, driver, **args)
     return cameras
 
@@ -259,7 +278,10 @@ def make_env(config: Config, robot_rank: int = 0, *, index: int = 0, connect: bo
     task = make_task(env_cfg.task, env_cfg, env_cfg.task_options)
     allowed = getattr(task, "drivers", None)
     if allowed is not None and plan.arm_driver not in allowed:
-        raise ConfigError("env.task", f"task {task.name!r} runs on {', '.join(allowed)} only, not {plan.arm_driver!r}; set env.sim={allowed[0]}")
+        raise ConfigError(
+            "env.task",
+            f"task {task.name!r} runs on {', '.join(allowed)} only, not {plan.arm_driver!r}; set env.sim={allowed[0]}",
+        )
     arm = build_arm(config, plan, seed=seed, index=index, sim_options=task.sim_arm_options)
     cameras = build_cameras(config, plan, arm, seed)
     robot_env = RobotEnv(task, arm, cameras, env_cfg, seed=seed, robot=plan.robot)

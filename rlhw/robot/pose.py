@@ -17,7 +17,8 @@ numpy call; drivers build one per control step.
 from __future__ import annotations
 
 import math
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -75,10 +76,12 @@ def quaternion_multiply(a, b) -> tuple[float, float, float, float]:
     """The Hamilton product ``a * b`` of two ``[qx, qy, qz, qw]`` quaternions: rotate by ``b``, then ``a``."""
     ax, ay, az, aw = a
     bx, by, bz, bw = b
-    return (aw * bx + ax * bw + ay * bz - az * by,
-            aw * by - ax * bz + ay * bw + az * bx,
-            aw * bz + ax * by - ay * bx + az * bw,
-            aw * bw - ax * bx - ay * by - az * bz)
+    return (
+        aw * bx + ax * bw + ay * bz - az * by,
+        aw * by - ax * bz + ay * bw + az * bx,
+        aw * bz + ax * by - ay * bx + az * bw,
+        aw * bw - ax * bx - ay * by - az * bz,
+    )
 
 
 def _rotate(q, v) -> tuple[float, float, float]:
@@ -126,7 +129,7 @@ class Pose:
         _set_quaternion(self, _frozen(_unit(_floats(quaternion, 4, "quaternion"), "quaternion")))
 
     @classmethod
-    def unchecked(cls, position, quaternion) -> "Pose":
+    def unchecked(cls, position, quaternion) -> Pose:
         """A pose from numbers its caller already knows to be finite, with a unit quaternion (a driver's
         own kinematics, the safety layer's checked target): no checks, no normalising. The arrays are
         taken as they are (made read-only), so the caller must not keep writing to them."""
@@ -137,7 +140,7 @@ class Pose:
 
     # -- the wire and file form, and MuJoCo's order --------------------------------------------------
     @classmethod
-    def from_vector(cls, vector: Iterable[float]) -> "Pose":
+    def from_vector(cls, vector: Iterable[float]) -> Pose:
         """From ``[x, y, z, qx, qy, qz, qw]`` (a recorded file, the franka driver's pipe, a config)."""
         arr = np.asarray(vector, dtype=float)
         if arr.shape != (7,):
@@ -150,7 +153,7 @@ class Pose:
         return np.concatenate([self.position, self.quaternion])
 
     @classmethod
-    def from_wxyz(cls, position: Iterable[float], wxyz: Iterable[float]) -> "Pose":
+    def from_wxyz(cls, position: Iterable[float], wxyz: Iterable[float]) -> Pose:
         """From a position and MuJoCo's scalar-first quaternion ``[qw, qx, qy, qz]``."""
         w, x, y, z = _floats(wxyz, 4, "quaternion (w first)")
         pose = object.__new__(cls)
@@ -165,17 +168,17 @@ class Pose:
         return w, x, y, z
 
     # -- building ------------------------------------------------------------------------------------
-    def with_position(self, position: Iterable[float]) -> "Pose":
+    def with_position(self, position: Iterable[float]) -> Pose:
         """The same orientation at ``position`` (checked)."""
         return Pose.unchecked(_floats(position, 3, "position"), self.quaternion)
 
-    def translated(self, offset: Iterable[float]) -> "Pose":
+    def translated(self, offset: Iterable[float]) -> Pose:
         """The same orientation, moved by ``offset`` (m, in the parent frame): ``Pose(offset) * self``."""
         dx, dy, dz = _floats(offset, 3, "offset")
         x, y, z = self.position.tolist()
         return Pose.unchecked((x + dx, y + dy, z + dz), self.quaternion)
 
-    def __mul__(self, other: "Pose") -> "Pose":
+    def __mul__(self, other: Pose) -> Pose:
         if not isinstance(other, Pose):
             return NotImplemented
         q = self.quaternion.tolist()
@@ -185,7 +188,7 @@ class Pose:
         norm = math.sqrt(qx * qx + qy * qy + qz * qz + qw * qw)  # keep it unit through long chains
         return Pose.unchecked((x + rx, y + ry, z + rz), (qx / norm, qy / norm, qz / norm, qw / norm))
 
-    def inverse(self) -> "Pose":
+    def inverse(self) -> Pose:
         """The pose that undoes this one: ``p * p.inverse()`` is the identity."""
         x, y, z, w = self.quaternion.tolist()
         conj = (-x, -y, -z, w)
@@ -202,11 +205,13 @@ class Pose:
     def rotation_matrix(self) -> np.ndarray:
         """The 3x3 rotation matrix (columns: this frame's axes in the parent frame)."""
         x, y, z, w = self.quaternion.tolist()
-        return np.array([
-            [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-            [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-            [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
-        ])
+        return np.array(
+            [
+                [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+                [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+                [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
+            ]
+        )
 
     @property
     def matrix(self) -> np.ndarray:
@@ -217,23 +222,23 @@ class Pose:
         return m
 
     # -- comparing -----------------------------------------------------------------------------------
-    def rotation_to(self, other: "Pose") -> np.ndarray:
+    def rotation_to(self, other: Pose) -> np.ndarray:
         """The rotation from this orientation to ``other``'s, as a rotation vector (rad, parent frame),
         the short way round (``q`` and ``-q`` are the same orientation)."""
         return np.array(rotation_error(self.quaternion.tolist(), other.quaternion.tolist()))
 
-    def angle_to(self, other: "Pose") -> float:
+    def angle_to(self, other: Pose) -> float:
         """The angle (rad, in [0, pi]) of the rotation between the two orientations."""
         rx, ry, rz = rotation_error(self.quaternion.tolist(), other.quaternion.tolist())
         return math.sqrt(rx * rx + ry * ry + rz * rz)
 
-    def distance(self, other: "Pose") -> PoseDistance:
+    def distance(self, other: Pose) -> PoseDistance:
         """Translation (m) and rotation angle (rad) between this pose and ``other``."""
         ax, ay, az = self.position.tolist()
         bx, by, bz = other.position.tolist()
         return PoseDistance(math.sqrt((ax - bx) ** 2 + (ay - by) ** 2 + (az - bz) ** 2), self.angle_to(other))
 
-    def isclose(self, other: "Pose", translation_m: float = 1e-9, rotation_rad: float = 1e-9) -> bool:
+    def isclose(self, other: Pose, translation_m: float = 1e-9, rotation_rad: float = 1e-9) -> bool:
         d = self.distance(other)
         return d.translation_m <= translation_m and d.rotation_rad <= rotation_rad
 
@@ -241,13 +246,16 @@ class Pose:
         """Exactly the same numbers (``q`` and ``-q`` differ here; `isclose` treats them as one orientation)."""
         if not isinstance(other, Pose):
             return NotImplemented
-        return (self.position.tolist() == other.position.tolist()
-                and self.quaternion.tolist() == other.quaternion.tolist())
+        return (
+            self.position.tolist() == other.position.tolist() and self.quaternion.tolist() == other.quaternion.tolist()
+        )
 
     __hash__ = None  # type: ignore[assignment]  # equal by value, but built on arrays
 
     def __setattr__(self, name: str, value) -> None:
-        raise AttributeError(f"Pose is immutable; build a new one (with_position, *, Pose(...)) instead of setting {name}")
+        raise AttributeError(
+            f"Pose is immutable; build a new one (with_position, *, Pose(...)) instead of setting {name}"
+        )
 
     def __reduce__(self):
         return (Pose.unchecked, (np.array(self.position), np.array(self.quaternion)))

@@ -40,15 +40,24 @@ class RecordedPose:
     gripper_width: float
 
     @classmethod
-    def from_state(cls, name: str, robot: str, state: ArmState) -> "RecordedPose":
-        return cls(name, robot, float(state.timestamp), state.pose, np.array(state.q, dtype=float),
-                   float(state.gripper_width))
+    def from_state(cls, name: str, robot: str, state: ArmState) -> RecordedPose:
+        return cls(
+            name, robot, float(state.timestamp), state.pose, np.array(state.q, dtype=float), float(state.gripper_width)
+        )
 
     def to_json(self) -> dict:
         stamp = datetime.datetime.fromtimestamp(self.time, datetime.timezone.utc).isoformat(timespec="seconds")
-        return {"format": FORMAT, "name": self.name, "robot": self.robot, "time": self.time, "time_iso": stamp,
-                "ee_pose": self.pose.vector.tolist(), "q": self.q.tolist(), "gripper_width": self.gripper_width,
-                "frame": "base"}
+        return {
+            "format": FORMAT,
+            "name": self.name,
+            "robot": self.robot,
+            "time": self.time,
+            "time_iso": stamp,
+            "ee_pose": self.pose.vector.tolist(),
+            "q": self.q.tolist(),
+            "gripper_width": self.gripper_width,
+            "frame": "base",
+        }
 
 
 def save_pose(path: str, pose: RecordedPose) -> None:
@@ -78,12 +87,19 @@ def load_pose(path: str, option: str, config_hint: str = "CONFIG") -> RecordedPo
     try:
         ee = np.array(data["ee_pose"], dtype=float)
         q = np.array(data["q"], dtype=float)
-        name, robot, time, width = str(data["name"]), str(data["robot"]), float(data["time"]), float(data["gripper_width"])
+        name, robot, time, width = (
+            str(data["name"]),
+            str(data["robot"]),
+            float(data["time"]),
+            float(data["gripper_width"]),
+        )
     except (KeyError, TypeError, ValueError) as e:
         raise ConfigError(option, f"pose file {path!r} is garbled ({type(e).__name__}: {e}); {fix}") from None
     norm = float(np.linalg.norm(ee[3:])) if ee.shape == (7,) else 0.0
     if ee.shape != (7,) or q.shape != (7,) or not np.all(np.isfinite(ee)) or abs(norm - 1.0) > 1e-3:
-        raise ConfigError(option, f"pose file {path!r} is garbled: ee_pose needs 7 finite numbers with a unit "
-                                  f"quaternion and q 7 angles; {fix}")
+        raise ConfigError(
+            option,
+            f"pose file {path!r} is garbled: ee_pose needs 7 finite numbers with a unit "
+            f"quaternion and q 7 angles; {fix}",
+        )
     return RecordedPose(name, robot, time, Pose.from_vector(ee), q, width)
-

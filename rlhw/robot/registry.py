@@ -10,7 +10,8 @@ ConfigError that lists the known names.
 from __future__ import annotations
 
 import importlib
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from rlhw.errors import ConfigError
 
@@ -56,7 +57,9 @@ def _register(table: dict[str, type], name: str, kind: str) -> Callable[[T], T]:
     def deco(cls: T) -> T:
         old = table.get(name)
         if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
-            raise ValueError(f"{kind} driver {name!r} registered twice: {old.__module__}.{old.__qualname__} and {cls.__module__}.{cls.__qualname__}")
+            raise ValueError(
+                f"{kind} driver {name!r} registered twice: {old.__module__}.{old.__qualname__} and {cls.__module__}.{cls.__qualname__}"
+            )
         table[name] = cls
         return cls
 
@@ -72,8 +75,9 @@ def teleop_devices() -> list[str]:
     return sorted(set(TELEOP_MODULES) | set(_TELEOPS))
 
 
-def _lookup(table: dict[str, type], name: str, kind: str, path: str,
-            modules: dict[str, tuple[str, ...]] = DRIVER_MODULES) -> type:
+def _lookup(
+    table: dict[str, type], name: str, kind: str, path: str, modules: dict[str, tuple[str, ...]] = DRIVER_MODULES
+) -> type:
     if name in table:
         return table[name]
     known = known_drivers() if modules is DRIVER_MODULES else teleop_devices()

@@ -25,12 +25,14 @@ from rlhw.errors import ConfigError
 from rlhw.robot.arm import Arm, ArmCapability
 
 #: The optional abilities a rehearsal task may use: the scene writes a person makes on a real cell.
-MEASURED_CAPABILITIES = frozenset({ArmCapability.PLACE_OBJECTS, ArmCapability.TARGET_MARKER,
-                                   ArmCapability.FLOOR_MARK, ArmCapability.PLACE_HOLE})
+MEASURED_CAPABILITIES = frozenset(
+    {ArmCapability.PLACE_OBJECTS, ArmCapability.TARGET_MARKER, ArmCapability.FLOOR_MARK, ArmCapability.PLACE_HOLE}
+)
 #: What a task may use of a simulated arm in a rehearsal: the driver's facts and the methods of
 #: `MEASURED_CAPABILITIES`. Everything else (``object_pose``, ``objects``, MjData) is the simulator's secret.
 MEASURED_ATTRIBUTES = frozenset({"name", "realtime", "max_gripper_width"}).union(
-    *(capability.methods for capability in MEASURED_CAPABILITIES))
+    *(capability.methods for capability in MEASURED_CAPABILITIES)
+)
 
 
 class MeasuredArm:
@@ -58,13 +60,18 @@ def check_rehearsal(task, env_config: EnvConfig) -> None:
     if env_config.sim_state != "hidden":
         return
     for key, why in task.hidden_state_keys():
-        raise ConfigError(key, f"{why}, which a real cell does not measure, but env.sim_state=hidden; "
-                               "change this key or set env.sim_state=visible")
+        raise ConfigError(
+            key,
+            f"{why}, which a real cell does not measure, but env.sim_state=hidden; "
+            "change this key or set env.sim_state=visible",
+        )
     someone_judges = env_config.reward.classifier is not None or (
-        env_config.teleop.device != "none" and env_config.teleop.always_active)
+        env_config.teleop.device != "none" and env_config.teleop.always_active
+    )
     if not task.success_measured and not someone_judges:
         raise ConfigError(
             "env.reward.classifier",
             f"task {task.name!r} succeeds when an object is in place, which no sensor of a real cell measures, and "
             "env.sim_state=hidden: train a success classifier on demos (`rlhw train-reward DEMOS --out FILE`) and set "
-            "env.reward.classifier=FILE (or record demos, where the operator labels success)")
+            "env.reward.classifier=FILE (or record demos, where the operator labels success)",
+        )

@@ -32,8 +32,8 @@ import logging
 import math
 import operator
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -144,8 +144,9 @@ class SafetyLayer:
     # -- commands -----------------------------------------------------------------------------
     def _check_unlocked(self) -> None:
         if self.locked:
-            raise SafetyViolation(f"arm {self.arm.name!r} is locked and will not move: {self.lock_reason}",
-                                  ErrorReason.SAFETY_LOCKED)
+            raise SafetyViolation(
+                f"arm {self.arm.name!r} is locked and will not move: {self.lock_reason}", ErrorReason.SAFETY_LOCKED
+            )
 
     def clip_target(self, target_xyz: np.ndarray, current_xyz: np.ndarray) -> CommandReport:
         """Rules 2 and 3 without sending anything.
@@ -190,8 +191,13 @@ class SafetyLayer:
             return report, [cx + dx * scale, cy + dy * scale, cz + dz * scale]
         return report, [bx, by, bz]
 
-    def move_to(self, target_xyz: np.ndarray, state: ArmState, orientation: np.ndarray | None = None,
-                max_step: float | None = None) -> CommandReport:
+    def move_to(
+        self,
+        target_xyz: np.ndarray,
+        state: ArmState,
+        orientation: np.ndarray | None = None,
+        max_step: float | None = None,
+    ) -> CommandReport:
         """Send a bounded Cartesian target (rules 1-3, 6). ``state`` is the latest measured state;
         ``max_step`` (m) caps this step further (slow approaches)."""
         self._check_unlocked()
@@ -202,9 +208,16 @@ class SafetyLayer:
         self.arm.command_pose(pose)
         return report
 
-    def approach(self, pose: Pose, state: ArmState, read_state: Callable[[], ArmState],
-                 wait: Callable[[float], None], speed_mps: float, tolerance_m: float = 0.002,
-                 timeout_s: float = 20.0) -> ArmState:
+    def approach(
+        self,
+        pose: Pose,
+        state: ArmState,
+        read_state: Callable[[], ArmState],
+        wait: Callable[[float], None],
+        speed_mps: float,
+        tolerance_m: float = 0.002,
+        timeout_s: float = 20.0,
+    ) -> ArmState:
         """A slow straight-line move of the hand to ``pose`` made of ordinary bounded steps (rules 1-3 and 6 at ``speed_mps`` or less), for a task's reset path.
 
         Each step waits one control period (``wait``) and reads the state with ``read_state`` (the
@@ -221,8 +234,11 @@ class SafetyLayer:
         if state.pose.distance(pose).translation_m <= tolerance_m:
             return state
         self.safe_stop()
-        raise RobotFault(FaultKind.TIMEOUT, f"the approach to {np.round(pose.position, 4).tolist()} did not arrive within {timeout_s} s "
-                                    f"(hand at {np.round(state.ee_position, 4).tolist()}); an obstacle, or a target outside the workspace")
+        raise RobotFault(
+            FaultKind.TIMEOUT,
+            f"the approach to {np.round(pose.position, 4).tolist()} did not arrive within {timeout_s} s "
+            f"(hand at {np.round(state.ee_position, 4).tolist()}); an obstacle, or a target outside the workspace",
+        )
 
     def set_gripper(self, width: float) -> bool:
         """Send a rate-limited gripper width (rule 4). Returns True when the request was clipped."""
@@ -242,7 +258,9 @@ class SafetyLayer:
         self._check_unlocked()
         q = _require_finite(home_q, "home posture")
         if np.any(q < self.q_min) or np.any(q > self.q_max):
-            raise SafetyViolation(f"home posture {q.tolist()} is outside the joint limits (with margin); fix env.reset.home_q")
+            raise SafetyViolation(
+                f"home posture {q.tolist()} is outside the joint limits (with margin); fix env.reset.home_q"
+            )
         self.arm.move_joints(q, speed_factor=speed_factor, timeout_s=timeout_s)
 
     def sync_gripper(self, state: ArmState) -> None:
@@ -266,9 +284,12 @@ class SafetyLayer:
         force, torque = math.sqrt(fx * fx + fy * fy + fz * fz), math.sqrt(tx * tx + ty * ty + tz * tz)
         if force <= self.limits.max_contact_force_n and torque <= self.limits.max_contact_torque_nm:
             return None  # a NaN compares False: a non-finite wrench is a contact fault too
-        return (FaultKind.CONTACT, f"measured external wrench {force:.1f} N / {torque:.2f} Nm is over the bound "
-                           f"{self.limits.max_contact_force_n} N / {self.limits.max_contact_torque_nm} Nm "
-                           "(env.safety.max_contact_force_n / max_contact_torque_nm)")
+        return (
+            FaultKind.CONTACT,
+            f"measured external wrench {force:.1f} N / {torque:.2f} Nm is over the bound "
+            f"{self.limits.max_contact_force_n} N / {self.limits.max_contact_torque_nm} Nm "
+            "(env.safety.max_contact_force_n / max_contact_torque_nm)",
+        )
 
     def _joint_problem(self, state: ArmState) -> tuple[FaultKind, str] | None:
         q, dq = np.asarray(state.q), np.asarray(state.dq)
@@ -280,9 +301,11 @@ class SafetyLayer:
             ql, dql = q.tolist(), dq.tolist()
             if not math.isfinite(sum(ql) + sum(dql) + _pose_sum(state.pose)):
                 problem = (FaultKind.LIMIT, "the arm reported non-finite joint or pose values")
-            elif (min(map(operator.sub, ql, self._q_min_list)) < 0.0
-                  or min(map(operator.sub, self._q_max_list, ql)) < 0.0
-                  or min(map(operator.sub, self._dq_max_list, map(abs, dql))) < 0.0):
+            elif (
+                min(map(operator.sub, ql, self._q_min_list)) < 0.0
+                or min(map(operator.sub, self._q_max_list, ql)) < 0.0
+                or min(map(operator.sub, self._dq_max_list, map(abs, dql))) < 0.0
+            ):
                 problem = self._describe_limit(q, dq)
             else:
                 return None
@@ -301,7 +324,10 @@ class SafetyLayer:
         if low.size or high.size:
             j = int((low if low.size else high)[0])
             side, lim = ("lower", self.q_min[j]) if low.size else ("upper", self.q_max[j])
-            return (FaultKind.LIMIT, f"joint {j + 1} at {q[j]:.3f} rad is past its {side} limit {lim:.3f} rad (margin included)")
+            return (
+                FaultKind.LIMIT,
+                f"joint {j + 1} at {q[j]:.3f} rad is past its {side} limit {lim:.3f} rad (margin included)",
+            )
         j = int(np.flatnonzero(np.abs(dq) > self.dq_max)[0])
         return (FaultKind.LIMIT, f"joint {j + 1} moves at {dq[j]:.2f} rad/s, over its limit {self.dq_max[j]:.2f} rad/s")
 
@@ -377,7 +403,8 @@ class SafetyLayer:
             "max_recoveries": self.limits.max_recoveries,
             "max_contact_force_n": self.limits.max_contact_force_n,
             "max_contact_torque_nm": self.limits.max_contact_torque_nm,
-            "contact_zone": None if self._zone is None else {"center": list(self._zone[:3]), "radius_m": math.sqrt(self._zone[3]),
-                                                             "max_step_m": self.zone_step},
+            "contact_zone": None
+            if self._zone is None
+            else {"center": list(self._zone[:3]), "radius_m": math.sqrt(self._zone[3]), "max_step_m": self.zone_step},
             "control_period_s": self.period if math.isfinite(self.period) else None,
         }

@@ -18,8 +18,9 @@ Gymnasium's tuple is built from a `Step` only at the public Gymnasium edge (`Ste
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -60,26 +61,80 @@ class Step:
     judge_success: np.ndarray | None = None  # bool (n,)
     extras: tuple[Mapping[str, Any], ...] = field(default=())
 
-    def __init__(self, obs, reward, terminated, truncated, success, executed, intervened, fault, fault_message,
-                 stamps, timing, final_obs=None, final_mask=None, judge_success=None, extras=()):
+    def __init__(
+        self,
+        obs,
+        reward,
+        terminated,
+        truncated,
+        success,
+        executed,
+        intervened,
+        fault,
+        fault_message,
+        stamps,
+        timing,
+        final_obs=None,
+        final_mask=None,
+        judge_success=None,
+        extras=(),
+    ):
         # Frozen, written once: one dict update instead of the generated __init__'s object.__setattr__ per
         # field, which made building a step cost about as much as the env server's whole per-step overhead.
-        self.__dict__.update(obs=obs, reward=reward, terminated=terminated, truncated=truncated, success=success,
-                             executed=executed, intervened=intervened, fault=fault, fault_message=fault_message,
-                             stamps=stamps, timing=timing, final_obs=final_obs, final_mask=final_mask,
-                             judge_success=judge_success, extras=extras)
+        self.__dict__.update(
+            obs=obs,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            success=success,
+            executed=executed,
+            intervened=intervened,
+            fault=fault,
+            fault_message=fault_message,
+            stamps=stamps,
+            timing=timing,
+            final_obs=final_obs,
+            final_mask=final_mask,
+            judge_success=judge_success,
+            extras=extras,
+        )
 
     @classmethod
-    def one(cls, obs: Mapping[str, np.ndarray], reward: float, terminated: bool, truncated: bool, *, success: bool,
-            executed: np.ndarray, intervened: bool, stamps: Mapping[str, float], timing: dict[str, float],
-            fault: FaultKind | None = None, fault_message: str = "", judge_success: bool | None = None,
-            extras: Mapping[str, Any] | None = None) -> "Step":
+    def one(
+        cls,
+        obs: Mapping[str, np.ndarray],
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        *,
+        success: bool,
+        executed: np.ndarray,
+        intervened: bool,
+        stamps: Mapping[str, float],
+        timing: dict[str, float],
+        fault: FaultKind | None = None,
+        fault_message: str = "",
+        judge_success: bool | None = None,
+        extras: Mapping[str, Any] | None = None,
+    ) -> Step:
         """One instance's step, from its unbatched values (the leading instance axis is added here)."""
-        return cls({k: v[None] for k, v in obs.items()}, np.array([reward], np.float64), np.array([terminated]),
-                   np.array([truncated]), np.array([success]), np.asarray(executed, np.float32)[None],
-                   np.array([intervened]), (fault,), (fault_message if fault else "",),
-                   {k: np.array([t], np.float64) for k, t in stamps.items()}, timing, None, None,
-                   None if judge_success is None else np.array([judge_success]), (dict(extras),) if extras else ())
+        return cls(
+            {k: v[None] for k, v in obs.items()},
+            np.array([reward], np.float64),
+            np.array([terminated]),
+            np.array([truncated]),
+            np.array([success]),
+            np.asarray(executed, np.float32)[None],
+            np.array([intervened]),
+            (fault,),
+            (fault_message if fault else "",),
+            {k: np.array([t], np.float64) for k, t in stamps.items()},
+            timing,
+            None,
+            None,
+            None if judge_success is None else np.array([judge_success]),
+            (dict(extras),) if extras else (),
+        )
 
     @property
     def num_envs(self) -> int:
@@ -119,19 +174,35 @@ class Step:
         instance, arrays for a batch (final observations as ``info["final_observation"]`` with the mask
         ``info["_final_observation"]``, as gymnasium's vector envs give them). Only the Gymnasium edge calls this."""
         if self.num_envs == 1:
-            info = {"timestamps": {k: float(v[0]) for k, v in self.stamps.items()}, "timing": self.timing,
-                    "success": bool(self.success[0]), "fault": self.fault[0],
-                    "fault_message": self.fault_message[0] if self.fault[0] else None,
-                    "executed_action": self.executed[0], "intervened": bool(self.intervened[0])}
+            info = {
+                "timestamps": {k: float(v[0]) for k, v in self.stamps.items()},
+                "timing": self.timing,
+                "success": bool(self.success[0]),
+                "fault": self.fault[0],
+                "fault_message": self.fault_message[0] if self.fault[0] else None,
+                "executed_action": self.executed[0],
+                "intervened": bool(self.intervened[0]),
+            }
             if self.judge_success is not None:
                 info["judge_success"] = bool(self.judge_success[0])
             if self.extras:
                 info.update(self.extras[0])
-            return ({k: v[0] for k, v in self.obs.items()}, float(self.reward[0]), bool(self.terminated[0]),
-                    bool(self.truncated[0]), info)
-        info = {"timestamps": dict(self.stamps), "timing": self.timing, "success": self.success,
-                "fault": list(self.fault), "fault_message": list(self.fault_message),
-                "executed_action": self.executed, "intervened": self.intervened}
+            return (
+                {k: v[0] for k, v in self.obs.items()},
+                float(self.reward[0]),
+                bool(self.terminated[0]),
+                bool(self.truncated[0]),
+                info,
+            )
+        info = {
+            "timestamps": dict(self.stamps),
+            "timing": self.timing,
+            "success": self.success,
+            "fault": list(self.fault),
+            "fault_message": list(self.fault_message),
+            "executed_action": self.executed,
+            "intervened": self.intervened,
+        }
         if self.judge_success is not None:
             info["judge_success"] = self.judge_success
         if self.final_obs is not None:
@@ -161,12 +232,14 @@ def _constant(value: bool) -> np.ndarray:
 FLAG = {False: _constant(False), True: _constant(True)}
 
 
-def stack(steps: list[Step], obs: list[Mapping[str, np.ndarray]], finals: Mapping[int, Mapping[str, np.ndarray]]
-          ) -> Step:
+def stack(
+    steps: list[Step], obs: list[Mapping[str, np.ndarray]], finals: Mapping[int, Mapping[str, np.ndarray]]
+) -> Step:
     """The `Step` of a batch from its instances' steps (rlhw.robot.batch.BatchedEnv). ``obs[i]`` is instance i's
     observation now (its next episode's first where the batch reset it, leading axis 1), and ``finals[i]`` the
     last observation of instance i's ended episode; timing is each phase's slowest instance. A batch reports no
     judge's verdict (``judge_success`` None), as before `Step`: a batch's episodes count the env's success."""
+
     def cat(field: str) -> np.ndarray:
         return np.concatenate([getattr(s, field) for s in steps])
 
@@ -182,10 +255,23 @@ def stack(steps: list[Step], obs: list[Mapping[str, np.ndarray]], finals: Mappin
     for s in steps:
         for k, v in s.timing.items():
             timing[k] = max(timing.get(k, 0.0), v)
-    return Step(batch, cat("reward"), cat("terminated"), cat("truncated"), cat("success"), cat("executed"),
-                cat("intervened"), sum((s.fault for s in steps), ()), sum((s.fault_message for s in steps), ()),
-                {k: np.concatenate([s.stamps.get(k, [np.nan]) for s in steps]) for k in steps[0].stamps}, timing,
-                final_obs, final_mask, None, tuple(s.extras[0] if s.extras else {} for s in steps))
+    return Step(
+        batch,
+        cat("reward"),
+        cat("terminated"),
+        cat("truncated"),
+        cat("success"),
+        cat("executed"),
+        cat("intervened"),
+        sum((s.fault for s in steps), ()),
+        sum((s.fault_message for s in steps), ()),
+        {k: np.concatenate([s.stamps.get(k, [np.nan]) for s in steps]) for k in steps[0].stamps},
+        timing,
+        final_obs,
+        final_mask,
+        None,
+        tuple(s.extras[0] if s.extras else {} for s in steps),
+    )
 
 
 def _per_instance(value, n: int, dtype) -> np.ndarray:
@@ -220,8 +306,11 @@ def _extras(info: Mapping, n: int) -> tuple[dict, ...]:
     rest = {k: v for k, v in info.items() if k not in _TYPED}
     if n == 1:
         return (rest,) if rest else ()
-    return tuple({k: v[i] for k, v in rest.items() if isinstance(v, (list, tuple)) and len(v) == n}
-                 for i in range(n)) if rest else ()
+    return (
+        tuple({k: v[i] for k, v in rest.items() if isinstance(v, (list, tuple)) and len(v) == n} for i in range(n))
+        if rest
+        else ()
+    )
 
 
 def _batched(obs: Mapping, n: int) -> dict:
@@ -230,5 +319,10 @@ def _batched(obs: Mapping, n: int) -> dict:
 
 def reset_from_contract(obs, info: Mapping, n: int) -> Reset:
     """The `Reset` of an env's ``reset() -> (obs, info)``: one env's dict info, or a batch's per-instance lists."""
-    return Reset(_batched(obs, n), _stamps(info.get("timestamps"), n),
-                 _per_instance(info.get("success", False), n, bool), _timing(info.get("timing")), _extras(info, n))
+    return Reset(
+        _batched(obs, n),
+        _stamps(info.get("timestamps"), n),
+        _per_instance(info.get("success", False), n, bool),
+        _timing(info.get("timing")),
+        _extras(info, n),
+    )

@@ -40,11 +40,11 @@ LABELS = {TeleopEvent.SUCCESS: "success", TeleopEvent.FAILURE: "failure", Teleop
 class Choice:
     """What one step executes, and why."""
 
-    action: np.ndarray               # float32, the action's shape: what goes to the task and safety layer
-    intervened: bool                 # the operator's action was executed
+    action: np.ndarray  # float32, the action's shape: what goes to the task and safety layer
+    intervened: bool  # the operator's action was executed
     events: tuple[TeleopEvent, ...]  # the operator's events seen this step (sorted by name)
-    ends_episode: bool               # a SUCCESS / FAILURE / END_EPISODE event came in
-    label: str | None                # "success" / "failure" when the operator marked the episode
+    ends_episode: bool  # a SUCCESS / FAILURE / END_EPISODE event came in
+    label: str | None  # "success" / "failure" when the operator marked the episode
 
 
 class Takeover:
@@ -58,7 +58,7 @@ class Takeover:
         self.opened = False
 
     @classmethod
-    def from_config(cls, config: TeleopConfig, env: "RobotEnv") -> "Takeover | None":
+    def from_config(cls, config: TeleopConfig, env: RobotEnv) -> Takeover | None:
         """None for ``device: none``; else the device registered under that name (its module is imported
         only now, through the driver registry)."""
         if config.device == "none":
@@ -89,8 +89,11 @@ class Takeover:
         try:
             self.open()
         except RobotFault as e:
-            raise RobotFault(FaultKind.TELEOP, f"the teleop device ({self.config.device}) is still gone at reset: {e}; "
-                                       "reconnect it, or set env.teleop.device=none to run without an operator") from e
+            raise RobotFault(
+                FaultKind.TELEOP,
+                f"the teleop device ({self.config.device}) is still gone at reset: {e}; "
+                "reconnect it, or set env.teleop.device=none to run without an operator",
+            ) from e
 
     def start_episode(self) -> None:
         self.gripper = 1.0

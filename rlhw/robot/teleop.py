@@ -40,10 +40,10 @@ class Operator(enum.Enum):
 class TeleopEvent(enum.Enum):
     """Operator intents carried by button or key presses (edges, reported once)."""
 
-    TAKEOVER = "takeover"        # the operator takes control from the policy
-    GIVE_BACK = "give_back"      # the operator hands control back to the policy
-    SUCCESS = "success"          # mark the episode a success and end it
-    FAILURE = "failure"          # mark the episode a failure and end it
+    TAKEOVER = "takeover"  # the operator takes control from the policy
+    GIVE_BACK = "give_back"  # the operator hands control back to the policy
+    SUCCESS = "success"  # mark the episode a success and end it
+    FAILURE = "failure"  # mark the episode a failure and end it
     END_EPISODE = "end_episode"  # end the episode without a label
 
 
@@ -77,7 +77,7 @@ class TeleopDevice(abc.ABC):
     operator: Operator = Operator.HUMAN
 
     @classmethod
-    def from_config(cls, config: "TeleopConfig", env: "RobotEnv") -> "TeleopDevice":
+    def from_config(cls, config: TeleopConfig, env: RobotEnv) -> TeleopDevice:
         """The device that ``env.teleop`` describes, for ``env`` (the registry's constructor: a device
         registered with ``@register_teleop`` implements it; it reads its own fields of ``config``)."""
         raise NotImplementedError(f"{cls.__qualname__} cannot be built from env.teleop; implement from_config")
@@ -94,7 +94,7 @@ class TeleopDevice(abc.ABC):
     def read(self, timeout_s: float = 0.05) -> TeleopReading:
         """The newest state, within ``timeout_s``. Raises RobotFault(FaultKind.TELEOP) when the device is gone."""
 
-    def __enter__(self) -> "TeleopDevice":
+    def __enter__(self) -> TeleopDevice:
         self.open()
         return self
 

@@ -17,7 +17,7 @@ CONCURRENCY_GROUPS = {"rlhw_mailbox": 16, "rlhw_control": 2}
 _ACTOR_PREFIX = "rlhw.worker:"
 
 
-def actor_name(address: "WorkerAddress | str") -> str:
+def actor_name(address: WorkerAddress | str) -> str:
     return _ACTOR_PREFIX + str(address)
 
 
@@ -36,12 +36,14 @@ class WorkerAddress:
             raise ValueError(f"worker ranks must be ints >= 0, got {self.ranks!r}")
 
     @classmethod
-    def parse(cls, text: str) -> "WorkerAddress":
+    def parse(cls, text: str) -> WorkerAddress:
         parts = str(text).split(":")
         try:
             ranks = tuple(int(p) for p in parts[1:])
         except ValueError:
-            raise ValueError(f"{text!r} is not a worker address; expected group:rank[:rank...], e.g. learner:0") from None
+            raise ValueError(
+                f"{text!r} is not a worker address; expected group:rank[:rank...], e.g. learner:0"
+            ) from None
         return cls(parts[0], ranks)
 
     def __str__(self) -> str:
@@ -53,8 +55,8 @@ class WorkerAddress:
         return self.ranks[-1] if self.ranks else None
 
     @property
-    def parent(self) -> "WorkerAddress | None":
+    def parent(self) -> WorkerAddress | None:
         return WorkerAddress(self.group, self.ranks[:-1]) if self.ranks else None
 
-    def child(self, rank: int) -> "WorkerAddress":
+    def child(self, rank: int) -> WorkerAddress:
         return WorkerAddress(self.group, (*self.ranks, rank))

@@ -27,7 +27,8 @@ import asyncio
 import threading
 import time
 from collections import deque
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
@@ -239,7 +240,7 @@ class Channel:
         *,
         detached: bool = False,
         large_payload_bytes: int = payload.LARGE_PAYLOAD_BYTES,
-    ) -> "Channel":
+    ) -> Channel:
         """Create the channel actor named ``name`` (error if it exists).
 
         ``maxsize`` bounds each key's FIFO (0 = unbounded). ``node`` pins the actor: an rlhw node
@@ -269,11 +270,16 @@ class Channel:
         return cls(name, actor, maxsize, large_payload_bytes)
 
     @classmethod
-    def connect(cls, name: str, timeout_s: float = 30.0) -> "Channel":
+    def connect(cls, name: str, timeout_s: float = 30.0) -> Channel:
         """Look the channel up by name, waiting up to ``timeout_s`` for its creator to make it."""
         try:  # Ray raises ValueError while no actor has the name
-            actor = retry(lambda: ray.get_actor(_actor_name(name), namespace=NAMESPACE), retry_on=ValueError,
-                          within_s=timeout_s, first_delay_s=0.01, max_delay_s=0.2)
+            actor = retry(
+                lambda: ray.get_actor(_actor_name(name), namespace=NAMESPACE),
+                retry_on=ValueError,
+                within_s=timeout_s,
+                first_delay_s=0.01,
+                max_delay_s=0.2,
+            )
         except ValueError:
             raise ChannelError(
                 f"channel {name!r} not found after {timeout_s:g}s; create it first with Channel.create({name!r})"
@@ -380,8 +386,13 @@ class Channel:
         """Append ``item`` (to ``key``'s FIFO); waits while full. Large payloads go by reference."""
         self._put_outcome(self._result(self._put_ref([item], key, [weight], timeout), timeout, "put"), 1, timeout)
 
-    def put_batch(self, items: Iterable[Any], key: Any = None, weights: Sequence[float] | None = None,
-                  timeout: float | None = None) -> None:
+    def put_batch(
+        self,
+        items: Iterable[Any],
+        key: Any = None,
+        weights: Sequence[float] | None = None,
+        timeout: float | None = None,
+    ) -> None:
         """Append many items in one actor call (the way to reach tens of thousands of items/s)."""
         items = list(items)
         if not items:
@@ -394,8 +405,9 @@ class Channel:
         reply = self._result(self._actor.get.remote(1, None, key, timeout), timeout, "get")
         return self._unwrap(self._get_outcome(reply, timeout, "get"))[0]
 
-    def get_batch(self, count: int | None = None, *, weight: float | None = None, key: Any = None,
-                  timeout: float | None = None) -> list:
+    def get_batch(
+        self, count: int | None = None, *, weight: float | None = None, key: Any = None, timeout: float | None = None
+    ) -> list:
         """``count`` items, or items up to a cumulative ``weight`` budget, oldest first, in one call."""
         count, weight = self._check_get(count, weight)
         reply = self._result(self._actor.get.remote(count, weight, key, timeout), timeout, "get_batch")
@@ -415,8 +427,13 @@ class Channel:
         reply = await self._result_async(self._put_ref([item], key, [weight], timeout), timeout, "put")
         self._put_outcome(reply, 1, timeout)
 
-    async def put_batch_async(self, items: Iterable[Any], key: Any = None, weights: Sequence[float] | None = None,
-                              timeout: float | None = None) -> None:
+    async def put_batch_async(
+        self,
+        items: Iterable[Any],
+        key: Any = None,
+        weights: Sequence[float] | None = None,
+        timeout: float | None = None,
+    ) -> None:
         items = list(items)
         if not items:
             return
@@ -427,8 +444,9 @@ class Channel:
         reply = await self._result_async(self._actor.get.remote(1, None, key, timeout), timeout, "get")
         return (await self._unwrap_async(self._get_outcome(reply, timeout, "get")))[0]
 
-    async def get_batch_async(self, count: int | None = None, *, weight: float | None = None, key: Any = None,
-                              timeout: float | None = None) -> list:
+    async def get_batch_async(
+        self, count: int | None = None, *, weight: float | None = None, key: Any = None, timeout: float | None = None
+    ) -> list:
         count, weight = self._check_get(count, weight)
         reply = await self._result_async(self._actor.get.remote(count, weight, key, timeout), timeout, "get_batch")
         return await self._unwrap_async(self._get_outcome(reply, timeout, "get_batch"))

@@ -41,9 +41,9 @@ if TYPE_CHECKING:
 
 
 START_HINT = (
-    "start each node with its rank, e.g. `ray start --address <head>:6379 --labels {label}=<rank>` "
+    f"start each node with its rank, e.g. `ray start --address <head>:6379 --labels {NODE_RANK_LABEL}=<rank>` "
     "(or RLHW_NODE_RANK=<rank> ray start ...)"
-).format(label=NODE_RANK_LABEL)
+)
 
 
 @ray.remote(num_cpus=0, max_retries=0)
@@ -79,7 +79,7 @@ def _interpreter_problem(path: str, timeout_s: float) -> str | None:
     except subprocess.TimeoutExpired:
         return f"{path} -c 'import ray, rlhw' took more than {timeout_s:g}s"
     if r.returncode != 0:
-        last = (r.stderr.strip().splitlines() or ["exit status %d" % r.returncode])[-1]
+        last = (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]
         return f"{path} cannot import ray and rlhw ({last}); install them into that environment"
     return None
 
@@ -101,7 +101,7 @@ class Cluster:
 
     def __init__(
         self,
-        config: "Config",
+        config: Config,
         address: str | None = None,
         *,
         probe_hardware: bool = True,
@@ -109,10 +109,10 @@ class Cluster:
         attach_timeout_s: float = 120.0,
         ray_init: dict | None = None,
     ):
-        self.cluster_config: "ClusterConfig" = config.cluster
+        self.cluster_config: ClusterConfig = config.cluster
         self.config = config
         self._started_ray = False
-        self._plan: "PlacementPlan | None" = None
+        self._plan: PlacementPlan | None = None
         self._good_interpreters: set[tuple[int, str]] = set()
         self._attach(address, ray_init or {})
         self.nodes: dict[int, RayNode] = {}
@@ -151,9 +151,9 @@ class Cluster:
         if len(nodes) == 1 and nodes[0].node_rank is None and cfg.num_nodes == 1:
             nodes = [dataclasses.replace(nodes[0], node_rank=0)]  # a lone unlabelled node is rank 0
         refs = [
-            _node_facts.options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False)
-            ).remote(cfg, n.node_rank, probe, probe_timeout_s)
+            _node_facts.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False)).remote(
+                cfg, n.node_rank, probe, probe_timeout_s
+            )
             for n in nodes
         ]
         try:
@@ -208,7 +208,7 @@ class Cluster:
         return {r: n.num_gpus for r, n in self.nodes.items()}
 
     @property
-    def placements(self) -> "PlacementPlan":
+    def placements(self) -> PlacementPlan:
         """``plan(config.cluster, detected accelerators)``: component -> Placement records by rank."""
         if self._plan is None:
             from rlhw.placement import plan
@@ -259,7 +259,7 @@ class Cluster:
             ray.shutdown()
         self._started_ray = False
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -13,14 +13,15 @@ import asyncio
 import json
 import re
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rlhw.errors import ConfigError, WorkerError
-from rlhw.runtime.nodes import NAMESPACE
 from rlhw.runtime.address import CONCURRENCY_GROUPS, WorkerAddress, actor_name
+from rlhw.runtime.nodes import NAMESPACE
 
 if TYPE_CHECKING:
     from rlhw.placement import Placement
@@ -99,7 +100,7 @@ class GroupCall:
 class _Selection:
     """``group.execute_on(ranks)``: the next method call goes to these ranks only."""
 
-    def __init__(self, group: "WorkerGroup", ranks: list[int]):
+    def __init__(self, group: WorkerGroup, ranks: list[int]):
         self._group = group
         self._ranks = ranks
 
@@ -116,7 +117,7 @@ class WorkerGroup:
         self._args = args
         self._kwargs = kwargs or {}
         self.name: str | None = None
-        self.placements: list["Placement"] = []
+        self.placements: list[Placement] = []
         self.actors: list = []
         self.addresses: list[str] = []
 
@@ -130,13 +131,13 @@ class WorkerGroup:
     # ------------------------------------------------------------------ launch
     def launch(
         self,
-        cluster: "Cluster",
+        cluster: Cluster,
         component: str,
         name: str | None = None,
         *,
         num_cpus: float = 0,
         ready_timeout_s: float = 120.0,
-    ) -> "WorkerGroup":
+    ) -> WorkerGroup:
         """Start one Ray actor per placement record of ``component`` (e.g. "env", "rollout", "learner"), each pinned
         (hard node affinity) to its node, with its environment set before ``__init__`` runs; wait until all are up.
 
@@ -189,22 +190,24 @@ class WorkerGroup:
             raise
         return self
 
-    def _env_for(self, cluster: "Cluster", rec: "Placement", address: str, master_addr: str, master_port: int) -> dict:
+    def _env_for(self, cluster: Cluster, rec: Placement, address: str, master_addr: str, master_port: int) -> dict:
         env = dict(cluster.cluster_config.node_env(rec.node_rank).env_vars)
-        env.update({
-            "RANK": str(rec.rank),
-            "WORLD_SIZE": str(rec.world_size),
-            "LOCAL_RANK": str(rec.local_rank),
-            "LOCAL_WORLD_SIZE": str(rec.local_world_size),
-            "MASTER_ADDR": master_addr,
-            "MASTER_PORT": str(master_port),
-            "RLHW_NODE_RANK": str(rec.node_rank),
-            "RLHW_WORKER_ADDRESS": address,
-            "RLHW_HARDWARE": json.dumps(_hardware_json(cluster, rec)),
-            # rlhw, not Ray, decides which accelerators a worker sees (the placement's choice).
-            "CUDA_VISIBLE_DEVICES": ",".join(rec.visible_accelerators),
-            "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
-        })
+        env.update(
+            {
+                "RANK": str(rec.rank),
+                "WORLD_SIZE": str(rec.world_size),
+                "LOCAL_RANK": str(rec.local_rank),
+                "LOCAL_WORLD_SIZE": str(rec.local_world_size),
+                "MASTER_ADDR": master_addr,
+                "MASTER_PORT": str(master_port),
+                "RLHW_NODE_RANK": str(rec.node_rank),
+                "RLHW_WORKER_ADDRESS": address,
+                "RLHW_HARDWARE": json.dumps(_hardware_json(cluster, rec)),
+                # rlhw, not Ray, decides which accelerators a worker sees (the placement's choice).
+                "CUDA_VISIBLE_DEVICES": ",".join(rec.visible_accelerators),
+                "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
+            }
+        )
         return env
 
     # ------------------------------------------------------------------ calls
@@ -218,14 +221,18 @@ class WorkerGroup:
         ranks = [ranks] if isinstance(ranks, int) else list(ranks)
         bad = [r for r in ranks if not isinstance(r, int) or not 0 <= r < len(self.actors)]
         if bad or not ranks:
-            raise WorkerError(self.name or "?", f"execute_on: ranks {bad or ranks} are not in 0..{len(self.actors) - 1}")
+            raise WorkerError(
+                self.name or "?", f"execute_on: ranks {bad or ranks} are not in 0..{len(self.actors) - 1}"
+            )
         return _Selection(self, ranks)
 
     def _method(self, name: str, ranks: Sequence[int] | None):
         if not callable(getattr(self.worker_cls, name, None)):
             raise AttributeError(f"{self.worker_cls.__name__} has no method {name!r}")
         if not self.actors:
-            raise WorkerError(self.name or self.worker_cls.__name__, "group is not launched; call .launch(cluster, component=...)")
+            raise WorkerError(
+                self.name or self.worker_cls.__name__, "group is not launched; call .launch(cluster, component=...)"
+            )
         chosen = list(range(len(self.actors))) if ranks is None else list(ranks)
 
         def call(*args: Any, **kwargs: Any) -> GroupCall:
@@ -266,7 +273,7 @@ class WorkerGroup:
         self.actors, self.addresses, self.placements = [], [], []
 
 
-def _gpu_shares(records: list["Placement"], plan_records: list["Placement"]) -> dict[int, float]:
+def _gpu_shares(records: list[Placement], plan_records: list[Placement]) -> dict[int, float]:
     """Ray GPU request per record: 1/k of each accelerator shared by k processes of the whole plan.
 
     Counted over every component, not just this launch: rollout and actor sharing the one GPU of a
@@ -284,7 +291,7 @@ def _gpu_shares(records: list["Placement"], plan_records: list["Placement"]) -> 
     return out
 
 
-def _hardware_json(cluster: "Cluster", rec: "Placement") -> dict:
+def _hardware_json(cluster: Cluster, rec: Placement) -> dict:
     out: dict = {
         "type": rec.hardware_type,
         "node_group": rec.node_group,
@@ -297,7 +304,5 @@ def _hardware_json(cluster: "Cluster", rec: "Placement") -> dict:
         group = None
     hw = group.hardware if group is not None else None
     if hw is not None and hw.type == rec.hardware_type:
-        out["devices"] = [
-            hw.configs[r].model_dump(mode="json") for r in rec.hardware_ranks if 0 <= r < len(hw.configs)
-        ]
+        out["devices"] = [hw.configs[r].model_dump(mode="json") for r in rec.hardware_ranks if 0 <= r < len(hw.configs)]
     return out

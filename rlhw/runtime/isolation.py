@@ -17,17 +17,18 @@ from __future__ import annotations
 import gc
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from rlhw.config.isolation import LoopIsolation
 from rlhw.errors import ConfigError
 from rlhw.runtime.heap import keep_freed_memory
 
-
 _SETTING = "cluster.node_groups[].env_configs[]"
-_FIX = ("run as root, give the Python binary CAP_SYS_NICE (setcap cap_sys_nice+ep), or raise the user's "
-        "rtprio/nice limit in /etc/security/limits.conf; or remove loop_priority")
+_FIX = (
+    "run as root, give the Python binary CAP_SYS_NICE (setcap cap_sys_nice+ep), or raise the user's "
+    "rtprio/nice limit in /etc/security/limits.conf; or remove loop_priority"
+)
 
 
 _said: set[str] = set()  # the refusals this process has already warned about
@@ -54,16 +55,20 @@ def apply_loop_isolation(iso: LoopIsolation, oscalls: OsScheduling = OsSchedulin
     if iso.loop_cpus is not None:
         missing = sorted(set(iso.loop_cpus) - set(oscalls.node_cpus()))
         if missing:
-            raise ConfigError(f"{_SETTING}.loop_cpus", f"this node has no CPU {missing} (it has "
-                              f"{sorted(oscalls.node_cpus())}); list CPUs of this node")
+            raise ConfigError(
+                f"{_SETTING}.loop_cpus",
+                f"this node has no CPU {missing} (it has {sorted(oscalls.node_cpus())}); list CPUs of this node",
+            )
         oscalls.sched_setaffinity(0, set(iso.loop_cpus))
     record["affinity"] = sorted(oscalls.sched_getaffinity(0))
     if iso.loop_priority is not None:
         try:
             _set_priority(iso, oscalls)
         except PermissionError as e:
-            record["refused"] = (f"{_SETTING}.loop_priority {_priority_text(iso)} refused by the OS ({e}); "
-                                 f"falling back: the loop runs at the default priority. Fix: {_FIX}")
+            record["refused"] = (
+                f"{_SETTING}.loop_priority {_priority_text(iso)} refused by the OS ({e}); "
+                f"falling back: the loop runs at the default priority. Fix: {_FIX}"
+            )
             if record["refused"] not in _said:
                 _said.add(record["refused"])
                 warnings.warn(record["refused"], RuntimeWarning, stacklevel=2)
@@ -88,8 +93,10 @@ def _read_priority(oscalls: OsScheduling) -> dict:
     policy = oscalls.sched_getscheduler(0)
     if policy == os.SCHED_FIFO:
         return {"policy": "SCHED_FIFO", "priority": oscalls.sched_getparam(0).sched_priority}
-    return {"policy": "SCHED_OTHER" if policy == os.SCHED_OTHER else str(policy),
-            "nice": oscalls.getpriority(os.PRIO_PROCESS, 0)}
+    return {
+        "policy": "SCHED_OTHER" if policy == os.SCHED_OTHER else str(policy),
+        "nice": oscalls.getpriority(os.PRIO_PROCESS, 0),
+    }
 
 
 def apply_learner_threads(iso: LoopIsolation, default: int = 1) -> int:

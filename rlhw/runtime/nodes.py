@@ -64,5 +64,8 @@ def node_id_for_rank(rank: int) -> str:
         return nodes[0].node_id
     from rlhw.errors import ConfigError
 
-    raise ConfigError("node", f"no alive Ray node has {NODE_RANK_LABEL}={rank}; known: "
-                      f"{sorted(n.node_rank for n in nodes if n.node_rank is not None)}")
+    raise ConfigError(
+        "node",
+        f"no alive Ray node has {NODE_RANK_LABEL}={rank}; known: "
+        f"{sorted(n.node_rank for n in nodes if n.node_rank is not None)}",
+    )

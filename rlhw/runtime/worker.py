@@ -61,10 +61,16 @@ class WorkerInfo:
 
     def to_json(self) -> dict:
         return {
-            "address": str(self.address), "rank": self.rank, "world_size": self.world_size,
-            "local_rank": self.local_rank, "local_world_size": self.local_world_size,
-            "node_rank": self.node_rank, "node_ip": self.node_ip, "node_id": self.node_id,
-            "hardware": self.hardware, "accelerators": list(self.accelerators),
+            "address": str(self.address),
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "local_rank": self.local_rank,
+            "local_world_size": self.local_world_size,
+            "node_rank": self.node_rank,
+            "node_ip": self.node_ip,
+            "node_id": self.node_id,
+            "hardware": self.hardware,
+            "accelerators": list(self.accelerators),
         }
 
 
@@ -107,7 +113,7 @@ class Worker:
 
     # ------------------------------------------------------------------ group creation
     @classmethod
-    def create_group(cls, *args: Any, **kwargs: Any) -> "WorkerGroup":
+    def create_group(cls, *args: Any, **kwargs: Any) -> WorkerGroup:
         """A not-yet-launched group of ``cls``; the args go to every worker's ``__init__``."""
         return WorkerGroup(cls, args, kwargs)
 
@@ -171,14 +177,20 @@ class Worker:
         try:
             accepted = ray.get(ref, timeout=timeout_s + _REPLY_MARGIN_S)
         except ray.exceptions.GetTimeoutError:
-            raise WorkerError(dst, f"did not answer a delivery from {self.address} within "
-                                   f"{timeout_s + _REPLY_MARGIN_S:g}s (wedged, or all its delivery threads "
-                                   "wait on full mailboxes); the message may still arrive") from None
+            raise WorkerError(
+                dst,
+                f"did not answer a delivery from {self.address} within "
+                f"{timeout_s + _REPLY_MARGIN_S:g}s (wedged, or all its delivery threads "
+                "wait on full mailboxes); the message may still arrive",
+            ) from None
         except ray.exceptions.RayActorError as e:
             raise WorkerError(dst, f"is dead; cannot send to it ({_first_line(e)})") from None
         if not accepted:
-            raise WorkerError(dst, f"its mailbox for {self.address} stayed full ({MAILBOX_MAXSIZE} unreceived "
-                                   f"messages) for {timeout_s:g}s; the receiver must recv from {self.address} to make room")
+            raise WorkerError(
+                dst,
+                f"its mailbox for {self.address} stayed full ({MAILBOX_MAXSIZE} unreceived "
+                f"messages) for {timeout_s:g}s; the receiver must recv from {self.address} to make room",
+            )
         if tensor_path:
             import torch.distributed as dist
 
@@ -201,8 +213,11 @@ class Worker:
         try:
             return payload.unwrap_many([message], timeout=timeout_s)[0]
         except (ray.exceptions.ObjectLostError, ray.exceptions.OwnerDiedError) as e:
-            raise WorkerError(src, f"its message to {self.address} was lost ({type(e).__name__}); the sender "
-                                   "owns large payloads and probably died before they were received") from None
+            raise WorkerError(
+                src,
+                f"its message to {self.address} was lost ({type(e).__name__}); the sender "
+                "owns large payloads and probably died before they were received",
+            ) from None
         except ray.exceptions.GetTimeoutError:
             raise WorkerError(src, f"its message's payload could not be fetched within {timeout_s:g}s") from None
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -42,11 +43,13 @@ class MotionGuard:
     def __getattr__(self, name: str):
         attr = getattr(self._arm, name)
         if name in MOTION_METHODS:
+
             def guarded(*args, **kwargs):
                 if not self.allow:
                     raise SafetyViolation(f"smoke test: {name}() refused: motion was not allowed (--allow-motion)")
                 self.sent[name] = self.sent.get(name, 0) + 1
                 return attr(*args, **kwargs)
+
             return guarded
         return attr
 
@@ -71,8 +74,14 @@ def _fmt_xyz(v) -> str:
     return "[" + ", ".join(f"{float(x):.3f}" for x in v) + "]"
 
 
-def check_arm(run: TargetRun, arm_factory: Callable[[], Any], target: RobotTarget, options: SmokeOptions,
-              env_config: EnvConfig, keep_open: bool = False):
+def check_arm(
+    run: TargetRun,
+    arm_factory: Callable[[], Any],
+    target: RobotTarget,
+    options: SmokeOptions,
+    env_config: EnvConfig,
+    keep_open: bool = False,
+):
     """Run the arm checks; returns the connected (guarded) arm when ``keep_open`` (sim cameras render
     it), else closes it and returns None."""
     is_franka = target.driver == "franka"
@@ -96,8 +105,12 @@ def check_arm(run: TargetRun, arm_factory: Callable[[], Any], target: RobotTarge
     if arm is not None:
         run.note(
             "motion_commands",
-            passed(str(arm.motion_commands), "motion commands sent by the smoke test"
-                   + ("" if arm.motion_commands else " (none: the arm was not moved)"), sent=dict(arm.sent)),
+            passed(
+                str(arm.motion_commands),
+                "motion commands sent by the smoke test"
+                + ("" if arm.motion_commands else " (none: the arm was not moved)"),
+                sent=dict(arm.sent),
+            ),
         )
     connected = any(r.check in ("connect", "fci_connect") and r.status == "PASS" for r in run.rows)
     if keep_open and run.hung is None and arm is not None and connected:
@@ -118,7 +131,9 @@ def _realtime_check(enforce: bool) -> Outcome:
     return passed("not needed", f"{text}; controller.realtime: ignore (simulator/test setup only)")
 
 
-def _connect_check(holder: dict[str, Any], arm_factory: Callable[[], Any], target: RobotTarget, timeout: float) -> Outcome:
+def _connect_check(
+    holder: dict[str, Any], arm_factory: Callable[[], Any], target: RobotTarget, timeout: float
+) -> Outcome:
     """Make and connect the arm (kept in ``holder["arm"]`` even when connecting fails, to close it)."""
     t = time.perf_counter()
     arm = MotionGuard(arm_factory())
@@ -140,7 +155,12 @@ def _fci_connect_and_reachable(run: TargetRun, connect: Callable[[], Outcome], e
     out = run.run("fci_connect", connect, timeout_s=timeout + 3.0)  # the driver's own bound fires first
     position = len(run.rows) - 1
     if out.status == "PASS":
-        run.rows.insert(position, _row_like(run, "reachable", passed(f"TCP {FCI_PORT}", f"{entry.robot_ip}:{FCI_PORT} accepted the FCI connection")))
+        run.rows.insert(
+            position,
+            _row_like(
+                run, "reachable", passed(f"TCP {FCI_PORT}", f"{entry.robot_ip}:{FCI_PORT} accepted the FCI connection")
+            ),
+        )
         return
 
     def reachable():
@@ -164,8 +184,10 @@ def _state_check(arm, options: SmokeOptions) -> Outcome:
         try:
             st = arm.state()
         except RobotFault as e:
-            return failed(f"state read failed after {len(lat)} good reads in {window - (t_end - time.monotonic()):.2f} s: {e}",
-                          f"{len(lat)} reads")
+            return failed(
+                f"state read failed after {len(lat)} good reads in {window - (t_end - time.monotonic()):.2f} s: {e}",
+                f"{len(lat)} reads",
+            )
         lat.append(time.perf_counter() - t)
         for name in ("q", "dq", "ee_pose"):
             if not np.all(np.isfinite(np.asarray(getattr(st, name), float))):
@@ -177,8 +199,11 @@ def _state_check(arm, options: SmokeOptions) -> Outcome:
     return passed(
         f"{rate:.0f} reads/s, p50 {p50:.1f} ms",
         f"ee_xyz={_fmt_xyz(st.ee_position)} gripper={st.gripper_width:.3f} m; max read {max(lat) * 1e3:.1f} ms",
-        reads=len(lat), p50_ms=round(p50, 3), max_ms=round(max(lat) * 1e3, 3),
-        ee_pose=[float(x) for x in st.ee_pose], q=[float(x) for x in st.q],
+        reads=len(lat),
+        p50_ms=round(p50, 3),
+        max_ms=round(max(lat) * 1e3, 3),
+        ee_pose=[float(x) for x in st.ee_pose],
+        q=[float(x) for x in st.q],
     )
 
 
@@ -215,10 +240,12 @@ def _versions_check(arm) -> Outcome:
         except PackageNotFoundError:
             pass
     rate = info.get("control_command_success_rate")
-    return passed(f"franky {info.get('franky_version')}",
-                  f"gripper server v{info.get('gripper_server_version', '?')}"
-                  + (f"; command success rate {rate:.2f}" if isinstance(rate, (int, float)) else ""),
-                  **{k: v for k, v in info.items() if isinstance(v, (int, float, str))})
+    return passed(
+        f"franky {info.get('franky_version')}",
+        f"gripper server v{info.get('gripper_server_version', '?')}"
+        + (f"; command success rate {rate:.2f}" if isinstance(rate, (int, float)) else ""),
+        **{k: v for k, v in info.items() if isinstance(v, (int, float, str))},
+    )
 
 
 def close_arm(arm, timeout_s: float) -> None:
@@ -233,7 +260,9 @@ def close_arm(arm, timeout_s: float) -> None:
 def _row_like(run: TargetRun, check: str, out: Outcome):
     from rlhw.smoke.results import CheckResult
 
-    return CheckResult(run.node_rank, run.target, check, out.status, out.value, out.detail, out.hint, True, 0.0, dict(out.measured))
+    return CheckResult(
+        run.node_rank, run.target, check, out.status, out.value, out.detail, out.hint, True, 0.0, dict(out.measured)
+    )
 
 
 # -- motion (only when allowed) ----------------------------------------------------------------
@@ -247,10 +276,16 @@ def _motion_checks(run: TargetRun, arm, target: RobotTarget, options: SmokeOptio
         if has_gripper:
             run.note("gripper", skipped(reason))
         return
-    run.run("motion", lambda: _small_motion_check(arm, env_config.safety, options, env_config.control_hz), required=True,
-            timeout_s=3 * options.timeout_s)
+    run.run(
+        "motion",
+        lambda: _small_motion_check(arm, env_config.safety, options, env_config.control_hz),
+        required=True,
+        timeout_s=3 * options.timeout_s,
+    )
     if has_gripper:
-        run.run("gripper", lambda: _gripper_check(arm, options.timeout_s), required=True, timeout_s=3 * options.timeout_s)
+        run.run(
+            "gripper", lambda: _gripper_check(arm, options.timeout_s), required=True, timeout_s=3 * options.timeout_s
+        )
 
 
 def _pause(arm) -> float:
@@ -274,7 +309,9 @@ def _wait_pose(arm, goal: Pose, limit_s: float) -> tuple[float, float]:
         if err < ARRIVED_M:
             return (time.monotonic() - t0 if arm.realtime else sim_t), err
         if time.monotonic() - t0 > limit_s:
-            raise RobotFault(FaultKind.TIMEOUT, f"did not reach the target within {limit_s:g} s (still {err * 1e3:.1f} mm away)")
+            raise RobotFault(
+                FaultKind.TIMEOUT, f"did not reach the target within {limit_s:g} s (still {err * 1e3:.1f} mm away)"
+            )
 
 
 def _step_response(arm, start: Pose, goal: Pose, period_s: float) -> float:
@@ -297,8 +334,12 @@ def _small_motion_check(arm, safety, options: SmokeOptions, control_hz: float = 
     p = start.position
     low, high = np.asarray(safety.workspace_low), np.asarray(safety.workspace_high)
     if np.any(p < low) or np.any(p > high):
-        return failed(f"the hand at {_fmt_xyz(p)} is outside the safety workspace {_fmt_xyz(low)}-{_fmt_xyz(high)}; "
-                      "move it inside (Desk, guiding mode) before a motion test", "refused", hint="")
+        return failed(
+            f"the hand at {_fmt_xyz(p)} is outside the safety workspace {_fmt_xyz(low)}-{_fmt_xyz(high)}; "
+            "move it inside (Desk, guiding mode) before a motion test",
+            "refused",
+            hint="",
+        )
     up = p[2] + d <= high[2]
     goal = start.with_position(p + (0.0, 0.0, d if up else -d))
     arm.allow = True
@@ -315,10 +356,16 @@ def _small_motion_check(arm, safety, options: SmokeOptions, control_hz: float = 
     share = followed / d
     return passed(
         f"{d * 100:.1f} cm {'up' if up else 'down'} and back; one step followed {share:.0%}",
-        ("" if arm.realtime else "simulated time: ") + f"out in {t_out:.2f} s (moved {moved * 100:.2f} cm), back in {t_back:.2f} s, return error {err * 1e3:.1f} mm; "
+        ("" if arm.realtime else "simulated time: ")
+        + f"out in {t_out:.2f} s (moved {moved * 100:.2f} cm), back in {t_back:.2f} s, return error {err * 1e3:.1f} mm; "
         f"commanded {d * 1e3:.1f} mm, measured {followed * 1e3:.1f} mm after one control period ({1e3 / control_hz:.0f} ms)",
-        moved_m=round(moved, 5), return_error_m=round(err, 5), out_s=round(t_out, 3), back_s=round(t_back, 3),
-        step_commanded_m=round(d, 5), step_measured_m=round(followed, 5), step_followed_share=round(share, 3),
+        moved_m=round(moved, 5),
+        return_error_m=round(err, 5),
+        out_s=round(t_out, 3),
+        back_s=round(t_back, 3),
+        step_commanded_m=round(d, 5),
+        step_measured_m=round(followed, 5),
+        step_followed_share=round(share, 3),
     )
 
 
@@ -333,7 +380,10 @@ def _wait_width(arm, width: float, limit_s: float) -> float:
         if abs(w - width) < 0.004:
             return time.monotonic() - t0 if arm.realtime else sim_t
         if time.monotonic() - t0 > limit_s:
-            raise RobotFault(FaultKind.TIMEOUT, f"gripper did not reach {width * 1e3:.0f} mm within {limit_s:g} s (at {w * 1e3:.1f} mm)")
+            raise RobotFault(
+                FaultKind.TIMEOUT,
+                f"gripper did not reach {width * 1e3:.0f} mm within {limit_s:g} s (at {w * 1e3:.1f} mm)",
+            )
 
 
 def _gripper_check(arm, timeout: float) -> Outcome:
@@ -345,5 +395,9 @@ def _gripper_check(arm, timeout: float) -> Outcome:
         t_open = _wait_width(arm, wmax, timeout)
     finally:
         arm.allow = False
-    return passed(f"closed {t_close:.2f} s, opened {t_open:.2f} s",
-                  f"moved to 10 mm and back to {wmax * 1e3:.0f} mm (open)", close_s=round(t_close, 3), open_s=round(t_open, 3))
+    return passed(
+        f"closed {t_close:.2f} s, opened {t_open:.2f} s",
+        f"moved to 10 mm and back to {wmax * 1e3:.0f} mm (open)",
+        close_s=round(t_close, 3),
+        open_s=round(t_open, 3),
+    )

@@ -13,8 +13,9 @@ import queue
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from rlhw.errors import RlhwError
 from rlhw.smoke.hints import hint_for
@@ -60,7 +61,7 @@ class _Worker:
     drivers are bound to the thread that opened them (an OpenGL context is current per thread)."""
 
     def __init__(self, name: str):
-        self._jobs: "queue.SimpleQueue[tuple[Callable[[], Any], dict, threading.Event] | None]" = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], dict, threading.Event] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=f"smoke-{name}", daemon=True)
         self._thread.start()
 
@@ -156,7 +157,9 @@ class TargetRun:
             out = failed(_one_line(e))
         except Exception as e:  # a driver bug still makes a FAIL row, with where it happened
             where = traceback.extract_tb(e.__traceback__)[-1]
-            out = failed(_one_line(f"{type(e).__name__}: {e}") + f" (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})")
+            out = failed(
+                _one_line(f"{type(e).__name__}: {e}") + f" (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})"
+            )
         duration = time.perf_counter() - t0
         if out.status == FAIL and required and self.blocked is None:
             self.blocked = f"{check} failed"
@@ -170,8 +173,15 @@ class TargetRun:
     def _record(self, check: str, out: Outcome, required: bool, duration: float) -> None:
         self.rows.append(
             CheckResult(
-                node_rank=self.node_rank, target=self.target, check=check, status=out.status, value=out.value,
-                detail=out.detail, hint=out.hint, required=required, duration_s=round(duration, 4),
+                node_rank=self.node_rank,
+                target=self.target,
+                check=check,
+                status=out.status,
+                value=out.value,
+                detail=out.detail,
+                hint=out.hint,
+                required=required,
+                duration_s=round(duration, 4),
                 measured=dict(out.measured),
             )
         )

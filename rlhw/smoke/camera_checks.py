@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rlhw.config.env import EnvConfig
 from rlhw.errors import FaultKind, RobotFault
@@ -52,8 +53,14 @@ def realsense_link(serial: str, timeout_s: float) -> tuple[bool, str, str]:
         return False, "", f"pyrealsense2 is not usable on this node: {e}"
 
 
-def check_camera(run: TargetRun, camera_factory: Callable[[], Any], target: CameraTarget, options: SmokeOptions,
-                 env_config: EnvConfig, advance: Callable[[float], None] | None = None) -> None:
+def check_camera(
+    run: TargetRun,
+    camera_factory: Callable[[], Any],
+    target: CameraTarget,
+    options: SmokeOptions,
+    env_config: EnvConfig,
+    advance: Callable[[float], None] | None = None,
+) -> None:
     """Run the camera checks. ``advance(dt)`` steps the simulated arm a simulated camera renders."""
     timeout = options.timeout_s
     simulated = advance is not None
@@ -65,11 +72,19 @@ def check_camera(run: TargetRun, camera_factory: Callable[[], Any], target: Came
     next_frame = _frame_source(cam, advance, 1.0 / fps_cfg, timeout)
     run.run("resolution", lambda: _resolution_check(next_frame, target))
     stream: dict[str, Any] = {}
-    run.run("stream", lambda: _stream_check(stream, next_frame, target, options, fps_cfg, simulated),
-            timeout_s=options.window_s + 2 * timeout)
+    run.run(
+        "stream",
+        lambda: _stream_check(stream, next_frame, target, options, fps_cfg, simulated),
+        timeout_s=options.window_s + 2 * timeout,
+    )
     # fps, frame age and drops each judge the same stream: one failing does not hide the others
     run.run("fps", lambda: _fps_check(stream, fps_cfg, simulated), required=not simulated, needs_ok=False)
-    run.run("frame_age", lambda: _frame_age_check(stream, cam, env_config, simulated), required=not simulated, needs_ok=False)
+    run.run(
+        "frame_age",
+        lambda: _frame_age_check(stream, cam, env_config, simulated),
+        required=not simulated,
+        needs_ok=False,
+    )
     run.run("dropped_frames", lambda: _dropped_check(stream, options.window_s, simulated), needs_ok=False)
     if cam is not None and run.hung is None:
         try:
@@ -82,15 +97,24 @@ def check_camera(run: TargetRun, camera_factory: Callable[[], Any], target: Came
 def _detection_checks(run: TargetRun, target: CameraTarget, timeout: float) -> None:
     """A recording stands in for the device; a RealSense is looked up by serial, with its USB link."""
     if target.playback_file:
-        run.note("detected", passed("recording", f"no live device: checking the pipeline on {target.playback_file}"),
-                 required=True)
+        run.note(
+            "detected",
+            passed("recording", f"no live device: checking the pipeline on {target.playback_file}"),
+            required=True,
+        )
     elif target.driver == "realsense":
         out = run.run("detected", lambda: _detected_check(target, timeout))
         usb = out.data or ""
         if out.status == "PASS":
             if usb.startswith("2"):
-                run.note("usb_link", failed(f"USB {usb} link: expect dropped frames at {target.width}x{target.height}@{target.fps:g}",
-                                            f"USB {usb}", hint=USB2_LINK))
+                run.note(
+                    "usb_link",
+                    failed(
+                        f"USB {usb} link: expect dropped frames at {target.width}x{target.height}@{target.fps:g}",
+                        f"USB {usb}",
+                        hint=USB2_LINK,
+                    ),
+                )
             elif usb:
                 run.note("usb_link", passed(f"USB {usb}", "USB 3 link"))
 
@@ -102,8 +126,9 @@ def _detected_check(target: CameraTarget, timeout: float) -> Outcome:
     return passed(f"USB {usb or '?'}", "found by serial", usb=usb, data=usb)
 
 
-def _open_check(holder: dict[str, Any], camera_factory: Callable[[], Any], target: CameraTarget, timeout: float,
-                simulated: bool) -> Outcome:
+def _open_check(
+    holder: dict[str, Any], camera_factory: Callable[[], Any], target: CameraTarget, timeout: float, simulated: bool
+) -> Outcome:
     """Make and open the camera (kept in ``holder["cam"]`` even when opening fails, to close it)."""
     t = time.perf_counter()
     cam = camera_factory()
@@ -134,14 +159,23 @@ def _resolution_check(next_frame: Callable[[], Any], target: CameraTarget) -> Ou
     h, w = f.color.shape[:2]
     want = (target.height, target.width)
     if (h, w) != want:
-        return failed(f"frames are {w}x{h}, configured {target.width}x{target.height}", f"{w}x{h}",
-                      hint="set width/height to a mode the camera supports (rs-enumerate-devices lists them)")
+        return failed(
+            f"frames are {w}x{h}, configured {target.width}x{target.height}",
+            f"{w}x{h}",
+            hint="set width/height to a mode the camera supports (rs-enumerate-devices lists them)",
+        )
     depth = "" if f.depth is None else f" + depth {f.depth.shape[1]}x{f.depth.shape[0]}"
     return passed(f"{w}x{h}{depth}", f"configured {target.width}x{target.height}")
 
 
-def _stream_check(stream: dict[str, Any], next_frame: Callable[[], Any], target: CameraTarget, options: SmokeOptions,
-                  fps_cfg: float, simulated: bool) -> Outcome:
+def _stream_check(
+    stream: dict[str, Any],
+    next_frame: Callable[[], Any],
+    target: CameraTarget,
+    options: SmokeOptions,
+    fps_cfg: float,
+    simulated: bool,
+) -> Outcome:
     """Watch the stream for the window; leaves its frames and rates in ``stream`` for the checks
     that judge it (fps, frame age, drops)."""
     frames = _collect_frames(next_frame, target, options, fps_cfg, simulated)
@@ -154,12 +188,17 @@ def _stream_check(stream: dict[str, Any], next_frame: Callable[[], Any], target:
     stream["sensor_fps"] = (len(frames) - 1) / sensor if sensor > 0 else float("inf")
     expected = frames[-1][2] - frames[0][2] + 1
     span = "simulated " if simulated else ""
-    return passed(f"{len(frames)} frames in {options.window_s:g} {span}s", f"frame indices {frames[0][2]}..{frames[-1][2]}",
-                  frames=len(frames), expected=expected)
+    return passed(
+        f"{len(frames)} frames in {options.window_s:g} {span}s",
+        f"frame indices {frames[0][2]}..{frames[-1][2]}",
+        frames=len(frames),
+        expected=expected,
+    )
 
 
-def _collect_frames(next_frame: Callable[[], Any], target: CameraTarget, options: SmokeOptions, fps_cfg: float,
-                    simulated: bool) -> list[tuple[float, float, int]]:
+def _collect_frames(
+    next_frame: Callable[[], Any], target: CameraTarget, options: SmokeOptions, fps_cfg: float, simulated: bool
+) -> list[tuple[float, float, int]]:
     """(received, sensor timestamp, index) of each new frame; three reads without a new one is a stall."""
     frames = []
     # A real camera is watched for the window in wall time; a simulated one for the window in
@@ -174,7 +213,10 @@ def _collect_frames(next_frame: Callable[[], Any], target: CameraTarget, options
         if last_index is not None and f.index <= last_index:
             stale += 1
             if stale >= 3:
-                raise RobotFault(FaultKind.CAMERA_STALL, f"camera {target.serial}: no new frame in {stale} reads after frame {last_index} (stalled)")
+                raise RobotFault(
+                    FaultKind.CAMERA_STALL,
+                    f"camera {target.serial}: no new frame in {stale} reads after frame {last_index} (stalled)",
+                )
             continue
         stale = 0
         last_index = f.index
@@ -193,17 +235,29 @@ def _fps_check(stream: dict[str, Any], fps_cfg: float, simulated: bool) -> Outco
     if simulated:
         rate = stream["wall_fps"]
         value = f"{rate:.1f} fps rendered"
-        detail = (f"simulated camera renders on demand (configured {fps_cfg:g} fps in simulated time); "
-                  f"{'keeps up with' if rate >= fps_cfg else 'slower than'} real time on this machine")
+        detail = (
+            f"simulated camera renders on demand (configured {fps_cfg:g} fps in simulated time); "
+            f"{'keeps up with' if rate >= fps_cfg else 'slower than'} real time on this machine"
+        )
         out = passed(value, detail, fps=round(rate, 2), configured_fps=fps_cfg)
         if rate < MIN_FPS_FRACTION * fps_cfg:
-            out = failed(detail, value, hint="software rendering is slow: use a GPU (MUJOCO_GL=egl) or smaller images", fps=round(rate, 2))
+            out = failed(
+                detail,
+                value,
+                hint="software rendering is slow: use a GPU (MUJOCO_GL=egl) or smaller images",
+                fps=round(rate, 2),
+            )
         return out
     rate = stream["sensor_fps"]
     value = f"{rate:.1f} / {fps_cfg:g} fps"
     if rate < MIN_FPS_FRACTION * fps_cfg:
-        return failed(f"measured {rate:.1f} fps on the camera's clock, configured {fps_cfg:g} fps", value, fps=round(rate, 2),
-                      configured_fps=fps_cfg, hint=USB2_LINK + "; or lower fps/resolution, or fix auto-exposure in the dark")
+        return failed(
+            f"measured {rate:.1f} fps on the camera's clock, configured {fps_cfg:g} fps",
+            value,
+            fps=round(rate, 2),
+            configured_fps=fps_cfg,
+            hint=USB2_LINK + "; or lower fps/resolution, or fix auto-exposure in the dark",
+        )
     return passed(value, "measured on the camera's timestamps", fps=round(rate, 2), configured_fps=fps_cfg)
 
 
@@ -219,9 +273,16 @@ def _frame_age_check(stream: dict[str, Any], cam, env_config: EnvConfig, simulat
     if simulated:
         return passed(value, "simulated camera: frame time is simulated time (informational)", p50_ms=round(p50, 2))
     if worst > limit * 1e3:
-        return failed(f"frame age up to {worst:.0f} ms, over env.safety.camera_max_age_s={limit:g} s", value,
-                      hint="the host is late reading frames: check CPU load and the USB link", p50_ms=round(p50, 2), max_ms=round(worst, 2))
-    return passed(value, f"newest frame #{fresh.index} within {limit:g} s", p50_ms=round(p50, 2), max_ms=round(worst, 2))
+        return failed(
+            f"frame age up to {worst:.0f} ms, over env.safety.camera_max_age_s={limit:g} s",
+            value,
+            hint="the host is late reading frames: check CPU load and the USB link",
+            p50_ms=round(p50, 2),
+            max_ms=round(worst, 2),
+        )
+    return passed(
+        value, f"newest frame #{fresh.index} within {limit:g} s", p50_ms=round(p50, 2), max_ms=round(worst, 2)
+    )
 
 
 def _dropped_check(stream: dict[str, Any], window_s: float, simulated: bool) -> Outcome:
@@ -234,8 +295,13 @@ def _dropped_check(stream: dict[str, Any], window_s: float, simulated: bool) -> 
     fraction = lost / expected if expected else 0.0
     value = f"{lost} of {expected}"
     if lost > 0 and fraction > MAX_DROP_FRACTION:
-        return failed(f"{lost} of {expected} frames dropped ({fraction:.1%}) in {window_s:g} s", value,
-                      hint=USB2_LINK if not simulated else "", dropped=lost, expected=expected)
+        return failed(
+            f"{lost} of {expected} frames dropped ({fraction:.1%}) in {window_s:g} s",
+            value,
+            hint=USB2_LINK if not simulated else "",
+            dropped=lost,
+            expected=expected,
+        )
     return passed(value, f"{fraction:.1%} dropped", dropped=lost, expected=expected)
 
 

@@ -36,10 +36,22 @@ class ServerProcess:
 
     def __init__(self, config_path: str, overrides: tuple[str, ...], robot_rank: int):
         self._log = tempfile.TemporaryFile(mode="w+")
-        cmd = [sys.executable, "-m", "rlhw.cli.serve_env", os.path.abspath(config_path), *overrides,
-               "--robot", str(robot_rank), "--host", "127.0.0.1", "--port", "0"]
-        self.proc, self._address_fd = server_child.spawn(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
-                                                         stderr=self._log, text=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "rlhw.cli.serve_env",
+            os.path.abspath(config_path),
+            *overrides,
+            "--robot",
+            str(robot_rank),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+        ]
+        self.proc, self._address_fd = server_child.spawn(
+            cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, text=True
+        )
         self.address: str | None = None
 
     def wait_listening(self, timeout_s: float) -> str:
@@ -47,7 +59,9 @@ class ServerProcess:
         try:
             self.address = server_child.await_address(self.proc, self._address_fd, timeout_s)
         except server_child.ServerExited as e:
-            raise RuntimeError(f"rlhw serve-env exited with code {e.code} before listening: {self.log_tail()}") from None
+            raise RuntimeError(
+                f"rlhw serve-env exited with code {e.code} before listening: {self.log_tail()}"
+            ) from None
         except server_child.AddressTimeout:
             raise TimeoutError(f"rlhw serve-env did not listen within {timeout_s:g} s: {self.log_tail()}") from None
         except server_child.AddressNotReported as e:
@@ -95,7 +109,11 @@ def check_env_server(run: TargetRun, target: EnvServerTarget, options: SmokeOpti
 
     if address is None:
         if not options.config_path:
-            run.note("start", skipped("no config file to start `rlhw serve-env` from; pass --env-server HOST:PORT"), required=False)
+            run.note(
+                "start",
+                skipped("no config file to start `rlhw serve-env` from; pass --env-server HOST:PORT"),
+                required=False,
+            )
             return
 
         def start():
@@ -104,8 +122,13 @@ def check_env_server(run: TargetRun, target: EnvServerTarget, options: SmokeOpti
             server = ServerProcess(options.config_path, options.overrides, robot.rank if robot else 0)
             addr = server.wait_listening(options.server_start_s)
             dt = time.perf_counter() - t
-            return passed(f"{dt:.1f} s", f"`rlhw serve-env --robot {robot.rank if robot else 0}` listening on {addr}", address=addr,
-                          start_s=round(dt, 3), data=addr)
+            return passed(
+                f"{dt:.1f} s",
+                f"`rlhw serve-env --robot {robot.rank if robot else 0}` listening on {addr}",
+                address=addr,
+                start_s=round(dt, 3),
+                data=addr,
+            )
 
         out = run.run("start", start, timeout_s=options.server_start_s + 5)
         address = out.data
@@ -113,6 +136,7 @@ def check_env_server(run: TargetRun, target: EnvServerTarget, options: SmokeOpti
         _talk(run, address, options, simulated, config)
     finally:
         if server is not None:
+
             def stop():
                 code, dt = server.stop(timeout_s=max(5.0, timeout))
                 if code == 0:
@@ -169,14 +193,21 @@ def _spec_check(holder: dict[str, Any], address: str | None, token, timeout: flo
     from rlhw.env.client import RemoteEnv
 
     t = time.perf_counter()
-    env = RemoteEnv(address, token, timeout_s=timeout, reset_timeout_s=max(timeout, 30.0), reconnect_s=min(timeout, 5.0))
+    env = RemoteEnv(
+        address, token, timeout_s=timeout, reset_timeout_s=max(timeout, 30.0), reconnect_s=min(timeout, 5.0)
+    )
     holder["env"] = env
     dt = time.perf_counter() - t
     s = env.env_spec
     obs = ", ".join(f"{k}{tuple(v.shape)}" for k, v in s.observations.items())
-    return passed(f"action {tuple(s.action.shape)}, {len(s.observations)} obs, {s.control_hz:g} Hz",
-                  f"robot {s.robot}: {obs}; {dt * 1e3:.1f} ms", robot=s.robot, control_hz=s.control_hz,
-                  observations=sorted(s.observations), spec_ms=round(dt * 1e3, 3))
+    return passed(
+        f"action {tuple(s.action.shape)}, {len(s.observations)} obs, {s.control_hz:g} Hz",
+        f"robot {s.robot}: {obs}; {dt * 1e3:.1f} ms",
+        robot=s.robot,
+        control_hz=s.control_hz,
+        observations=sorted(s.observations),
+        spec_ms=round(dt * 1e3, 3),
+    )
 
 
 def _reset_check(env, why_ok: str) -> Outcome:
@@ -200,5 +231,10 @@ def _step_check(env, why_ok: str) -> Outcome:
             env.reset(seed=0)
     p50 = statistics.median(lat) * 1e3
     period_ms = 1e3 / env.env_spec.control_hz
-    return passed(f"p50 {p50:.1f} ms, max {max(lat) * 1e3:.1f} ms", f"{STEPS} zero-action steps (control period "
-                  f"{period_ms:.0f} ms; {why_ok})", p50_ms=round(p50, 3), max_ms=round(max(lat) * 1e3, 3), steps=STEPS)
+    return passed(
+        f"p50 {p50:.1f} ms, max {max(lat) * 1e3:.1f} ms",
+        f"{STEPS} zero-action steps (control period {period_ms:.0f} ms; {why_ok})",
+        p50_ms=round(p50, 3),
+        max_ms=round(max(lat) * 1e3, 3),
+        steps=STEPS,
+    )

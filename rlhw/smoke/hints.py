@@ -30,22 +30,49 @@ CAMERA_MISSING = (
 )
 
 _RULES: list[tuple[re.Pattern, str]] = [
-    (re.compile(r"IncompatibleVersion|incompatible.*version|version.*(mismatch|incompatible)|libfranka.*version", re.I), VERSION_MISMATCH),
+    (
+        re.compile(
+            r"IncompatibleVersion|incompatible.*version|version.*(mismatch|incompatible)|libfranka.*version", re.I
+        ),
+        VERSION_MISMATCH,
+    ),
     (re.compile(r"realtime|PREEMPT", re.I), REALTIME_KERNEL),
     (re.compile(r"USB ?2", re.I), USB2_LINK),
-    (re.compile(r"libusb", re.I), "install the system libusb (Debian/Ubuntu: apt install libusb-1.0-0) for pyrealsense2"),
+    (
+        re.compile(r"libusb", re.I),
+        "install the system libusb (Debian/Ubuntu: apt install libusb-1.0-0) for pyrealsense2",
+    ),
     (re.compile(r"RealSense serials|camera .* is not connected|no RealSense device", re.I), CAMERA_MISSING),
-    (re.compile(r"camera_stall|no new frame|no frame within|stalled", re.I),
-     "the camera stopped delivering frames: check the USB link (USB 3, short cable, powered hub), lower fps/resolution"),
-    (re.compile(r"user.?stop|UserStopped", re.I), "release the user stop (external activation device) and run the smoke test again"),
-    (re.compile(r"reflex", re.I), "the arm is in a reflex: clear it (automatic error recovery, or Desk) and check for collisions"),
-    (re.compile(r"Unauthenticated|token", re.I), "the env server wants a token: set server.token_env's variable (RLHW_ENV_TOKEN)"),
-    (re.compile(r"env server .*(unreachable|UNAVAILABLE)|serve-env", re.I),
-     "is `rlhw serve-env` running at that address (and on this network)?"),
-    (re.compile(r"1337|FCI|UDP receive|network:|NetworkException|cannot reach|No route|Connection refused|unreachable", re.I),
-     ROBOT_UNREACHABLE),
-    (re.compile(r"did not (finish|answer)|hang|timed? ?out", re.I),
-     "the device stopped answering within the timeout: power-cycle it or check its link, then rerun"),
+    (
+        re.compile(r"camera_stall|no new frame|no frame within|stalled", re.I),
+        "the camera stopped delivering frames: check the USB link (USB 3, short cable, powered hub), lower fps/resolution",
+    ),
+    (
+        re.compile(r"user.?stop|UserStopped", re.I),
+        "release the user stop (external activation device) and run the smoke test again",
+    ),
+    (
+        re.compile(r"reflex", re.I),
+        "the arm is in a reflex: clear it (automatic error recovery, or Desk) and check for collisions",
+    ),
+    (
+        re.compile(r"Unauthenticated|token", re.I),
+        "the env server wants a token: set server.token_env's variable (RLHW_ENV_TOKEN)",
+    ),
+    (
+        re.compile(r"env server .*(unreachable|UNAVAILABLE)|serve-env", re.I),
+        "is `rlhw serve-env` running at that address (and on this network)?",
+    ),
+    (
+        re.compile(
+            r"1337|FCI|UDP receive|network:|NetworkException|cannot reach|No route|Connection refused|unreachable", re.I
+        ),
+        ROBOT_UNREACHABLE,
+    ),
+    (
+        re.compile(r"did not (finish|answer)|hang|timed? ?out", re.I),
+        "the device stopped answering within the timeout: power-cycle it or check its link, then rerun",
+    ),
 ]
 
 

@@ -28,7 +28,9 @@ def _interfaces() -> set[str]:
         return set()
 
 
-def check_node(run: TargetRun, config: Config, node_rank: int, options: SmokeOptions, in_worker_env: bool = False) -> None:
+def check_node(
+    run: TargetRun, config: Config, node_rank: int, options: SmokeOptions, in_worker_env: bool = False
+) -> None:
     cluster = config.cluster
     node_env = cluster.node_env(node_rank)
     timeout = options.timeout_s
@@ -46,21 +48,33 @@ def _interpreter_check(node_env, timeout: float, probe_result: dict) -> Outcome:
     configured = node_env.python_interpreter_path
     python = configured or sys.executable
     if not os.path.exists(python):
-        return failed(f"python_interpreter_path {python} does not exist on this node", "missing",
-                      hint="create the venv on this node or fix python_interpreter_path in env_configs")
+        return failed(
+            f"python_interpreter_path {python} does not exist on this node",
+            "missing",
+            hint="create the venv on this node or fix python_interpreter_path in env_configs",
+        )
     if not os.access(python, os.X_OK):
         return failed(f"{python} is not executable", "not executable", hint=f"chmod +x {python}")
     env = dict(os.environ)
     env.update(node_env.env_vars)
     try:
-        out = subprocess.run([python, "-c", _PROBE, *node_env.env_vars], capture_output=True, text=True,
-                             timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            [python, "-c", _PROBE, *node_env.env_vars],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         return failed(f"`{python} -c 'import rlhw'` did not finish within {timeout:g} s", "timeout")
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return failed(f"{python} cannot import rlhw: {last}", "no rlhw",
-                      hint=f"install rlhw into that interpreter: {python} -m pip install -e <rlhw checkout>")
+        return failed(
+            f"{python} cannot import rlhw: {last}",
+            "no rlhw",
+            hint=f"install rlhw into that interpreter: {python} -m pip install -e <rlhw checkout>",
+        )
     data = json.loads(out.stdout.strip().splitlines()[-1])
     probe_result.update(data)
     source = "python_interpreter_path" if configured else "no python_interpreter_path configured: this interpreter"
@@ -72,17 +86,31 @@ def _env_vars_check(node_env, probe_result: dict, in_worker_env: bool) -> Outcom
     if not wanted:
         return skipped("no env_vars configured for this node")
     seen = dict(os.environ) if in_worker_env else (probe_result.get("env") or {})
-    where = "in this worker's environment (Ray runtime_env)" if in_worker_env else "in the node's interpreter started with them"
+    where = (
+        "in this worker's environment (Ray runtime_env)"
+        if in_worker_env
+        else "in the node's interpreter started with them"
+    )
     wrong = {k: seen.get(k) for k, v in wanted.items() if seen.get(k) != v}
     if wrong:
         listed = ", ".join(f"{k}={v!r} (want {wanted[k]!r})" for k, v in wrong.items())
-        return failed(f"not applied {where}: {listed}", f"{len(wrong)} wrong",
-                      hint="the launcher did not pass env_vars: check the runtime's runtime_env / how Ray was started on this node")
+        return failed(
+            f"not applied {where}: {listed}",
+            f"{len(wrong)} wrong",
+            hint="the launcher did not pass env_vars: check the runtime's runtime_env / how Ray was started on this node",
+        )
     ifaces = _interfaces()
-    bad = [f"{k}={v}" for k, v in wanted.items() if k.endswith("SOCKET_IFNAME") and ifaces and not set(v.split(",")) <= ifaces]
+    bad = [
+        f"{k}={v}"
+        for k, v in wanted.items()
+        if k.endswith("SOCKET_IFNAME") and ifaces and not set(v.split(",")) <= ifaces
+    ]
     if bad:
-        return failed(f"{', '.join(bad)}: no such network interface here (have: {', '.join(sorted(ifaces))})",
-                      "bad interface", hint="set the *_SOCKET_IFNAME variables to an interface `ip link` lists on this node")
+        return failed(
+            f"{', '.join(bad)}: no such network interface here (have: {', '.join(sorted(ifaces))})",
+            "bad interface",
+            hint="set the *_SOCKET_IFNAME variables to an interface `ip link` lists on this node",
+        )
     return passed(f"{len(wanted)} applied", ", ".join(f"{k}={v}" for k, v in wanted.items()) + f" ({where})")
 
 
@@ -96,7 +124,11 @@ def _accelerators_check(cluster, node_rank: int, timeout: float) -> Outcome:
     if declared is None:
         return passed(f"{found}", f"{seen}; no accelerators_per_node declared for this node", detected=found)
     if declared != found:
-        return failed(f"accelerators_per_node: {declared} but {seen}", f"{found} / {declared}",
-                      hint="check nvidia-smi and CUDA_VISIBLE_DEVICES on this node, or fix accelerators_per_node",
-                      detected=found, declared=declared)
+        return failed(
+            f"accelerators_per_node: {declared} but {seen}",
+            f"{found} / {declared}",
+            hint="check nvidia-smi and CUDA_VISIBLE_DEVICES on this node, or fix accelerators_per_node",
+            detected=found,
+            declared=declared,
+        )
     return passed(f"{found} / {declared}", f"{seen}, as declared", detected=found, declared=declared)

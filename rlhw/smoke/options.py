@@ -52,7 +52,10 @@ class SmokeOptions:
             raise ConfigError("--local-node", f"must be a node rank >= 0, got {self.local_node}")
         for serial, path in self.camera_playback:
             if not os.path.isfile(path):
-                raise ConfigError("--camera-playback", f"{serial}={path}: no such file (record one with pyrealsense2's recorder, .db3)")
+                raise ConfigError(
+                    "--camera-playback",
+                    f"{serial}={path}: no such file (record one with pyrealsense2's recorder, .db3)",
+                )
         unknown = [c for c in self.checks if c not in CHECK_GROUPS]
         if unknown or not self.checks:
             raise ConfigError("--checks", f"unknown check group(s) {unknown}; choose from {', '.join(CHECK_GROUPS)}")

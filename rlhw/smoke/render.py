@@ -27,7 +27,9 @@ def render(report: SmokeReport, console: Console | None = None) -> None:
     for r, checks in _collapse(report.results):
         key = (r.node_rank, r.target)
         status = Text(r.status + ("" if r.required or r.status == PASS else " (optional)"), style=_STYLE[r.status])
-        table.add_row(str(r.node_rank) if key != last else "", r.target if key != last else "", checks, status, r.value, r.detail)
+        table.add_row(
+            str(r.node_rank) if key != last else "", r.target if key != last else "", checks, status, r.value, r.detail
+        )
         last = key
     console.print(table)
     hints: dict[str, list[str]] = {}
@@ -58,8 +60,12 @@ def _collapse(results):
         r = results[i]
         j = i + 1
         if r.status == SKIP and r.detail.startswith("skipped:"):
-            while (j < len(results) and results[j].status == SKIP and results[j].target == r.target
-                   and results[j].detail == r.detail):
+            while (
+                j < len(results)
+                and results[j].status == SKIP
+                and results[j].target == r.target
+                and results[j].detail == r.detail
+            ):
                 j += 1
         n = j - i
         label = r.check if n == 1 else f"{r.check} .. {results[j - 1].check} ({n})"

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 PASS = "PASS"
 FAIL = "FAIL"
@@ -53,7 +54,7 @@ class CheckResult:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "CheckResult":
+    def from_json(cls, data: dict[str, Any]) -> CheckResult:
         return cls(**data)
 
 

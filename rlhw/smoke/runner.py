@@ -18,7 +18,7 @@ from rlhw.config.root import Config
 from rlhw.smoke.bounded import TargetRun, failed, skipped
 from rlhw.smoke.options import SmokeOptions
 from rlhw.smoke.results import CheckResult, SmokeReport
-from rlhw.smoke.targets import RobotTarget, Targets, select_targets, _with_images
+from rlhw.smoke.targets import RobotTarget, Targets, _with_images, select_targets
 
 
 def run_smoke_test(config: Config, options: SmokeOptions, config_name: str = "") -> SmokeReport:
@@ -33,7 +33,9 @@ def run_smoke_test(config: Config, options: SmokeOptions, config_name: str = "")
         if n >= config.cluster.num_nodes:
             from rlhw.errors import ConfigError
 
-            raise ConfigError("--local-node", f"node rank {n} is outside the cluster's 0-{config.cluster.num_nodes - 1}")
+            raise ConfigError(
+                "--local-node", f"node rank {n} is outside the cluster's 0-{config.cluster.num_nodes - 1}"
+            )
         report.mode = f"local node {n}"
         report.notes.append(f"--local-node {n}: only node {n}'s checks, run here without Ray")
         targets = targets.on_node(n)
@@ -60,7 +62,9 @@ def run_smoke_test(config: Config, options: SmokeOptions, config_name: str = "")
 # -- one node ------------------------------------------------------------------------------------
 
 
-def run_node(config: Config, node_rank: int, targets: Targets, options: SmokeOptions, in_worker_env: bool = False) -> list[CheckResult]:
+def run_node(
+    config: Config, node_rank: int, targets: Targets, options: SmokeOptions, in_worker_env: bool = False
+) -> list[CheckResult]:
     """Every check of one node, in this process (locally, or inside the Ray task pinned to it)."""
     from rlhw.smoke.node_checks import check_node
 
@@ -128,7 +132,11 @@ def _check_simulated_robot(config: Config, robot: RobotTarget, options: SmokeOpt
         for cam in robot.cameras:
             crun = TargetRun(cam.node_rank, cam.name, timeout)
             if arm is None or env is None:
-                crun.note("open", skipped(f"skipped: {run.blocked or run.hung or 'its simulated arm did not connect'}"), required=True)
+                crun.note(
+                    "open",
+                    skipped(f"skipped: {run.blocked or run.hung or 'its simulated arm did not connect'}"),
+                    required=True,
+                )
             else:
                 check_camera(crun, lambda c=cam: env.cameras[c.serial], cam, options, config.env, advance=arm.advance)
             rows += crun.rows
@@ -185,8 +193,16 @@ def _check_standalone_camera(config: Config, cam, options: SmokeOptions) -> list
         from rlhw.robot.factory import _call
 
         extra = {"playback_file": cam.playback_file} if cam.playback_file else {}
-        return _call(camera_class(cam.driver), serial=cam.serial, timeout_s=max(1.0, config.env.driver_timeout_s),
-                     width=cam.width, height=cam.height, fps=int(cam.fps), depth=cam.depth, **extra)
+        return _call(
+            camera_class(cam.driver),
+            serial=cam.serial,
+            timeout_s=max(1.0, config.env.driver_timeout_s),
+            width=cam.width,
+            height=cam.height,
+            fps=int(cam.fps),
+            depth=cam.depth,
+            **extra,
+        )
 
     if cam.driver in SIMULATORS:
         run.note("open", skipped("a simulated camera renders its arm; it is checked with its robot"), required=False)
@@ -216,8 +232,13 @@ def _node_budget(targets: Targets, options: SmokeOptions) -> float:
     per_camera = 6 * options.timeout_s + options.window_s
     per_server = options.server_start_s + 10 * options.timeout_s + 30
     n_cams = sum(len(r.cameras) for r in targets.robots) + len(targets.cameras)
-    return (30 + 3 * options.timeout_s * len(targets.nodes) + per_robot * len(targets.robots) + per_camera * n_cams
-            + per_server * len(targets.env_servers))
+    return (
+        30
+        + 3 * options.timeout_s * len(targets.nodes)
+        + per_robot * len(targets.robots)
+        + per_camera * n_cams
+        + per_server * len(targets.env_servers)
+    )
 
 
 def _node_job(config: Config, node_rank: int, targets: Targets, options: SmokeOptions) -> list[dict]:
@@ -231,8 +252,10 @@ def _node_job(config: Config, node_rank: int, targets: Targets, options: SmokeOp
 
 
 def _run_on_ray(config: Config, targets: Targets, options: SmokeOptions, report: SmokeReport) -> list[CheckResult]:
-    hint = ("start Ray on every node with its rank: `ray start --head --labels rlhw.node_rank=0` on the head, "
-            "`ray start --address HEAD:6379 --labels rlhw.node_rank=N` on node N")
+    hint = (
+        "start Ray on every node with its rank: `ray start --head --labels rlhw.node_rank=0` on the head, "
+        "`ray start --address HEAD:6379 --labels rlhw.node_rank=N` on node N"
+    )
     try:
         by_rank = _ray_nodes(config, options, report)
     except Exception as e:  # no cluster: every node's checks are unreached
@@ -287,8 +310,13 @@ def _ray_nodes(config: Config, options: SmokeOptions, report: SmokeReport) -> di
 
     ray_init = {"log_to_driver": False, "logging_level": "ERROR"}
     try:
-        cluster = Cluster(config, address=options.ray_address or "auto", probe_hardware=False,
-                          attach_timeout_s=max(30.0, 3 * options.timeout_s), ray_init=ray_init)
+        cluster = Cluster(
+            config,
+            address=options.ray_address or "auto",
+            probe_hardware=False,
+            attach_timeout_s=max(30.0, 3 * options.timeout_s),
+            ray_init=ray_init,
+        )
     except ConfigError as e:
         report.notes.append(" ".join(str(e).split()))
         return {n.node_rank: (n.node_id, n.ip) for n in alive_nodes() if n.node_rank is not None}

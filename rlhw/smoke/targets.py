@@ -79,7 +79,7 @@ class Targets:
         ranks |= {e.node_rank for e in self.env_servers}
         return sorted(ranks)
 
-    def on_node(self, node_rank: int) -> "Targets":
+    def on_node(self, node_rank: int) -> Targets:
         return Targets(
             robots=[r for r in self.robots if r.node_rank == node_rank],
             cameras=[c for c in self.cameras if c.node_rank == node_rank],
@@ -152,7 +152,8 @@ def select_targets(config: Config, options: SmokeOptions) -> Targets:
         groups = [g.label for g in _franka_groups(cluster)]
         raise ConfigError(
             "--robot",
-            f"no Franka rank {options.robot} in " + (f"node group {options.node_group!r}" if options.node_group else "the config")
+            f"no Franka rank {options.robot} in "
+            + (f"node group {options.node_group!r}" if options.node_group else "the config")
             + (f" (Franka groups: {', '.join(groups)})" if groups else " (the config declares no Franka arms)"),
         )
     # nodes
@@ -196,8 +197,10 @@ def _real_targets(config: Config, options: SmokeOptions, targets: Targets) -> No
             if options.robot is not None and rank != options.robot:
                 continue
             name = f"franka@{entry.robot_ip}"
-            cams = tuple(_camera(serial, entry.node_rank, cam_driver, realsense_settings(config, serial), name, g.label)
-                         for serial in entry.camera_serials)
+            cams = tuple(
+                _camera(serial, entry.node_rank, cam_driver, realsense_settings(config, serial), name, g.label)
+                for serial in entry.camera_serials
+            )
             targets.robots.append(RobotTarget(name, entry.node_rank, rank, driver, g.label, entry, cams))
     if options.robot is not None:
         return
@@ -212,9 +215,15 @@ def _real_targets(config: Config, options: SmokeOptions, targets: Targets) -> No
 
 def _camera(serial, node_rank, driver, settings, robot, group) -> CameraTarget:
     return CameraTarget(
-        serial=serial, node_rank=node_rank, driver=driver, width=int(settings.get("width", 640)),
-        height=int(settings.get("height", 480)), fps=float(settings.get("fps", 30)), depth=bool(settings.get("depth", False)),
-        robot=robot, group=group,
+        serial=serial,
+        node_rank=node_rank,
+        driver=driver,
+        width=int(settings.get("width", 640)),
+        height=int(settings.get("height", 480)),
+        fps=float(settings.get("fps", 30)),
+        depth=bool(settings.get("depth", False)),
+        robot=robot,
+        group=group,
     )
 
 
@@ -229,7 +238,11 @@ def _sim_targets(config: Config, options: SmokeOptions, sim: str, targets: Targe
             group = cluster.group(label)
         except ConfigError:
             group = None
-    entries = list(group.hardware.configs) if group is not None and group.hardware is not None and group.hardware.type == "Franka" else []
+    entries = (
+        list(group.hardware.configs)
+        if group is not None and group.hardware is not None and group.hardware.type == "Franka"
+        else []
+    )
     ranks = list(range(len(entries))) if entries else [0]
     if options.node_group is not None and options.node_group != label and entries:
         return  # the simulated robots stand in for the env group's arms only
@@ -257,14 +270,17 @@ def _apply_playback(targets: Targets, options: SmokeOptions) -> None:
     known = [c.serial for r in targets.robots for c in r.cameras] + [c.serial for c in targets.cameras]
     unknown = [s for s in wanted if s not in known]
     if unknown:
-        raise ConfigError("--camera-playback", f"camera {unknown[0]} is not among the selected cameras "
-                          f"({', '.join(known) or 'none'})")
+        raise ConfigError(
+            "--camera-playback", f"camera {unknown[0]} is not among the selected cameras ({', '.join(known) or 'none'})"
+        )
 
     def swap(c: CameraTarget) -> CameraTarget:
         if c.serial not in wanted:
             return c
         if c.driver != "realsense":
-            raise ConfigError("--camera-playback", f"camera {c.serial} uses the {c.driver} driver; recordings are RealSense (.db3)")
+            raise ConfigError(
+                "--camera-playback", f"camera {c.serial} uses the {c.driver} driver; recordings are RealSense (.db3)"
+            )
         return dataclasses.replace(c, playback_file=os.path.abspath(wanted[c.serial]))
 
     targets.cameras = [swap(c) for c in targets.cameras]

@@ -38,7 +38,7 @@ def random_shift(images: torch.Tensor, pad: int = 4, generator: torch.Generator 
     offsets = torch.randint(0, 2 * pad + 1, (b, 2), generator=generator).tolist()
     out = torch.empty_like(images)
     for i, (dy, dx) in enumerate(offsets):
-        out[i] = padded[i, dy:dy + h, dx:dx + w]
+        out[i] = padded[i, dy : dy + h, dx : dx + w]
     return out
 
 

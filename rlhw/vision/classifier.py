@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,7 +58,9 @@ class ClassifierSpec:
             raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
         top, left, bottom, right = self.crop
         if not (0.0 <= top < bottom <= 1.0 and 0.0 <= left < right <= 1.0):
-            raise ValueError(f"crop (top, left, bottom, right) = {self.crop}: fractions with top < bottom, left < right, in [0, 1]")
+            raise ValueError(
+                f"crop (top, left, bottom, right) = {self.crop}: fractions with top < bottom, left < right, in [0, 1]"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -65,9 +68,15 @@ class ClassifierSpec:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ClassifierSpec":
-        return cls(**{**d, "cameras": tuple(d["cameras"]), "input_size": tuple(int(s) for s in d["input_size"]),
-                      "crop": tuple(float(f) for f in d.get("crop", (0.0, 0.0, 1.0, 1.0)))})
+    def from_dict(cls, d: Mapping[str, Any]) -> ClassifierSpec:
+        return cls(
+            **{
+                **d,
+                "cameras": tuple(d["cameras"]),
+                "input_size": tuple(int(s) for s in d["input_size"]),
+                "crop": tuple(float(f) for f in d.get("crop", (0.0, 0.0, 1.0, 1.0))),
+            }
+        )
 
 
 def crop_images(images: np.ndarray | torch.Tensor, crop: tuple[float, float, float, float]) -> torch.Tensor:
@@ -79,8 +88,11 @@ def crop_images(images: np.ndarray | torch.Tensor, crop: tuple[float, float, flo
         return x
     h, w = x.shape[1:3]
     top, left, bottom, right = crop
-    return x[:, int(round(top * h)):max(int(round(bottom * h)), int(round(top * h)) + 1),
-             int(round(left * w)):max(int(round(right * w)), int(round(left * w)) + 1)]
+    return x[
+        :,
+        int(round(top * h)) : max(int(round(bottom * h)), int(round(top * h)) + 1),
+        int(round(left * w)) : max(int(round(right * w)), int(round(left * w)) + 1),
+    ]
 
 
 def resize_images(images: np.ndarray | torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -91,7 +103,9 @@ def resize_images(images: np.ndarray | torch.Tensor, size: tuple[int, int]) -> t
         x = x.unsqueeze(0)
     if tuple(x.shape[1:3]) == tuple(size):
         return x
-    y = F.interpolate(x.permute(0, 3, 1, 2).float(), size=tuple(size), mode="bilinear", antialias=True, align_corners=False)
+    y = F.interpolate(
+        x.permute(0, 3, 1, 2).float(), size=tuple(size), mode="bilinear", antialias=True, align_corners=False
+    )
     return y.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
 
 
@@ -104,9 +118,11 @@ class SuccessClassifier(nn.Module):
         enc = encoder or ImageEncoderConfig(kind=spec.encoder, features=spec.features)
         h, w = spec.input_size
         self.encoders = nn.ModuleDict(
-            {cam: build_image_encoder(enc, (h, w, 3), spec.features, field="encoder") for cam in spec.cameras})
-        self.head = nn.Sequential(nn.Linear(spec.features * len(spec.cameras), spec.hidden), nn.ReLU(),
-                                  nn.Linear(spec.hidden, 1))
+            {cam: build_image_encoder(enc, (h, w, 3), spec.features, field="encoder") for cam in spec.cameras}
+        )
+        self.head = nn.Sequential(
+            nn.Linear(spec.features * len(spec.cameras), spec.hidden), nn.ReLU(), nn.Linear(spec.hidden, 1)
+        )
 
     def forward(self, images: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """``images``: camera -> uint8 [B, h, w, 3] at the input size; returns logits [B]."""
@@ -114,7 +130,10 @@ class SuccessClassifier(nn.Module):
         return self.head(torch.cat(feats, dim=-1)).squeeze(-1)
 
     def prepare(self, images: Mapping[str, np.ndarray | torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {cam: resize_images(crop_images(images[cam], self.spec.crop), self.spec.input_size) for cam in self.spec.cameras}
+        return {
+            cam: resize_images(crop_images(images[cam], self.spec.crop), self.spec.input_size)
+            for cam in self.spec.cameras
+        }
 
     @torch.no_grad()
     def probability(self, images: Mapping[str, np.ndarray | torch.Tensor], batch_size: int = 256) -> np.ndarray:
@@ -123,24 +142,36 @@ class SuccessClassifier(nn.Module):
         self.eval()
         prepared = self.prepare(images)
         n = len(next(iter(prepared.values())))
-        out = [torch.sigmoid(self({c: v[i:i + batch_size] for c, v in prepared.items()}))
-               for i in range(0, n, batch_size)]
+        out = [
+            torch.sigmoid(self({c: v[i : i + batch_size] for c, v in prepared.items()}))
+            for i in range(0, n, batch_size)
+        ]
         self.train(was_training)
         return torch.cat(out).numpy() if out else np.zeros(0, np.float32)
 
 
 # --------------------------------------------------------------------------------------------- the file
-def save_classifier(classifier: SuccessClassifier, path: str | os.PathLike, metrics: Mapping[str, Any] | None = None,
-                    training: Mapping[str, Any] | None = None) -> Path:
+def save_classifier(
+    classifier: SuccessClassifier,
+    path: str | os.PathLike,
+    metrics: Mapping[str, Any] | None = None,
+    training: Mapping[str, Any] | None = None,
+) -> Path:
     """Weights + spec + held-out metrics (+ how it was trained) in one file, written atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save({
-        "format": FILE_FORMAT, "version": FILE_VERSION, "spec": classifier.spec.to_dict(),
-        "state_dict": {k: v.detach().cpu() for k, v in classifier.state_dict().items()},
-        "metrics": dict(metrics or {}), "training": dict(training or {}),
-    }, tmp)
+    torch.save(
+        {
+            "format": FILE_FORMAT,
+            "version": FILE_VERSION,
+            "spec": classifier.spec.to_dict(),
+            "state_dict": {k: v.detach().cpu() for k, v in classifier.state_dict().items()},
+            "metrics": dict(metrics or {}),
+            "training": dict(training or {}),
+        },
+        tmp,
+    )
     os.replace(tmp, path)
     return path
 
@@ -150,7 +181,10 @@ def load_classifier(path: str | os.PathLike, field: str = "env.reward.classifier
     is missing, unreadable, not a classifier file, or its weights do not fit its spec."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(field, f"classifier file {str(path)!r} does not exist; train one with `rlhw train-reward EPISODES... --out FILE`")
+        raise ConfigError(
+            field,
+            f"classifier file {str(path)!r} does not exist; train one with `rlhw train-reward EPISODES... --out FILE`",
+        )
     try:
         blob = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:
@@ -158,7 +192,10 @@ def load_classifier(path: str | os.PathLike, field: str = "env.reward.classifier
     if not isinstance(blob, dict) or blob.get("format") != FILE_FORMAT:
         raise ConfigError(field, f"{str(path)!r} is not a success classifier file (written by `rlhw train-reward`)")
     if blob.get("version") != FILE_VERSION:
-        raise ConfigError(field, f"{str(path)!r} has format version {blob.get('version')}; this rlhw reads version {FILE_VERSION}: retrain it")
+        raise ConfigError(
+            field,
+            f"{str(path)!r} has format version {blob.get('version')}; this rlhw reads version {FILE_VERSION}: retrain it",
+        )
     try:
         spec = ClassifierSpec.from_dict(blob["spec"])
         model = SuccessClassifier(spec)
@@ -190,14 +227,19 @@ class SuccessJudge:
         self.threshold = float(classifier.spec.threshold if threshold is None else threshold)
 
     @classmethod
-    def from_config(cls, reward: RewardConfig, env_cameras: Sequence[str], field: str = "env.reward.classifier") -> "SuccessJudge":
+    def from_config(
+        cls, reward: RewardConfig, env_cameras: Sequence[str], field: str = "env.reward.classifier"
+    ) -> SuccessJudge:
         """Load ``reward.classifier`` and check that the env has every camera it was trained on."""
         classifier, _ = load_classifier(reward.classifier, field)
         missing = [c for c in classifier.spec.cameras if c not in env_cameras]
         if missing:
-            raise ConfigError(field, f"{reward.classifier!r} was trained on cameras {list(classifier.spec.cameras)} but this env "
-                                     f"has {list(env_cameras)} (missing {missing}); use the same camera names "
-                                     "(env.sim_cameras or the arm's camera_serials) or retrain with --cameras")
+            raise ConfigError(
+                field,
+                f"{reward.classifier!r} was trained on cameras {list(classifier.spec.cameras)} but this env "
+                f"has {list(env_cameras)} (missing {missing}); use the same camera names "
+                "(env.sim_cameras or the arm's camera_serials) or retrain with --cameras",
+            )
         return cls(classifier, reward.threshold)
 
     def judge(self, frames: Mapping[str, np.ndarray]) -> Verdict:

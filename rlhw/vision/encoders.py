@@ -48,9 +48,12 @@ def small_cnn(channels: int) -> nn.Sequential:
     """The agent's original CNN: three 3x3 stride-2 convolutions, 16 channels, flattened. The ReLUs work in
     place (a conv's backward needs its input, not its output), saving a batch-sized buffer each."""
     return nn.Sequential(
-        nn.Conv2d(channels, 16, 3, stride=2), nn.ReLU(inplace=True),
-        nn.Conv2d(16, 16, 3, stride=2), nn.ReLU(inplace=True),
-        nn.Conv2d(16, 16, 3, stride=2), nn.ReLU(inplace=True),
+        nn.Conv2d(channels, 16, 3, stride=2),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(16, 16, 3, stride=2),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(16, 16, 3, stride=2),
+        nn.ReLU(inplace=True),
         nn.Flatten(),
     )
 
@@ -92,7 +95,7 @@ class ImageEncoder(nn.Module):
             p.requires_grad_(False)
         self.backbone.eval()
 
-    def train(self, mode: bool = True) -> "ImageEncoder":
+    def train(self, mode: bool = True) -> ImageEncoder:
         super().train(mode)
         if self.frozen:
             self.backbone.eval()  # BatchNorm keeps the statistics it was given
@@ -115,16 +118,20 @@ class ImageEncoder(nn.Module):
         return (image.permute(0, 3, 1, 2).float() / 255.0 - self.mean) / self.std
 
 
-def build_image_encoder(config: ImageEncoderConfig, shape, features: int | None = None,
-                        field: str = "image_encoder") -> ImageEncoder:
+def build_image_encoder(
+    config: ImageEncoderConfig, shape, features: int | None = None, field: str = "image_encoder"
+) -> ImageEncoder:
     """The encoder ``config`` describes, for images of ``shape`` (H, W, C), with ``features`` outputs
     (default ``config.features``); weights loaded from ``config.weights`` when set, then frozen when asked.
     ``field`` is the config path used in error messages (e.g. ``agent.image_encoder``)."""
     h, w, c = (int(s) for s in shape)
     for axis, size in (("height", h), ("width", w)):
         if not MIN_SIZE <= size <= MAX_SIZE:
-            raise ConfigError(f"{field}.kind", f"image {axis} {size} px: the encoders take {MIN_SIZE} to {MAX_SIZE} px "
-                                               "(64-128 tested); set env.image_size")
+            raise ConfigError(
+                f"{field}.kind",
+                f"image {axis} {size} px: the encoders take {MIN_SIZE} to {MAX_SIZE} px "
+                "(64-128 tested); set env.image_size",
+            )
     encoder = ImageEncoder(config.kind, (h, w, c), int(features or config.features))
     if config.weights is not None:
         load_encoder_weights(encoder, config.weights, f"{field}.weights")
@@ -136,12 +143,17 @@ def build_image_encoder(config: ImageEncoderConfig, shape, features: int | None 
 def _read_state_dict(path: str, field: str) -> dict[str, torch.Tensor]:
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(field, f"weights file {path!r} does not exist; save one with rlhw.vision.encoders.save_encoder_weights "
-                                 "or set it to null for random init")
+        raise ConfigError(
+            field,
+            f"weights file {path!r} does not exist; save one with rlhw.vision.encoders.save_encoder_weights "
+            "or set it to null for random init",
+        )
     try:
         state = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:  # a torn file, a pickle with code, not a torch file at all
-        raise ConfigError(field, f"cannot read weights file {path!r} as a torch state_dict: {type(e).__name__}: {e}") from None
+        raise ConfigError(
+            field, f"cannot read weights file {path!r} as a torch state_dict: {type(e).__name__}: {e}"
+        ) from None
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in state.items()):
@@ -152,8 +164,11 @@ def _read_state_dict(path: str, field: str) -> dict[str, torch.Tensor]:
 def _mismatch(expected: dict[str, torch.Tensor], given: dict[str, torch.Tensor]) -> str | None:
     missing = sorted(set(expected) - set(given))
     unexpected = sorted(set(given) - set(expected))
-    shapes = [f"{k}: file {tuple(given[k].shape)} vs model {tuple(v.shape)}"
-              for k, v in expected.items() if k in given and tuple(given[k].shape) != tuple(v.shape)]
+    shapes = [
+        f"{k}: file {tuple(given[k].shape)} vs model {tuple(v.shape)}"
+        for k, v in expected.items()
+        if k in given and tuple(given[k].shape) != tuple(v.shape)
+    ]
     parts = []
     for what, items in (("missing keys", missing), ("unexpected keys", unexpected), ("shape mismatch", shapes)):
         if items:
@@ -172,9 +187,12 @@ def load_encoder_weights(encoder: ImageEncoder, path: str | os.PathLike, field: 
     problem = _mismatch(target.state_dict(), state)
     if problem:
         layout = "a whole encoder" if whole else "a backbone"
-        raise ConfigError(field, f"weights file {str(path)!r} ({layout}) does not match a {encoder.kind} encoder for "
-                                 f"{encoder.shape[0]}x{encoder.shape[1]}x{encoder.shape[2]} images with "
-                                 f"{encoder.features} features: {problem}")
+        raise ConfigError(
+            field,
+            f"weights file {str(path)!r} ({layout}) does not match a {encoder.kind} encoder for "
+            f"{encoder.shape[0]}x{encoder.shape[1]}x{encoder.shape[2]} images with "
+            f"{encoder.features} features: {problem}",
+        )
     target.load_state_dict(state)
 
 

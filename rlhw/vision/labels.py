@@ -20,8 +20,9 @@ near-copies of training frames into the held-out set and report an accuracy the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -74,8 +75,9 @@ def frame_labels(episode: EpisodeFrames, rules: LabelRules = LabelRules()) -> np
         labels[:] = 0
     for index, value in episode.meta.get("operator_marks", ()) or ():
         if not -n <= int(index) < n or int(value) not in (0, 1):
-            raise ValueError(f"episode {episode.name}: operator mark [{index}, {value}] must be "
-                             f"[frame index < {n}, 0 or 1]")
+            raise ValueError(
+                f"episode {episode.name}: operator mark [{index}, {value}] must be [frame index < {n}, 0 or 1]"
+            )
         labels[int(index)] = int(value)
     return labels
 
@@ -100,8 +102,9 @@ def split_by_episode(labels: Sequence[np.ndarray], held_out_fraction: float, see
     return sorted(train), sorted(held)
 
 
-def gather_frames(episodes: Sequence[EpisodeFrames], labels: Sequence[np.ndarray], which: Sequence[int],
-                  cameras: Sequence[str]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def gather_frames(
+    episodes: Sequence[EpisodeFrames], labels: Sequence[np.ndarray], which: Sequence[int], cameras: Sequence[str]
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The labelled frames (label != -1) of episodes ``which``: camera -> uint8 [N, H, W, 3], labels [N]."""
     images: dict[str, list[np.ndarray]] = {c: [] for c in cameras}
     ys = []

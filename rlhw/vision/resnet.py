@@ -36,7 +36,9 @@ class BasicBlock(nn.Module):
         self.bn2 = nn.BatchNorm2d(out)
         self.downsample = None
         if stride != 1 or inp != out:
-            self.downsample = nn.Sequential(nn.Conv2d(inp, out, kernel_size=1, stride=stride, bias=False), nn.BatchNorm2d(out))
+            self.downsample = nn.Sequential(
+                nn.Conv2d(inp, out, kernel_size=1, stride=stride, bias=False), nn.BatchNorm2d(out)
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shortcut = x if self.downsample is None else self.downsample(x)

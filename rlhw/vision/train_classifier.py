@@ -16,8 +16,9 @@ ConfigErrors naming the input, so the CLI prints one line.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -62,7 +63,8 @@ def metrics(probabilities: np.ndarray, labels: np.ndarray, threshold: float) -> 
     fn, tn = int(np.sum(~pred & truth)), int(np.sum(~pred & ~truth))
     n = tp + fp + fn + tn
     return {
-        "frames": n, "accuracy": (tp + tn) / n if n else float("nan"),
+        "frames": n,
+        "accuracy": (tp + tn) / n if n else float("nan"),
         "precision": tp / (tp + fp) if tp + fp else float("nan"),
         "recall": tp / (tp + fn) if tp + fn else float("nan"),
         "threshold": float(threshold),
@@ -72,17 +74,24 @@ def metrics(probabilities: np.ndarray, labels: np.ndarray, threshold: float) -> 
 
 def _cameras(episodes: Sequence[EpisodeFrames], asked: Sequence[str] | None) -> tuple[str, ...]:
     if not episodes:
-        raise ConfigError("EPISODES", "no episodes given: pass recorded episode files (.npz or .steps) or directories holding them")
+        raise ConfigError(
+            "EPISODES", "no episodes given: pass recorded episode files (.npz or .steps) or directories holding them"
+        )
     common = set(episodes[0].images)
     for ep in episodes[1:]:
         common &= set(ep.images)
     if not common:
-        raise ConfigError("EPISODES", "the episodes hold no camera images (obs/image_<camera>) common to all of them; "
-                                      "record them with env.images=true")
+        raise ConfigError(
+            "EPISODES",
+            "the episodes hold no camera images (obs/image_<camera>) common to all of them; "
+            "record them with env.images=true",
+        )
     if asked:
         missing = [c for c in asked if c not in common]
         if missing:
-            raise ConfigError("--cameras", f"camera(s) {missing} not in every episode; the episodes have {sorted(common)}")
+            raise ConfigError(
+                "--cameras", f"camera(s) {missing} not in every episode; the episodes have {sorted(common)}"
+            )
         return tuple(asked)
     return tuple(sorted(common))
 
@@ -108,7 +117,7 @@ def _fit(model: SuccessClassifier, x: dict[str, torch.Tensor], y: torch.Tensor, 
         pos_weight = torch.tensor((len(order) - n_pos) / max(n_pos, 1.0))
         total = 0.0
         for i in range(0, len(order), opts.batch_size):
-            idx = order[i:i + opts.batch_size]
+            idx = order[i : i + opts.batch_size]
             batch = {c: random_shift(v[idx], opts.encoder.augment_pad, gen) for c, v in x.items()}
             loss = F.binary_cross_entropy_with_logits(model(batch), y[idx].float(), pos_weight=pos_weight)
             optimizer.zero_grad(set_to_none=True)
@@ -126,18 +135,31 @@ def train_success_classifier(episodes: Sequence[EpisodeFrames], opts: TrainOptio
     labels = [frame_labels(ep, opts.rules) for ep in episodes]
     totals = count(np.concatenate(labels))
     if totals["positive"] == 0 or totals["negative"] == 0:
-        raise ConfigError("EPISODES", f"the labelled frames are all of one class ({totals['positive']} success, "
-                                      f"{totals['negative']} not): record both successful and failed episodes, "
-                                      "or mark frames (meta operator_marks)")
+        raise ConfigError(
+            "EPISODES",
+            f"the labelled frames are all of one class ({totals['positive']} success, "
+            f"{totals['negative']} not): record both successful and failed episodes, "
+            "or mark frames (meta operator_marks)",
+        )
     train_eps, held_eps = split_by_episode(labels, opts.held_out_fraction, opts.seed)
     x_train, y_train = gather_frames(episodes, labels, train_eps, cameras)
     x_held, y_held = gather_frames(episodes, labels, held_eps, cameras)
     if not np.any(y_train == 1) or not np.any(y_train == 0) or len(y_held) == 0:
-        raise ConfigError("EPISODES", f"too few episodes to split by episode ({len(episodes)}; need at least 2 with a success "
-                                      "and 2 without, so that training and held-out frames both hold both classes)")
+        raise ConfigError(
+            "EPISODES",
+            f"too few episodes to split by episode ({len(episodes)}; need at least 2 with a success "
+            "and 2 without, so that training and held-out frames both hold both classes)",
+        )
     torch.manual_seed(opts.seed)
-    spec = ClassifierSpec(cameras, tuple(opts.input_size), opts.encoder.kind, opts.encoder.features, opts.hidden,
-                          opts.threshold, tuple(opts.crop))
+    spec = ClassifierSpec(
+        cameras,
+        tuple(opts.input_size),
+        opts.encoder.kind,
+        opts.encoder.features,
+        opts.hidden,
+        opts.threshold,
+        tuple(opts.crop),
+    )
     model = SuccessClassifier(spec, opts.encoder)
     losses = _fit(model, model.prepare(x_train), torch.as_tensor(y_train), opts)
     held = metrics(model.probability(x_held), y_held, spec.threshold)
@@ -145,7 +167,8 @@ def train_success_classifier(episodes: Sequence[EpisodeFrames], opts: TrainOptio
     training = {
         "episodes": {"train": [episodes[i].name for i in train_eps], "held_out": [episodes[i].name for i in held_eps]},
         "frames": {"train": count(y_train), "held_out": count(y_held)},
-        "train_accuracy": train["accuracy"], "loss_per_epoch": losses,
+        "train_accuracy": train["accuracy"],
+        "loss_per_epoch": losses,
         "options": {**asdict(opts), "encoder": opts.encoder.model_dump()},
     }
     return TrainResult(model, held, training)

@@ -44,7 +44,9 @@ def small(argv: list[str], tmp: Path, *extra: str) -> list[str]:
 
 
 def test_the_readme_records_demos_with_frames_and_trains_the_classifier_on_their_directory(tmp_path, capsys):
-    record, reward = documented("README.md", "rlhw record-demos configs/sim_insert.yaml", "rlhw train-reward demos/insert")
+    record, reward = documented(
+        "README.md", "rlhw record-demos configs/sim_insert.yaml", "rlhw train-reward demos/insert"
+    )
     assert main(small(record, tmp_path, "--no-live", "env.image_size=[32,32]", "env.sim_camera_meshes=collision")) == 0
     assert len(episode_files(tmp_path / "demos/insert", "demo")) == 2
     assert main(small(reward, tmp_path, "--epochs", "2")) == 0
@@ -52,15 +54,34 @@ def test_the_readme_records_demos_with_frames_and_trains_the_classifier_on_their
 
 
 def test_the_rehearsal_runs_as_documented_and_its_eval_figure_is_the_judges(tmp_path):
-    record, reward, train = documented("docs/teach_a_task.md", "rlhw record-demos configs/sim_push_cube_pixels.yaml",
-                                       "rlhw train-reward demos/push", "rlhw train configs/sim_push_cube_pixels.yaml")
+    record, reward, train = documented(
+        "docs/teach_a_task.md",
+        "rlhw record-demos configs/sim_push_cube_pixels.yaml",
+        "rlhw train-reward demos/push",
+        "rlhw train configs/sim_push_cube_pixels.yaml",
+    )
     frames = ["env.image_size=[32,32]"]
     assert main(small(record, tmp_path, "--no-live", *frames)) == 0
     assert main(small(reward, tmp_path, "--epochs", "2")) == 0
     run = tmp_path / "run"
-    assert main(small(train, tmp_path, "--run-dir", str(run), *frames, "train.max_env_steps=40",
-                      "train.learning_starts=20", "train.eval_every_steps=40", "train.eval_episodes=1",
-                      "train.sac.batch_size=8", "train.progress=false")) == 0
+    assert (
+        main(
+            small(
+                train,
+                tmp_path,
+                "--run-dir",
+                str(run),
+                *frames,
+                "train.max_env_steps=40",
+                "train.learning_starts=20",
+                "train.eval_every_steps=40",
+                "train.eval_episodes=1",
+                "train.sac.batch_size=8",
+                "train.progress=false",
+            )
+        )
+        == 0
+    )
     evals = [r for r in RunDir(run).metrics() if r.get("eval/success_rate") is not None]
     assert evals and "reward/classifier_steps" in evals[-1]  # the classifier against the judge, per period
     assert RunDir(run).read_status()["status"] in ("finished", "stopped")

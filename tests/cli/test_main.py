@@ -48,7 +48,7 @@ def test_an_unknown_flag_names_itself_and_exits_2(capsys):
 
 def test_a_placement_dry_run_imports_neither_ray_nor_torch_nor_other_subcommands():
     code = (
-        "import sys; from rlhw.cli.main import main; rc = main(['placement', %r, '--dry-run', '--json']);"
+        "import sys; from rlhw.cli.main import main; rc = main(['placement', %r, '--dry-run', '--json']);"  # noqa: UP031  (a code template: braces would need escaping)
         "bad = [m for m in ('ray', 'torch', 'mujoco', 'grpc', 'rlhw.cli.train', 'rlhw.cli.smoke_test') if m in sys.modules];"
         "print('LOADED', bad); sys.exit(rc)" % SIM_REACH
     )

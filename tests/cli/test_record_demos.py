@@ -16,9 +16,27 @@ SIM_REACH = str(ROOT / "configs" / "sim_reach.yaml")
 FAST = ["env.max_episode_steps=25", "env.teleop.hesitation=0.0"]
 
 
-def test_record_demos_on_mujoco_writes_labelled_demo_episodes_of_the_executed_actions_and_replay_reproduces(tmp_path, capsys):
+def test_record_demos_on_mujoco_writes_labelled_demo_episodes_of_the_executed_actions_and_replay_reproduces(
+    tmp_path, capsys
+):
     out = tmp_path / "demos"
-    assert main(["record-demos", SIM_REACH, "--episodes", "2", "--teleop", "scripted", "--out", str(out), "--no-live", *FAST]) == 0
+    assert (
+        main(
+            [
+                "record-demos",
+                SIM_REACH,
+                "--episodes",
+                "2",
+                "--teleop",
+                "scripted",
+                "--out",
+                str(out),
+                "--no-live",
+                *FAST,
+            ]
+        )
+        == 0
+    )
     files = episode_files(out, "demo")
     assert [f.name for f in files] == ["demo-000000.npz", "demo-000001.npz"]
     for index, path in enumerate(files):
@@ -37,13 +55,45 @@ def test_record_demos_on_mujoco_writes_labelled_demo_episodes_of_the_executed_ac
 def test_record_demos_appends_after_existing_episodes(tmp_path):
     out = tmp_path / "demos"
     for _ in range(2):
-        assert main(["record-demos", SIM_REACH, "--episodes", "1", "--teleop", "scripted", "--out", str(out), "--no-live", *FAST]) == 0
+        assert (
+            main(
+                [
+                    "record-demos",
+                    SIM_REACH,
+                    "--episodes",
+                    "1",
+                    "--teleop",
+                    "scripted",
+                    "--out",
+                    str(out),
+                    "--no-live",
+                    *FAST,
+                ]
+            )
+            == 0
+        )
     assert [f.name for f in episode_files(out, "demo")] == ["demo-000000.npz", "demo-000001.npz"]
 
 
 def test_a_replay_that_does_not_reproduce_exits_1(tmp_path, capsys):
     out = tmp_path / "demos"
-    assert main(["record-demos", SIM_REACH, "--episodes", "1", "--teleop", "scripted", "--out", str(out), "--no-live", *FAST]) == 0
+    assert (
+        main(
+            [
+                "record-demos",
+                SIM_REACH,
+                "--episodes",
+                "1",
+                "--teleop",
+                "scripted",
+                "--out",
+                str(out),
+                "--no-live",
+                *FAST,
+            ]
+        )
+        == 0
+    )
     path = episode_files(out, "demo")[0]
     # a different seed: another target, so the same actions end elsewhere
     assert main(["record-demos", SIM_REACH, "--replay", str(path), *FAST, "env.reach.target_low=[0.32,0.1,0.2]"]) == 1
@@ -75,10 +125,24 @@ def test_record_demos_on_the_franka_driver_against_franky_sim(tmp_path, capsys):
     out = tmp_path / "demos"
     with FrankySim() as sim:
         entry = "cluster.node_groups.0.hardware.configs.0"
-        code = main(["record-demos", str(ROOT / "configs" / "franky_sim.yaml"), "--episodes", "2", "--teleop", "scripted",
-                     "--out", str(out), "--no-live", f"{entry}.robot_ip={sim.host}",
-                     f"{entry}.controller.relative_dynamics_factor=1.0", "env.reset.timeout_s=40",
-                     "env.max_episode_steps=6", "env.teleop.hesitation=0.0"])
+        code = main(
+            [
+                "record-demos",
+                str(ROOT / "configs" / "franky_sim.yaml"),
+                "--episodes",
+                "2",
+                "--teleop",
+                "scripted",
+                "--out",
+                str(out),
+                "--no-live",
+                f"{entry}.robot_ip={sim.host}",
+                f"{entry}.controller.relative_dynamics_factor=1.0",
+                "env.reset.timeout_s=40",
+                "env.max_episode_steps=6",
+                "env.teleop.hesitation=0.0",
+            ]
+        )
     assert code == 0, capsys.readouterr().err
     files = episode_files(out, "demo")
     assert len(files) == 2
@@ -103,15 +167,40 @@ def test_a_person_records_a_demo_at_the_keyboard_of_a_paced_simulated_arm_a_moti
     out = tmp_path / "demos"
     running = out / "demo-000000.steps"
     master, slave = os.openpty()
-    cmd = [sys.executable, "-m", "rlhw.cli.main", "record-demos", SIM_REACH, "--teleop", "keyboard", "--episodes", "1",
-           "--out", str(out), "--no-live", "env.control_hz=20", "env.max_episode_steps=400"]  # 20 s at most
-    proc = subprocess.Popen(cmd, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlhw.cli.main",
+        "record-demos",
+        SIM_REACH,
+        "--teleop",
+        "keyboard",
+        "--episodes",
+        "1",
+        "--out",
+        str(out),
+        "--no-live",
+        "env.control_hz=20",
+        "env.max_episode_steps=400",
+    ]  # 20 s at most
+    proc = subprocess.Popen(
+        cmd,
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
+
         def grows(times: int):  # the episode file took `times` more steps: the arm is stepping, paced
             sizes = [running.stat().st_size if running.exists() else 0]
-            return lambda: (running.exists() and running.stat().st_size != sizes[-1]
-                            and sizes.append(running.stat().st_size) is None and len(sizes) > times)
+            return lambda: (
+                running.exists()
+                and running.stat().st_size != sizes[-1]
+                and sizes.append(running.stat().st_size) is None
+                and len(sizes) > times
+            )
 
         assert wait_until(lambda: running.exists(), timeout_s=60, period_s=0.005), "record-demos never started"
         started = time.monotonic()  # the episode's reset: its steps follow at 20 Hz

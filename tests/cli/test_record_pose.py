@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from rlhw.cli.main import main
@@ -92,10 +91,24 @@ def test_at_a_terminal_it_shows_the_live_pose_and_records_on_enter(tmp_path):
 
     out = tmp_path / "goal.json"
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "rlhw.cli.main", "record-pose", SIM_INSERT, "goal_pose", "--out", str(out),
-                             "env.sim=mock"],  # the mock arm: no model to load in the child
-                            stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlhw.cli.main",
+            "record-pose",
+            SIM_INSERT,
+            "goal_pose",
+            "--out",
+            str(out),
+            "env.sim=mock",
+        ],  # the mock arm: no model to load in the child
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     os.close(slave)
     try:
         shown = b""

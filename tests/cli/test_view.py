@@ -10,12 +10,24 @@ from rlhw.rl.episodes import EpisodeRecorder
 
 def write_episode(directory, steps=4, image=True):
     rec = EpisodeRecorder(directory)
-    obs = lambda t: {"ee_position": np.full(3, 0.1 * t, np.float32),  # noqa: E731
-                     **({"image_front": np.full((8, 8, 3), t, np.uint8)} if image else {})}
+
+    def obs(t):
+        return {
+            "ee_position": np.full(3, 0.1 * t, np.float32),
+            **({"image_front": np.full((8, 8, 3), t, np.uint8)} if image else {}),
+        }
+
     rec.begin(obs(0), kind="demo", meta={"seed": 0})
     for t in range(1, steps + 1):
-        rec.step(np.array([0.5, 0.0, -0.5], np.float32), -1.0 / t, t == steps, False, obs(t), t == steps,
-                 intervened=t % 2 == 0)
+        rec.step(
+            np.array([0.5, 0.0, -0.5], np.float32),
+            -1.0 / t,
+            t == steps,
+            False,
+            obs(t),
+            t == steps,
+            intervened=t % 2 == 0,
+        )
     return rec.end()
 
 
@@ -29,7 +41,9 @@ def read_back(path):
     return rows
 
 
-def test_view_writes_an_rrd_that_rerun_reads_back_with_cameras_state_actions_rewards_and_interventions(tmp_path, capsys):
+def test_view_writes_an_rrd_that_rerun_reads_back_with_cameras_state_actions_rewards_and_interventions(
+    tmp_path, capsys
+):
     episode = write_episode(tmp_path / "demos")
     out = tmp_path / "view.rrd"
     assert main(["view", str(episode), "--out", str(out)]) == 0

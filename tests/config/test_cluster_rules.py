@@ -9,7 +9,9 @@ from rlhw.errors import ConfigError
 
 
 def load(num_nodes=4, groups=(), placement=None):
-    return load_config_dict({"cluster": {"num_nodes": num_nodes, "node_groups": list(groups), "component_placement": placement or {}}})
+    return load_config_dict(
+        {"cluster": {"num_nodes": num_nodes, "node_groups": list(groups), "component_placement": placement or {}}}
+    )
 
 
 def err(**kw) -> ConfigError:
@@ -37,12 +39,21 @@ def test_labels_must_be_unique():
 
 
 def test_labels_are_case_sensitive():
-    cfg = load(groups=[{"label": "GPU", "node_ranks": 0}, {"label": "gpu", "node_ranks": 1}, {"label": "Node", "node_ranks": 2}])
+    cfg = load(
+        groups=[
+            {"label": "GPU", "node_ranks": 0},
+            {"label": "gpu", "node_ranks": 1},
+            {"label": "Node", "node_ranks": 2},
+        ]
+    )
     assert [g.label for g in cfg.cluster.node_groups] == ["GPU", "gpu", "Node"]
 
 
 def test_numeric_label_from_yaml_is_text():
-    cfg = load(groups=[{"label": 4090, "node_ranks": 0, "accelerators_per_node": 1}], placement={"r": {"node_group": 4090, "placement": 0}})
+    cfg = load(
+        groups=[{"label": 4090, "node_ranks": 0, "accelerators_per_node": 1}],
+        placement={"r": {"node_group": 4090, "placement": 0}},
+    )
     assert cfg.cluster.node_groups[0].label == "4090"
     assert cfg.cluster.component_placement["r"].entries[0].node_group == "4090"
 
@@ -57,7 +68,9 @@ def test_node_ranks_must_lie_within_num_nodes():
     assert e.message.startswith("4-5 is outside the cluster's node ranks 0-3 (num_nodes: 4)")
 
 
-@pytest.mark.parametrize("ranks, expected", [(3, (3,)), ("0-2", (0, 1, 2)), ("0,2-3", (0, 2, 3)), ([3, 1], (1, 3)), (["0-1", 3], (0, 1, 3))])
+@pytest.mark.parametrize(
+    "ranks, expected", [(3, (3,)), ("0-2", (0, 1, 2)), ("0,2-3", (0, 2, 3)), ([3, 1], (1, 3)), (["0-1", 3], (0, 1, 3))]
+)
 def test_node_ranks_are_a_list_or_range(ranks, expected):
     assert load(groups=[{"label": "g", "node_ranks": ranks}]).cluster.node_groups[0].node_ranks == expected
 
@@ -81,12 +94,18 @@ def test_env_configs_of_a_group_must_not_overlap():
 
 
 def test_env_var_keys_are_unique_per_node_within_a_group():
-    e = err(groups=[{"label": "g", "node_ranks": 0, "env_configs": [{"node_ranks": 0, "env_vars": [{"A": "1"}, {"A": "2"}]}]}])
+    e = err(
+        groups=[
+            {"label": "g", "node_ranks": 0, "env_configs": [{"node_ranks": 0, "env_vars": [{"A": "1"}, {"A": "2"}]}]}
+        ]
+    )
     assert e.path == "cluster.node_groups[0].env_configs[0].env_vars[1]"
     assert "already set by entry [0]" in e.message
 
 
-@pytest.mark.parametrize("entry, words", [({"A": "1", "B": "2"}, "exactly one key"), ({}, "exactly one key"), ("A=1", "exactly one key")])
+@pytest.mark.parametrize(
+    "entry, words", [({"A": "1", "B": "2"}, "exactly one key"), ({}, "exactly one key"), ("A=1", "exactly one key")]
+)
 def test_each_env_var_entry_has_exactly_one_key(entry, words):
     e = err(groups=[{"label": "g", "node_ranks": 0, "env_configs": [{"node_ranks": 0, "env_vars": [entry]}]}])
     assert e.path == "cluster.node_groups[0].env_configs[0].env_vars[0]"
@@ -99,7 +118,11 @@ def test_env_vars_written_as_a_map_get_the_list_hint():
 
 
 def test_env_var_values_are_text_and_numbers_become_text():
-    cfg = load(groups=[{"label": "g", "node_ranks": 0, "env_configs": [{"node_ranks": 0, "env_vars": [{"OMP_NUM_THREADS": 4}]}]}])
+    cfg = load(
+        groups=[
+            {"label": "g", "node_ranks": 0, "env_configs": [{"node_ranks": 0, "env_vars": [{"OMP_NUM_THREADS": 4}]}]}
+        ]
+    )
     assert cfg.cluster.node_env(0).env_vars == {"OMP_NUM_THREADS": "4"}
     e = err(groups=[{"label": "g", "node_ranks": 0, "env_configs": [{"node_ranks": 0, "env_vars": [{"DEBUG": True}]}]}])
     assert "quote it" in e.message
@@ -117,7 +140,13 @@ def test_overlapping_groups_setting_one_env_var_differently_for_a_node_is_refuse
 
 def test_overlapping_groups_merge_env_vars_per_node():
     groups = [
-        {"label": "gpu", "node_ranks": "0-1", "env_configs": [{"node_ranks": "0-1", "env_vars": [{"A": "1"}], "python_interpreter_path": "/opt/py/bin/python3"}]},
+        {
+            "label": "gpu",
+            "node_ranks": "0-1",
+            "env_configs": [
+                {"node_ranks": "0-1", "env_vars": [{"A": "1"}], "python_interpreter_path": "/opt/py/bin/python3"}
+            ],
+        },
         {"label": "arm", "node_ranks": 1, "env_configs": [{"node_ranks": 1, "env_vars": [{"A": "1"}, {"B": "2"}]}]},
     ]
     cfg = load(groups=groups).cluster
@@ -127,7 +156,11 @@ def test_overlapping_groups_merge_env_vars_per_node():
 
 
 def test_interpreter_must_be_an_absolute_path():
-    e = err(groups=[{"label": "g", "node_ranks": 0, "env_configs": [{"node_ranks": 0, "python_interpreter_path": "python3"}]}])
+    e = err(
+        groups=[
+            {"label": "g", "node_ranks": 0, "env_configs": [{"node_ranks": 0, "python_interpreter_path": "python3"}]}
+        ]
+    )
     assert e.path == "cluster.node_groups[0].env_configs[0].python_interpreter_path"
 
 
@@ -148,12 +181,24 @@ def test_same_hardware_type_declared_twice_for_one_node_is_refused():
 
 
 def test_two_arms_on_one_node_in_one_group_are_allowed():
-    cfg = load(groups=[franka_group("arms", "0", [{"robot_ip": "10.0.0.1", "node_rank": 0}, {"robot_ip": "10.0.0.2", "node_rank": 0}])])
+    cfg = load(
+        groups=[
+            franka_group(
+                "arms", "0", [{"robot_ip": "10.0.0.1", "node_rank": 0}, {"robot_ip": "10.0.0.2", "node_rank": 0}]
+            )
+        ]
+    )
     assert [e.robot_ip for e in cfg.cluster.node_groups[0].hardware.configs] == ["10.0.0.1", "10.0.0.2"]
 
 
 def test_one_robot_declared_twice_is_refused():
-    e = err(groups=[franka_group("arms", "0-1", [{"robot_ip": "10.0.0.1", "node_rank": 0}, {"robot_ip": "10.0.0.1", "node_rank": 1}])])
+    e = err(
+        groups=[
+            franka_group(
+                "arms", "0-1", [{"robot_ip": "10.0.0.1", "node_rank": 0}, {"robot_ip": "10.0.0.1", "node_rank": 1}]
+            )
+        ]
+    )
     assert e.path == "cluster.node_groups[0].hardware.configs[1].robot_ip"
 
 
@@ -172,11 +217,16 @@ def test_unknown_hardware_type_lists_the_known_ones():
 
 
 def test_misspelled_hardware_type_gets_a_suggestion():
-    assert "did you mean 'Franka'?" in err(groups=[{"label": "g", "node_ranks": 0, "hardware": {"type": "franka", "configs": [{}]}}]).message
+    assert (
+        "did you mean 'Franka'?"
+        in err(groups=[{"label": "g", "node_ranks": 0, "hardware": {"type": "franka", "configs": [{}]}}]).message
+    )
 
 
 def test_accelerators_are_detected_not_declared_as_hardware():
-    e = err(groups=[{"label": "g", "node_ranks": 0, "hardware": {"type": "Accelerator", "configs": [{"node_rank": 0}]}}])
+    e = err(
+        groups=[{"label": "g", "node_ranks": 0, "hardware": {"type": "Accelerator", "configs": [{"node_rank": 0}]}}]
+    )
     assert "accelerators_per_node" in e.message
 
 
@@ -186,12 +236,19 @@ def test_hardware_without_entries_is_refused():
 
 
 def test_overlapping_groups_must_agree_on_accelerators_per_node():
-    e = err(groups=[{"label": "a", "node_ranks": "0-1", "accelerators_per_node": 8}, {"label": "b", "node_ranks": 1, "accelerators_per_node": 4}])
+    e = err(
+        groups=[
+            {"label": "a", "node_ranks": "0-1", "accelerators_per_node": 8},
+            {"label": "b", "node_ranks": 1, "accelerators_per_node": 4},
+        ]
+    )
     assert e.path == "cluster.node_groups[1].accelerators_per_node"
 
 
 def test_a_node_may_be_in_a_gpu_group_and_a_robot_group():
-    cfg = load(num_nodes=1, groups=[{"label": "gpu", "node_ranks": 0, "accelerators_per_node": 1}, franka_group("arm", 0)])
+    cfg = load(
+        num_nodes=1, groups=[{"label": "gpu", "node_ranks": 0, "accelerators_per_node": 1}, franka_group("arm", 0)]
+    )
     assert cfg.cluster.declared_accelerators() == {0: 1}
     assert [(t, g) for t, g, _, _ in cfg.cluster.hardware_on_node(0)] == [("Franka", "arm")]
 
@@ -201,10 +258,26 @@ def test_a_node_may_be_in_a_gpu_group_and_a_robot_group():
     [
         ([{"label": "g", "nodes_ranks": 0}], "cluster.node_groups[0].nodes_ranks", "node_ranks"),
         ([{"label": "g", "node_ranks": 0, "env_config": []}], "cluster.node_groups[0].env_config", "env_configs"),
-        ([{"label": "g", "node_ranks": 0, "env_configs": [{"node_ranks": 0, "env_var": []}]}], "cluster.node_groups[0].env_configs[0].env_var", "env_vars"),
-        ([{"label": "g", "node_ranks": 0, "hardware": {"typ": "Franka"}}], "cluster.node_groups[0].hardware.typ", "type"),
-        ([franka_group("g", 0, [{"robot_ip": "1.2.3.4", "node_rank": 0, "camera_serial": []}])], "cluster.node_groups[0].hardware.configs[0].camera_serial", "camera_serials"),
-        ([franka_group("g", 0, [{"robot_ip": "1.2.3.4", "node_rank": 0, "controller": {"realtim": "ignore"}}])], "cluster.node_groups[0].hardware.configs[0].controller.realtim", "realtime"),
+        (
+            [{"label": "g", "node_ranks": 0, "env_configs": [{"node_ranks": 0, "env_var": []}]}],
+            "cluster.node_groups[0].env_configs[0].env_var",
+            "env_vars",
+        ),
+        (
+            [{"label": "g", "node_ranks": 0, "hardware": {"typ": "Franka"}}],
+            "cluster.node_groups[0].hardware.typ",
+            "type",
+        ),
+        (
+            [franka_group("g", 0, [{"robot_ip": "1.2.3.4", "node_rank": 0, "camera_serial": []}])],
+            "cluster.node_groups[0].hardware.configs[0].camera_serial",
+            "camera_serials",
+        ),
+        (
+            [franka_group("g", 0, [{"robot_ip": "1.2.3.4", "node_rank": 0, "controller": {"realtim": "ignore"}}])],
+            "cluster.node_groups[0].hardware.configs[0].controller.realtim",
+            "realtime",
+        ),
     ],
 )
 def test_unknown_keys_are_rejected_with_a_suggestion(groups, path, suggestion):
@@ -231,7 +304,10 @@ def test_franka_defaults_are_cautious():
     arm = cfg.cluster.node_groups[0].hardware.configs[0]
     assert arm.gripper is True and arm.camera_serials == ()
     assert arm.controller.realtime == "enforce" and arm.controller.relative_dynamics_factor <= 0.2
-    assert len(arm.controller.collision_torque_thresholds_nm) == 7 and len(arm.controller.collision_force_thresholds_n) == 6
+    assert (
+        len(arm.controller.collision_torque_thresholds_nm) == 7
+        and len(arm.controller.collision_force_thresholds_n) == 6
+    )
 
 
 @pytest.mark.parametrize(
@@ -261,19 +337,31 @@ def test_robot_ip_may_be_a_host_name():
 
 
 def test_realsense_entry_defaults_and_numeric_serial_is_text():
-    g = {"label": "cams", "node_ranks": 0, "hardware": {"type": "RealSense", "configs": [{"serial": 322142001230, "node_rank": 0}]}}
+    g = {
+        "label": "cams",
+        "node_ranks": 0,
+        "hardware": {"type": "RealSense", "configs": [{"serial": 322142001230, "node_rank": 0}]},
+    }
     cam = load(groups=[g]).cluster.node_groups[0].hardware.configs[0]
     assert (cam.serial, cam.width, cam.height, cam.fps, cam.depth) == ("322142001230", 640, 480, 30, False)
 
 
 def test_bad_realsense_stream_is_refused():
-    g = {"label": "cams", "node_ranks": 0, "hardware": {"type": "RealSense", "configs": [{"serial": "1", "node_rank": 0, "fps": 0}]}}
+    g = {
+        "label": "cams",
+        "node_ranks": 0,
+        "hardware": {"type": "RealSense", "configs": [{"serial": "1", "node_rank": 0, "fps": 0}]},
+    }
     assert err(groups=[g]).path == "cluster.node_groups[0].hardware.configs[0].fps"
 
 
 def test_a_camera_declared_on_another_node_than_its_arm_is_refused():
     arm = franka_group("arm", "0", [{"robot_ip": "10.0.0.1", "node_rank": 0, "camera_serials": ["42"]}])
-    cams = {"label": "cams", "node_ranks": "0-1", "hardware": {"type": "RealSense", "configs": [{"serial": "42", "node_rank": 1}]}}
+    cams = {
+        "label": "cams",
+        "node_ranks": "0-1",
+        "hardware": {"type": "RealSense", "configs": [{"serial": "42", "node_rank": 1}]},
+    }
     e = err(groups=[arm, cams])
     assert e.path == "cluster.node_groups[1].hardware.configs[0].node_rank"
     assert "its arm" in e.message

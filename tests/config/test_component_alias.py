@@ -65,8 +65,13 @@ def test_shipped_configs_write_the_new_name(path, fresh_process):
 def test_a_user_of_an_old_config_sees_the_warning_once_and_the_plan_names_the_learner(tmp_path):
     old = tmp_path / "old.yaml"
     old.write_text("cluster:\n  num_nodes: 2\n  component_placement:\n    env,rollout: 0\n    actor: 1\n")
-    out = subprocess.run([sys.executable, "-m", "rlhw.cli.main", "placement", str(old), "--dry-run", "--json"],
-                         capture_output=True, text=True, timeout=100, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "rlhw.cli.main", "placement", str(old), "--dry-run", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stderr.count("write 'learner'") == 1
     assert list(json.loads(out.stdout)["components"]) == ["env", "rollout", "learner"]

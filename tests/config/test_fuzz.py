@@ -10,19 +10,62 @@ from rlhw.errors import ConfigError
 from rlhw.placement import parse_ranks, plan
 
 KEYS = [
-    "num_nodes", "node_groups", "component_placement", "label", "node_ranks", "accelerators_per_node",
-    "env_configs", "env_vars", "python_interpreter_path", "hardware", "type", "configs", "robot_ip",
-    "node_rank", "camera_serials", "serial", "controller", "realtime", "node_group", "placement",
-    "Franka", "RealSense", "learner", "env", "node", "cluster", "a,b",
+    "num_nodes",
+    "node_groups",
+    "component_placement",
+    "label",
+    "node_ranks",
+    "accelerators_per_node",
+    "env_configs",
+    "env_vars",
+    "python_interpreter_path",
+    "hardware",
+    "type",
+    "configs",
+    "robot_ip",
+    "node_rank",
+    "camera_serials",
+    "serial",
+    "controller",
+    "realtime",
+    "node_group",
+    "placement",
+    "Franka",
+    "RealSense",
+    "learner",
+    "env",
+    "node",
+    "cluster",
+    "a,b",
 ]
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-3, 40), st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from(["0-3", "all", "0-1:0-3,4", "3-1", "Franka", "RealSense", "node", "10.0.0.1", "enforce", "/usr/bin/python3", "", ","]),
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 40),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(
+        [
+            "0-3",
+            "all",
+            "0-1:0-3,4",
+            "3-1",
+            "Franka",
+            "RealSense",
+            "node",
+            "10.0.0.1",
+            "enforce",
+            "/usr/bin/python3",
+            "",
+            ",",
+        ]
+    ),
     st.text(max_size=6),
 )
 values = st.recursive(
     scalars,
-    lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(st.sampled_from(KEYS), children, max_size=5)),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4), st.dictionaries(st.sampled_from(KEYS), children, max_size=5)
+    ),
     max_leaves=25,
 )
 
@@ -60,8 +103,16 @@ rank_text = st.one_of(
 placement_text = st.lists(
     st.builds(
         lambda r, p: r if p is None else f"{r}:{p}",
-        st.one_of(st.just("all"), st.integers(0, 12).map(str), st.builds(lambda a, n: f"{a}-{a + n}", st.integers(0, 12), st.integers(0, 12))),
-        st.one_of(st.none(), st.integers(0, 20).map(str), st.builds(lambda a, n: f"{a}-{a + n}", st.integers(0, 20), st.integers(0, 20))),
+        st.one_of(
+            st.just("all"),
+            st.integers(0, 12).map(str),
+            st.builds(lambda a, n: f"{a}-{a + n}", st.integers(0, 12), st.integers(0, 12)),
+        ),
+        st.one_of(
+            st.none(),
+            st.integers(0, 20).map(str),
+            st.builds(lambda a, n: f"{a}-{a + n}", st.integers(0, 20), st.integers(0, 20)),
+        ),
     ),
     min_size=1,
     max_size=3,
@@ -100,10 +151,17 @@ def plausible_clusters(draw):
         g = {"label": label, "node_ranks": draw(st.one_of(st.just(f"{lo}-{hi}"), rank_text))}
         inside = st.integers(lo, hi) if draw(st.integers(0, 7)) else st.integers(0, 8)
         if label == "arm":
-            g["hardware"] = {"type": "Franka", "configs": [
-                {"robot_ip": f"10.0.0.{i}", "node_rank": draw(inside)} for i in range(draw(st.integers(1, 3)))]}
+            g["hardware"] = {
+                "type": "Franka",
+                "configs": [
+                    {"robot_ip": f"10.0.0.{i}", "node_rank": draw(inside)} for i in range(draw(st.integers(1, 3)))
+                ],
+            }
         elif label == "cam":
-            g["hardware"] = {"type": "RealSense", "configs": [{"serial": str(i), "node_rank": draw(inside)} for i in range(2)]}
+            g["hardware"] = {
+                "type": "RealSense",
+                "configs": [{"serial": str(i), "node_rank": draw(inside)} for i in range(2)],
+            }
         else:
             g["accelerators_per_node"] = draw(st.one_of(st.none(), st.integers(0, 4)))
         groups.append(g)
@@ -122,7 +180,9 @@ def plausible_clusters(draw):
 def test_plausible_clusters_plan_or_raise_config_error(cluster, detected):
     try:
         cfg = load_config_dict({"cluster": cluster})
-        detected = {k: v for k, v in (detected or {}).items() if k < cfg.cluster.num_nodes} if detected is not None else None
+        detected = (
+            {k: v for k, v in (detected or {}).items() if k < cfg.cluster.num_nodes} if detected is not None else None
+        )
         placements = plan(cfg.cluster, detected)
     except ConfigError as e:
         assert e.message and "\n" not in str(e)

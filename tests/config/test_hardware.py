@@ -42,8 +42,17 @@ def test_a_new_robot_type_is_one_decorated_class():
                 "cluster": {
                     "num_nodes": 2,
                     "node_groups": [
-                        {"label": "ur", "node_ranks": "0-1", "hardware": {"type": "UR5", "configs": [
-                            {"robot_ip": "10.0.0.9", "node_rank": 1}, {"robot_ip": "10.0.0.8", "node_rank": 0}]}}
+                        {
+                            "label": "ur",
+                            "node_ranks": "0-1",
+                            "hardware": {
+                                "type": "UR5",
+                                "configs": [
+                                    {"robot_ip": "10.0.0.9", "node_rank": 1},
+                                    {"robot_ip": "10.0.0.8", "node_rank": 0},
+                                ],
+                            },
+                        }
                     ],
                     "component_placement": {"env": {"node_group": "ur", "placement": "all"}},
                 }
@@ -68,9 +77,21 @@ def test_registering_a_type_without_a_schema_is_a_programming_error():
 def _cluster(robot_ips=(), cameras=(), accelerators=None, num_nodes=1):
     groups = []
     if robot_ips:
-        groups.append({"label": "arm", "node_ranks": 0, "hardware": {"type": "Franka", "configs": [{"robot_ip": ip, "node_rank": 0} for ip in robot_ips]}})
+        groups.append(
+            {
+                "label": "arm",
+                "node_ranks": 0,
+                "hardware": {"type": "Franka", "configs": [{"robot_ip": ip, "node_rank": 0} for ip in robot_ips]},
+            }
+        )
     if cameras:
-        groups.append({"label": "cam", "node_ranks": 0, "hardware": {"type": "RealSense", "configs": [{"serial": s, "node_rank": 0} for s in cameras]}})
+        groups.append(
+            {
+                "label": "cam",
+                "node_ranks": 0,
+                "hardware": {"type": "RealSense", "configs": [{"serial": s, "node_rank": 0} for s in cameras]},
+            }
+        )
     if accelerators is not None:
         groups.append({"label": "gpu", "node_ranks": f"0-{num_nodes - 1}", "accelerators_per_node": accelerators})
     return load_config_dict({"cluster": {"num_nodes": num_nodes, "node_groups": groups}}).cluster
@@ -98,7 +119,7 @@ def fci_listener():
             try:
                 conn, _ = srv.accept()
                 conn.close()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return
@@ -176,5 +197,10 @@ def test_probe_refuses_a_node_rank_outside_the_cluster():
 
 def test_inventory_is_json_friendly():
     inv = Inventory(0, "box", 1, {"Franka": {"10.0.0.1": None}})
-    assert inv.to_json() == {"node_rank": 0, "hostname": "box", "accelerators": 1, "devices": {"Franka": {"10.0.0.1": None}}}
+    assert inv.to_json() == {
+        "node_rank": 0,
+        "hostname": "box",
+        "accelerators": 1,
+        "devices": {"Franka": {"10.0.0.1": None}},
+    }
     assert inv.missing() == []

@@ -6,7 +6,7 @@ import typing
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from rlhw.config import Config, load_config, load_config_dict
 from rlhw.config.root import Config as RootConfig
@@ -42,12 +42,14 @@ def test_sections_other_than_cluster_have_defaults(tmp_path):
 
 def test_config_is_frozen(tmp_path):
     cfg = load_config(write(tmp_path, MINIMAL))
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         cfg.cluster.num_nodes = 3
 
 
 def test_dotted_overrides_replace_values(tmp_path):
-    cfg = load_config(ROOT / "configs/hetero_18node.yaml", ["cluster.num_nodes=20", "cluster.component_placement.env.placement=1"])
+    cfg = load_config(
+        ROOT / "configs/hetero_18node.yaml", ["cluster.num_nodes=20", "cluster.component_placement.env.placement=1"]
+    )
     assert cfg.cluster.num_nodes == 20
     assert cfg.cluster.component_placement["env"].entries[0].placement == "1"
 
@@ -134,7 +136,9 @@ def test_several_problems_report_the_first_and_count_the_rest():
 
 
 def test_dumped_config_loads_back_equal():
-    cfg = load_config(ROOT / "configs/hetero_18node.yaml", ["cluster.component_placement.x=[{node_group: node, placement: '0'}]"])
+    cfg = load_config(
+        ROOT / "configs/hetero_18node.yaml", ["cluster.component_placement.x=[{node_group: node, placement: '0'}]"]
+    )
     again = load_config_dict(cfg.model_dump(mode="json"))
     assert again == cfg
     assert load_config_dict(cfg) == cfg
@@ -186,11 +190,14 @@ def test_the_local_runner_refuses_several_env_instances_naming_num_envs_and_both
     assert load_config(write(tmp_path, MINIMAL), ["train.runner=pipeline", "env.num_envs=4"]).env.num_envs == 4
 
 
-@pytest.mark.parametrize("key, bad, allowed", [
-    ("step_lane", "tcp", ["direct", "channels"]),
-    ("policy_at", "gpu", ["rollout", "env"]),
-    ("env_transport", "grpc", ["auto", "in_process", "server"]),
-])
+@pytest.mark.parametrize(
+    "key, bad, allowed",
+    [
+        ("step_lane", "tcp", ["direct", "channels"]),
+        ("policy_at", "gpu", ["rollout", "env"]),
+        ("env_transport", "grpc", ["auto", "in_process", "server"]),
+    ],
+)
 def test_the_robot_loop_keys_refuse_an_unknown_choice_naming_the_key_and_the_choices(tmp_path, key, bad, allowed):
     with pytest.raises(ConfigError) as e:
         load_config(write(tmp_path, MINIMAL), [f"train.{key}={bad}"])
@@ -200,7 +207,9 @@ def test_the_robot_loop_keys_refuse_an_unknown_choice_naming_the_key_and_the_cho
 
 def test_sim_camera_meshes_default_to_the_detailed_arm_and_refuse_an_unknown_choice(tmp_path):
     assert load_config(write(tmp_path, MINIMAL)).env.sim_camera_meshes == "visual"
-    assert load_config(write(tmp_path, MINIMAL), ["env.sim_camera_meshes=collision"]).env.sim_camera_meshes == "collision"
+    assert (
+        load_config(write(tmp_path, MINIMAL), ["env.sim_camera_meshes=collision"]).env.sim_camera_meshes == "collision"
+    )
     with pytest.raises(ConfigError) as e:
         load_config(write(tmp_path, MINIMAL), ["env.sim_camera_meshes=fine"])
     assert e.value.path == "env.sim_camera_meshes"

@@ -43,7 +43,11 @@ def sim():
 def arm(sim):
     # gripper_timeout_s: franky-sim's hand runs at the sim's real-time factor, which drops well
     # below 1 when tests share the machine; 5 s (the default) is for real hardware.
-    a = FrankaArm(sim.host, FrankaController(realtime="ignore", relative_dynamics_factor=0.2, gripper_timeout_s=30), timeout_s=CALL_TIMEOUT_S)
+    a = FrankaArm(
+        sim.host,
+        FrankaController(realtime="ignore", relative_dynamics_factor=0.2, gripper_timeout_s=30),
+        timeout_s=CALL_TIMEOUT_S,
+    )
     a.connect(timeout_s=30)
     yield a
     a.close()
@@ -73,8 +77,21 @@ def test_franka_is_registered_under_its_config_name():
 
 
 def _franka_config(controller: dict) -> dict:
-    return {"cluster": {"num_nodes": 1, "node_groups": [{"label": "robot", "node_ranks": [0], "hardware": {
-        "type": "Franka", "configs": [{"node_rank": 0, "robot_ip": "127.0.0.1", "controller": controller}]}}]}}
+    return {
+        "cluster": {
+            "num_nodes": 1,
+            "node_groups": [
+                {
+                    "label": "robot",
+                    "node_ranks": [0],
+                    "hardware": {
+                        "type": "Franka",
+                        "configs": [{"node_rank": 0, "robot_ip": "127.0.0.1", "controller": controller}],
+                    },
+                }
+            ],
+        }
+    }
 
 
 @pytest.mark.parametrize(
@@ -94,7 +111,7 @@ def test_bad_driver_option_is_refused_at_the_config_edge_naming_its_key(options,
         validate_config(_franka_config(options))
     prefix = "cluster.node_groups[0].hardware.configs[0].controller."
     assert e.value.path.startswith(prefix)
-    assert e.value.path[len(prefix):].split("[")[0] == field  # the key, or one item of it
+    assert e.value.path[len(prefix) :].split("[")[0] == field  # the key, or one item of it
 
 
 def test_unknown_driver_option_is_refused_naming_it_and_suggesting_the_known_key():
@@ -208,7 +225,11 @@ def test_watchdog_stops_the_arm_when_targets_stop_arriving(sim, arm):
     # runs at full real-time speed on an idle machine; the module's arm hands over the robot meanwhile.
     module_arm = arm
     module_arm.close()
-    arm = FrankaArm(sim.host, FrankaController(realtime="ignore", relative_dynamics_factor=0.05, watchdog_s=1.0), timeout_s=CALL_TIMEOUT_S)
+    arm = FrankaArm(
+        sim.host,
+        FrankaController(realtime="ignore", relative_dynamics_factor=0.05, watchdog_s=1.0),
+        timeout_s=CALL_TIMEOUT_S,
+    )
     try:
         arm.connect(timeout_s=30)
         far = arm.state().pose.translated((0.0, 0.3, 0.0))
@@ -390,8 +411,9 @@ def test_the_read_line_serves_only_reads():
 def test_stop_halts_a_motion_and_is_harmless_when_idle(arm):
     st = arm.state()
     arm.command_pose(st.pose.translated((0.0, 0.2, 0.0)))
-    assert wait_until(lambda: np.linalg.norm(arm.state().ee_position - st.ee_position) > 0.002,
-                      timeout_s=10, period_s=0.05)  # moving
+    assert wait_until(
+        lambda: np.linalg.norm(arm.state().ee_position - st.ee_position) > 0.002, timeout_s=10, period_s=0.05
+    )  # moving
     arm.stop()
     a = arm.state().ee_position
     time.sleep(0.5)  # the observation window: a stopped arm does not move during it
@@ -494,7 +516,9 @@ def sim2():
 def test_impedance_control_pulls_the_hand_toward_streamed_targets(sim2):
     # Compliant by design: at the default 500 N/m franky-sim settles ~1-1.5 cm short of the target
     # (no integral action against its friction/gravity model), so this checks the pull, not precision.
-    a = FrankaArm(sim2.host, FrankaController(realtime="ignore", control="impedance"), gripper=False, timeout_s=CALL_TIMEOUT_S)
+    a = FrankaArm(
+        sim2.host, FrankaController(realtime="ignore", control="impedance"), gripper=False, timeout_s=CALL_TIMEOUT_S
+    )
     try:
         a.connect(timeout_s=30)
         target = a.state().pose.translated((0.03, 0.0, 0.0))
@@ -540,8 +564,9 @@ def test_when_the_controlling_process_dies_its_driver_process_stops_the_arm_and_
         child_pid = int(proc.stdout.readline())  # sent once the arm moves toward a target 25 cm away
         proc.kill()
         proc.wait(timeout=10)
-        assert wait_until(lambda: process_gone(child_pid), timeout_s=10, period_s=0.1), \
+        assert wait_until(lambda: process_gone(child_pid), timeout_s=10, period_s=0.1), (
             "driver process outlived its controller"
+        )
         observer = FrankaArm(sim2.host, SIM, gripper=False)
         try:
             observer.connect(timeout_s=30)
@@ -557,7 +582,12 @@ def test_when_the_controlling_process_dies_its_driver_process_stops_the_arm_and_
 
 @pytest.mark.timeout(120)
 def test_killing_the_simulator_mid_motion_raises_a_fault_within_the_driver_timeout(sim2):
-    a = FrankaArm(sim2.host, FrankaController(realtime="ignore", relative_dynamics_factor=0.05), timeout_s=CALL_TIMEOUT_S, gripper=False)
+    a = FrankaArm(
+        sim2.host,
+        FrankaController(realtime="ignore", relative_dynamics_factor=0.05),
+        timeout_s=CALL_TIMEOUT_S,
+        gripper=False,
+    )
     try:
         a.connect(timeout_s=30)
         q = a.state().q

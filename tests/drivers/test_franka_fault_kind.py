@@ -10,18 +10,21 @@ from drivers.franka.replies import Reply
 from rlhw.errors import FaultKind
 
 
-@pytest.mark.parametrize("exc_type, kind", [
-    (franky.NetworkException, FaultKind.NETWORK),
-    (franky.ProtocolException, FaultKind.NETWORK),
-    (franky.RealtimeException, FaultKind.NOT_CONNECTED),
-    (franky.IncompatibleVersionException, FaultKind.NOT_CONNECTED),
-    (franky.ControlException, FaultKind.REFLEX),
-    (franky.CommandException, FaultKind.REFLEX),
-    (franky.GripperException, FaultKind.REFLEX),
-    (franky.InvalidOperationException, FaultKind.REFLEX),
-    (franky.InvalidMotionTypeException, FaultKind.REFLEX),
-    (franky.Exception, FaultKind.REFLEX),
-])
+@pytest.mark.parametrize(
+    "exc_type, kind",
+    [
+        (franky.NetworkException, FaultKind.NETWORK),
+        (franky.ProtocolException, FaultKind.NETWORK),
+        (franky.RealtimeException, FaultKind.NOT_CONNECTED),
+        (franky.IncompatibleVersionException, FaultKind.NOT_CONNECTED),
+        (franky.ControlException, FaultKind.REFLEX),
+        (franky.CommandException, FaultKind.REFLEX),
+        (franky.GripperException, FaultKind.REFLEX),
+        (franky.InvalidOperationException, FaultKind.REFLEX),
+        (franky.InvalidMotionTypeException, FaultKind.REFLEX),
+        (franky.Exception, FaultKind.REFLEX),
+    ],
+)
 def test_each_franky_exception_type_maps_to_its_fault_kind(exc_type, kind):
     assert fault_kind(exc_type("libfranka: something")) is kind
 

@@ -45,8 +45,12 @@ def move_with_franky(host: str, position) -> np.ndarray:
     SCHED_FIFO 99 (root or CAP_SYS_NICE, as on CI), and in pytest's main thread every process the
     suite starts afterwards would inherit that priority.
     """
-    r = subprocess.run([sys.executable, "-c", MOVE_WITH_FRANKY, host, json.dumps([float(v) for v in position])],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", MOVE_WITH_FRANKY, host, json.dumps([float(v) for v in position])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     return np.array(json.loads(r.stdout.strip().splitlines()[-1]))
 
@@ -68,11 +72,17 @@ def test_record_pose_then_insert_against_franky_sim(tmp_path, capsys):
 
     out = tmp_path / "goal.json"
     with FrankySim() as sim:
-        overrides = [f"{ENTRY}.robot_ip={sim.host}", f"{ENTRY}.controller.relative_dynamics_factor=1.0",
-                     "env.task=insert", f"env.task_options.goal_pose={out}", "env.reset.timeout_s=40",
-                     # quicker reset paths (real time): faster moves, a lower approach height
-                     "env.task_options.path_speed_mps=0.25", "env.task_options.approach_height_m=0.07",
-                     "env.safety.contact_zone_speed_mps=0.05"]
+        overrides = [
+            f"{ENTRY}.robot_ip={sim.host}",
+            f"{ENTRY}.controller.relative_dynamics_factor=1.0",
+            "env.task=insert",
+            f"env.task_options.goal_pose={out}",
+            "env.reset.timeout_s=40",
+            # quicker reset paths (real time): faster moves, a lower approach height
+            "env.task_options.path_speed_mps=0.25",
+            "env.task_options.approach_height_m=0.07",
+            "env.safety.contact_zone_speed_mps=0.05",
+        ]
         move_with_franky(sim.host, [0.45, 0.05, 0.3])
 
         assert main(["record-pose", "configs/franky_sim.yaml", "goal_pose", "--now", *overrides]) == 0

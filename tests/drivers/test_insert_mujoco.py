@@ -86,8 +86,10 @@ def test_pressing_the_peg_on_the_block_is_measured_and_past_the_bound_is_a_conta
 
 
 def test_the_real_cell_config_rehearses_on_mujoco_with_sim(tmp_path):
-    config = load_config("configs/franka_insert.yaml", ["env.sim=mujoco", "env.image_size=[32,32]",
-                                                              f"env.task_options.goal_pose={scene_goal()}"])
+    config = load_config(
+        "configs/franka_insert.yaml",
+        ["env.sim=mujoco", "env.image_size=[32,32]", f"env.task_options.goal_pose={scene_goal()}"],
+    )
     e = make_env(config)
     try:
         assert type(e.arm).__name__ == "MujocoArm" and e.spec.cameras == ("000000000001", "000000000002")
@@ -105,8 +107,12 @@ def scene_goal() -> str:
 
 def test_the_scripted_teleop_device_drives_insert_through_the_takeover_to_success():
     """`rlhw record-demos --teleop scripted` on insert: the registered expert acts as the operator."""
-    e = make_env(load_config(SIM, ["env.teleop.device=scripted", "env.teleop.mode=demo",
-                                   "env.teleop.noise=0.05", "env.teleop.hesitation=0"]))
+    e = make_env(
+        load_config(
+            SIM,
+            ["env.teleop.device=scripted", "env.teleop.mode=demo", "env.teleop.noise=0.05", "env.teleop.hesitation=0"],
+        )
+    )
     try:
         e.reset(seed=1)
         for _ in range(e.config.max_episode_steps):

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 import drivers.mujoco  # noqa: F401  (chooses the GL backend before mujoco is imported)
-from drivers.mujoco import MujocoArm
-from drivers.mujoco import scene
+from drivers.mujoco import MujocoArm, scene
 from rlhw.errors import RobotFault
 from rlhw.robot.arm import HOME_Q
 from rlhw.robot.pose import Pose

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 import drivers.mujoco  # noqa: F401  (chooses the GL backend before mujoco is imported)
-from drivers.mujoco import MujocoArm, MujocoCamera, scene_camera_for
-from drivers.mujoco import _gl
+from drivers.mujoco import MujocoArm, MujocoCamera, _gl, scene_camera_for
 from rlhw.errors import RobotFault
 from rlhw.robot.pose import Pose
 from rlhw.robot.registry import make_arm, make_camera

@@ -17,7 +17,12 @@ from rlhw.robot.tasks.push_cube import PushCube
 pytestmark = pytest.mark.timeout(180)
 
 SIM = "configs/sim_reach.yaml"
-PUSH = ["env.sim=mujoco", "env.task=push_cube", "env.safety.workspace_low=[0.25,-0.3,0.02]", "env.max_episode_steps=100"]
+PUSH = [
+    "env.sim=mujoco",
+    "env.task=push_cube",
+    "env.safety.workspace_low=[0.25,-0.3,0.02]",
+    "env.max_episode_steps=100",
+]
 
 
 def scripted_push(obs: dict, state: dict, scale: float) -> np.ndarray:
@@ -68,10 +73,14 @@ def test_push_cube_rewards_progress_and_flags_success_when_the_cube_reaches_the_
         obs, info = env.reset(seed=3)
         start_gap = np.linalg.norm(obs["cube_to_goal"][:2])
         assert start_gap >= 0.08 - 1e-6 and not info["success"]
-        np.testing.assert_allclose(env.arm.data.mocap_pos[0][:2], obs["goal_position"][:2], atol=1e-6)  # marker shows the goal
+        np.testing.assert_allclose(
+            env.arm.data.mocap_pos[0][:2], obs["goal_position"][:2], atol=1e-6
+        )  # marker shows the goal
         state, rewards = {"phase": "approach"}, []
         for _ in range(100):
-            obs, reward, terminated, truncated, info = env.step(scripted_push(obs, state, env.config.action.scale_m)).gym()
+            obs, reward, terminated, truncated, info = env.step(
+                scripted_push(obs, state, env.config.action.scale_m)
+            ).gym()
             rewards.append(reward)
             if terminated or truncated:
                 break
@@ -133,8 +142,11 @@ def test_push_cube_rejects_unknown_or_malformed_options():
 
 
 def test_env_with_images_returns_rendered_camera_observations_stamped_with_the_proprio_instant():
-    env = make_env(load_config(SIM, ["env.sim=mujoco", "env.images=true", "env.image_size=[48,64]",
-                                     "env.sim_cameras=[front,wrist]"]))
+    env = make_env(
+        load_config(
+            SIM, ["env.sim=mujoco", "env.images=true", "env.image_size=[48,64]", "env.sim_cameras=[front,wrist]"]
+        )
+    )
     try:
         assert set(env.cameras) == {"front", "wrist"}
         obs, info = env.reset(seed=0)

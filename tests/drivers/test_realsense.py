@@ -23,14 +23,29 @@ W, H, FPS, N = 64, 48, 30, 30
 
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory):
-    return write_synthetic_recording(tmp_path_factory.mktemp("rs") / "cam.db3", serial="123456789012",
-                                     frames=N, width=W, height=H, fps=FPS, depth=True)
+    return write_synthetic_recording(
+        tmp_path_factory.mktemp("rs") / "cam.db3",
+        serial="123456789012",
+        frames=N,
+        width=W,
+        height=H,
+        fps=FPS,
+        depth=True,
+    )
 
 
 @pytest.fixture(scope="module")
 def gappy_recording(tmp_path_factory):
-    return write_synthetic_recording(tmp_path_factory.mktemp("rs") / "gaps.db3", serial="123456789013",
-                                     frames=12, width=W, height=H, fps=FPS, depth=False, skip=(4, 5, 9))
+    return write_synthetic_recording(
+        tmp_path_factory.mktemp("rs") / "gaps.db3",
+        serial="123456789013",
+        frames=12,
+        width=W,
+        height=H,
+        fps=FPS,
+        depth=False,
+        skip=(4, 5, 9),
+    )
 
 
 def drain(cam: RealSenseCamera, timeout_s: float = 0.5) -> list[Frame]:
@@ -120,7 +135,9 @@ def test_playback_delivers_every_frame_in_order_with_indices_following_frame_num
 
 @pytest.mark.timeout(30)
 def test_depth_is_aligned_to_color_in_millimetres(recording):
-    with RealSenseCamera(playback_file=recording, depth=True, warmup_frames=1, reconnect_after=0, real_time=False) as cam:
+    with RealSenseCamera(
+        playback_file=recording, depth=True, warmup_frames=1, reconnect_after=0, real_time=False
+    ) as cam:
         frames = [cam.latest(max_age_s=None)] + drain(cam, 2.0)
     assert len(frames) >= 5
     for f in frames:
@@ -144,7 +161,7 @@ def test_color_only_camera_has_no_depth(recording):
 def test_intrinsics_and_fps_come_from_the_stream_profile(recording):
     cam = RealSenseCamera(playback_file=recording, warmup_frames=1, reconnect_after=0)
     with pytest.raises(RobotFault, match="open"):
-        cam.intrinsics
+        _ = cam.intrinsics
     with cam:
         assert cam.intrinsics == Intrinsics(width=W, height=H, fx=float(W), fy=float(W), cx=(W - 1) / 2, cy=(H - 1) / 2)
         assert cam.fps == FPS
@@ -221,7 +238,9 @@ def test_warm_up_that_never_completes_fails_open_within_its_timeout(gappy_record
 def test_failed_waits_trigger_a_reconnect_and_a_failed_reconnect_is_a_clear_stall(gappy_recording, tmp_path):
     source = tmp_path / "cam.db3"
     source.write_bytes(gappy_recording.read_bytes())
-    cam = RealSenseCamera(playback_file=source, warmup_frames=1, wait_timeout_s=0.2, reconnect_after=2, max_reconnects=1)
+    cam = RealSenseCamera(
+        playback_file=source, warmup_frames=1, wait_timeout_s=0.2, reconnect_after=2, max_reconnects=1
+    )
     with cam:
         first_run = [cam.latest(max_age_s=None)] + drain(cam, 0.3)
         # The stream stopped; after 2 failed waits (0.4 s) the driver restarts the pipeline (the

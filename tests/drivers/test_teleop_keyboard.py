@@ -49,7 +49,7 @@ def test_motion_keys_move_the_hand_along_the_base_axes_and_take_over(terminal):
     assert forward.twist.tolist() == [1, 0, 0, 0, 0, 0] and forward.active
     assert forward.events == {TeleopEvent.TAKEOVER}
     assert press("a").twist.tolist() == [1, 1, 0, 0, 0, 0]  # both keys are held within hold_s
-    assert press(" ").twist.tolist() == [0] * 6              # space drops every held key
+    assert press(" ").twist.tolist() == [0] * 6  # space drops every held key
     for key, twist in {"s": [-1, 0, 0], "d": [0, -1, 0], "r": [0, 0, 1], "f": [0, 0, -1]}.items():
         press(" ")
         assert press(key).twist[:3].tolist() == twist, key

@@ -13,8 +13,7 @@ from tests.robot.conftest import make_config
 
 
 def scripted_env(**teleop):
-    return make_env(make_config({"sim": "mujoco", "max_episode_steps": 60,
-                                 "teleop": {"device": "scripted", **teleop}}))
+    return make_env(make_config({"sim": "mujoco", "max_episode_steps": 60, "teleop": {"device": "scripted", **teleop}}))
 
 
 def run_episode(env, action_fn=lambda obs: np.zeros(3, np.float32), seed=0):
@@ -43,7 +42,9 @@ def test_the_expert_never_reads_the_policys_observations():
     try:
         real_observe = env.task.observe
         # Poison what the policy sees: the expert must still reach, from privileged state alone.
-        env.task.observe = lambda state, frames: {k: np.full_like(v, np.nan) for k, v in real_observe(state, frames).items()}
+        env.task.observe = lambda state, frames: {
+            k: np.full_like(v, np.nan) for k, v in real_observe(state, frames).items()
+        }
         infos = run_episode(env)
         assert infos[-1]["success"]
     finally:
@@ -57,7 +58,7 @@ def test_in_intervene_mode_it_takes_over_a_stalled_policy_and_gives_back_after_i
         flags = [i["intervened"] for i in infos]
         assert flags[:3] == [False, False, False]  # patience: 3 steps without progress first
         first = flags.index(True)
-        assert flags[first:first + 4] == [True] * 4 and flags[first + 4] is False  # 4 steps, then back
+        assert flags[first : first + 4] == [True] * 4 and flags[first + 4] is False  # 4 steps, then back
         assert infos[first]["teleop_events"] == [TeleopEvent.TAKEOVER.value]
         assert infos[first + 4]["teleop_events"] == [TeleopEvent.GIVE_BACK.value]
     finally:

@@ -49,9 +49,9 @@ def test_a_half_deflection_to_the_right_moves_the_hand_to_the_robots_right_after
 def test_full_deflections_map_to_plus_and_minus_one_in_the_robot_frame(device):
     mouse, hid = device
     away = feed(mouse, hid, REPORTS[5], REPORTS[1])
-    assert away.twist.tolist() == pytest.approx([1, 0, 0, 0, 0, 0])   # away from the operator = base +x
+    assert away.twist.tolist() == pytest.approx([1, 0, 0, 0, 0, 0])  # away from the operator = base +x
     up = feed(mouse, hid, REPORTS[5], REPORTS[2])
-    assert up.twist.tolist() == pytest.approx([0, 0, 1, 0, 0, 0])     # lift = +z
+    assert up.twist.tolist() == pytest.approx([0, 0, 1, 0, 0, 0])  # lift = +z
     turn = feed(mouse, hid, REPORTS[5], REPORTS[4])
     assert turn.twist.tolist() == pytest.approx([0, 0, 0, 0, 0, -1])  # clockwise from above = -yaw
 
@@ -67,7 +67,7 @@ def test_the_left_button_toggles_the_gripper_and_the_right_button_toggles_takeov
     first = feed(mouse, hid, REPORTS[7], REPORTS[8])
     assert first.gripper == -1.0  # first press closes
     again = feed(mouse, hid, REPORTS[7], REPORTS[8])
-    assert again.gripper == 1.0   # next press opens
+    assert again.gripper == 1.0  # next press opens
     taken = feed(mouse, hid, REPORTS[9], REPORTS[10])
     assert taken.events == {TeleopEvent.TAKEOVER} and taken.active  # latched on with the cap at rest
     assert mouse.read().events == frozenset()  # events are edges, reported once

@@ -25,7 +25,11 @@ def _start(*args, env_vars=None, via_main=False):
     command = ["rlhw.cli.main", "serve-env"] if via_main else ["rlhw.cli.serve_env"]
     return subprocess.Popen(
         [sys.executable, "-m", *command, *args],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
 
 
@@ -77,8 +81,14 @@ def test_serve_env_sim_reach_on_port_0_serves_mujoco_and_sigterm_stops_the_arm_f
 
 @pytest.mark.timeout(120)
 def test_sigint_mid_session_stops_the_arm_and_exits_cleanly():
-    proc = _start("configs/sim_reach.yaml", "--port", "0", "--env", "rlhw.env.fake_env:make_fake_env",
-                  env_vars={"RLHW_FAKE_ENV": "cameras=1"})
+    proc = _start(
+        "configs/sim_reach.yaml",
+        "--port",
+        "0",
+        "--env",
+        "rlhw.env.fake_env:make_fake_env",
+        env_vars={"RLHW_FAKE_ENV": "cameras=1"},
+    )
     try:
         env = RemoteEnv(_address(proc), reconnect_s=0.5)
         env.reset()

@@ -107,7 +107,10 @@ def test_env_spec_round_trips_with_scalar_and_array_bounds():
 
 def test_camera_info_points_at_the_image_observation_of_each_camera():
     spec = EnvSpec(
-        observations={"q": TensorSpec("q", "float32", (7,)), "image_wrist": TensorSpec("image_wrist", "uint8", (8, 8, 3))},
+        observations={
+            "q": TensorSpec("q", "float32", (7,)),
+            "image_wrist": TensorSpec("image_wrist", "uint8", (8, 8, 3)),
+        },
         action=TensorSpec("action", "float32", (3,)),
         control_hz=10.0,
         cameras=("wrist", "front"),

@@ -6,7 +6,8 @@ from __future__ import annotations
 import grpc
 import numpy as np
 import pytest
-from dm_env_rpc.v1 import compliance, connection as dm_connection, dm_env_adaptor, dm_env_rpc_pb2, error, tensor_utils
+from dm_env_rpc.v1 import compliance, dm_env_adaptor, dm_env_rpc_pb2, error, tensor_utils
+from dm_env_rpc.v1 import connection as dm_connection
 
 from rlhw.config import load_config
 from rlhw.config.server import ServerConfig

@@ -66,7 +66,10 @@ def test_an_unknown_fault_value_from_a_newer_server_is_not_taken_for_no_fault():
 
 def test_the_client_picks_the_class_from_code_and_reason_not_from_the_message():
     fp = grpc.StatusCode.FAILED_PRECONDITION
-    assert type(_error("a", fp, "safety: looks like a lock", reason=ErrorReason.CONTROLLED_BY_OTHER)) is ControlConflictError
+    assert (
+        type(_error("a", fp, "safety: looks like a lock", reason=ErrorReason.CONTROLLED_BY_OTHER))
+        is ControlConflictError
+    )
     assert type(_error("a", fp, "arm is controlled by session x", reason=ErrorReason.SAFETY_LOCKED)) is SafetyLocked
     assert type(_error("a", fp, "anything", reason=ErrorReason.EPISODE_ENDED)) is EpisodeEnded
     assert type(_error("a", fp, "arm is controlled by session x")) is EnvServiceError  # no reason: code only
@@ -148,8 +151,12 @@ class _ContactEveryStep(FakeEnv):
     """A FakeEnv whose every step ends in a contact fault, as RobotEnv reports one."""
 
     def step(self, action) -> Step:
-        return replace(super().step(action), truncated=np.array([True]), fault=(FaultKind.CONTACT,),
-                       fault_message=("over the bound",))
+        return replace(
+            super().step(action),
+            truncated=np.array([True]),
+            fault=(FaultKind.CONTACT,),
+            fault_message=("over the bound",),
+        )
 
 
 @pytest.mark.timeout(60)

@@ -66,8 +66,10 @@ def test_gymnasium_check_env_passes_on_remote_env(remote):
 @pytest.mark.timeout(120)
 def test_measurements_in_info_on_request_are_what_check_env_objects_to():
     server = EnvServer(_mujoco("reach"), ServerConfig(port=0)).start()
-    envs = [GymRobotEnv(_mujoco("reach"), measurements_in_info=True),
-            RemoteEnv(server.address, measurements_in_info=True)]
+    envs = [
+        GymRobotEnv(_mujoco("reach"), measurements_in_info=True),
+        RemoteEnv(server.address, measurements_in_info=True),
+    ]
     try:
         for env in envs:
             env.reset(seed=0)

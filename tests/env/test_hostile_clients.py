@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rlhw.env.auth import SESSION_METADATA_KEY, session_of
-from rlhw.env.client import ControlConflictError, InvalidAction, RemoteEnv
+from rlhw.env.client import ControlConflictError, RemoteEnv
 from rlhw.env.fake_env import FakeEnv
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.env.v1 import env_pb2_grpc
@@ -135,8 +135,12 @@ def test_naming_the_controller_shown_by_get_status_does_not_take_over_the_lease(
         try:
             with pytest.raises(grpc.RpcError) as err:
                 channel.unary_unary("/rlhw.env.v1.Env/Step")(
-                    pb.StepRequest(action=pb.Tensor(dtype=pb.FLOAT32, shape=[7], data=GOOD.tobytes())).SerializeToString(),
-                    timeout=2.0, metadata=[(SESSION_METADATA_KEY, claim)])
+                    pb.StepRequest(
+                        action=pb.Tensor(dtype=pb.FLOAT32, shape=[7], data=GOOD.tobytes())
+                    ).SerializeToString(),
+                    timeout=2.0,
+                    metadata=[(SESSION_METADATA_KEY, claim)],
+                )
             assert err.value.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT)
         finally:
             channel.close()
@@ -149,7 +153,9 @@ def test_metadata_sessions_and_peer_sessions_live_in_different_namespaces():
     assert session_of((), peer) == f"peer:{peer}"
     spoof = f"peer:{peer}".ljust(40, "x")
     assert session_of([(SESSION_METADATA_KEY, spoof)], peer).startswith("key:")
-    assert session_of([(SESSION_METADATA_KEY, SECRET)], peer) == session_of([(SESSION_METADATA_KEY, SECRET)], "ipv6:[::1]:9")
+    assert session_of([(SESSION_METADATA_KEY, SECRET)], peer) == session_of(
+        [(SESSION_METADATA_KEY, SECRET)], "ipv6:[::1]:9"
+    )
 
 
 @pytest.mark.timeout(60)

@@ -29,8 +29,9 @@ def test_an_operator_takeover_reaches_the_client_step_info(serve, clients, use_s
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("use_session", [True, False], ids=["session", "unary"])
-def test_an_env_that_reports_no_interventions_gives_intervened_false_and_the_action_as_executed(serve, clients,
-                                                                                               use_session):
+def test_an_env_that_reports_no_interventions_gives_intervened_false_and_the_action_as_executed(
+    serve, clients, use_session
+):
     """Nothing new to say goes on the wire (the step keeps the writer's cached layout): the client's own action is
     the executed one, as every `Step` carries it."""
     server = serve(FakeEnv())

@@ -27,8 +27,14 @@ def _rss_mb(pid: int) -> float:
 
 @pytest.mark.timeout(300)
 def test_server_rss_is_flat_over_100k_session_steps_with_a_camera():
-    proc = _start("configs/sim_reach.yaml", "--port", "0", "--env", "rlhw.env.fake_env:make_fake_env",
-                  env_vars={"RLHW_FAKE_ENV": "cameras=1,h=64,w=64,episode_length=1000000"})
+    proc = _start(
+        "configs/sim_reach.yaml",
+        "--port",
+        "0",
+        "--env",
+        "rlhw.env.fake_env:make_fake_env",
+        env_vars={"RLHW_FAKE_ENV": "cameras=1,h=64,w=64,episode_length=1000000"},
+    )
     try:
         address = _address(proc)
         step = codec.step_request(np.zeros(7, np.float32), session=True)
@@ -59,5 +65,7 @@ def test_server_rss_is_flat_over_100k_session_steps_with_a_camera():
         _finish(proc, signal.SIGTERM)
     assert kinds == {"reset": 1, "step": STEPS}
     # One 64x64x3 frame is 12 kB: keeping one frame (or one response) per step would add > 1 GB.
-    assert end - warm < 8.0, f"server RSS grew {end - warm:.1f} MB over {STEPS - WARM_UP} steps ({warm:.0f} -> {end:.0f} MB)"
+    assert end - warm < 8.0, (
+        f"server RSS grew {end - warm:.1f} MB over {STEPS - WARM_UP} steps ({warm:.0f} -> {end:.0f} MB)"
+    )
     print(f"{STEPS} steps in {elapsed:.1f} s; server RSS {warm:.1f} -> {end:.1f} MB")

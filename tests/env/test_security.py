@@ -23,9 +23,19 @@ def test_the_default_bind_is_loopback():
     assert cfg.host == "127.0.0.1" and cfg.loopback
 
 
-@pytest.mark.parametrize("host,loopback", [("127.0.0.1", True), ("127.3.2.1", True), ("::1", True),
-                                           ("localhost", True), ("0.0.0.0", False), ("::", False),
-                                           ("10.1.2.3", False), ("no-such-host.invalid", False)])
+@pytest.mark.parametrize(
+    "host,loopback",
+    [
+        ("127.0.0.1", True),
+        ("127.3.2.1", True),
+        ("::1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.1.2.3", False),
+        ("no-such-host.invalid", False),
+    ],
+)
 def test_loopback_detection(host, loopback):
     assert is_loopback_host(host) is loopback
 
@@ -60,7 +70,8 @@ def test_calls_without_or_with_a_wrong_token_are_unauthenticated(serve, clients)
         RemoteEnv(server.address, token="wrong-token", reconnect_s=0.5)
     # Streams are guarded too, not only unary calls.
     with grpc.insecure_channel(server.address) as channel:
-        from rlhw.env.v1 import env_pb2 as pb, env_pb2_grpc
+        from rlhw.env.v1 import env_pb2 as pb
+        from rlhw.env.v1 import env_pb2_grpc
 
         with pytest.raises(grpc.RpcError) as err:
             list(env_pb2_grpc.EnvStub(channel).Session(iter([pb.SessionRequest(reset=pb.ResetRequest())]), timeout=5))

@@ -29,7 +29,9 @@ def test_health_reports_serving_for_every_service_and_not_serving_after_stop(ser
             reply = stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=5)
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
         server.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
-        assert stub.Check(health_pb2.HealthCheckRequest(), timeout=5).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert (
+            stub.Check(health_pb2.HealthCheckRequest(), timeout=5).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        )
 
 
 @pytest.mark.timeout(60)
@@ -37,10 +39,17 @@ def test_reflection_lists_both_protocols_and_serves_the_proto(serve):
     server = serve(FakeEnv())
     with grpc.insecure_channel(server.address) as channel:
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-        replies = list(stub.ServerReflectionInfo(iter([
-            reflection_pb2.ServerReflectionRequest(list_services=""),
-            reflection_pb2.ServerReflectionRequest(file_containing_symbol="rlhw.env.v1.Env"),
-        ]), timeout=5))
+        replies = list(
+            stub.ServerReflectionInfo(
+                iter(
+                    [
+                        reflection_pb2.ServerReflectionRequest(list_services=""),
+                        reflection_pb2.ServerReflectionRequest(file_containing_symbol="rlhw.env.v1.Env"),
+                    ]
+                ),
+                timeout=5,
+            )
+        )
     names = {s.name for s in replies[0].list_services_response.service}
     assert {"rlhw.env.v1.Env", "dm_env_rpc.v1.Environment", "grpc.health.v1.Health"} <= names
     assert replies[1].file_descriptor_response.file_descriptor_proto  # a client can build stubs from it

@@ -20,8 +20,9 @@ _FD = "fd = int(sys.argv[sys.argv.index('--address-fd') + 1])\n"
 
 
 def _await(body: str, timeout_s: float = 60.0):
-    proc, fd = server_child.spawn([sys.executable, "-c", "import os, sys, time\n" + _FD + body],
-                                  stdout=subprocess.DEVNULL)
+    proc, fd = server_child.spawn(
+        [sys.executable, "-c", "import os, sys, time\n" + _FD + body], stdout=subprocess.DEVNULL
+    )
     try:
         return proc, server_child.await_address(proc, fd, timeout_s)
     finally:
@@ -32,7 +33,7 @@ def _await(body: str, timeout_s: float = 60.0):
 
 
 def test_the_address_is_the_one_json_line_on_the_pipe():
-    _, address = _await("os.write(fd, b'{\"address\": \"127.0.0.1:5555\"}\\n')\n")
+    _, address = _await('os.write(fd, b\'{"address": "127.0.0.1:5555"}\\n\')\n')
     assert address == "127.0.0.1:5555"
 
 
@@ -50,5 +51,4 @@ def test_a_silent_child_times_out_and_an_empty_address_is_refused():
         _await("time.sleep(60)\n", timeout_s=0.3)
     assert silent.value.timeout_s == 0.3
     with pytest.raises(server_child.BadAddressReport, match="empty or non-text address ''"):
-        _await("os.write(fd, b'{\"address\": \"\"}\\n'); time.sleep(60)\n")
-
+        _await('os.write(fd, b\'{"address": ""}\\n\'); time.sleep(60)\n')

@@ -71,8 +71,11 @@ def test_session_stream_reports_bad_actions_in_band_and_stays_open(serve):
     server = serve(env)
     requests = [pb.SessionRequest(reset=pb.ResetRequest())]
     requests += [pb.SessionRequest(step=pb.StepRequest(action=t)) for t, _, _ in BAD_ACTIONS]
-    requests += [pb.SessionRequest(), pb.SessionRequest(step=pb.StepRequest()),
-                 pb.SessionRequest(step=pb.StepRequest(action=codec.to_tensor(GOOD)))]
+    requests += [
+        pb.SessionRequest(),
+        pb.SessionRequest(step=pb.StepRequest()),
+        pb.SessionRequest(step=pb.StepRequest(action=codec.to_tensor(GOOD))),
+    ]
     with grpc.insecure_channel(server.address) as channel:
         responses = list(env_pb2_grpc.EnvStub(channel).Session(iter(requests), timeout=20))
     kinds = [r.WhichOneof("kind") for r in responses]

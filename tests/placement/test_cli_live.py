@@ -40,7 +40,10 @@ def test_live_plan_uses_the_gpus_ray_detects_on_each_node(ray_address, tmp_path,
     assert main(["placement", write_config(tmp_path, ""), "--address", ray_address, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     learner = doc["components"]["learner"]["processes"]
-    assert [(p["hardware_type"], p["visible_accelerators"]) for p in learner] == [("Accelerator", ["0"]), ("Accelerator", ["1"])]
+    assert [(p["hardware_type"], p["visible_accelerators"]) for p in learner] == [
+        ("Accelerator", ["0"]),
+        ("Accelerator", ["1"]),
+    ]
     assert [p["local_rank"] for p in doc["components"]["agent"]["processes"]] == [0, 1]
     assert not ray.is_initialized()  # the command disconnected its driver; the cluster keeps running
 

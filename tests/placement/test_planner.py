@@ -23,12 +23,18 @@ def frankas(label="robot", ranks="0-1", nodes=(0, 1)):
     return {
         "label": label,
         "node_ranks": ranks,
-        "hardware": {"type": "Franka", "configs": [{"robot_ip": f"10.0.0.{i + 1}", "node_rank": n} for i, n in enumerate(nodes)]},
+        "hardware": {
+            "type": "Franka",
+            "configs": [{"robot_ip": f"10.0.0.{i + 1}", "node_rank": n} for i, n in enumerate(nodes)],
+        },
     }
 
 
 def where(records: list[Placement]):
-    return [(p.rank, p.node_rank, p.hardware_ranks, p.local_hardware_ranks, p.local_rank, p.local_world_size) for p in records]
+    return [
+        (p.rank, p.node_rank, p.hardware_ranks, p.local_hardware_ranks, p.local_rank, p.local_world_size)
+        for p in records
+    ]
 
 
 def test_issue_case_mixed_segments_on_two_nodes_of_eight_gpus():
@@ -80,12 +86,17 @@ def test_short_form_places_each_listed_component_on_the_whole_cluster():
 
 def test_short_form_without_accelerators_uses_nodes_by_global_rank():
     c = cluster(3, [], {"agent": "1-2"})
-    assert [(r.node_rank, r.hardware_type, r.hardware_ranks) for r in plan(c)["agent"]] == [(1, "node", (1,)), (2, "node", (2,))]
+    assert [(r.node_rank, r.hardware_type, r.hardware_ranks) for r in plan(c)["agent"]] == [
+        (1, "node", (1,)),
+        (2, "node", (2,)),
+    ]
 
 
 def test_cluster_group_counts_accelerators_across_all_groups_node_major():
     c = cluster(3, [gpus("a", "0", 2), gpus("b", "2", 4)], {"x": "all"})
-    assert [(r.node_rank, r.local_hardware_ranks) for r in plan(c)["x"]] == [(0, (0,)), (0, (1,))] + [(2, (i,)) for i in range(4)]
+    assert [(r.node_rank, r.local_hardware_ranks) for r in plan(c)["x"]] == [(0, (0,)), (0, (1,))] + [
+        (2, (i,)) for i in range(4)
+    ]
 
 
 def test_reserved_node_group_uses_global_node_ranks_and_ignores_gpus():
@@ -93,7 +104,9 @@ def test_reserved_node_group_uses_global_node_ranks_and_ignores_gpus():
     recs = plan(c)["agent"]
     assert len(recs) == 400
     assert [recs[r].node_rank for r in (0, 99, 100, 199, 200, 299, 300, 399)] == [0, 0, 1, 1, 2, 2, 3, 3]
-    assert recs[150].hardware_type == "node" and recs[150].hardware_ranks == (1,) and recs[150].visible_accelerators == ()
+    assert (
+        recs[150].hardware_type == "node" and recs[150].hardware_ranks == (1,) and recs[150].visible_accelerators == ()
+    )
     assert (recs[399].local_rank, recs[399].local_world_size) == (99, 100)
 
 
@@ -120,10 +133,16 @@ def test_camera_only_group_is_placed_on_realsense_ranks():
     cams = {
         "label": "cams",
         "node_ranks": 0,
-        "hardware": {"type": "RealSense", "configs": [{"serial": "111", "node_rank": 0}, {"serial": "222", "node_rank": 0}]},
+        "hardware": {
+            "type": "RealSense",
+            "configs": [{"serial": "111", "node_rank": 0}, {"serial": "222", "node_rank": 0}],
+        },
     }
     c = cluster(1, [cams], {"camera": {"node_group": "cams", "placement": "0-1"}})
-    assert [(r.hardware_type, r.local_hardware_ranks) for r in plan(c)["camera"]] == [("RealSense", (0,)), ("RealSense", (1,))]
+    assert [(r.hardware_type, r.local_hardware_ranks) for r in plan(c)["camera"]] == [
+        ("RealSense", (0,)),
+        ("RealSense", (1,)),
+    ]
 
 
 def test_several_node_groups_in_one_entry_number_processes_across_the_list():
@@ -238,7 +257,9 @@ def test_bad_placement_syntax_is_reported_at_load_with_its_path():
         cluster(2, [gpus()], {"learner": {"node_group": "g", "placement": "0-3,2"}})
     assert e.value.path == "cluster.component_placement.learner.placement"
     with pytest.raises(PlacementError) as e:
-        cluster(2, [gpus()], {"learner": [{"node_group": "g", "placement": "0"}, {"node_group": "g", "placement": "2-1"}]})
+        cluster(
+            2, [gpus()], {"learner": [{"node_group": "g", "placement": "0"}, {"node_group": "g", "placement": "2-1"}]}
+        )
     assert e.value.path == "cluster.component_placement.learner[1].placement"
     with pytest.raises(PlacementError) as e:
         cluster(2, [], {"learner": "x"})

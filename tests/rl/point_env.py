@@ -18,10 +18,13 @@ class PointReachEnv:
         self.dim, self.max_steps = dim, max_steps
         self.rng = np.random.default_rng(seed)
         self.spec = EnvSpec(
-            observations={"pos": TensorSpec("pos", "float32", (dim,), -1.0, 1.0),
-                          "goal": TensorSpec("goal", "float32", (dim,), -1.0, 1.0)},
+            observations={
+                "pos": TensorSpec("pos", "float32", (dim,), -1.0, 1.0),
+                "goal": TensorSpec("goal", "float32", (dim,), -1.0, 1.0),
+            },
             action=TensorSpec("action", "float32", (dim,), -1.0, 1.0),
-            control_hz=10.0, robot="point",
+            control_hz=10.0,
+            robot="point",
         )
         self.closed = False
 
@@ -45,8 +48,17 @@ class PointReachEnv:
         self.pos = np.clip(self.pos + 0.2 * np.clip(executed, -1, 1), -1, 1)
         self.t += 1
         dist = float(np.linalg.norm(self.pos - self.goal))
-        return Step.one(self._obs(), -dist, False, self.t >= self.max_steps, success=dist < 0.1, executed=executed,
-                        intervened=intervened, stamps={}, timing={})
+        return Step.one(
+            self._obs(),
+            -dist,
+            False,
+            self.t >= self.max_steps,
+            success=dist < 0.1,
+            executed=executed,
+            intervened=intervened,
+            stamps={},
+            timing={},
+        )
 
     def close(self):
         self.closed = True

@@ -23,8 +23,11 @@ from rlhw.rl.replay import transition_batch
 from rlhw.robot.spec import EnvSpec, TensorSpec
 from tests.waiting import wait_until
 
-SPEC = EnvSpec(observations={"pos": TensorSpec("pos", "float32", (3,))},
-               action=TensorSpec("action", "float32", (2,), low=-1.0, high=1.0), control_hz=10.0)
+SPEC = EnvSpec(
+    observations={"pos": TensorSpec("pos", "float32", (3,))},
+    action=TensorSpec("action", "float32", (2,), low=-1.0, high=1.0),
+    control_hz=10.0,
+)
 SAC = SacConfig(hidden_sizes=[8, 8])
 
 
@@ -52,15 +55,21 @@ class _Channel:
 
 
 def _weights(policy: ActingPolicy, version: int, value: float) -> PolicyWeights:
-    return PolicyWeights(version, {k: np.full(v.shape, value, np.float32)
-                                   for k, v in policy.current[0].state_dict().items()})
+    return PolicyWeights(
+        version, {k: np.full(v.shape, value, np.float32) for k, v in policy.current[0].state_dict().items()}
+    )
 
 
 def _step(k: int = 1, transitions: bool = False) -> EnvStep:
     x = np.zeros((k, 3), np.float32)
     tr = transition_batch({"pos": x}, {"pos": x}, np.zeros((k, 2)), np.ones(k), np.zeros(k), [False] * k)
-    return EnvStep(env=0, obs={"pos": x}, rows=tuple(range(k)), evaluating=np.zeros(k, bool),
-                   transitions=tr if transitions else None)
+    return EnvStep(
+        env=0,
+        obs={"pos": x},
+        rows=tuple(range(k)),
+        evaluating=np.zeros(k, bool),
+        transitions=tr if transitions else None,
+    )
 
 
 def test_new_weights_replace_the_network_whole_so_an_action_never_mixes_two_versions():
@@ -88,12 +97,15 @@ def test_warm_up_actions_are_uniform_with_version_minus_one_and_eval_rows_use_th
 @pytest.fixture
 def next_to_arm(monkeypatch):
     channels: dict[str, _Channel] = {}
-    monkeypatch.setattr("rlhw.runtime.channel.Channel.connect",
-                        staticmethod(lambda name, timeout_s=60: channels.setdefault(name, _Channel())))
+    monkeypatch.setattr(
+        "rlhw.runtime.channel.Channel.connect",
+        staticmethod(lambda name, timeout_s=60: channels.setdefault(name, _Channel())),
+    )
     monkeypatch.setattr(acting, "WEIGHTS_POLL_S", 0.0)
     config = SimpleNamespace(train=TrainConfig(sac=SAC, step_timeout_s=5.0))
-    lane = PolicyNextToArm(SPEC, config, env_rank=2, num_learner_ranks=2, channel_prefix="run.",
-                           device=torch.device("cpu"))
+    lane = PolicyNextToArm(
+        SPEC, config, env_rank=2, num_learner_ranks=2, channel_prefix="run.", device=torch.device("cpu")
+    )
     yield lane, channels["run.rlhw.train.weights"], channels["run.rlhw.train.replay"]
     lane.close()
 

@@ -16,8 +16,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def rlhw(*args, timeout=240):
-    return subprocess.run([sys.executable, "-m", "rlhw.cli.main", "train", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "rlhw.cli.main", "train", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.timeout(60)
@@ -42,9 +47,19 @@ def test_resume_of_a_directory_that_is_not_a_run_says_so(tmp_path):
 @pytest.mark.timeout(240)
 def test_a_short_local_run_on_the_default_config_writes_its_run_directory(tmp_path):
     run = tmp_path / "run"
-    r = rlhw("train.runner=local", "train.max_env_steps=60", "train.learning_starts=30", "train.eval_every_steps=60",
-             "train.eval_episodes=1", "train.progress=false", "env.max_episode_steps=20",
-             "train.sac.hidden_sizes=[16,16]", "train.sac.batch_size=16", "--run-dir", str(run))
+    r = rlhw(
+        "train.runner=local",
+        "train.max_env_steps=60",
+        "train.learning_starts=30",
+        "train.eval_every_steps=60",
+        "train.eval_episodes=1",
+        "train.progress=false",
+        "env.max_episode_steps=20",
+        "train.sac.hidden_sizes=[16,16]",
+        "train.sac.batch_size=16",
+        "--run-dir",
+        str(run),
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     status = json.loads((run / "run.json").read_text())
     assert status["status"] == "stopped" and status["env_steps"] >= 60
@@ -61,15 +76,22 @@ def test_a_short_local_run_on_the_default_config_writes_its_run_directory(tmp_pa
     assert episode_meta(episode)[PROVENANCE_KEY] == recorded_env(load_config(run / "config.yaml").env)
 
 
-SMALL = ("train.sac.hidden_sizes=[16,16]", "train.sac.batch_size=16", "train.progress=false",
-         "train.log_every_steps=50", "train.max_env_steps=1000000")
+SMALL = (
+    "train.sac.hidden_sizes=[16,16]",
+    "train.sac.batch_size=16",
+    "train.progress=false",
+    "train.log_every_steps=50",
+    "train.max_env_steps=1000000",
+)
 
 
 #: `rlhw` as a terminal's foreground job gets it: SIGINT raises KeyboardInterrupt. A suite started in the
 #: background by a non-interactive shell (`pytest ... &`, nohup) starts with SIGINT ignored, its children
 #: inherit that, and Python honours it: Ctrl-C would do nothing, as the shell intends for background jobs.
-WITH_CTRL_C = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-               "sys.argv[0] = 'rlhw'; runpy.run_module('rlhw.cli.main', run_name='__main__', alter_sys=True)")
+WITH_CTRL_C = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'rlhw'; runpy.run_module('rlhw.cli.main', run_name='__main__', alter_sys=True)"
+)
 
 
 def ctrl_c_after_first_log(run: Path, *args) -> tuple[int, str]:
@@ -85,8 +107,14 @@ def sigterm_after_first_log(run: Path, *args) -> tuple[int, str]:
 
 
 def signal_after_first_log(run: Path, send, *args) -> tuple[int, str]:
-    proc = subprocess.Popen([sys.executable, "-c", WITH_CTRL_C, "train", *args, "--run-dir", str(run)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WITH_CTRL_C, "train", *args, "--run-dir", str(run)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 150
         metrics = run / "metrics.jsonl"
@@ -97,8 +125,10 @@ def signal_after_first_log(run: Path, send, *args) -> tuple[int, str]:
         send(proc.pid)
         try:
             _, err = proc.communicate(timeout=90)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"no exit within 90 s of the signal; the child's signal state: {signal_state(proc.pid)}")
+        except subprocess.TimeoutExpired as e:
+            raise AssertionError(
+                f"no exit within 90 s of the signal; the child's signal state: {signal_state(proc.pid)}"
+            ) from e
         return proc.returncode, err
     finally:
         if proc.poll() is None:
@@ -112,8 +142,10 @@ def signal_state(pid: int) -> str:
         status = Path(f"/proc/{pid}/status").read_text().splitlines()
         keys = ("State", "SigQ", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt", "Threads")
         lines = [line for line in status if line.split(":")[0] in keys]
-        threads = [(t.name, (t / "stat").read_text().split(") ")[1][:1], (t / "wchan").read_text())
-                   for t in sorted(Path(f"/proc/{pid}/task").iterdir())]
+        threads = [
+            (t.name, (t / "stat").read_text().split(") ")[1][:1], (t / "wchan").read_text())
+            for t in sorted(Path(f"/proc/{pid}/task").iterdir())
+        ]
         return "; ".join(lines) + f"; threads (tid, state, wchan): {threads}"
     except OSError as e:
         return f"unreadable: {e}"

@@ -27,8 +27,23 @@ FAST = ["env.max_episode_steps=15", "env.teleop.hesitation=0.0"]
 @pytest.fixture(scope="module")
 def demos(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("provenance") / "demos"
-    assert main(["record-demos", SIM_REACH, "--episodes", "1", "--teleop", "scripted", "--out", str(out),
-                 "--no-live", *FAST]) == 0
+    assert (
+        main(
+            [
+                "record-demos",
+                SIM_REACH,
+                "--episodes",
+                "1",
+                "--teleop",
+                "scripted",
+                "--out",
+                str(out),
+                "--no-live",
+                *FAST,
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -56,16 +71,22 @@ def test_demos_of_the_same_env_config_load(demos):
     assert load_demos([str(demos)], observations, action, _provenance())
 
 
-@pytest.mark.parametrize("override, key", [
-    ("env.action.scale_m=0.05", "env.action.scale_m"),
-    ("env.reach.reward_scale_m=0.2", "env.reach.reward_scale_m"),
-    ("env.control_hz=20", "env.control_hz"),
-    ("env.reward.decides=success_and_reward", "env.reward.decides"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("env.action.scale_m=0.05", "env.action.scale_m"),
+        ("env.reach.reward_scale_m=0.2", "env.reach.reward_scale_m"),
+        ("env.control_hz=20", "env.control_hz"),
+        ("env.reward.decides=success_and_reward", "env.reward.decides"),
+    ],
+)
 def test_demos_recorded_with_another_env_config_are_refused_naming_the_key(demos, override, key):
     observations, action = _shapes(demos)
-    with pytest.raises(ConfigError, match=rf"train.demos\[0\]: demo-000000.npz was recorded with {key}=.*"
-                                          rf"this run has {key}=.*set {key} to the demos' value"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"train.demos\[0\]: demo-000000.npz was recorded with {key}=.*"
+        rf"this run has {key}=.*set {key} to the demos' value",
+    ):
         load_demos([str(demos)], observations, action, _provenance(override))
 
 
@@ -79,16 +100,36 @@ def test_demos_without_a_recorded_env_config_load_with_a_warning_naming_what_is_
     ep["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     np.savez(path, **ep)
     observations, action = _shapes(old)
-    with pytest.warns(UncheckedDemoWarning, match=r"train.demos\[0\]: 1 of 1 episode.*record no env config.*"
-                                                  r"env.action.scale_m.*NOT checked.*rlhw record-demos"):
+    with pytest.warns(
+        UncheckedDemoWarning,
+        match=r"train.demos\[0\]: 1 of 1 episode.*record no env config.*"
+        r"env.action.scale_m.*NOT checked.*rlhw record-demos",
+    ):
         batches = load_demos([str(old)], observations, action, _provenance())
     assert batches and len(batches[0]["reward"]) == len(ep["action"])
 
 
 @pytest.mark.timeout(180)
 def test_rlhw_train_refuses_mismatched_demos_in_one_line_naming_the_key(demos, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "rlhw.cli.main", "train", SIM_REACH, "train.runner=local", *FAST,
-                        f"train.demos=[{demos}]", "env.action.scale_m=0.05", "train.progress=false",
-                        "--run-dir", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True, timeout=170)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rlhw.cli.main",
+            "train",
+            SIM_REACH,
+            "train.runner=local",
+            *FAST,
+            f"train.demos=[{demos}]",
+            "env.action.scale_m=0.05",
+            "train.progress=false",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
     assert r.returncode == 2, r.stderr[-2000:]
     assert "env.action.scale_m" in r.stderr and "train.demos[0]" in r.stderr and "Traceback" not in r.stderr

@@ -32,9 +32,12 @@ def _launch(tmp_path, body: str, timeout_s: float = 60.0) -> tuple[EnvServerProc
 
 
 def test_the_address_comes_from_the_pipe_and_the_childs_output_goes_to_the_log_file(tmp_path):
-    server, address = _launch(tmp_path, "print('listening on 9.9.9.9:1 (a log line, not the contract)')\n"
-                                        "os.write(fd, b'{\"address\": \"127.0.0.1:5555\"}\\n'); os.close(fd)\n"
-                                        "time.sleep(60)\n")
+    server, address = _launch(
+        tmp_path,
+        "print('listening on 9.9.9.9:1 (a log line, not the contract)')\n"
+        'os.write(fd, b\'{"address": "127.0.0.1:5555"}\\n\'); os.close(fd)\n'
+        "time.sleep(60)\n",
+    )
     try:
         assert address == "127.0.0.1:5555" and server.address == address
         assert server.alive()
@@ -82,9 +85,13 @@ def test_serve_env_refuses_an_address_fd_that_is_not_open_before_touching_hardwa
     read_fd, write_fd = os.pipe()
     os.close(read_fd)
     os.close(write_fd)
-    proc = subprocess.run([sys.executable, "-m", "rlhw.cli.serve_env", "configs/sim_reach.yaml", "--address-fd",
-                           str(write_fd)], capture_output=True, text=True, timeout=120,
-                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlhw.cli.serve_env", "configs/sim_reach.yaml", "--address-fd", str(write_fd)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    )
     assert proc.returncode == 2, proc.stderr
     assert "--address-fd" in proc.stderr and "not an open file descriptor" in proc.stderr
 
@@ -101,17 +108,26 @@ def test_the_address_fd_check_names_the_option():
     assert e.value.path == "--address-fd"
 
 
-def test_the_real_env_server_takes_its_nodes_robot_loop_isolation_and_reports_what_took_effect(tmp_path,
-                                                                                                monkeypatch):
+def test_the_real_env_server_takes_its_nodes_robot_loop_isolation_and_reports_what_took_effect(tmp_path, monkeypatch):
     from rlhw.config import load_config_dict
 
     cpu = max(os.sched_getaffinity(0))
-    config = load_config_dict({
-        "cluster": {"num_nodes": 1, "component_placement": {"env,rollout,learner": {"node_group": "node",
-                                                                                   "placement": "0"}},
-                    "node_groups": [{"label": "robot", "node_ranks": 0, "env_configs": [
-                        {"node_ranks": 0, "loop_cpus": str(cpu), "loop_priority": {"nice": 4}}]}]},
-        "env": {"sim": "mock"}})
+    config = load_config_dict(
+        {
+            "cluster": {
+                "num_nodes": 1,
+                "component_placement": {"env,rollout,learner": {"node_group": "node", "placement": "0"}},
+                "node_groups": [
+                    {
+                        "label": "robot",
+                        "node_ranks": 0,
+                        "env_configs": [{"node_ranks": 0, "loop_cpus": str(cpu), "loop_priority": {"nice": 4}}],
+                    }
+                ],
+            },
+            "env": {"sim": "mock"},
+        }
+    )
     monkeypatch.setenv("RLHW_NODE_RANK", "0")
     server = EnvServerProcess(config, 0, tmp_path / "server.log", start_timeout_s=90.0)
     try:
@@ -129,8 +145,13 @@ def test_serve_env_refuses_an_isolate_node_the_cluster_does_not_have_naming_the_
     # a subprocess: isolation is applied to the calling thread, and pytest's own must stay as it is
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     config = os.path.join(root, "configs/sim_reach.yaml")
-    out = subprocess.run([sys.executable, "-m", "rlhw.cli.main", "serve-env", config, "--port", "0",
-                          "--isolate-node", node], capture_output=True, text=True, timeout=120, cwd=root)
+    out = subprocess.run(
+        [sys.executable, "-m", "rlhw.cli.main", "serve-env", config, "--port", "0", "--isolate-node", node],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+    )
     assert out.returncode != 0
     assert "--isolate-node" in out.stderr and "must be a node rank of the cluster (0..0)" in out.stderr
     assert f"got {node}" in out.stderr

@@ -29,8 +29,11 @@ from rlhw.robot.step import Step
 from tests.rl.point_env import PointReachEnv, TakeoverPointEnv
 
 ROOT = Path(__file__).resolve().parents[2]
-CLUSTER = {"num_nodes": 1, "node_groups": [],
-           "component_placement": {"env,rollout,learner": {"node_group": "node", "placement": "0"}}}
+CLUSTER = {
+    "num_nodes": 1,
+    "node_groups": [],
+    "component_placement": {"env,rollout,learner": {"node_group": "node", "placement": "0"}},
+}
 
 
 class Counting:
@@ -71,8 +74,13 @@ class Demand:
             self.budget -= len(batch["reward"])
             self.transitions.append(batch)
 
-        return LoopHooks(act=act, choose=lambda book: book.choose(self.budget, self.unlimited, self.eval_pending),
-                         report=report, sink=sink, **extra)
+        return LoopHooks(
+            act=act,
+            choose=lambda book: book.choose(self.budget, self.unlimited, self.eval_pending),
+            report=report,
+            sink=sink,
+            **extra,
+        )
 
 
 def _meta(path) -> dict:
@@ -86,6 +94,7 @@ def _point_loop(tmp_path, env=None):
 
 
 # ------------------------------------------------------------------------------------ one instance (a real arm)
+
 
 def test_one_instance_runs_one_episode_then_returns_without_resetting_again(tmp_path):
     env, loop = _point_loop(tmp_path)
@@ -152,6 +161,7 @@ def test_a_refused_step_truncates_the_running_episode_and_returns(tmp_path):
 
 # ------------------------------------------------------------------------------- n instances (batched simulators)
 
+
 def _fake_batch(tmp_path, n=3, episode_length=4):
     env = Counting(FakeEnv(num_envs=n, episode_length=episode_length))
     recorders = [EpisodeRecorder(tmp_path / f"env0.{i}") for i in range(n)]
@@ -167,8 +177,12 @@ def test_a_batch_chooses_each_instances_kind_at_its_start_and_collects_exactly_t
     assert sorted(k for k, _ in demand.reports) == [EVAL, TRAIN, TRAIN] and env.resets == 1
     assert demand.budget == 0 and sum(len(b["reward"]) for b in demand.transitions) == 8
     assert env.steps == 4 and loop.book.kind == [IDLE] * 3  # autoreset, then nothing wanted: every one idle
-    assert _meta(episode_files(tmp_path / "env0.1")[0]) == {"env_rank": 0, "instance": 1, "kind": TRAIN,
-                                                            "complete": True}
+    assert _meta(episode_files(tmp_path / "env0.1")[0]) == {
+        "env_rank": 0,
+        "instance": 1,
+        "kind": TRAIN,
+        "complete": True,
+    }
 
 
 def test_an_autoreset_instance_learns_from_its_final_observation_and_goes_on_from_its_first(tmp_path):
@@ -201,8 +215,12 @@ class CameraStallOnInstance1(Counting):
     def step(self, action) -> Step:
         step = super().step(action)
         if self.steps == 2:
-            step = replace(step, fault=(None, FaultKind.CAMERA_STALL), fault_message=("", "no frame for 0.5 s"),
-                           truncated=step.truncated | np.array([False, True]))
+            step = replace(
+                step,
+                fault=(None, FaultKind.CAMERA_STALL),
+                fault_message=("", "no frame for 0.5 s"),
+                truncated=step.truncated | np.array([False, True]),
+            )
         return step
 
 
@@ -257,6 +275,7 @@ def test_a_batched_env_in_this_process_reads_like_the_env_server(tmp_path):
 
 # --------------------------------------------------------------------------------------- the env worker's loop
 
+
 class Lanes:
     """The rollout worker as the env worker sees it: `_put` takes observations and transitions, `_actions`
     answers every row that asked."""
@@ -277,8 +296,7 @@ class Lanes:
 
 def _worker(tmp_path, *overrides) -> EnvWorker:
     """An env worker without Ray or lanes: its env (in process), episode loop and counters."""
-    raw = {"cluster": CLUSTER, "env": {"sim": "mock", "max_episode_steps": 5},
-           "train": {"progress": False}}
+    raw = {"cluster": CLUSTER, "env": {"sim": "mock", "max_episode_steps": 5}, "train": {"progress": False}}
     config = load_config_dict(raw, overrides=list(overrides))
     w = EnvWorker.__new__(EnvWorker)
     w._setup(config, str(tmp_path), 1, "")
@@ -317,13 +335,18 @@ def test_a_simulated_env_worker_steps_its_env_in_process_without_a_server_child(
         w.env.close()
 
 
-@pytest.mark.parametrize("refusal", [EnvServiceError("127.0.0.1:1", "the arm is stopped", "FAILED_PRECONDITION"),
-                                     SafetyViolation("the env locked itself")],
-                         ids=["the env server refuses", "the env in process refuses"])
-def test_the_env_worker_ends_the_episode_on_a_refused_step_and_fails_on_the_fourth_refusal_in_a_row(tmp_path,
-                                                                                                     refusal):
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        EnvServiceError("127.0.0.1:1", "the arm is stopped", "FAILED_PRECONDITION"),
+        SafetyViolation("the env locked itself"),
+    ],
+    ids=["the env server refuses", "the env in process refuses"],
+)
+def test_the_env_worker_ends_the_episode_on_a_refused_step_and_fails_on_the_fourth_refusal_in_a_row(tmp_path, refusal):
     w = _worker(tmp_path)
     try:
+
         def refuse(action):
             raise refusal
 
@@ -346,8 +369,11 @@ def test_the_env_worker_and_the_local_runner_run_the_same_loop(tmp_path, monkeyp
 
     calls = []
     real_run = EpisodeLoop.run
-    monkeypatch.setattr(episode_loop.EpisodeLoop, "run",
-                        lambda self, hooks, seed: calls.append(hooks.act.__qualname__) or real_run(self, hooks, seed))
+    monkeypatch.setattr(
+        episode_loop.EpisodeLoop,
+        "run",
+        lambda self, hooks, seed: calls.append(hooks.act.__qualname__) or real_run(self, hooks, seed),
+    )
     w = _worker(tmp_path)
     try:
         w.collect(5)
@@ -363,6 +389,7 @@ def test_the_env_worker_and_the_local_runner_run_the_same_loop(tmp_path, monkeyp
 
 
 # ---------------------------------------------------------------------------------------------- the transport
+
 
 def test_auto_transport_is_in_process_for_simulators_and_the_server_child_for_a_real_arm():
     assert env_transport(load_config(ROOT / "configs/sim_reach.yaml"), 0) == "in_process"

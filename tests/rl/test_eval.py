@@ -27,8 +27,14 @@ SMALL = ["train.sac.hidden_sizes=[64,64]"]
 
 
 def rlhw_eval(*args, timeout=180):
-    return subprocess.run([sys.executable, "-m", "rlhw.cli.main", "eval", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.run(
+        [sys.executable, "-m", "rlhw.cli.main", "eval", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 def eval_in_process(capsys, *args) -> tuple[int, str]:
@@ -71,8 +77,17 @@ def test_the_wilson_interval_matches_its_textbook_values():
 @pytest.mark.timeout(300)
 def test_eval_on_mujoco_prints_each_episode_writes_json_and_records_the_episodes(checkpoint, tmp_path):
     out, run = tmp_path / "eval.json", tmp_path / "run"
-    r = rlhw_eval("configs/sim_reach.yaml", "--checkpoint", str(checkpoint), "--episodes", "4", "--json", str(out),
-                  "--run-dir", str(run))
+    r = rlhw_eval(
+        "configs/sim_reach.yaml",
+        "--checkpoint",
+        str(checkpoint),
+        "--episodes",
+        "4",
+        "--json",
+        str(out),
+        "--run-dir",
+        str(run),
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(out.read_text())
     episodes = result["episodes"]
@@ -83,7 +98,7 @@ def test_eval_on_mujoco_prints_each_episode_writes_json_and_records_the_episodes
     assert all(e["fault"] is None and not e["intervened"] for e in episodes)
     health = result["loop_health"]
     assert health["steps"] == sum(e["steps"] for e in episodes) and health["latency_p50_ms"] > 0
-    assert "95% Wilson interval" in r.stdout and len([l for l in r.stdout.splitlines() if "yes" in l]) == 4
+    assert "95% Wilson interval" in r.stdout and len([line for line in r.stdout.splitlines() if "yes" in line]) == 4
     # recorded like training's eval episodes, actions from the checkpoint's policy version
     files = episode_files(run / "episodes", "eval")
     assert len(files) == 4 and all(f.suffix == ".npz" for f in files)
@@ -109,19 +124,37 @@ def test_the_same_checkpoint_and_seed_give_the_same_episode(checkpoint, tmp_path
 @pytest.mark.timeout(300)  # the first test pays for the module's checkpoint
 def test_a_checkpoint_for_another_action_is_refused_naming_the_action(checkpoint, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
-    code, err = eval_in_process(capsys, "configs/sim_reach.yaml", "--checkpoint", str(checkpoint), "env.sim=mock",
-                                "env.action.gripper=true", "--run-dir", str(tmp_path / "run"))
+    code, err = eval_in_process(
+        capsys,
+        "configs/sim_reach.yaml",
+        "--checkpoint",
+        str(checkpoint),
+        "env.sim=mock",
+        "env.action.gripper=true",
+        "--run-dir",
+        str(tmp_path / "run"),
+    )
     assert code == 2 and "--checkpoint" in err and "action: checkpoint shape (3,), env (4,)" in err
     assert not episode_files(tmp_path / "run" / "episodes", "eval")  # refused before any step
 
 
 @pytest.mark.timeout(120)
-def test_a_checkpoint_missing_an_observation_is_refused_naming_the_observation(checkpoint, tmp_path, capsys,
-                                                                              monkeypatch):
+def test_a_checkpoint_missing_an_observation_is_refused_naming_the_observation(
+    checkpoint, tmp_path, capsys, monkeypatch
+):
     monkeypatch.chdir(ROOT)
-    code, err = eval_in_process(capsys, "configs/sim_reach.yaml", "--checkpoint", str(checkpoint), "env.sim=mock",
-                                "env.images=true", "env.camera_driver=mock", "env.image_size=[16,16]",
-                                "--run-dir", str(tmp_path / "run"))
+    code, err = eval_in_process(
+        capsys,
+        "configs/sim_reach.yaml",
+        "--checkpoint",
+        str(checkpoint),
+        "env.sim=mock",
+        "env.images=true",
+        "env.camera_driver=mock",
+        "env.image_size=[16,16]",
+        "--run-dir",
+        str(tmp_path / "run"),
+    )
     assert code == 2 and "image_front" in err and "not trained on" in err
 
 
@@ -138,12 +171,15 @@ def test_a_checkpoint_without_its_spec_is_refused_with_the_way_to_resave_it(chec
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("args, field", [
-    (["--checkpoint", "no/such/file.pt"], "--checkpoint"),
-    (["--checkpoint", "{ckpt}", "--episodes", "0"], "--episodes"),
-    (["--checkpoint", "{ckpt}", "--json", "{tmp}"], "--json"),
-    (["--checkpoint", "{ckpt}", "env.control_hz=-1"], "env.control_hz"),
-])
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["--checkpoint", "no/such/file.pt"], "--checkpoint"),
+        (["--checkpoint", "{ckpt}", "--episodes", "0"], "--episodes"),
+        (["--checkpoint", "{ckpt}", "--json", "{tmp}"], "--json"),
+        (["--checkpoint", "{ckpt}", "env.control_hz=-1"], "env.control_hz"),
+    ],
+)
 def test_bad_flags_are_one_line_errors_naming_the_flag(checkpoint, tmp_path, capsys, monkeypatch, args, field):
     monkeypatch.chdir(ROOT)
     args = [a.format(ckpt=checkpoint, tmp=tmp_path) for a in args]
@@ -164,13 +200,31 @@ def test_sigterm_or_ctrl_c_during_eval_stops_the_arm_and_keeps_the_episodes(chec
     import psutil
 
     run = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "rlhw.cli.main", "eval", "configs/sim_reach.yaml", "--checkpoint",
-                             str(checkpoint), "--episodes", "1000", "--run-dir", str(run), "--json",
-                             str(tmp_path / "eval.json"), "train.env_transport=server"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            # as from a terminal: a shell's background job would start it with SIGINT ignored
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlhw.cli.main",
+            "eval",
+            "configs/sim_reach.yaml",
+            "--checkpoint",
+            str(checkpoint),
+            "--episodes",
+            "1000",
+            "--run-dir",
+            str(run),
+            "--json",
+            str(tmp_path / "eval.json"),
+            "train.env_transport=server",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        # as from a terminal: a shell's background job would start it with SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         rows = 0
         for line in proc.stdout:  # the event: two finished episodes printed
@@ -208,9 +262,16 @@ def test_an_operator_takeover_counts_as_a_failure(checkpoint, tmp_path):
     from rlhw.rl.evaluate import evaluate
     from rlhw.rl.rundir import RunDir
 
-    config = load_config(ROOT / "configs/sim_reach.yaml",
-                         [*SMALL, "env.sim=mock", "env.teleop.device=scripted", "env.teleop.always_active=true",
-                          "env.teleop.hesitation=0"])
+    config = load_config(
+        ROOT / "configs/sim_reach.yaml",
+        [
+            *SMALL,
+            "env.sim=mock",
+            "env.teleop.device=scripted",
+            "env.teleop.always_active=true",
+            "env.teleop.hesitation=0",
+        ],
+    )
     report = evaluate(config, PolicyCheckpoint.load(checkpoint, "--checkpoint"), 2, RunDir(tmp_path / "run"))
     assert all(e.intervened and not e.success for e in report.episodes)
     assert any(e.env_success for e in report.episodes)  # the operator reached it; the policy gets no credit

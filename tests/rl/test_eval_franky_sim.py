@@ -14,8 +14,8 @@ from rlhw.config import load_config
 from rlhw.rl.checkpoint import PolicyCheckpoint
 from rlhw.rl.evaluate import evaluate
 from rlhw.rl.rundir import RunDir
-from tests.rl.test_eval import ROOT, SMALL
 from tests.rl.reach_policy import reach_checkpoint
+from tests.rl.test_eval import ROOT, SMALL
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 EPISODES = 2
@@ -34,8 +34,10 @@ def test_a_mujoco_policy_reaches_as_well_through_the_franka_driver_against_frank
     checkpoint = PolicyCheckpoint.load(reach_checkpoint(tmp_path / "latest.pt", spec, mujoco), "--checkpoint")
     in_mujoco = evaluate(mujoco, checkpoint, EPISODES, RunDir(tmp_path / "mujoco"))
     with FrankySim() as sim:
-        franky = load_config(ROOT / "configs/franky_sim.yaml",
-                             [f"cluster.node_groups.0.hardware.configs.0.robot_ip={sim.host}", "env.reset.timeout_s=40"])
+        franky = load_config(
+            ROOT / "configs/franky_sim.yaml",
+            [f"cluster.node_groups.0.hardware.configs.0.robot_ip={sim.host}", "env.reset.timeout_s=40"],
+        )
         on_franky = evaluate(franky, checkpoint, EPISODES, RunDir(tmp_path / "franky"))
     assert on_franky.status == "finished"
     assert [e.seed for e in on_franky.episodes] == [e.seed for e in in_mujoco.episodes]

@@ -29,8 +29,13 @@ PRESS_AT = 3  # the step (0-based) at which the hand meets an obstacle
 
 
 def config(**fault_signal):
-    return load_config_dict({"cluster": SIM_CLUSTER, "env": {"sim": "mock", "safety": {"max_contact_force_n": 40.0}},
-                             "train": {"sac": {"gamma": GAMMA}, "fault_signal": fault_signal}})
+    return load_config_dict(
+        {
+            "cluster": SIM_CLUSTER,
+            "env": {"sim": "mock", "safety": {"max_contact_force_n": 40.0}},
+            "train": {"sac": {"gamma": GAMMA}, "fault_signal": fault_signal},
+        }
+    )
 
 
 class PressingArm:
@@ -68,11 +73,18 @@ def run_pressing_episode(tmp_path, **fault_signal):
         return out
 
     env.step = step
-    loop = EpisodeLoop(BatchView(env, env.spec), 0, [EpisodeRecorder(tmp_path / "env0")],
-                       fault_signal=FaultSignal.from_config(cfg.train))
-    hooks = LoopHooks(act=lambda obs, rows, ev: (np.zeros((len(rows), 3), np.float32), np.zeros(len(rows), np.int64)),
-                      choose=lambda book: TRAIN,
-                      report=lambda kind, result: None, sink=sunk.append)
+    loop = EpisodeLoop(
+        BatchView(env, env.spec),
+        0,
+        [EpisodeRecorder(tmp_path / "env0")],
+        fault_signal=FaultSignal.from_config(cfg.train),
+    )
+    hooks = LoopHooks(
+        act=lambda obs, rows, ev: (np.zeros((len(rows), 3), np.float32), np.zeros(len(rows), np.int64)),
+        choose=lambda book: TRAIN,
+        report=lambda kind, result: None,
+        sink=sunk.append,
+    )
     try:
         loop.run(hooks, seed=0)
     finally:
@@ -116,8 +128,9 @@ def test_terminal_stores_the_step_reward_minus_the_penalty_as_an_end_state(tmp_p
 
 def test_a_fault_kind_outside_the_configured_kinds_is_stored_as_reported():
     signal = FaultSignal.from_config(config(kinds=["contact"]).train)
-    reward, terminated = signal.stored([-1.0, -2.0, -3.0], [False, False, True],
-                                       [FaultKind.CAMERA_STALL, "", FaultKind.CONTACT])
+    reward, terminated = signal.stored(
+        [-1.0, -2.0, -3.0], [False, False, True], [FaultKind.CAMERA_STALL, "", FaultKind.CONTACT]
+    )
     np.testing.assert_array_equal(reward, np.array([-1.0, -2.0, -3.0 / (1 - GAMMA)], np.float32))
     np.testing.assert_array_equal(terminated, [False, False, True])
     assert not signal.teaches(FaultKind.LIMIT) and not signal.teaches(None)
@@ -151,18 +164,22 @@ def test_the_critic_target_of_a_truncated_fault_step_bootstraps(tmp_path):
     _, _, stored, _ = run_pressing_episode(tmp_path, store="truncate")
     sac = _tiny_sac()
     next_obs = obs_to_tensors({"pos": np.ones((1, 2), np.float32)}, sac.layout, sac.device)
-    target = sac.bellman_target(next_obs, torch.as_tensor(stored["reward"][-1:]).view(1, 1), torch.ones(1, 1),
-                                sac.log_alpha.exp().detach())
+    target = sac.bellman_target(
+        next_obs, torch.as_tensor(stored["reward"][-1:]).view(1, 1), torch.ones(1, 1), sac.log_alpha.exp().detach()
+    )
     assert target.item() != pytest.approx(float(stored["reward"][-1]))
 
 
-@pytest.mark.parametrize("fault_signal, path, words", [
-    ({"store": "pause"}, "train.fault_signal.store", "'truncate', 'terminal' or 'stand_still'"),
-    ({"penalty": -1.0}, "train.fault_signal.penalty", "greater than or equal to 0"),
-    ({"kinds": ["contact", "bump"]}, "train.fault_signal.kinds[1]", "'contact'"),
-    ({"kinds": ["locked"]}, "train.fault_signal.kinds", "locked is not a fault of a step"),
-    ({"strore": "terminal"}, "train.fault_signal.strore", "store"),
-])
+@pytest.mark.parametrize(
+    "fault_signal, path, words",
+    [
+        ({"store": "pause"}, "train.fault_signal.store", "'truncate', 'terminal' or 'stand_still'"),
+        ({"penalty": -1.0}, "train.fault_signal.penalty", "greater than or equal to 0"),
+        ({"kinds": ["contact", "bump"]}, "train.fault_signal.kinds[1]", "'contact'"),
+        ({"kinds": ["locked"]}, "train.fault_signal.kinds", "locked is not a fault of a step"),
+        ({"strore": "terminal"}, "train.fault_signal.strore", "store"),
+    ],
+)
 def test_a_bad_fault_signal_is_refused_naming_the_key(fault_signal, path, words):
     with pytest.raises(ConfigError) as caught:
         config(**fault_signal)
@@ -178,8 +195,12 @@ def test_the_env_worker_hands_the_learner_a_fault_step_as_configured(tmp_path):
     """The pipeline's path: an env worker (in process, no Ray) stores the fault step as the local runner does."""
     from tests.rl.test_episode_loop import _worker
 
-    w = _worker(tmp_path, "train.fault_signal.store=terminal", "train.fault_signal.penalty=2.5",
-                "env.safety.max_contact_force_n=40")
+    w = _worker(
+        tmp_path,
+        "train.fault_signal.store=terminal",
+        "train.fault_signal.penalty=2.5",
+        "env.safety.max_contact_force_n=40",
+    )
     try:
         real_step, reported = w.env.step, []
 

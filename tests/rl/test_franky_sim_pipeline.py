@@ -28,12 +28,20 @@ def sim():
 def test_franky_sim_config_steps_through_the_pipeline_with_the_real_driver(sim, tmp_path):
     if ray.is_initialized():
         ray.shutdown()
-    config = load_config("configs/franky_sim.yaml", [
-        f"cluster.node_groups[0].hardware.configs[0].robot_ip={sim.host}",
-        "env.max_episode_steps=10", "train.max_env_steps=20", "train.learning_starts=10",
-        "train.eval_every_steps=20", "train.eval_episodes=1", "train.progress=false",
-        "train.sac.hidden_sizes=[32,32]", "train.sac.batch_size=16",
-    ])
+    config = load_config(
+        "configs/franky_sim.yaml",
+        [
+            f"cluster.node_groups[0].hardware.configs[0].robot_ip={sim.host}",
+            "env.max_episode_steps=10",
+            "train.max_env_steps=20",
+            "train.learning_starts=10",
+            "train.eval_every_steps=20",
+            "train.eval_episodes=1",
+            "train.progress=false",
+            "train.sac.hidden_sizes=[32,32]",
+            "train.sac.batch_size=16",
+        ],
+    )
     assert config.env.sim is None  # the real driver, not the MuJoCo stand-in
     # No hardware probe: franky-sim briefly refuses connections after a bare TCP probe.
     cluster = Cluster(config, probe_hardware=False)

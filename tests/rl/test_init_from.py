@@ -16,8 +16,14 @@ from rlhw.rl.rundir import RunDir
 from tests.rl.test_eval import ROOT, SMALL, make_checkpoint
 
 # No update runs (learning starts after the budget): the run's checkpoint holds exactly the weights it started from.
-NO_UPDATES = ["train.max_env_steps=40", "train.learning_starts=100000", "train.eval_episodes=1",
-              "train.progress=false", "env.max_episode_steps=20", "train.sac.batch_size=16"]
+NO_UPDATES = [
+    "train.max_env_steps=40",
+    "train.learning_starts=100000",
+    "train.eval_episodes=1",
+    "train.progress=false",
+    "env.max_episode_steps=20",
+    "train.sac.batch_size=16",
+]
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +39,10 @@ def same_networks(a: dict, b: dict) -> bool:
 def test_a_local_run_starts_from_the_checkpoints_actor_critics_and_encoder(checkpoint, tmp_path):
     from rlhw.rl.trainer import train
 
-    config = load_config(ROOT / "configs/sim_reach.yaml",
-                         [*SMALL, *NO_UPDATES, "env.sim=mock", "train.runner=local", f"train.init_from={checkpoint}"])
+    config = load_config(
+        ROOT / "configs/sim_reach.yaml",
+        [*SMALL, *NO_UPDATES, "env.sim=mock", "train.runner=local", f"train.init_from={checkpoint}"],
+    )
     train(config, RunDir(tmp_path / "run"))
     saved = torch.load(tmp_path / "run" / "checkpoints" / "latest.pt", weights_only=False)
     init = torch.load(checkpoint, weights_only=False)
@@ -47,8 +55,9 @@ def test_a_local_run_starts_from_the_checkpoints_actor_critics_and_encoder(check
 def test_a_pipeline_run_starts_from_the_checkpoint(checkpoint, tmp_path):
     from rlhw.rl.trainer import train
 
-    config = load_config(ROOT / "configs/sim_reach.yaml",
-                         [*SMALL, *NO_UPDATES, "env.sim=mock", f"train.init_from={checkpoint}"])
+    config = load_config(
+        ROOT / "configs/sim_reach.yaml", [*SMALL, *NO_UPDATES, "env.sim=mock", f"train.init_from={checkpoint}"]
+    )
     train(config, RunDir(tmp_path / "run"))
     saved = torch.load(tmp_path / "run" / "checkpoints" / "latest.pt", weights_only=False)
     assert same_networks(saved["sac"], torch.load(checkpoint, weights_only=False)["sac"])
@@ -58,9 +67,17 @@ def test_a_pipeline_run_starts_from_the_checkpoint(checkpoint, tmp_path):
 def test_a_checkpoint_of_another_env_is_refused_naming_init_from_and_the_key(checkpoint, tmp_path):
     from rlhw.rl.trainer import train
 
-    config = load_config(ROOT / "configs/sim_reach.yaml",
-                         [*SMALL, *NO_UPDATES, "env.sim=mock", "train.runner=local", "env.action.gripper=true",
-                          f"train.init_from={checkpoint}"])
+    config = load_config(
+        ROOT / "configs/sim_reach.yaml",
+        [
+            *SMALL,
+            *NO_UPDATES,
+            "env.sim=mock",
+            "train.runner=local",
+            "env.action.gripper=true",
+            f"train.init_from={checkpoint}",
+        ],
+    )
     with pytest.raises(ConfigError) as e:
         train(config, RunDir(tmp_path / "run"))
     assert e.value.path == "train.init_from" and "action: checkpoint shape (3,), env (4,)" in e.value.message
@@ -84,8 +101,21 @@ def test_other_network_widths_are_refused_naming_train_sac(checkpoint, tmp_path)
 
 @pytest.mark.timeout(60)
 def test_a_missing_init_from_file_is_a_one_line_error_before_anything_starts(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "rlhw.cli.main", "train", "configs/sim_reach.yaml",
-                        f"train.init_from={tmp_path / 'nope.pt'}", "--run-dir", str(tmp_path / "run")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rlhw.cli.main",
+            "train",
+            "configs/sim_reach.yaml",
+            f"train.init_from={tmp_path / 'nope.pt'}",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "train.init_from" in r.stderr and "not found" in r.stderr
     assert "Traceback" not in r.stderr and "Ray" not in r.stderr

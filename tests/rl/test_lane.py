@@ -63,8 +63,7 @@ def test_an_observation_reaches_the_rollout_worker_and_its_action_comes_back(rol
         env.close()
 
 
-def test_several_env_workers_on_one_rollout_worker_are_served_in_one_batch_each_answered_on_its_own_lane(
-        rollout_end):
+def test_several_env_workers_on_one_rollout_worker_are_served_in_one_batch_each_answered_on_its_own_lane(rollout_end):
     envs = [DirectEnvEnd(rollout_end.address, TOKEN, env_rank=r, rollout_rank=0, timeout_s=5.0) for r in range(3)]
     try:
         for r, e in enumerate(envs):
@@ -129,11 +128,16 @@ def test_the_lane_carries_only_its_messages(rollout_end):
         untyped = (np.zeros((1, 7)), np.zeros(1))  # an (actions, versions) pair: the codec has no way to send it
         with pytest.raises(MessageTypeError, match="step lane carries Actions"):
             rollout_end.answer(0, untyped)
-        with pytest.raises(MessageTypeError, match="carries EnvStep and Actions messages, but was given a builtins.tuple"):
+        with pytest.raises(
+            MessageTypeError, match="carries EnvStep and Actions messages, but was given a builtins.tuple"
+        ):
             rollout_end.streams[0].write(untyped, 1.0)
         rollout_end.streams[0].write(_step(9), 1.0)  # a well-formed message of the wrong kind
-        with pytest.raises(LaneError, match="rollout worker 0 at .* sent a frame that does not decode "
-                                            r"\(EnvStep where Actions was expected"):
+        with pytest.raises(
+            LaneError,
+            match="rollout worker 0 at .* sent a frame that does not decode "
+            r"\(EnvStep where Actions was expected",
+        ):
             env.actions()
     finally:
         env.close()
@@ -178,8 +182,13 @@ _ENV_PROCESS = textwrap.dedent("""
 
 
 def _python(script: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True, cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": ROOT})
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
 
 
 def test_a_killed_rollout_worker_is_reported_to_the_env_worker_at_once_not_after_the_step_timeout():

@@ -140,10 +140,10 @@ class Relay:
 
     def frames_to_rollout(self) -> list[bytes]:
         """The frames the env end sent after its hello, as they crossed."""
-        return _frames(bytes(self.to_rollout[HELLO.size:]))
+        return _frames(bytes(self.to_rollout[HELLO.size :]))
 
     def frames_to_env(self) -> list[bytes]:
-        return _frames(bytes(self.to_env[CHALLENGE.size + VERDICT.size + 32:]))
+        return _frames(bytes(self.to_env[CHALLENGE.size + VERDICT.size + 32 :]))
 
     def close(self) -> None:
         for s in (self.listener, self.up, self.down):
@@ -185,12 +185,13 @@ def bystander(rollout_end):
 
 
 def test_a_captured_hello_replayed_on_a_new_connection_is_refused_and_nothing_after_it_is_read(
-        rollout_end, bystander, tmp_path):
+    rollout_end, bystander, tmp_path
+):
     relay = Relay(rollout_end.address)
     env = DirectEnvEnd(relay.address, TOKEN, env_rank=0, rollout_rank=0, timeout_s=5.0)
     try:
         assert _served(rollout_end, env, 0, version=1)
-        captured_hello, (captured_step,) = bytes(relay.to_rollout[:HELLO.size]), relay.frames_to_rollout()
+        captured_hello, (captured_step,) = bytes(relay.to_rollout[: HELLO.size]), relay.frames_to_rollout()
         exploit, marker = _armed_pickle(tmp_path)
         attacker = _connect(rollout_end.address)
         _recv_exact(attacker, CHALLENGE.size)  # a fresh nonce the captured proof was not made over
@@ -209,7 +210,7 @@ def test_a_captured_answer_replayed_to_an_env_worker_does_not_pass_for_the_rollo
     relay = Relay(rollout_end.address)
     env = DirectEnvEnd(relay.address, TOKEN, env_rank=0, rollout_rank=0, timeout_s=5.0)
     env.close()
-    captured = bytes(relay.to_env[:CHALLENGE.size + VERDICT.size + 32])  # challenge, accept and proof
+    captured = bytes(relay.to_env[: CHALLENGE.size + VERDICT.size + 32])  # challenge, accept and proof
     assert VERDICT.unpack_from(captured, CHALLENGE.size) == (ACCEPT, 32)
     fake = socket.create_server(("127.0.0.1", 0))  # listens where the run said the rollout worker is
     served = threading.Thread(target=lambda: fake.accept()[0].sendall(captured), daemon=True)
@@ -227,12 +228,14 @@ def test_a_captured_answer_replayed_to_an_env_worker_does_not_pass_for_the_rollo
 
 
 def test_a_pickle_is_never_unpickled_not_even_in_a_frame_sealed_by_a_peer_that_holds_the_token(
-        rollout_end, bystander, tmp_path):
+    rollout_end, bystander, tmp_path
+):
     exploit, marker = _armed_pickle(tmp_path)
     impostor = _connect(rollout_end.address)  # no token: a forged hello, then the pickle as the old lane framed it
     _recv_exact(impostor, CHALLENGE.size)
-    impostor.sendall(HELLO.pack(b"RLHWLN02", 0, os.urandom(16), os.urandom(32)) + struct.pack("!Q", len(exploit))
-                     + exploit)
+    impostor.sendall(
+        HELLO.pack(b"RLHWLN02", 0, os.urandom(16), os.urandom(32)) + struct.pack("!Q", len(exploit)) + exploit
+    )
     assert "proof does not match" in _refusal(impostor)
     insider = DirectEnvEnd(rollout_end.address, TOKEN, env_rank=0, rollout_rank=0, timeout_s=5.0)
     try:
@@ -257,7 +260,7 @@ def _forged(relay: Relay) -> bytes:
 
 def _flip_an_observation_byte(data: bytes) -> bytes:
     at = len(data) - TAG - 5  # the last byte of x[0, 2]: the payload ends with x (12 bytes) and 4 of padding
-    return data[:at] + bytes([data[at] ^ 0x40]) + data[at + 1:]
+    return data[:at] + bytes([data[at] ^ 0x40]) + data[at + 1 :]
 
 
 INJECTIONS = {
@@ -269,7 +272,8 @@ INJECTIONS = {
 
 @pytest.mark.parametrize("injection", list(INJECTIONS))
 def test_bytes_injected_into_an_authenticated_stream_are_refused_and_the_env_worker_can_join_again(
-        rollout_end, bystander, injection):
+    rollout_end, bystander, injection
+):
     relay = Relay(rollout_end.address)
     env = DirectEnvEnd(relay.address, TOKEN, env_rank=0, rollout_rank=0, timeout_s=5.0)
     try:
@@ -278,8 +282,9 @@ def test_bytes_injected_into_an_authenticated_stream_are_refused_and_the_env_wor
         if injection == "an observation changed on the way":
             env.send(_step(0, value=2.0))
         assert _until_dropped(rollout_end, 0) == []  # nothing of it reached the policy
-        assert any("env worker 0 at 127.0.0.1" in why and "fails its integrity check" in why
-                   for why in rollout_end.closed)
+        assert any(
+            "env worker 0 at 127.0.0.1" in why and "fails its integrity check" in why for why in rollout_end.closed
+        )
         with pytest.raises(LaneError, match="closed the step lane"):
             env.actions()
         assert _served(rollout_end, bystander, 1, version=5)
@@ -331,8 +336,11 @@ def test_past_its_bound_the_oldest_unfinished_handshake_is_refused_and_its_env_w
     relay = Relay(end.address)
     relay.forward.clear()  # the env worker's hello is held on a slow link
     joining: dict = {}
-    t = threading.Thread(target=lambda: _catch(
-        lambda: DirectEnvEnd(relay.address, TOKEN, env_rank=0, rollout_rank=0, timeout_s=5.0), joining))
+    t = threading.Thread(
+        target=lambda: _catch(
+            lambda: DirectEnvEnd(relay.address, TOKEN, env_rank=0, rollout_rank=0, timeout_s=5.0), joining
+        )
+    )
     t.start()
     flood = []
     try:
@@ -371,8 +379,13 @@ _ROLLOUT_WITH_FEW_DESCRIPTORS = textwrap.dedent("""
 
 
 def test_a_flood_past_the_rollout_workers_file_descriptors_still_lets_an_env_worker_join():
-    proc = subprocess.Popen([sys.executable, "-c", _ROLLOUT_WITH_FEW_DESCRIPTORS], stdout=subprocess.PIPE, text=True,
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _ROLLOUT_WITH_FEW_DESCRIPTORS],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     flood = []
     try:
         address = LaneAddress("127.0.0.1", int(proc.stdout.readline()))
@@ -412,7 +425,7 @@ def _valid_header() -> tuple[bytes, bytes]:
 
 
 def _with(header: bytes, at: int, value: bytes) -> bytes:
-    return header[:at] + value + header[at + len(value):]
+    return header[:at] + value + header[at + len(value) :]
 
 
 GARBAGE = {  # what a peer holding the token could seal: each must be refused as it is, never decoded further
@@ -434,15 +447,15 @@ def test_a_garbage_frame_drops_only_its_sender_and_is_never_decoded(rollout_end,
     try:
         env.stream.send_sealed(_frame(header, payload), timeout=5.0)
         assert _until_dropped(rollout_end, 0) == []  # nothing of it reached the policy
-        assert any(why.startswith("env worker 0 at 127.0.0.1") and "does not decode" in why
-                   for why in rollout_end.closed), rollout_end.closed
+        assert any(
+            why.startswith("env worker 0 at 127.0.0.1") and "does not decode" in why for why in rollout_end.closed
+        ), rollout_end.closed
         assert _served(rollout_end, bystander, 1, version=10)
     finally:
         env.close()
 
 
-def test_a_frame_announcing_more_than_the_lane_carries_is_refused_before_anything_is_allocated(
-        rollout_end, bystander):
+def test_a_frame_announcing_more_than_the_lane_carries_is_refused_before_anything_is_allocated(rollout_end, bystander):
     env = DirectEnvEnd(rollout_end.address, TOKEN, env_rank=0, rollout_rank=0, timeout_s=5.0)
     try:
         env.stream.sock.sendall(PREFIX.pack(16, 1 << 40))  # unsealed: the lengths come first

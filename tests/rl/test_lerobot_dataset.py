@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +17,9 @@ from rlhw.config import load_config_dict
 from rlhw.config.datasets import FeatureRef, LeRobotDemoConfig
 from rlhw.config.train import FaultStore
 from rlhw.errors import ConfigError, FaultKind
-from rlhw.rl.fault_signal import FaultSignal
 from rlhw.rl.demos import load_demos, provenance_of
 from rlhw.rl.episodes import PROVENANCE_KEY, EpisodeRecorder, episode_files, load_episode
+from rlhw.rl.fault_signal import FaultSignal
 from rlhw.rl.lerobot.export import ExportOptions, export_episodes
 
 H, W = 24, 32
@@ -29,10 +28,16 @@ ACTION = (3,)
 REPO = Path(__file__).resolve().parents[2]
 LEROBOT_PYTHON = Path(os.environ.get("RLHW_LEROBOT_PYTHON", REPO / ".venv-lerobot" / "bin" / "python"))
 #: tools/lerobot_env.sh stamps its environment once LeRobot's loader imports there.
-LEROBOT_READY = LEROBOT_PYTHON.exists() if "RLHW_LEROBOT_PYTHON" in os.environ else \
-    (REPO / ".venv-lerobot" / ".lerobot-installed").exists()
-CLUSTER = {"num_nodes": 1, "component_placement": {"env,rollout,learner": {"node_group": "node", "placement": "0"}},
-           "node_groups": []}
+LEROBOT_READY = (
+    LEROBOT_PYTHON.exists()
+    if "RLHW_LEROBOT_PYTHON" in os.environ
+    else (REPO / ".venv-lerobot" / ".lerobot-installed").exists()
+)
+CLUSTER = {
+    "num_nodes": 1,
+    "component_placement": {"env,rollout,learner": {"node_group": "node", "placement": "0"}},
+    "node_groups": [],
+}
 #: The env config section an episode records (rlhw.rl.demos.recorded_env), cut to what the test needs.
 RECORDED_ENV = {"task": "reach", "control_hz": 10.0}
 #: What `train.demos` checks a demo against: flat env.* keys (rlhw.rl.demos.provenance_of).
@@ -51,9 +56,13 @@ def _frame(t: int, phase: float) -> np.ndarray:
 
 
 def _obs(rng, t: int) -> dict[str, np.ndarray]:
-    return {"pos": rng.normal(size=2).astype(np.float32), "goal": rng.normal(size=2).astype(np.float32),
-            "grip": rng.uniform(0, 0.08, 1).astype(np.float32), "image_front": _frame(t, 0.0),
-            "image_wrist": _frame(t, 1.5)}
+    return {
+        "pos": rng.normal(size=2).astype(np.float32),
+        "goal": rng.normal(size=2).astype(np.float32),
+        "grip": rng.uniform(0, 0.08, 1).astype(np.float32),
+        "image_front": _frame(t, 0.0),
+        "image_wrist": _frame(t, 1.5),
+    }
 
 
 def _record(directory: Path, lengths=(6, 9, 4), kind: str = "demo", seed: int = 0) -> list[Path]:
@@ -61,13 +70,22 @@ def _record(directory: Path, lengths=(6, 9, 4), kind: str = "demo", seed: int = 
     by a safety fault (a reflex); the operator drives every other step; a policy version on the others."""
     rng, rec = np.random.default_rng(seed), EpisodeRecorder(directory, meta={PROVENANCE_KEY: RECORDED_ENV})
     for e, T in enumerate(lengths):
-        rec.begin(_obs(rng, 0), kind=kind, meta={"seed": e, "task": "reach", "robot": "mujoco@127.0.0.1",
-                                                  "control_hz": 10.0})
+        rec.begin(
+            _obs(rng, 0), kind=kind, meta={"seed": e, "task": "reach", "robot": "mujoco@127.0.0.1", "control_hz": 10.0}
+        )
         for t in range(T):
             last = t == T - 1
-            rec.step(rng.uniform(-1, 1, 3), float(rng.normal()), last and e == 0, last and e != 0, _obs(rng, t + 1),
-                     success=last and e == 0, intervened=t % 2 == 0, policy_version=-1 if t % 2 == 0 else 10 + t,
-                     fault=FaultKind.REFLEX if last and e == 2 else None)
+            rec.step(
+                rng.uniform(-1, 1, 3),
+                float(rng.normal()),
+                last and e == 0,
+                last and e != 0,
+                _obs(rng, t + 1),
+                success=last and e == 0,
+                intervened=t % 2 == 0,
+                policy_version=-1 if t % 2 == 0 else 10 + t,
+                fault=FaultKind.REFLEX if last and e == 2 else None,
+            )
         rec.end()
     return episode_files(directory, kind)
 
@@ -83,7 +101,7 @@ def exported(tmp_path_factory) -> tuple[Path, Path]:
 
 def _psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
-    return float(10 * np.log10(255.0 ** 2 / max(mse, 1e-12)))
+    return float(10 * np.log10(255.0**2 / max(mse, 1e-12)))
 
 
 def test_round_trip_episodes_to_lerobot_to_rlpd_demos_keeps_every_value_and_images_within_codec_loss(exported):
@@ -110,7 +128,15 @@ def test_the_export_keeps_fps_task_every_flag_and_the_recording_config(exported)
     assert info["codebase_version"] == "v3.0" and info["fps"] == 10 and info["robot_type"] == "mujoco"  # no address
     assert info["features"]["observation.state"]["names"] == ["goal[0]", "goal[1]", "grip[0]", "pos[0]", "pos[1]"]
     assert {k for k in info["features"] if not k.startswith("observation.")} >= {
-        "action", "next.reward", "next.done", "next.truncated", "intervened", "policy_version", "success", "fault"}
+        "action",
+        "next.reward",
+        "next.done",
+        "next.truncated",
+        "intervened",
+        "policy_version",
+        "success",
+        "fault",
+    }
     assert info["features"]["observation.images.front"]["dtype"] == "video"
     import pyarrow.parquet as pq
 
@@ -149,29 +175,45 @@ print(json.dumps(out))
 @pytest.mark.timeout(240)
 def test_lerobots_own_loader_reads_the_export_offline(exported, tmp_path):
     if not LEROBOT_READY:
-        pytest.skip(f"LeRobot's loader lives in a second environment: run `bash tools/lerobot_env.sh` "
-                    f"(missing {LEROBOT_PYTHON})")
+        pytest.skip(
+            f"LeRobot's loader lives in a second environment: run `bash tools/lerobot_env.sh` "
+            f"(missing {LEROBOT_PYTHON})"
+        )
     demos, dataset = exported
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     env.pop("PYTHONPATH", None)
-    done = subprocess.run([str(LEROBOT_PYTHON), "-c", LOADER_SCRIPT, "lab/reach", str(dataset)], capture_output=True,
-                          text=True, timeout=200, env=env, cwd=tmp_path)
+    done = subprocess.run(
+        [str(LEROBOT_PYTHON), "-c", LOADER_SCRIPT, "lab/reach", str(dataset)],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        env=env,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert (got["len"], got["fps"], got["episodes"], got["task"]) == (19, 10, 3, "reach")
     assert got["video_keys"] == ["observation.images.front", "observation.images.wrist"]
     episodes = [load_episode(p) for p in episode_files(demos, "demo")]
-    state = np.concatenate([np.concatenate([ep[f"obs/{k}"][:-1].reshape(len(ep["action"]), -1)
-                                            for k in ("goal", "grip", "pos")], 1) for ep in episodes])
+    state = np.concatenate(
+        [
+            np.concatenate([ep[f"obs/{k}"][:-1].reshape(len(ep["action"]), -1) for k in ("goal", "grip", "pos")], 1)
+            for ep in episodes
+        ]
+    )
     np.testing.assert_array_equal(np.asarray(got["observation.state"], np.float32), state)
-    np.testing.assert_array_equal(np.asarray(got["action"], np.float32), np.concatenate([e["action"] for e in episodes]))
-    np.testing.assert_array_equal(np.asarray(got["next.reward"], np.float32).ravel(),
-                                  np.concatenate([e["reward"] for e in episodes]))
+    np.testing.assert_array_equal(
+        np.asarray(got["action"], np.float32), np.concatenate([e["action"] for e in episodes])
+    )
+    np.testing.assert_array_equal(
+        np.asarray(got["next.reward"], np.float32).ravel(), np.concatenate([e["reward"] for e in episodes])
+    )
     for key, field in (("intervened", "intervened"), ("success", "success"), ("policy_version", "policy_version")):
         np.testing.assert_array_equal(np.asarray(got[key]).ravel(), np.concatenate([e[field] for e in episodes]))
     assert got["fault"] == [""] * 18 + ["reflex"]
-    assert np.asarray(got["next.done"]).ravel().tolist() == sum(([False] * (len(e["action"]) - 1) + [True]
-                                                                 for e in episodes), [])
+    assert np.asarray(got["next.done"]).ravel().tolist() == sum(
+        ([False] * (len(e["action"]) - 1) + [True] for e in episodes), []
+    )
     for cam in ("front", "wrist"):
         frames = np.concatenate([e[f"obs/image_{cam}"][:-1] for e in episodes])
         assert _psnr(np.asarray(got[f"observation.images.{cam}"]), frames) > 30, cam
@@ -192,8 +234,13 @@ def _foreign(dataset: Path, to: Path) -> Path:
     return to
 
 
-FOREIGN_MAP = {"pos": "observation.state[3:5]", "goal": "observation.state[0:2]", "grip": "observation.state[2:3]",
-               "image_front": "observation.images.wrist", "image_wrist": "observation.images.front"}
+FOREIGN_MAP = {
+    "pos": "observation.state[3:5]",
+    "goal": "observation.state[0:2]",
+    "grip": "observation.state[2:3]",
+    "image_front": "observation.images.wrist",
+    "image_wrist": "observation.images.front",
+}
 
 
 def test_a_foreign_dataset_loads_through_its_feature_map_and_keeps_only_transitions_it_can_build(exported, tmp_path):
@@ -215,22 +262,47 @@ def test_a_foreign_dataset_loads_through_its_feature_map_and_keeps_only_transiti
     np.testing.assert_array_equal(back[1]["next_obs/pos"], ours[1]["next_obs/pos"][:8])
 
 
-@pytest.mark.parametrize("change, where, message", [
-    ({"observations": {**FOREIGN_MAP, "pos": "observation.position"}}, r"train.demos\[0\].observations.pos",
-     r"feature 'observation.position' is not in .*its features: observation.state \(5,\)"),
-    ({"observations": {**FOREIGN_MAP, "pos": "observation.state[4:6]"}}, r"train.demos\[0\].observations.pos",
-     r"observation.state\[4:6\] goes past the end of 'observation.state', which has 5 components"),
-    ({"observations": {**FOREIGN_MAP, "pos": "observation.state[0:3]"}}, r"train.demos\[0\].observations.pos",
-     r"observation.state\[0:3\] has 3 components per frame, the env needs shape \(2,\): map a slice of 2 components"),
-    ({"observations": {k: v for k, v in FOREIGN_MAP.items() if k != "grip"}}, r"train.demos\[0\].observations",
-     r"the env's observation 'grip' has no feature; map it: grip: FEATURE"),
-    ({"observations": {**FOREIGN_MAP, "force": "observation.state[0:1]"}}, r"train.demos\[0\].observations.force",
-     r"the env has no observation 'force'"),
-    ({"action": "observation.state"}, r"train.demos\[0\].action", r"observation.state has 5 components per frame, the env needs shape \(3,\)"),
-    ({"reward": "action"}, r"train.demos\[0\].reward",
-     r"action has 3 components per frame, the env needs shape \(1,\): map a feature or slice with one value per frame"),
-    ({"done": "next.finished"}, r"train.demos\[0\].done", r"feature 'next.finished' is not in"),
-])
+@pytest.mark.parametrize(
+    "change, where, message",
+    [
+        (
+            {"observations": {**FOREIGN_MAP, "pos": "observation.position"}},
+            r"train.demos\[0\].observations.pos",
+            r"feature 'observation.position' is not in .*its features: observation.state \(5,\)",
+        ),
+        (
+            {"observations": {**FOREIGN_MAP, "pos": "observation.state[4:6]"}},
+            r"train.demos\[0\].observations.pos",
+            r"observation.state\[4:6\] goes past the end of 'observation.state', which has 5 components",
+        ),
+        (
+            {"observations": {**FOREIGN_MAP, "pos": "observation.state[0:3]"}},
+            r"train.demos\[0\].observations.pos",
+            r"observation.state\[0:3\] has 3 components per frame, the env needs shape \(2,\): map a slice of 2 components",
+        ),
+        (
+            {"observations": {k: v for k, v in FOREIGN_MAP.items() if k != "grip"}},
+            r"train.demos\[0\].observations",
+            r"the env's observation 'grip' has no feature; map it: grip: FEATURE",
+        ),
+        (
+            {"observations": {**FOREIGN_MAP, "force": "observation.state[0:1]"}},
+            r"train.demos\[0\].observations.force",
+            r"the env has no observation 'force'",
+        ),
+        (
+            {"action": "observation.state"},
+            r"train.demos\[0\].action",
+            r"observation.state has 5 components per frame, the env needs shape \(3,\)",
+        ),
+        (
+            {"reward": "action"},
+            r"train.demos\[0\].reward",
+            r"action has 3 components per frame, the env needs shape \(1,\): map a feature or slice with one value per frame",
+        ),
+        ({"done": "next.finished"}, r"train.demos\[0\].done", r"feature 'next.finished' is not in"),
+    ],
+)
 def test_a_bad_feature_map_is_refused_naming_the_key_and_the_fix(exported, tmp_path, change, where, message):
     foreign = _foreign(exported[1], tmp_path / "foreign")
     entry = LeRobotDemoConfig(**{"path": str(foreign), "observations": FOREIGN_MAP, **change})
@@ -242,8 +314,11 @@ def test_a_camera_of_another_size_is_refused_not_resized(exported, tmp_path):
     foreign = _foreign(exported[1], tmp_path / "foreign")
     shapes = {**SHAPES, "image_front": (2 * H, 2 * W, 3)}
     entry = LeRobotDemoConfig(path=str(foreign), observations=FOREIGN_MAP)
-    with pytest.raises(ConfigError, match=r"observations.image_front: observation.images.wrist is a 24x32 camera, "
-                                          r"the env's is \(48, 64, 3\): map a camera of the same size"):
+    with pytest.raises(
+        ConfigError,
+        match=r"observations.image_front: observation.images.wrist is a 24x32 camera, "
+        r"the env's is \(48, 64, 3\): map a camera of the same size",
+    ):
         load_demos([entry], shapes, ACTION)
 
 
@@ -254,21 +329,33 @@ def test_a_dataset_without_a_done_flag_is_told_to_say_episode_end(exported, tmp_
     (foreign / "meta/info.json").write_text(json.dumps(info))
     with pytest.raises(ConfigError, match=r"train.demos\[0\].done: .*has no feature 'next.done'.*done: episode_end"):
         load_demos([LeRobotDemoConfig(path=str(foreign), observations=FOREIGN_MAP)], SHAPES, ACTION)
-    back = load_demos([LeRobotDemoConfig(path=str(foreign), observations=FOREIGN_MAP, done="episode_end")],
-                      SHAPES, ACTION)
+    back = load_demos(
+        [LeRobotDemoConfig(path=str(foreign), observations=FOREIGN_MAP, done="episode_end")], SHAPES, ACTION
+    )
     assert [b["terminated"].tolist().count(1.0) for b in back] == [1, 0, 0]  # truncated episodes stay truncated
 
 
 def test_train_demos_takes_paths_and_feature_maps_and_names_a_bad_reference():
-    config = load_config_dict({"cluster": CLUSTER, "train": {"demos": [
-        "demos/a", {"path": "lr", "observations": {"pos": "observation.state[0:2]"}, "done": "episode_end"}]}})
+    config = load_config_dict(
+        {
+            "cluster": CLUSTER,
+            "train": {
+                "demos": [
+                    "demos/a",
+                    {"path": "lr", "observations": {"pos": "observation.state[0:2]"}, "done": "episode_end"},
+                ]
+            },
+        }
+    )
     assert config.train.demos[0] == "demos/a"
     assert config.train.demos[1].observations["pos"] == FeatureRef("observation.state", 0, 2)
     assert config.train.demos[1].done == "episode_end" and config.train.demos[1].reward == FeatureRef("next.reward")
     dumped = config.model_dump(mode="json")["train"]["demos"][1]
     assert dumped["observations"] == {"pos": "observation.state[0:2]"} and dumped["done"] == "episode_end"
     with pytest.raises(ConfigError, match=r"train.demos\[1\].*observations.pos.*write NAME or NAME\[START:STOP\]"):
-        load_config_dict({"cluster": CLUSTER, "train": {"demos": ["a", {"path": "lr", "observations": {"pos": "state[0:"}}]}})
+        load_config_dict(
+            {"cluster": CLUSTER, "train": {"demos": ["a", {"path": "lr", "observations": {"pos": "state[0:"}}]}}
+        )
 
 
 def test_export_dataset_cli_writes_a_dataset_and_refuses_bad_input_with_one_line(tmp_path, capsys):
@@ -278,9 +365,14 @@ def test_export_dataset_cli_writes_a_dataset_and_refuses_bad_input_with_one_line
     assert "wrote 1 episode(s), 3 frame(s) at 10 fps (cameras: front, wrist)" in capsys.readouterr().out
     cases = [
         (["export-dataset", str(tmp_path / "nope"), "--out", str(tmp_path / "o2")], "EPISODES: .*nope does not exist"),
-        (["export-dataset", str(tmp_path / "run"), "--out", str(tmp_path / "out")], "--out: .*already exists and is not empty"),
-        (["export-dataset", str(tmp_path / "run"), "--out", str(tmp_path / "o3"), "--repo-id", "a/b/c"],
-         "--repo-id: 'a/b/c' is not OWNER/NAME"),
+        (
+            ["export-dataset", str(tmp_path / "run"), "--out", str(tmp_path / "out")],
+            "--out: .*already exists and is not empty",
+        ),
+        (
+            ["export-dataset", str(tmp_path / "run"), "--out", str(tmp_path / "o3"), "--repo-id", "a/b/c"],
+            "--repo-id: 'a/b/c' is not OWNER/NAME",
+        ),
         (["export-dataset", str(tmp_path / "empty"), "--out", str(tmp_path / "o4")], "EPISODES: .*holds no"),
     ]
     (tmp_path / "empty").mkdir()
@@ -333,9 +425,26 @@ def test_av1_export_leaves_every_thread_at_the_scheduling_it_had(tmp_path):
 def test_record_demos_on_mujoco_then_export_keeps_the_recording_config_and_train_demos_reads_it_back(tmp_path, capsys):
     sim_reach = str(REPO / "configs" / "sim_reach.yaml")
     fast = ["env.max_episode_steps=20", "env.teleop.hesitation=0.0", "env.control_hz=20"]
-    assert main(["record-demos", sim_reach, "--episodes", "2", "--teleop", "scripted", "--out", str(tmp_path / "demos"),
-                 "--no-live", *fast]) == 0
-    assert main(["export-dataset", str(tmp_path / "demos"), "--out", str(tmp_path / "lr"), "--repo-id", "lab/reach"]) == 0
+    assert (
+        main(
+            [
+                "record-demos",
+                sim_reach,
+                "--episodes",
+                "2",
+                "--teleop",
+                "scripted",
+                "--out",
+                str(tmp_path / "demos"),
+                "--no-live",
+                *fast,
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(["export-dataset", str(tmp_path / "demos"), "--out", str(tmp_path / "lr"), "--repo-id", "lab/reach"]) == 0
+    )
     assert "at 20 fps (cameras: none)" in capsys.readouterr().out
     import pyarrow.parquet as pq
 
@@ -366,8 +475,11 @@ def test_a_local_rlpd_run_fills_its_demo_buffer_from_an_export(tmp_path):
     steps = _record_demos(tmp_path / "demos", 2)  # the point env's episodes carry no control rate: --fps
     assert main(["export-dataset", str(tmp_path / "demos"), "--out", str(tmp_path / "lr"), "--fps", "10"]) == 0
     rd = RunDir(tmp_path / "run")
-    train_local(_config(demos=[str(tmp_path / "lr")], max_env_steps=100), rd,
-                env_factory=lambda c, r: PointReachEnv(seed=c.train.seed))
+    train_local(
+        _config(demos=[str(tmp_path / "lr")], max_env_steps=100),
+        rd,
+        env_factory=lambda c, r: PointReachEnv(seed=c.train.seed),
+    )
     sizes = [r["train/demo_buffer_size"] for r in rd.metrics() if r.get("train/demo_buffer_size") is not None]
     assert sizes and all(s == steps for s in sizes)  # every demo step, and no intervention in this run
 
@@ -390,8 +502,14 @@ def test_an_export_merged_by_lerobots_own_tools_still_reads_back_as_it_is(export
     demos, dataset = exported
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     env.pop("PYTHONPATH", None)
-    done = subprocess.run([str(LEROBOT_PYTHON), "-c", MERGE_SCRIPT, str(dataset), str(tmp_path / "twice")],
-                          capture_output=True, text=True, timeout=200, env=env, cwd=tmp_path)
+    done = subprocess.run(
+        [str(LEROBOT_PYTHON), "-c", MERGE_SCRIPT, str(dataset), str(tmp_path / "twice")],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        env=env,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rlhw" not in json.loads((tmp_path / "twice" / "meta" / "info.json").read_text())
     ours, back = load_demos([str(demos)], SHAPES, ACTION), load_demos([str(tmp_path / "twice")], SHAPES, ACTION)
@@ -418,8 +536,11 @@ def test_an_export_keeps_the_demos_provenance_so_a_run_with_another_env_refuses_
     demos, dataset = exported
     other = {**PROVENANCE, "env.control_hz": 20.0}
     for source in (demos, dataset):
-        with pytest.raises(ConfigError, match=r"train.demos\[0\]: demo-000000.npz was recorded with "
-                                              r"env.control_hz=10.0, this run has env.control_hz=20.0"):
+        with pytest.raises(
+            ConfigError,
+            match=r"train.demos\[0\]: demo-000000.npz was recorded with "
+            r"env.control_hz=10.0, this run has env.control_hz=20.0",
+        ):
             load_demos([str(source)], SHAPES, ACTION, other)
 
 
@@ -442,25 +563,31 @@ def test_a_camera_stored_as_image_frames_in_the_parquet_maps_like_a_video(export
 
     path = foreign / "data/chunk-000/file-000.parquet"
     table = pq.read_table(path)
-    column = pa.array([{"bytes": png(f), "path": None} for f in frames],
-                      pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+    column = pa.array(
+        [{"bytes": png(f), "path": None} for f in frames], pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    )
     pq.write_table(table.append_column("observation.images.still", column), path)
     info = json.loads((foreign / "meta/info.json").read_text())
     info["features"]["observation.images.still"] = {"dtype": "image", "shape": [H, W, 3], "names": None}
     (foreign / "meta/info.json").write_text(json.dumps(info))
-    back = load_demos([LeRobotDemoConfig(path=str(foreign), observations={**FOREIGN_MAP,
-                                                                          "image_front": "observation.images.still"})],
-                      SHAPES, ACTION)
+    back = load_demos(
+        [LeRobotDemoConfig(path=str(foreign), observations={**FOREIGN_MAP, "image_front": "observation.images.still"})],
+        SHAPES,
+        ACTION,
+    )
     n = [len(b["reward"]) for b in back]
     starts = np.cumsum([0, 6, 9])
     for b, start, count in zip(back, starts, n):
-        np.testing.assert_array_equal(b["obs/image_front"], frames[start:start + count])  # PNG: lossless
+        np.testing.assert_array_equal(b["obs/image_front"], frames[start : start + count])  # PNG: lossless
 
 
 def test_a_dataset_recorded_elsewhere_loads_with_a_warning_that_its_provenance_is_unchecked(exported, tmp_path):
     from rlhw.rl.demos import UncheckedDemoWarning
 
     foreign = _foreign(exported[1], tmp_path / "foreign")
-    with pytest.warns(UncheckedDemoWarning, match=r"train.demos\[0\]: 3 of 3 episode\(s\) .*recorded elsewhere.*"
-                                                  r"env.control_hz, .*env.task_options are NOT checked.*Check that the dataset"):
+    with pytest.warns(
+        UncheckedDemoWarning,
+        match=r"train.demos\[0\]: 3 of 3 episode\(s\) .*recorded elsewhere.*"
+        r"env.control_hz, .*env.task_options are NOT checked.*Check that the dataset",
+    ):
         load_demos([LeRobotDemoConfig(path=str(foreign), observations=FOREIGN_MAP)], SHAPES, ACTION, PROVENANCE)

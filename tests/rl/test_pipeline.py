@@ -25,9 +25,17 @@ from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-FAST_TRAIN = {"max_env_steps": 200, "learning_starts": 100, "eval_every_steps": 200, "eval_episodes": 2,
-              "steps_per_iteration": 50, "log_every_steps": 100, "progress": False, "utd_ratio": 0.25,
-              "sac": {"hidden_sizes": [32, 32], "batch_size": 32}}
+FAST_TRAIN = {
+    "max_env_steps": 200,
+    "learning_starts": 100,
+    "eval_every_steps": 200,
+    "eval_episodes": 2,
+    "steps_per_iteration": 50,
+    "log_every_steps": 100,
+    "progress": False,
+    "utd_ratio": 0.25,
+    "sac": {"hidden_sizes": [32, 32], "batch_size": 32},
+}
 
 
 def two_node_config(**train) -> dict:
@@ -47,8 +55,9 @@ def two_node_config(**train) -> dict:
 
 @pytest.fixture(scope="module")
 def ray_nodes():
-    with ray_cluster({"num_cpus": 2, "labels": {"rlhw.node_rank": "0"}},
-                     {"num_cpus": 2, "labels": {"rlhw.node_rank": "1"}}) as rc:
+    with ray_cluster(
+        {"num_cpus": 2, "labels": {"rlhw.node_rank": "0"}}, {"num_cpus": 2, "labels": {"rlhw.node_rank": "1"}}
+    ) as rc:
         yield rc
 
 
@@ -56,8 +65,13 @@ def ray_nodes():
 def test_two_learner_processes_on_another_node_train_with_identical_weights(ray_nodes, tmp_path):
     raw = two_node_config()
     loop_cpu = max(os.sched_getaffinity(0))  # the robot loop's isolation settings take effect in the env worker
-    raw["cluster"]["node_groups"] = [{"label": "robot", "node_ranks": 0, "env_configs": [
-        {"node_ranks": 0, "loop_cpus": str(loop_cpu), "loop_priority": {"nice": 3}}]}]
+    raw["cluster"]["node_groups"] = [
+        {
+            "label": "robot",
+            "node_ranks": 0,
+            "env_configs": [{"node_ranks": 0, "loop_cpus": str(loop_cpu), "loop_priority": {"nice": 3}}],
+        }
+    ]
     config = load_config_dict(raw)
     cluster = Cluster(config, address=ray_nodes.address, probe_hardware=False)
     placements = cluster.placements
@@ -86,8 +100,11 @@ def test_two_learner_processes_on_another_node_train_with_identical_weights(ray_
 @pytest.mark.timeout(300)
 def test_in_async_mode_the_simulator_waits_for_the_learner_so_the_configured_utd_holds(ray_nodes, tmp_path):
     # Ungated, this MuJoCo arm outran two all-reducing learner processes (sim_insert: a UTD of 0.24 against 1).
-    config = load_config_dict(two_node_config(mode="async", utd_ratio=1.0, utd_slack=25, max_env_steps=400,
-                                              learning_starts=100, eval_every_steps=100_000))
+    config = load_config_dict(
+        two_node_config(
+            mode="async", utd_ratio=1.0, utd_slack=25, max_env_steps=400, learning_starts=100, eval_every_steps=100_000
+        )
+    )
     rd = RunDir(tmp_path / "run")
     rd.write_config(config)
     stop = train_pipeline(config, rd, cluster=Cluster(config, address=ray_nodes.address, probe_hardware=False))
@@ -110,15 +127,17 @@ def start_run_in_background(ray_nodes, config: dict, run_path, min_episodes: int
     result: dict = {}
     t = threading.Thread(target=lambda: result.update(stop=train_pipeline(config, rd, cluster=cluster)), daemon=True)
     t.start()
-    assert wait_until(lambda: len(episode_files(rd.episodes, "train")) >= min_episodes, timeout_s=180, period_s=0.5), \
+    assert wait_until(lambda: len(episode_files(rd.episodes, "train")) >= min_episodes, timeout_s=180, period_s=0.5), (
         "the run never got going"
+    )
     return rd, t, result
 
 
 @pytest.mark.timeout(300)
 def test_a_killed_env_worker_stops_the_run_cleanly_with_checkpoint_and_data(ray_nodes, tmp_path):
     rd, t, result = start_run_in_background(
-        ray_nodes, two_node_config(max_env_steps=100_000, mode="async"), tmp_path / "run", min_episodes=3)
+        ray_nodes, two_node_config(max_env_steps=100_000, mode="async"), tmp_path / "run", min_episodes=3
+    )
     victim = ray.get_actor("rlhw.worker:env:0", namespace="rlhw")
     ray.kill(victim, no_restart=True)
     killed_at = time.monotonic()
@@ -136,8 +155,9 @@ def test_a_killed_env_worker_stops_the_run_cleanly_with_checkpoint_and_data(ray_
     assert recorded >= status["env_steps"] - 1  # at most the step in flight is missing from disk
     # ... and the run resumes from that checkpoint and those episodes.
     more = load_config_dict(two_node_config(max_env_steps=recorded + 50, eval_every_steps=100_000))
-    stop2 = train_pipeline(more, rd, resume=True, cluster=Cluster(more, address=ray_nodes.address,
-                                                                 probe_hardware=False))
+    stop2 = train_pipeline(
+        more, rd, resume=True, cluster=Cluster(more, address=ray_nodes.address, probe_hardware=False)
+    )
     status2 = json.loads(rd.status_path.read_text())
     assert stop2.status == "stopped", stop2.reason
     assert status2["env_steps"] >= recorded + 50
@@ -150,9 +170,13 @@ def test_a_dead_env_server_child_is_restarted_and_the_run_carries_on(ray_nodes, 
     import signal
 
     rd, t, result = start_run_in_background(
-        ray_nodes, two_node_config(max_env_steps=250, eval_every_steps=100_000, env_restarts=1,
-                                   env_transport="server"),  # a child to kill: a simulator would run in process
-        tmp_path / "run", min_episodes=2)
+        ray_nodes,
+        two_node_config(
+            max_env_steps=250, eval_every_steps=100_000, env_restarts=1, env_transport="server"
+        ),  # a child to kill: a simulator would run in process
+        tmp_path / "run",
+        min_episodes=2,
+    )
     worker = ray.get_actor("rlhw.worker:env:0", namespace="rlhw")
     first_pid = ray.get(worker.server_pid.remote(), timeout=30)
     os.kill(first_pid, signal.SIGKILL)  # the robot-side process dies mid-episode
@@ -183,7 +207,9 @@ def _record_mujoco_demos(config, directory, episodes: int) -> int:
             rec.begin(obs, kind="demo", meta={"success": False})
             done = False
             while not done:
-                action = rng.uniform(env.spec.action.low, env.spec.action.high, env.spec.action.shape).astype(np.float32)
+                action = rng.uniform(env.spec.action.low, env.spec.action.high, env.spec.action.shape).astype(
+                    np.float32
+                )
                 obs, reward, terminated, truncated, info = env.step(action).gym()
                 rec.step(action, reward, terminated, truncated, obs, bool(info.get("success")), intervened=True)
                 steps += 1
@@ -211,11 +237,15 @@ def test_every_learner_rank_loads_the_demos_again_on_resume_and_steps_carry_thei
     assert versions[-1] >= 0 and versions[50:] == sorted(versions[50:])  # then the published weights' versions
     assert not any(ep["intervened"].any() for ep in eps)
 
-    more = load_config_dict(two_node_config(demos=[str(demos)], max_env_steps=status_steps(rd) + 50,
-                                            learning_starts=50, eval_every_steps=100_000))
+    more = load_config_dict(
+        two_node_config(
+            demos=[str(demos)], max_env_steps=status_steps(rd) + 50, learning_starts=50, eval_every_steps=100_000
+        )
+    )
     rows_before = len(rd.metrics())
-    stop2 = train_pipeline(more, rd, resume=True, cluster=Cluster(more, address=ray_nodes.address,
-                                                                 probe_hardware=False))
+    stop2 = train_pipeline(
+        more, rd, resume=True, cluster=Cluster(more, address=ray_nodes.address, probe_hardware=False)
+    )
     assert stop2.status == "stopped", stop2.reason
     resumed = [r["train/demo_buffer_size"] for r in rd.metrics()[rows_before:] if r.get("train/demo_buffer_size")]
     assert resumed and set(resumed) == {demo_steps}
@@ -231,8 +261,10 @@ def status_steps(rd: RunDir) -> int:
 def across_nodes_config(**train) -> dict:
     """The env worker on node 0; its rollout worker and the learner on node 1: every step crosses raylets."""
     raw = two_node_config(**train)
-    raw["cluster"]["component_placement"] = {"env": {"node_group": "node", "placement": "0"},
-                                             "rollout,learner": {"node_group": "node", "placement": "1"}}
+    raw["cluster"]["component_placement"] = {
+        "env": {"node_group": "node", "placement": "0"},
+        "rollout,learner": {"node_group": "node", "placement": "1"},
+    }
     return raw
 
 
@@ -256,8 +288,11 @@ def test_the_direct_lane_carries_every_step_between_raylets_and_loses_no_transit
 @pytest.mark.timeout(300)
 def test_a_killed_rollout_worker_stops_the_run_cleanly_naming_the_lane_with_every_step_on_disk(ray_nodes, tmp_path):
     rd, t, result = start_run_in_background(
-        ray_nodes, across_nodes_config(max_env_steps=100_000, mode="async", step_lane="direct"), tmp_path / "run",
-        min_episodes=3)
+        ray_nodes,
+        across_nodes_config(max_env_steps=100_000, mode="async", step_lane="direct"),
+        tmp_path / "run",
+        min_episodes=3,
+    )
     ray.kill(ray.get_actor("rlhw.worker:rollout:0", namespace="rlhw"), no_restart=True)
     killed_at = time.monotonic()
     t.join(120)
@@ -277,8 +312,10 @@ def test_a_killed_rollout_worker_stops_the_run_cleanly_naming_the_lane_with_ever
 @pytest.mark.timeout(300)
 def test_an_env_worker_that_acts_next_to_its_arm_learns_from_weights_sent_across_nodes(ray_nodes, tmp_path):
     raw = two_node_config(policy_at="env", max_env_steps=250, learning_starts=100, weights_every_updates=5)
-    raw["cluster"]["component_placement"] = {"env": {"node_group": "node", "placement": "0"},
-                                             "learner": {"node_group": "node", "placement": "1"}}  # no rollout group
+    raw["cluster"]["component_placement"] = {
+        "env": {"node_group": "node", "placement": "0"},
+        "learner": {"node_group": "node", "placement": "1"},
+    }  # no rollout group
     config = load_config_dict(raw)
     rd = RunDir(tmp_path / "run")
     rd.write_config(config)
@@ -298,7 +335,9 @@ def test_without_a_rollout_group_the_config_error_points_at_acting_next_to_the_a
     from rlhw.rl.pipeline.controller import Pipeline
 
     raw = two_node_config()
-    raw["cluster"]["component_placement"] = {"env": {"node_group": "node", "placement": "0"},
-                                             "learner": {"node_group": "node", "placement": "1"}}
+    raw["cluster"]["component_placement"] = {
+        "env": {"node_group": "node", "placement": "0"},
+        "learner": {"node_group": "node", "placement": "1"},
+    }
     with pytest.raises(ConfigError, match="needs env, rollout, learner placed.*train.policy_at=env"):
         Pipeline(load_config_dict(raw), RunDir(tmp_path / "run"), cluster=object())

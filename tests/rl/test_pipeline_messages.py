@@ -15,8 +15,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlhw.rl.pipeline.loop_health import LoopTimer, loop_metrics
-from rlhw.rl.pipeline.messages import (WIRE_DTYPES, Actions, EnvProgress, EnvStep, FrameError, MessageTypeError,
-                                       PolicyWeights, decode_env_step, encode_env_step, pack, unpack)
+from rlhw.rl.pipeline.messages import (
+    WIRE_DTYPES,
+    Actions,
+    EnvProgress,
+    EnvStep,
+    FrameError,
+    MessageTypeError,
+    PolicyWeights,
+    decode_env_step,
+    encode_env_step,
+    pack,
+    unpack,
+)
 from rlhw.rl.replay import transition_batch
 from rlhw.rl.spaces import AgentSpace, action_bounds, neutral_actions, zero_observations
 from rlhw.robot.spec import EnvSpec, TensorSpec
@@ -25,8 +36,9 @@ from rlhw.robot.spec import EnvSpec, TensorSpec
 def _step(k: int = 2) -> EnvStep:
     x = np.arange(2 * k, dtype=np.float32).reshape(k, 2)
     tr = transition_batch({"x": x}, {"x": x + 1}, np.zeros((k, 3)), np.ones(k), np.zeros(k), [True] + [False] * (k - 1))
-    return EnvStep(env=1, obs={"x": x}, rows=tuple(range(k)), evaluating=np.array([True] + [False] * (k - 1)),
-                   transitions=tr)
+    return EnvStep(
+        env=1, obs={"x": x}, rows=tuple(range(k)), evaluating=np.array([True] + [False] * (k - 1)), transitions=tr
+    )
 
 
 # ------------------------------------------------------------------------------------------ the messages
@@ -61,9 +73,15 @@ def test_a_pickle_on_the_obs_channel_is_not_unpickled_and_fails_naming_the_chann
 
 def test_every_dtype_and_shape_the_lane_carries_crosses_its_codec_unchanged_into_writable_arrays():
     obs = {str(dt): np.arange(6).reshape(2, 3).astype(dt) for dt in WIRE_DTYPES}
-    obs.update({"scalar": np.float64(2.5), "empty": np.zeros((2, 0, 3), np.float32),
-                "big-endian": np.arange(2, dtype=">f8"), "strided": np.arange(12, dtype=np.int16).reshape(2, 6)[:, ::2],
-                "image": np.full((2, 16, 16, 3), 7, np.uint8)})
+    obs.update(
+        {
+            "scalar": np.float64(2.5),
+            "empty": np.zeros((2, 0, 3), np.float32),
+            "big-endian": np.arange(2, dtype=">f8"),
+            "strided": np.arange(12, dtype=np.int16).reshape(2, 6)[:, ::2],
+            "image": np.full((2, 16, 16, 3), 7, np.uint8),
+        }
+    )
     sent = EnvStep(env=5, obs=obs, rows=(3, 1), evaluating=np.array([False, True]), transitions=_step(2).transitions)
     buf, header_len, payload_len = pack(sent, front=16, back=16)
     got = unpack(buf, 16, header_len, payload_len, EnvStep)
@@ -82,10 +100,15 @@ def _packed(msg) -> tuple:
     return buf, 0, header_len, payload_len
 
 
-@pytest.mark.parametrize("value, problem", [(np.array([object()]), "dtype object"),
-                                            (np.zeros(2, np.complex64), "dtype complex64"),
-                                            (np.zeros((1,) * 9, np.float32), "dtype float32 and 9 dimensions"),
-                                            (np.array(["a"]), "dtype <U1")])
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        (np.array([object()]), "dtype object"),
+        (np.zeros(2, np.complex64), "dtype complex64"),
+        (np.zeros((1,) * 9, np.float32), "dtype float32 and 9 dimensions"),
+        (np.array(["a"]), "dtype <U1"),
+    ],
+)
 def test_an_array_the_codec_cannot_carry_is_refused_at_the_sender_naming_it(value, problem):
     with pytest.raises(MessageTypeError, match=f"EnvStep array 'wrist' has {problem}.*convert it"):
         pack(EnvStep(env=0, obs={"wrist": value}, rows=(0,), evaluating=np.zeros(1, bool)))
@@ -100,21 +123,26 @@ def test_a_frame_decodes_only_as_the_message_its_receiver_waits_for():
 
 
 def test_an_empty_array_of_a_shape_numpy_cannot_hold_is_a_frame_error_not_a_crash():
-    buf, start, header_len, payload_len = _packed(EnvStep(env=0, obs={"x": np.zeros((0, 3, 3), np.float32)},
-                                                         rows=(0,), evaluating=np.zeros(1, bool)))
+    buf, start, header_len, payload_len = _packed(
+        EnvStep(env=0, obs={"x": np.zeros((0, 3, 3), np.float32)}, rows=(0,), evaluating=np.zeros(1, bool))
+    )
     dims = bytes(buf).index(b"x" + struct.pack("<3I", 0, 3, 3)) + 1
-    buf[dims:dims + 12] = struct.pack("<3I", 0, 2**32 - 1, 2**32 - 1)  # no bytes, but 2**64 elements if it had any
+    buf[dims : dims + 12] = struct.pack("<3I", 0, 2**32 - 1, 2**32 - 1)  # no bytes, but 2**64 elements if it had any
     with pytest.raises(FrameError, match="a shape no array of the lane can have"):
         unpack(buf, start, header_len, payload_len, EnvStep)
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=6), st.integers(-64, 64),
-       st.sampled_from([EnvStep, Actions]))
+@given(
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=6),
+    st.integers(-64, 64),
+    st.sampled_from([EnvStep, Actions]),
+)
 def test_no_header_makes_the_decoder_fail_other_than_with_a_frame_error(changes, payload_change, expected):
     """Whatever a peer seals, the receiver gets a message or a FrameError (which drops the peer), never a crash."""
-    buf, start, header_len, payload_len = _packed(_step(3) if expected is EnvStep else
-                                                  Actions(np.ones((3, 7), np.float32), np.zeros(3, np.int64)))
+    buf, start, header_len, payload_len = _packed(
+        _step(3) if expected is EnvStep else Actions(np.ones((3, 7), np.float32), np.zeros(3, np.int64))
+    )
     for at, value in changes:
         buf[at % header_len] = value
     try:
@@ -160,8 +188,11 @@ def test_progress_reports_start_with_nothing_finished_and_no_error():
 
 # ------------------------------------------------------------------------------ spec to layout and bounds
 
-_SPEC = EnvSpec(observations={"pos": TensorSpec("pos", "float32", (3,)), "cam": TensorSpec("cam", "uint8", (8, 8, 3))},
-                action=TensorSpec("action", "float32", (2,), low=np.array([0.5, -2.0]), high=1.0), control_hz=10.0)
+_SPEC = EnvSpec(
+    observations={"pos": TensorSpec("pos", "float32", (3,)), "cam": TensorSpec("cam", "uint8", (8, 8, 3))},
+    action=TensorSpec("action", "float32", (2,), low=np.array([0.5, -2.0]), high=1.0),
+    control_hz=10.0,
+)
 
 
 def test_missing_action_bounds_are_the_policys_tanh_range_and_scalars_broadcast():

@@ -21,9 +21,17 @@ from tests.vision.test_classifier_env import constant_classifier
 pytestmark = pytest.mark.timeout(180)
 
 PIXELS = str(Path(__file__).resolve().parents[2] / "configs" / "sim_push_cube_pixels.yaml")
-TINY = ["env.image_size=[32,32]", "env.sim_cameras=[front]", "train.max_env_steps=12", "train.learning_starts=1000",
-        "train.eval_every_steps=6", "train.eval_episodes=2", "train.progress=false", "train.log_every_steps=6",
-        "train.sac.batch_size=4"]
+TINY = [
+    "env.image_size=[32,32]",
+    "env.sim_cameras=[front]",
+    "train.max_env_steps=12",
+    "train.learning_starts=1000",
+    "train.eval_every_steps=6",
+    "train.eval_episodes=2",
+    "train.progress=false",
+    "train.log_every_steps=6",
+    "train.sac.batch_size=4",
+]
 
 
 def test_a_classifier_the_policy_fools_pays_the_reward_but_the_judge_decides_eval_success(tmp_path):
@@ -52,8 +60,11 @@ def test_the_tally_rates_are_over_the_judges_negatives_and_positives():
     for classifier, judge in [(True, False), (False, False), (False, False), (False, True), (True, True)]:
         tally.add(classifier, judge, ended=classifier)
     row = tally.row()
-    assert (row["reward/classifier_steps"], row["reward/classifier_false_positives"],
-            row["reward/classifier_false_negatives"]) == (5, 1, 1)
+    assert (
+        row["reward/classifier_steps"],
+        row["reward/classifier_false_positives"],
+        row["reward/classifier_false_negatives"],
+    ) == (5, 1, 1)
     assert row["reward/classifier_fp_rate"] == pytest.approx(1 / 3) and row["reward/classifier_fn_rate"] == 0.5
     assert row["reward/classifier_false_success_episodes"] == 1
     assert math.isnan(VerdictTally().row()["reward/classifier_fn_rate"])

@@ -8,20 +8,29 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
 
-from rlhw.rl.episodes import (EpisodeRecorder, episode_files, episode_transitions, iter_recorded_transitions,
-                              load_episode)
+from rlhw.rl.episodes import (
+    EpisodeRecorder,
+    episode_files,
+    episode_transitions,
+    iter_recorded_transitions,
+    load_episode,
+)
 from rlhw.rl.replay import ReplayBuffer
 
 
 def _t(n, start=0):
     x = np.arange(start, start + n, dtype=np.float32)
-    return {"obs/x": x[:, None], "next_obs/x": x[:, None] + 1, "action": np.zeros((n, 2), np.float32),
-            "reward": x, "terminated": np.zeros(n, np.float32)}
+    return {
+        "obs/x": x[:, None],
+        "next_obs/x": x[:, None] + 1,
+        "action": np.zeros((n, 2), np.float32),
+        "reward": x,
+        "terminated": np.zeros(n, np.float32),
+    }
 
 
 def test_replay_ring_overwrites_the_oldest_and_samples_stored_transitions():
@@ -52,8 +61,14 @@ def test_a_finished_episode_becomes_one_npz_with_consistent_transitions(tmp_path
     rec = EpisodeRecorder(tmp_path)
     rec.begin(_obs(0))
     for i in range(1, 4):
-        rec.step(np.array([i, -i], np.float32), reward=float(i), terminated=i == 3, truncated=False,
-                 next_obs=_obs(i), success=i == 3)
+        rec.step(
+            np.array([i, -i], np.float32),
+            reward=float(i),
+            terminated=i == 3,
+            truncated=False,
+            next_obs=_obs(i),
+            success=i == 3,
+        )
     path = rec.end()
     assert path.name == "train-000000.npz" and not list(tmp_path.glob("*.steps"))
     ep = load_episode(path)

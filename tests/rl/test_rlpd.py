@@ -20,8 +20,11 @@ from rlhw.rl.rundir import RunDir
 from rlhw.rl.sac import SAC, EnsembleLayerNorm, ObsLayout
 from tests.rl.point_env import PointReachEnv, TakeoverPointEnv, point_expert
 
-CLUSTER = {"num_nodes": 1, "component_placement": {"env,rollout,learner": {"node_group": "node", "placement": "0"}},
-           "node_groups": []}
+CLUSTER = {
+    "num_nodes": 1,
+    "component_placement": {"env,rollout,learner": {"node_group": "node", "placement": "0"}},
+    "node_groups": [],
+}
 POINT_OBS, POINT_ACTION = {"pos": (2,), "goal": (2,)}, (2,)
 
 
@@ -32,9 +35,16 @@ def _sac(**cfg) -> SAC:
 
 def _transitions(n: int, reward: float, intervened: float = 0.0) -> dict[str, np.ndarray]:
     x = np.random.rand(n, 2).astype(np.float32)
-    return {"obs/pos": x, "obs/goal": x, "next_obs/pos": x, "next_obs/goal": x,
-            "action": np.random.uniform(-1, 1, (n, 2)).astype(np.float32), "reward": np.full(n, reward, np.float32),
-            "terminated": np.zeros(n, np.float32), "intervened": np.full(n, intervened, np.float32)}
+    return {
+        "obs/pos": x,
+        "obs/goal": x,
+        "next_obs/pos": x,
+        "next_obs/goal": x,
+        "action": np.random.uniform(-1, 1, (n, 2)).astype(np.float32),
+        "reward": np.full(n, reward, np.float32),
+        "terminated": np.zeros(n, np.float32),
+        "intervened": np.full(n, intervened, np.float32),
+    }
 
 
 def _record_demos(directory, episodes: int = 3, kind: str = "demo", seed: int = 7) -> int:
@@ -172,8 +182,7 @@ def test_each_recorded_step_keeps_the_executed_action_the_intervened_flag_and_th
     agent.updates = 41  # as if the policy had been trained 41 steps
     seen = []
     rec = EpisodeRecorder(tmp_path)
-    _, _, length, interventions = run_episode(env, agent, np.random.default_rng(0), rec, "train",
-                                              on_step=seen.append)
+    _, _, length, interventions = run_episode(env, agent, np.random.default_rng(0), rec, "train", on_step=seen.append)
     assert length == 25 and interventions == 9  # steps 0, 3, ..., 24
     ep = load_episode(episode_files(tmp_path)[0])
     flags = np.arange(25) % 3 == 0
@@ -229,9 +238,17 @@ def test_a_crash_cut_episode_keeps_its_audit_fields(tmp_path):
 
 # ------------------------------------------------------------------------------------------ the local runner
 def _config(**train):
-    base = {"runner": "local", "max_env_steps": 200, "learning_starts": 50, "eval_every_steps": 1000,
-            "eval_episodes": 1, "log_every_steps": 50, "checkpoint_every_steps": 100, "progress": False,
-            "sac": {"hidden_sizes": [16, 16], "batch_size": 16}}
+    base = {
+        "runner": "local",
+        "max_env_steps": 200,
+        "learning_starts": 50,
+        "eval_every_steps": 1000,
+        "eval_episodes": 1,
+        "log_every_steps": 50,
+        "checkpoint_every_steps": 100,
+        "progress": False,
+        "sac": {"hidden_sizes": [16, 16], "batch_size": 16},
+    }
     base.update(train)
     return load_config_dict({"cluster": CLUSTER, "train": base})
 
@@ -267,8 +284,12 @@ def test_a_local_run_with_demos_and_interventions_and_its_resume_refill_both_buf
 @pytest.mark.timeout(60)
 def test_a_benchmarks_scripted_operator_can_be_kept_out_of_evaluation_with_an_eval_env_of_its_own(tmp_path):
     rd = RunDir(tmp_path / "run")
-    train_local(_config(max_env_steps=75, eval_every_steps=50), rd, env_factory=lambda c, r: TakeoverPointEnv(),
-                eval_env_factory=lambda c, r: PointReachEnv(seed=99))
+    train_local(
+        _config(max_env_steps=75, eval_every_steps=50),
+        rd,
+        env_factory=lambda c, r: TakeoverPointEnv(),
+        eval_env_factory=lambda c, r: PointReachEnv(seed=99),
+    )
     train_eps = [load_episode(p) for p in episode_files(rd.episodes, "train")]
     eval_eps = [load_episode(p) for p in episode_files(rd.episodes, "eval")]
     assert eval_eps and not any(ep["intervened"].any() for ep in eval_eps)

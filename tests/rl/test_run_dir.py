@@ -14,14 +14,25 @@ from rlhw.rl.local import train_local
 from rlhw.rl.rundir import RunDir
 from tests.rl.point_env import PointReachEnv
 
-CLUSTER = {"num_nodes": 1, "component_placement": {"env,rollout,learner": {"node_group": "node", "placement": "0"}},
-           "node_groups": []}
+CLUSTER = {
+    "num_nodes": 1,
+    "component_placement": {"env,rollout,learner": {"node_group": "node", "placement": "0"}},
+    "node_groups": [],
+}
 
 
 def _config(**train):
-    base = {"runner": "local", "max_env_steps": 300, "learning_starts": 100, "eval_every_steps": 150,
-            "eval_episodes": 2, "log_every_steps": 50, "checkpoint_every_steps": 100, "progress": False,
-            "sac": {"hidden_sizes": [16, 16], "batch_size": 16}}
+    base = {
+        "runner": "local",
+        "max_env_steps": 300,
+        "learning_starts": 100,
+        "eval_every_steps": 150,
+        "eval_episodes": 2,
+        "log_every_steps": 50,
+        "checkpoint_every_steps": 100,
+        "progress": False,
+        "sac": {"hidden_sizes": [16, 16], "batch_size": 16},
+    }
     base.update(train)
     return load_config_dict({"cluster": CLUSTER, "train": base})
 
@@ -106,8 +117,11 @@ def test_a_failing_env_marks_the_run_failed_and_still_saves_a_checkpoint(tmp_pat
 
 def test_run_json_is_strict_json_with_null_where_a_value_is_not_a_number_yet(tmp_path):
     rd = RunDir(tmp_path / "run")
-    rd.write_status("running", best_eval_success=float("nan"),
-                    loop_health={"p99_ms": float("inf"), "periods": [10.0, np.float64("nan")]})
+    rd.write_status(
+        "running",
+        best_eval_success=float("nan"),
+        loop_health={"p99_ms": float("inf"), "periods": [10.0, np.float64("nan")]},
+    )
     status = json.loads(rd.status_path.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in run.json"))
     assert status["best_eval_success"] is None
     assert status["loop_health"] == {"p99_ms": None, "periods": [10.0, None]}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 from types import SimpleNamespace
 
@@ -19,11 +18,15 @@ from tests.rl.point_env import PointReachEnv
 
 
 def _batch(n=8, img=False):
-    b = {"obs/pos": np.random.rand(n, 2).astype(np.float32), "obs/goal": np.random.rand(n, 2).astype(np.float32),
-         "next_obs/pos": np.random.rand(n, 2).astype(np.float32),
-         "next_obs/goal": np.random.rand(n, 2).astype(np.float32),
-         "action": np.random.uniform(-1, 1, (n, 2)).astype(np.float32),
-         "reward": np.random.rand(n).astype(np.float32), "terminated": np.zeros(n, np.float32)}
+    b = {
+        "obs/pos": np.random.rand(n, 2).astype(np.float32),
+        "obs/goal": np.random.rand(n, 2).astype(np.float32),
+        "next_obs/pos": np.random.rand(n, 2).astype(np.float32),
+        "next_obs/goal": np.random.rand(n, 2).astype(np.float32),
+        "action": np.random.uniform(-1, 1, (n, 2)).astype(np.float32),
+        "reward": np.random.rand(n).astype(np.float32),
+        "terminated": np.zeros(n, np.float32),
+    }
     if img:
         b["obs/image_front"] = np.random.randint(0, 255, (n, 32, 32, 3), dtype=np.uint8)
         b["next_obs/image_front"] = np.random.randint(0, 255, (n, 32, 32, 3), dtype=np.uint8)
@@ -100,9 +103,15 @@ def test_acting_draws_the_same_actions_as_the_updates_sampling_from_the_same_ran
 
     sac = _small_sac(img=True)
     sac.encoder.eval()
-    t = obs_to_tensors({"pos": np.random.rand(4, 2).astype(np.float32), "goal": np.zeros((4, 2), np.float32),
-                        "image_front": np.random.randint(0, 255, (4, 32, 32, 3), dtype=np.uint8)},
-                       sac.layout, sac.device)
+    t = obs_to_tensors(
+        {
+            "pos": np.random.rand(4, 2).astype(np.float32),
+            "goal": np.zeros((4, 2), np.float32),
+            "image_front": np.random.randint(0, 255, (4, 32, 32, 3), dtype=np.uint8),
+        },
+        sac.layout,
+        sac.device,
+    )
     with torch.no_grad():
         torch.manual_seed(3)
         sampled, _, sampled_mean = sac.actor.sample(t)  # the plain path, with its log-prob
@@ -143,7 +152,7 @@ def test_sac_learns_point_reach():
             agent.update(rb.sample(64))
 
     before = np.mean([run_episode(env, agent, rng, None, "eval")[1] for _ in range(20)])
-    for ep in range(70):
+    for _ in range(70):
         run_episode(env, agent, rng, None, "train", random_actions=steps[0] < 300, on_step=learn)
     after = np.mean([run_episode(env, agent, rng, None, "eval")[1] for _ in range(20)])
     assert before <= 0.3

@@ -27,15 +27,24 @@ def _layout(cameras=CAMERAS) -> ObsLayout:
 
 def _sac(seed: int = 0, augment_seed: int = 0, cameras=CAMERAS, target_features: str = "online", **encoder) -> SAC:
     torch.manual_seed(seed)
-    cfg = SacConfig(hidden_sizes=(16, 16), batch_size=8, critic_ensemble=2, critic_subset=2,
-                    target_features=target_features, image_encoder=ImageEncoderConfig(features=16, **encoder))
+    cfg = SacConfig(
+        hidden_sizes=(16, 16),
+        batch_size=8,
+        critic_ensemble=2,
+        critic_subset=2,
+        target_features=target_features,
+        image_encoder=ImageEncoderConfig(features=16, **encoder),
+    )
     return SAC(_layout(cameras), -np.ones(2), np.ones(2), cfg, augment_seed=augment_seed)
 
 
 def _batch(n: int = 8, seed: int = 0, cameras=CAMERAS) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    b = {"action": rng.uniform(-1, 1, (n, 2)).astype(np.float32), "reward": rng.random(n, np.float32),
-         "terminated": np.zeros(n, np.float32)}
+    b = {
+        "action": rng.uniform(-1, 1, (n, 2)).astype(np.float32),
+        "reward": rng.random(n, np.float32),
+        "terminated": np.zeros(n, np.float32),
+    }
     for prefix in ("obs/", "next_obs/"):
         b[prefix + "pos"] = rng.random((n, 3), np.float32)
         for c in cameras:
@@ -90,7 +99,10 @@ def test_the_actor_loss_does_not_reach_the_encoder_while_the_critic_loss_trains_
 
 
 def test_a_frozen_resnet10_keeps_its_backbone_while_the_heads_learn():
-    sac, batch = _sac(kind="resnet10", frozen=True, augment_pad=0, cameras=("image_front",)), _batch(cameras=("image_front",))
+    sac, batch = (
+        _sac(kind="resnet10", frozen=True, augment_pad=0, cameras=("image_front",)),
+        _batch(cameras=("image_front",)),
+    )
     enc = sac.encoder.cnns["image_front"]
     assert not any(p.requires_grad for p in enc.backbone.parameters())
     trainable = {id(p) for g in sac.q_optimizer.param_groups for p in g["params"]}
@@ -181,14 +193,25 @@ def test_a_proprio_only_agent_has_no_encoder_weights_and_no_augmentation():
     layout = ObsLayout.from_shapes({"pos": (3,)}, {"pos": "float32"})
     sac = SAC(layout, -np.ones(2), np.ones(2), SacConfig(hidden_sizes=(16, 16)))
     assert sac.augment is None and list(sac.encoder.parameters()) == []
-    assert set(sac.policy_state()) == {"trunk.0.weight", "trunk.0.bias", "trunk.2.weight", "trunk.2.bias",
-                                       "trunk.4.weight", "trunk.4.bias", "scale", "bias"}
+    assert set(sac.policy_state()) == {
+        "trunk.0.weight",
+        "trunk.0.bias",
+        "trunk.2.weight",
+        "trunk.2.bias",
+        "trunk.4.weight",
+        "trunk.4.bias",
+        "scale",
+        "bias",
+    }
 
 
 # ---- the fast update against the straightforward one
 def _plain_features(encoder, obs: dict[str, torch.Tensor]) -> torch.Tensor:
     """The Encoder's features with each camera's normalisation written out (no folding)."""
-    cams = [encoder.cnns[n].head(encoder.cnns[n].backbone(encoder.cnns[n].normalise(obs[n]))) for n, _ in encoder.layout.images]
+    cams = [
+        encoder.cnns[n].head(encoder.cnns[n].backbone(encoder.cnns[n].normalise(obs[n])))
+        for n, _ in encoder.layout.images
+    ]
     return torch.cat([obs["proprio"], *cams], dim=-1)
 
 
@@ -267,7 +290,9 @@ def test_the_actor_step_adds_no_gradient_to_the_critics():
         def wrapped():
             seen[key] = [p.grad.clone() for p in sac.critic_params]
             step()
+
         return wrapped
+
     sac.q_optimizer.step, sac.actor_optimizer.step = snapshot("critic", critic_step), snapshot("actor", actor_step)
     sac.update(_batch(cameras=("image_front",)))
     assert all(torch.equal(a, b) for a, b in zip(seen["critic"], seen["actor"]))

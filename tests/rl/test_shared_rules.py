@@ -60,16 +60,18 @@ def test_without_weights_every_row_is_random_even_an_eval_row():
 
 def test_eval_rows_act_on_the_weights_mean_during_warm_up_once_there_are_weights():
     forward = Forward()
-    actions, versions = choose_actions(forward, np.array([False, True, False]), 4, True, np.random.default_rng(0),
-                                       LOW, HIGH)
+    actions, versions = choose_actions(
+        forward, np.array([False, True, False]), 4, True, np.random.default_rng(0), LOW, HIGH
+    )
     assert forward.calls == 1 and versions.tolist() == [-1, 4, -1]
     np.testing.assert_array_equal(actions[1], MEAN[1])
 
 
 def test_after_warm_up_one_forward_pass_gives_the_sample_and_the_mean_for_eval_rows():
     forward = Forward()
-    actions, versions = choose_actions(forward, np.array([False, True, False]), 9, False, np.random.default_rng(0),
-                                       LOW, HIGH)
+    actions, versions = choose_actions(
+        forward, np.array([False, True, False]), 9, False, np.random.default_rng(0), LOW, HIGH
+    )
     assert forward.calls == 1 and versions.tolist() == [9, 9, 9]
     np.testing.assert_array_equal(actions, [SAMPLE[0], MEAN[1], SAMPLE[2]])
 
@@ -149,8 +151,11 @@ def test_a_checkpoint_carries_the_runs_counters_and_the_agents_updates():
     env = PointReachEnv()
     agent = _agent(env)
     agent.updates = 42
-    state = checkpoint_state(agent, policy_contract(env.spec, SacConfig(hidden_sizes=(8,))),
-                             Counters(env_steps=900, updates=1, episodes=12, best_success=0.5))
+    state = checkpoint_state(
+        agent,
+        policy_contract(env.spec, SacConfig(hidden_sizes=(8,))),
+        Counters(env_steps=900, updates=1, episodes=12, best_success=0.5),
+    )
     assert saved_counters(state) == Counters(env_steps=900, updates=42, episodes=12, best_success=0.5)
     old = {k: v for k, v in state.items() if k not in ("episodes", "best_success")}  # an older checkpoint
     back = saved_counters(old)
@@ -162,8 +167,9 @@ def _record(run_dir: RunDir, lengths: list[int]) -> None:
     for n in lengths:
         rec.begin({"x": np.zeros(2, np.float32)}, kind="train")
         for t in range(n):
-            rec.step(np.zeros(2, np.float32), -1.0, False, t == n - 1, {"x": np.full(2, t, np.float32)},
-                     intervened=t == 0)
+            rec.step(
+                np.zeros(2, np.float32), -1.0, False, t == n - 1, {"x": np.full(2, t, np.float32)}, intervened=t == 0
+            )
         rec.end()
 
 
@@ -184,7 +190,10 @@ def test_resume_shares_the_episodes_over_the_ranks_and_every_rank_counts_them_al
     counters = [resume_run(run_dir, agent, replay, AS_REPORTED, rank, 2) for rank, (agent, replay) in enumerate(ranks)]
     alone = _replay()
     whole = resume_run(run_dir, _agent(env), alone, AS_REPORTED)
-    assert [c.env_steps for c in counters] == [25, 25] and whole.env_steps == 25  # the disk's count, not the checkpoint's
+    assert [c.env_steps for c in counters] == [
+        25,
+        25,
+    ] and whole.env_steps == 25  # the disk's count, not the checkpoint's
     assert [len(r.online) for _, r in ranks] == [3 + 5 + 7, 4 + 6] and len(alone.online) == 25
     assert [len(r.demos) for _, r in ranks] == [3, 2] and len(alone.demos) == 5  # each episode's intervened step
     if with_checkpoint:
@@ -206,10 +215,19 @@ def test_a_learner_rank_resumes_what_a_local_run_wrote_and_writes_the_same_check
     from rlhw.rl.pipeline.learner_worker import LearnerWorker
     from tests.rl.test_acting import _Channel
 
-    raw = {"cluster": {"num_nodes": 1, "component_placement": {"env,rollout,learner": "0"}},
-           "train": {"runner": "local", "max_env_steps": 120, "learning_starts": 50, "eval_every_steps": 10_000,
-                     "log_every_steps": 50, "checkpoint_every_steps": 100, "progress": False,
-                     "sac": {"hidden_sizes": [8], "batch_size": 16}}}
+    raw = {
+        "cluster": {"num_nodes": 1, "component_placement": {"env,rollout,learner": "0"}},
+        "train": {
+            "runner": "local",
+            "max_env_steps": 120,
+            "learning_starts": 50,
+            "eval_every_steps": 10_000,
+            "log_every_steps": 50,
+            "checkpoint_every_steps": 100,
+            "progress": False,
+            "sac": {"hidden_sizes": [8], "batch_size": 16},
+        },
+    }
     config = load_config_dict(raw)
     run_dir = RunDir(tmp_path / "run")
     train_local(config, run_dir, env_factory=lambda c, r: PointReachEnv(seed=0))
@@ -224,8 +242,11 @@ def test_a_learner_rank_resumes_what_a_local_run_wrote_and_writes_the_same_check
         learner = LearnerWorker(config, str(run_dir.path), num_acting=1)
         counters = learner.setup(PointReachEnv().spec, resume=True)
         assert counters.env_steps == sum(recorded)  # every rank counts every recorded step
-        assert (counters.updates, counters.episodes, counters.best_success) == \
-            (written["updates"], written["episodes"], written["best_success"])
+        assert (counters.updates, counters.episodes, counters.best_success) == (
+            written["updates"],
+            written["episodes"],
+            written["best_success"],
+        )
         assert learner.agent.updates == written["updates"]
         assert len(learner.replay.online) == sum(recorded[rank::2])
         learners.append(learner)

@@ -10,19 +10,17 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import ray
 
 from rlhw.config import load_config, load_config_dict
 from rlhw.errors import ConfigError
 from rlhw.rl.episodes import EpisodeRecorder, episode_files, iter_recorded_transitions, load_episode
+from rlhw.rl.instances import EVAL, IDLE, TRAIN, Instances
 from rlhw.rl.pipeline.controller import Pipeline, train_pipeline
 from rlhw.rl.pipeline.env_worker import episode_dir
 from rlhw.rl.pipeline.messages import EnvStep, decode_env_step, encode_env_step
-from rlhw.rl.instances import EVAL, IDLE, TRAIN, Instances
 from rlhw.rl.pipeline.rollout_worker import RolloutWorker
 from rlhw.rl.rundir import RunDir
 from rlhw.runtime.cluster import Cluster
@@ -130,8 +128,11 @@ def _bare_rollout_worker(weights_version: int) -> RolloutWorker:
     from rlhw.rl.pipeline.acting import ActingPolicy, Feeder, ReplayForwarder
     from rlhw.robot.spec import EnvSpec, TensorSpec
 
-    spec = EnvSpec(observations={"x": TensorSpec("x", "float32", (2,))},
-                   action=TensorSpec("action", "float32", (3,), low=-1.0, high=1.0), control_hz=10.0)
+    spec = EnvSpec(
+        observations={"x": TensorSpec("x", "float32", (2,))},
+        action=TensorSpec("action", "float32", (3,), low=-1.0, high=1.0),
+        control_hz=10.0,
+    )
     w = RolloutWorker.__new__(RolloutWorker)
     w.policy = ActingPolicy(spec, SacConfig(hidden_sizes=(8,)), torch.device("cpu"), seed=0)
     w.policy.current = (w.policy.current[0], weights_version)
@@ -152,10 +153,24 @@ def _message(env: int, k: int, evaluating: list[bool], transitions: int) -> EnvS
     tr = None
     if transitions:
         x = np.full((transitions, 2), float(env), np.float32)
-        tr = {"obs/x": x, "next_obs/x": x + 1, "action": np.zeros((transitions, 3), np.float32),
-              "reward": np.full(transitions, -1.0, np.float32), "terminated": np.zeros(transitions, np.float32)}
-    return decode_env_step(encode_env_step(EnvStep(env=env, obs=obs if k else None, rows=tuple(range(k)),
-                                                   evaluating=np.array(evaluating, bool), transitions=tr)))
+        tr = {
+            "obs/x": x,
+            "next_obs/x": x + 1,
+            "action": np.zeros((transitions, 3), np.float32),
+            "reward": np.full(transitions, -1.0, np.float32),
+            "terminated": np.zeros(transitions, np.float32),
+        }
+    return decode_env_step(
+        encode_env_step(
+            EnvStep(
+                env=env,
+                obs=obs if k else None,
+                rows=tuple(range(k)),
+                evaluating=np.array(evaluating, bool),
+                transitions=tr,
+            )
+        )
+    )
 
 
 def test_the_rollout_worker_answers_each_env_worker_with_one_action_array_and_the_policy_versions():
@@ -230,12 +245,24 @@ def test_the_same_layout_rehearsed_in_simulation_may_run_several_instances():
 # ----------------------------------------------------------------------------------- whole runs (Ray)
 
 VECTOR_RUN = {
-    "cluster": {"num_nodes": 1, "node_groups": [],
-                "component_placement": {"env,rollout,learner": {"node_group": "node", "placement": "0"}}},
+    "cluster": {
+        "num_nodes": 1,
+        "node_groups": [],
+        "component_placement": {"env,rollout,learner": {"node_group": "node", "placement": "0"}},
+    },
     "env": {"max_episode_steps": 25, "num_envs": 4},
-    "train": {"mode": "sync", "max_env_steps": 200, "steps_per_iteration": 100, "learning_starts": 100,
-              "eval_every_steps": 200, "eval_episodes": 3, "log_every_steps": 100, "progress": False,
-              "utd_ratio": 0.25, "sac": {"hidden_sizes": [32, 32], "batch_size": 32}},
+    "train": {
+        "mode": "sync",
+        "max_env_steps": 200,
+        "steps_per_iteration": 100,
+        "learning_starts": 100,
+        "eval_every_steps": 200,
+        "eval_episodes": 3,
+        "log_every_steps": 100,
+        "progress": False,
+        "utd_ratio": 0.25,
+        "sac": {"hidden_sizes": [32, 32], "batch_size": 32},
+    },
 }
 
 
@@ -296,8 +323,9 @@ def test_an_evaluation_with_four_instances_returns_eval_episodes_results(vector_
 @pytest.mark.timeout(180)
 def test_a_resumed_run_reloads_every_instances_episodes_and_continues(ray_node, vector_run):
     _, rd, _ = vector_run
-    more = load_config_dict({**VECTOR_RUN, "train": {**VECTOR_RUN["train"], "max_env_steps": 300,
-                                                     "eval_every_steps": 100_000}})
+    more = load_config_dict(
+        {**VECTOR_RUN, "train": {**VECTOR_RUN["train"], "max_env_steps": 300, "eval_every_steps": 100_000}}
+    )
     stop = train_pipeline(more, rd, resume=True, cluster=Cluster(more, address=ray_node.address, probe_hardware=False))
     assert stop.status == "stopped", stop.reason
     status = json.loads(rd.status_path.read_text())
@@ -312,8 +340,18 @@ def test_a_resumed_run_reloads_every_instances_episodes_and_continues(ray_node, 
 def test_an_async_run_with_four_instances_gets_every_evaluation_it_asks_for(ray_node, tmp_path):
     # Async mode polls the env workers from two places (evaluation and training); an eval result must
     # count whichever poll brings it in, or the evaluation waits forever while the robots keep stepping.
-    config = load_config_dict({**VECTOR_RUN, "train": {**VECTOR_RUN["train"], "mode": "async", "max_env_steps": 300,
-                                                       "eval_every_steps": 100, "learning_starts": 50}})
+    config = load_config_dict(
+        {
+            **VECTOR_RUN,
+            "train": {
+                **VECTOR_RUN["train"],
+                "mode": "async",
+                "max_env_steps": 300,
+                "eval_every_steps": 100,
+                "learning_starts": 50,
+            },
+        }
+    )
     rd = RunDir(tmp_path / "run")
     rd.write_config(config)
     stop = train_pipeline(config, rd, cluster=Cluster(config, address=ray_node.address, probe_hardware=False))

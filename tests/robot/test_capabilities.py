@@ -12,6 +12,7 @@ from rlhw.robot.rehearsal import MeasuredArm
 
 def test_a_driver_that_declares_an_ability_it_does_not_implement_fails_when_defined():
     with pytest.raises(TypeError, match="declares ArmCapability.PLACE_OBJECTS but does not implement park_object"):
+
         class HalfSim(MockArm):  # noqa: F841  (defining it is the test)
             capabilities = frozenset({ArmCapability.PLACE_OBJECTS})
 

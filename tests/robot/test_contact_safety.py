@@ -43,8 +43,10 @@ def test_an_arm_state_built_the_old_way_has_no_wrench_and_passes_the_contact_che
     assert safety.arm.stops == 0
 
 
-@pytest.mark.parametrize("wrench, what", [([0, 0, 41.0, 0, 0, 0], "41.0 N"), ([0, 0, 0, 6.0, 6.0, 0], "8.49 Nm"),
-                                          ([np.nan, 0, 0, 0, 0, 0], "nan N")])
+@pytest.mark.parametrize(
+    "wrench, what",
+    [([0, 0, 41.0, 0, 0, 0], "41.0 N"), ([0, 0, 0, 6.0, 6.0, 0], "8.49 Nm"), ([np.nan, 0, 0, 0, 0, 0], "nan N")],
+)
 def test_a_wrench_over_either_bound_stops_the_arm_with_a_contact_fault(wrench, what):
     safety = layer(max_contact_force_n=40.0, max_contact_torque_nm=8.0)
     with pytest.raises(RobotFault, match=what) as caught:
@@ -68,7 +70,9 @@ def test_steps_inside_the_contact_zone_or_into_it_are_capped_at_the_zone_speed()
     outside = safety.clip_target(np.array([0.3, 0.0, 0.3]), np.array([0.3, 0.0, 0.4]))
     assert outside.target == pytest.approx([0.3, 0.0, 0.37])  # elsewhere: the ordinary 3 cm cap
     safety.set_contact_zone(None)
-    assert safety.clip_target(np.array([0.5, 0.0, 0.0]), np.array([0.5, 0.0, 0.12])).target == pytest.approx([0.5, 0.0, 0.1])
+    assert safety.clip_target(np.array([0.5, 0.0, 0.0]), np.array([0.5, 0.0, 0.12])).target == pytest.approx(
+        [0.5, 0.0, 0.1]
+    )
 
 
 def test_the_mock_arm_reports_an_injected_wrench_and_zeros_by_default(mock_env):
@@ -104,7 +108,9 @@ def test_insert_reset_paths_on_the_mock_move_in_slow_bounded_steps_and_end_at_th
     from tests.robot.conftest import make_config
 
     goal = tmp_path / "goal.json"
-    save_pose(str(goal), RecordedPose("goal_pose", "mock", 0.0, Pose((0.45, 0.0, 0.25), (1.0, 0, 0, 0)), np.zeros(7), 0.02))
+    save_pose(
+        str(goal), RecordedPose("goal_pose", "mock", 0.0, Pose((0.45, 0.0, 0.25), (1.0, 0, 0, 0)), np.zeros(7), 0.02)
+    )
     env = make_env(make_config({"task": "insert", "task_options": {"goal_pose": str(goal), "path_speed_mps": 0.1}}))
     try:
         obs, info = env.reset(seed=0)

@@ -75,7 +75,7 @@ def test_the_greedy_policy_reaches_every_target_quickly(mock_env):
     lengths = []
     for seed in range(10):
         obs, _ = env.reset(seed=seed)
-        for k in range(1, 51):
+        for k in range(1, 51):  # noqa: B007  (k, the episode length, is read after the loop)
             obs, _, terminated, truncated, info = env.step(greedy_action(obs)).gym()
             if terminated or truncated:
                 break

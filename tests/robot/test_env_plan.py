@@ -17,8 +17,9 @@ FRANKA_BESIDE = copy.deepcopy(FRANKA_CLUSTER)
 FRANKA_BESIDE["component_placement"] = {"env": {"node_group": "node", "placement": "0"}}
 
 
-@pytest.mark.parametrize("env", [{"sim": "mock"}, {"sim": "mujoco"}, {"sim": None, "driver": "mujoco"},
-                                 {"sim": None, "driver": "auto"}])
+@pytest.mark.parametrize(
+    "env", [{"sim": "mock"}, {"sim": "mujoco"}, {"sim": None, "driver": "mujoco"}, {"sim": None, "driver": "auto"}]
+)
 def test_a_simulator_the_config_chose_is_simulated(env):
     assert plan_env(make_config(env), 0).simulated
 

@@ -122,8 +122,15 @@ def test_realsense_stream_settings_come_from_the_matching_hardware_entry():
     assert realsense_settings(cfg, "999") == {}
 
 
-@pytest.mark.parametrize("path, driver", [("configs/sim_reach.yaml", "mujoco"), ("configs/franky_sim.yaml", "franka"),
-                                          ("configs/workstation_franka.yaml", "franka"), ("configs/hetero_18node.yaml", "franka")])
+@pytest.mark.parametrize(
+    "path, driver",
+    [
+        ("configs/sim_reach.yaml", "mujoco"),
+        ("configs/franky_sim.yaml", "franka"),
+        ("configs/workstation_franka.yaml", "franka"),
+        ("configs/hetero_18node.yaml", "franka"),
+    ],
+)
 def test_shipped_configs_plan_their_env(path, driver):
     from rlhw.config import load_config
 

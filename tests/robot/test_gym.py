@@ -74,8 +74,12 @@ def test_unbounded_tensors_get_their_dtypes_full_range():
 def test_a_batched_spec_puts_num_envs_in_front_of_every_space():
     from rlhw.robot.gym import spaces_from_spec
 
-    spec = EnvSpec({"q": TensorSpec("q", "float32", (7,), -3.0, 3.0)}, TensorSpec("action", "float32", (3,), -1.0, 1.0),
-                   control_hz=10.0, num_envs=4)
+    spec = EnvSpec(
+        {"q": TensorSpec("q", "float32", (7,), -3.0, 3.0)},
+        TensorSpec("action", "float32", (3,), -1.0, 1.0),
+        control_hz=10.0,
+        num_envs=4,
+    )
     observations, action = spaces_from_spec(spec)
     assert observations["q"].shape == (4, 7) and action.shape == (4, 3) and np.all(action.high == 1.0)
     assert spaces_from_spec(spec, batched=False)[1].shape == (3,)

@@ -26,7 +26,9 @@ def goal_file(tmp_path, pose=GOAL) -> str:
 
 
 def insert_task(tmp_path, options=None, **env):
-    config = make_config({"task": "insert", "task_options": {"goal_pose": goal_file(tmp_path), **(options or {})}, **env})
+    config = make_config(
+        {"task": "insert", "task_options": {"goal_pose": goal_file(tmp_path), **(options or {})}, **env}
+    )
     return make_task("insert", config.env, config.env.task_options)
 
 
@@ -53,10 +55,25 @@ def test_a_config_without_a_goal_file_says_how_to_name_one():
         make_task("insert", config.env, config.env.task_options)
 
 
-@pytest.mark.parametrize("content", ["{not json", json.dumps({"format": "other"}),
-                                     json.dumps({"format": "rlhw-pose/1", "name": "g"}),
-                                     json.dumps({"format": "rlhw-pose/1", "name": "g", "robot": "r", "time": 0,
-                                                 "ee_pose": [0.5, 0, 0.1, 0, 0, 0, 0], "q": [0] * 7, "gripper_width": 0})])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{not json",
+        json.dumps({"format": "other"}),
+        json.dumps({"format": "rlhw-pose/1", "name": "g"}),
+        json.dumps(
+            {
+                "format": "rlhw-pose/1",
+                "name": "g",
+                "robot": "r",
+                "time": 0,
+                "ee_pose": [0.5, 0, 0.1, 0, 0, 0, 0],
+                "q": [0] * 7,
+                "gripper_width": 0,
+            }
+        ),
+    ],
+)
 def test_a_garbled_goal_file_is_a_config_error_with_the_fix(tmp_path, content):
     path = tmp_path / "goal.json"
     path.write_text(content)
@@ -65,18 +82,21 @@ def test_a_garbled_goal_file_is_a_config_error_with_the_fix(tmp_path, content):
     assert e.value.path == "env.task_options.goal_pose"
 
 
-@pytest.mark.parametrize("options, env, path", [
-    ({}, {"action": {"gripper": True}}, "env.action.gripper"),
-    ({}, {"reset": {"randomize_radius_m": 0.05}}, "env.reset.randomize_radius_m"),
-    ({"start_low": [-0.02, -0.02, 0.01]}, {}, "env.task_options.start_low"),
-    ({"start_low": [0.02, 0.0, 0.05], "start_high": [0.01, 0.0, 0.06]}, {}, "env.task_options.start_low"),
-    ({"start_high": [0.02, 0.02, 0.5]}, {}, "env.task_options.approach_height_m"),
-    ({"approach_height_m": 0.6}, {}, "env.safety.workspace_low"),
-    ({"success_m": 0}, {}, "env.task_options.success_m"),
-    ({"dense_reward": "yes"}, {}, "env.task_options.dense_reward"),
-    ({"terminate_on_success": "no"}, {}, "env.task_options.terminate_on_success"),
-    ({"hole_size": 1}, {}, "env.task_options.hole_size"),
-])
+@pytest.mark.parametrize(
+    "options, env, path",
+    [
+        ({}, {"action": {"gripper": True}}, "env.action.gripper"),
+        ({}, {"reset": {"randomize_radius_m": 0.05}}, "env.reset.randomize_radius_m"),
+        ({"start_low": [-0.02, -0.02, 0.01]}, {}, "env.task_options.start_low"),
+        ({"start_low": [0.02, 0.0, 0.05], "start_high": [0.01, 0.0, 0.06]}, {}, "env.task_options.start_low"),
+        ({"start_high": [0.02, 0.02, 0.5]}, {}, "env.task_options.approach_height_m"),
+        ({"approach_height_m": 0.6}, {}, "env.safety.workspace_low"),
+        ({"success_m": 0}, {}, "env.task_options.success_m"),
+        ({"dense_reward": "yes"}, {}, "env.task_options.dense_reward"),
+        ({"terminate_on_success": "no"}, {}, "env.task_options.terminate_on_success"),
+        ({"hole_size": 1}, {}, "env.task_options.hole_size"),
+    ],
+)
 def test_options_that_cannot_work_are_refused_with_the_field_named(tmp_path, options, env, path):
     with pytest.raises(ConfigError) as e:
         insert_task(tmp_path, options, **env)
@@ -85,7 +105,9 @@ def test_options_that_cannot_work_are_refused_with_the_field_named(tmp_path, opt
 
 def test_a_goal_whose_hole_leans_away_from_vertical_is_refused(tmp_path):
     leaning = [0.5, 0.0, 0.12, np.cos(0.15), 0.0, 0.0, np.sin(0.15)]  # 180 deg about x, then 0.3 rad more
-    config = make_config({"task": "insert", "task_options": {"goal_pose": goal_file(tmp_path, Pose.from_vector(leaning))}})
+    config = make_config(
+        {"task": "insert", "task_options": {"goal_pose": goal_file(tmp_path, Pose.from_vector(leaning))}}
+    )
     with pytest.raises(ConfigError, match="leans 17 deg from straight down") as e:
         make_task("insert", config.env, config.env.task_options)
     assert e.value.path == "env.task_options.goal_pose"
@@ -116,9 +138,17 @@ def test_dense_shaping_is_off_by_default_and_adds_minus_distance_when_on(tmp_pat
 
 def test_the_observations_are_all_measurable_on_a_real_arm(tmp_path):
     task = insert_task(tmp_path)
-    obs = task.observe(ArmState(0.0, Q, np.zeros(7), Pose((0.51, 0.0, 0.15), (1, 0, 0, 0.0)), 0.02, (),
-                                np.array([0, 0, 20.0, 0, 0, 4.0])), {})
-    assert set(obs) == set(task.observation_specs()) == {"to_goal", "orientation_error", "gripper_width", "external_wrench"}
+    obs = task.observe(
+        ArmState(
+            0.0, Q, np.zeros(7), Pose((0.51, 0.0, 0.15), (1, 0, 0, 0.0)), 0.02, (), np.array([0, 0, 20.0, 0, 0, 4.0])
+        ),
+        {},
+    )
+    assert (
+        set(obs)
+        == set(task.observation_specs())
+        == {"to_goal", "orientation_error", "gripper_width", "external_wrench"}
+    )
     assert obs["to_goal"] == pytest.approx([-0.01, 0.0, -0.03])
     assert obs["external_wrench"] == pytest.approx([0, 0, 0.5, 0, 0, 0.5])  # over the bounds 40 N and 8 Nm
     assert all(v.dtype == np.float32 for v in obs.values())
@@ -132,7 +162,9 @@ def test_the_reset_path_rises_out_of_the_hole_before_homing_and_comes_down_over_
     assert task.retreat_path(state_at([0.3, 0.0, 0.45])) == []  # elsewhere: homing is safe
     task.reset(state_at([0.3, 0.0, 0.45]), np.random.default_rng(1))
     over, start = task.approach_path(state_at([0.3, 0.0, 0.45]))
-    assert over.position[:2] == pytest.approx(start.position[:2]) and over.position[2] == pytest.approx(GOAL.position[2] + 0.1)
+    assert over.position[:2] == pytest.approx(start.position[:2]) and over.position[2] == pytest.approx(
+        GOAL.position[2] + 0.1
+    )
     offset = start.position - GOAL.position
     assert np.all(offset >= [-0.02, -0.02, 0.04]) and np.all(offset <= [0.02, 0.02, 0.06])
     assert start.quaternion == pytest.approx(GOAL.quaternion)

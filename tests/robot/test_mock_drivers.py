@@ -111,7 +111,9 @@ def test_camera_frames_have_increasing_indices_timestamps_and_follow_the_hand():
 
 
 def test_camera_stall_and_dropped_frames():
-    cam = MockCamera(faults=[{"kind": "camera_stall", "after": 1}, {"kind": "drop_frames", "after": 3, "count": 2}], timeout_s=0.01)
+    cam = MockCamera(
+        faults=[{"kind": "camera_stall", "after": 1}, {"kind": "drop_frames", "after": 3, "count": 2}], timeout_s=0.01
+    )
     cam.open()
     a = cam.latest(max_age_s=0.5)
     with pytest.raises(RobotFault) as err:

@@ -80,8 +80,9 @@ def test_without_a_person_a_simulated_arm_runs_as_fast_as_it_can(mock_env):
     env = mock_env(max_episode_steps=20)
     env.clock = FakeClock()
     assert not env.paced  # no operator
-    env.takeover = Takeover(ScriptedExpert(env), TeleopConfig(device="scripted", always_active=True),
-                            env.spec.action.shape)
+    env.takeover = Takeover(
+        ScriptedExpert(env), TeleopConfig(device="scripted", always_active=True), env.spec.action.shape
+    )
     assert ScriptedExpert.operator is Operator.PROGRAM and not env.paced  # a program reads the simulator
     env.reset(seed=0)
     for _ in range(5):

@@ -42,13 +42,16 @@ def test_a_quaternion_is_normalised_but_a_unit_one_is_kept_bit_for_bit():
     assert Pose(quaternion=q).quaternion.tolist() == q.tolist()
 
 
-@pytest.mark.parametrize("position, quaternion, match", [
-    ((0.1, float("nan"), 0.3), DOWN, "pose position: expected 3 finite numbers"),
-    ((0.1, 0.2), DOWN, "pose position"),
-    ((0.1, 0.2, 0.3), (0, 0, 0, float("inf")), "pose quaternion: expected 4 finite numbers"),
-    ((0.1, 0.2, 0.3), (0, 0, 0, 0), "zero length"),
-    ((0.1, 0.2, 0.3), (1.0, 0.0, 0.0), r"\[qx, qy, qz, qw\]"),
-])
+@pytest.mark.parametrize(
+    "position, quaternion, match",
+    [
+        ((0.1, float("nan"), 0.3), DOWN, "pose position: expected 3 finite numbers"),
+        ((0.1, 0.2), DOWN, "pose position"),
+        ((0.1, 0.2, 0.3), (0, 0, 0, float("inf")), "pose quaternion: expected 4 finite numbers"),
+        ((0.1, 0.2, 0.3), (0, 0, 0, 0), "zero length"),
+        ((0.1, 0.2, 0.3), (1.0, 0.0, 0.0), r"\[qx, qy, qz, qw\]"),
+    ],
+)
 def test_bad_numbers_are_refused_naming_the_part_and_the_convention(position, quaternion, match):
     with pytest.raises(ValueError, match=match):
         Pose(position, quaternion)

@@ -24,7 +24,11 @@ def test_reach_runs_on_the_franka_driver_against_franky_sim():
             "configs/franky_sim.yaml",
             # franky multiplies the robot's dynamics factor with each motion's: at 1.0 here, the
             # reset's speed_factor (0.2) is the effective one.
-            [f"{entry}.robot_ip={sim.host}", f"{entry}.controller.relative_dynamics_factor=1.0", "env.reset.timeout_s=40"],
+            [
+                f"{entry}.robot_ip={sim.host}",
+                f"{entry}.controller.relative_dynamics_factor=1.0",
+                "env.reset.timeout_s=40",
+            ],
         )
         env = make_env(config)
         try:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from rlhw.config.env import EnvConfig
 from rlhw.errors import ConfigError
 from rlhw.robot import registry
 from rlhw.robot.tasks import known_tasks, make_task, task_class
-from rlhw.config.env import EnvConfig
 
 
 def test_mock_arm_and_camera_resolve_by_name():

@@ -59,8 +59,8 @@ def test_two_steps_that_differ_only_in_the_hidden_cube_give_the_learner_the_same
 def test_the_same_steps_with_the_state_visible_pay_the_cube_in_the_goal(tmp_path):
     """The contrast that gives the test above its teeth: with the ground truth visible, the reward sees the cube."""
     config = load_config(PIXELS, [*SMALL, "env.sim_state=visible"])
-    (_, r_away, term_away, *_), = steps_with_the_cube(config, (0.42, 0.08), n=1)
-    (_, r_goal, term_goal, _, info), = steps_with_the_cube(config, GOAL, n=1)
+    ((_, r_away, term_away, *_),) = steps_with_the_cube(config, (0.42, 0.08), n=1)
+    ((_, r_goal, term_goal, _, info),) = steps_with_the_cube(config, GOAL, n=1)
     assert (r_away, term_away) == (0.0, False) and (r_goal, term_goal) == (1.0, True) and info["judge_success"]
 
 
@@ -74,10 +74,13 @@ def test_the_rehearsal_task_cannot_read_the_cube_from_its_arm(tmp_path):
         env.close()
 
 
-@pytest.mark.parametrize("override, key", [
-    ("env.task_options.observe_cube=true", "env.task_options.observe_cube"),
-    ("env.task_options.reward=dense", "env.task_options.reward"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("env.task_options.observe_cube=true", "env.task_options.observe_cube"),
+        ("env.task_options.reward=dense", "env.task_options.reward"),
+    ],
+)
 def test_a_task_configured_to_read_hidden_state_is_refused_by_key(tmp_path, override, key):
     with pytest.raises(ConfigError) as e:
         make_env(rehearsal(tmp_path, override), connect=False)
@@ -97,8 +100,17 @@ def test_a_rehearsal_on_the_pipeline_is_refused_naming_the_runner():
 
 
 def test_the_scripted_operator_recording_demos_marks_success_as_a_person_would(tmp_path):
-    config = load_config(PIXELS, [*SMALL, "env.teleop.device=scripted", "env.teleop.always_active=true",
-                                  "env.teleop.mode=demo", "env.teleop.noise=0", "env.teleop.hesitation=0"])
+    config = load_config(
+        PIXELS,
+        [
+            *SMALL,
+            "env.teleop.device=scripted",
+            "env.teleop.always_active=true",
+            "env.teleop.mode=demo",
+            "env.teleop.noise=0",
+            "env.teleop.hesitation=0",
+        ],
+    )
     env = make_env(config)
     try:
         env.reset(seed=1)
@@ -127,8 +139,9 @@ def test_every_episode_starts_with_the_hand_at_the_configured_start_inside_the_t
         env.close()
 
 
-@pytest.mark.parametrize("start, why", [([0.35, 0.0, 0.30], "inside the safety workspace"),
-                                        ([0.35, 0.0, 0.05], "must clear the cube's top")])
+@pytest.mark.parametrize(
+    "start, why", [([0.35, 0.0, 0.30], "inside the safety workspace"), ([0.35, 0.0, 0.05], "must clear the cube's top")]
+)
 def test_a_hand_start_outside_the_box_or_into_the_cube_is_refused_by_key(tmp_path, start, why):
     with pytest.raises(ConfigError) as e:
         make_env(rehearsal(tmp_path, f"env.task_options.hand_start={start}"), connect=False)
@@ -140,6 +153,8 @@ def test_the_reach_target_box_does_not_constrain_another_tasks_workspace():
     config = load_config(PIXELS, SMALL)
     assert config.env.safety.workspace_high[2] < config.env.reach.target_low[2]
     with pytest.raises(ConfigError) as e:
-        load_config(PIXELS, [*SMALL, "env.task=reach", "env.sim_state=visible", "env.task_options={}",
-                             "env.reward.classifier=null"])
+        load_config(
+            PIXELS,
+            [*SMALL, "env.task=reach", "env.sim_state=visible", "env.task_options={}", "env.reward.classifier=null"],
+        )
     assert e.value.path == "env.reach.target_low"

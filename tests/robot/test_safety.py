@@ -111,7 +111,7 @@ def test_each_step_moves_at_most_max_step(mock_env):
     obs, _ = env.reset()
     for _ in range(5):
         ee = obs["ee_position"].astype(float)
-        obs, *_ , info = env.step(np.ones(3, np.float32)).gym()
+        obs, *_, info = env.step(np.ones(3, np.float32)).gym()
         sent = motions(env, "command_pose")[-1][1]
         assert np.linalg.norm(sent - ee) <= 0.02 + 1e-6  # obs are float32
         assert info["clipped"] is True

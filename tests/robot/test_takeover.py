@@ -139,11 +139,14 @@ class Marker(TeleopDevice):
         return TeleopReading(np.zeros(6, np.float32), None, (), events, False, 0.0)
 
 
-@pytest.mark.parametrize("event, terminated, success, label", [
-    (TeleopEvent.SUCCESS, True, True, "success"),
-    (TeleopEvent.FAILURE, False, False, "failure"),
-    (TeleopEvent.END_EPISODE, False, False, None),
-])
+@pytest.mark.parametrize(
+    "event, terminated, success, label",
+    [
+        (TeleopEvent.SUCCESS, True, True, "success"),
+        (TeleopEvent.FAILURE, False, False, "failure"),
+        (TeleopEvent.END_EPISODE, False, False, None),
+    ],
+)
 def test_the_operators_marks_end_the_episode_with_a_label(env, event, terminated, success, label):
     env.takeover = Takeover(Marker(event), TeleopConfig(device="keyboard"), (3,))
     _, _, term, trunc, info = env.step(np.zeros(3, np.float32)).gym()
@@ -185,6 +188,7 @@ def test_the_terminal_keyboard_drives_the_env_and_ends_the_episode_with_its_succ
     env.takeover = Takeover(keyboard, TeleopConfig(device="keyboard"), (3,))
     env.takeover.open()
     try:
+
         def press(keys):
             target = keyboard.reports + 1
             os.write(master, keys.encode())

@@ -25,7 +25,7 @@ from rlhw.errors import ConfigError, HardwareError, WorkerError
 from rlhw.network import FCI_PORT
 from rlhw.placement import plan
 from rlhw.runtime.cluster import Cluster
-from rlhw.runtime.worker import MAILBOX_MAXSIZE, Worker, WorkerAddress
+from rlhw.runtime.worker import MAILBOX_MAXSIZE, Worker
 from tests.ray_nodes import add_raylet, ray_cluster
 from tests.waiting import wait_until
 
@@ -40,7 +40,10 @@ def make_second_venv(path: str) -> str:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", path], check=True, timeout=60)
     site = subprocess.run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True, timeout=60,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
     ).stdout.strip()
     with open(os.path.join(site, "rlhw_parent_venv.pth"), "w") as f:
         f.write(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
@@ -61,11 +64,13 @@ def hetero_config(python: str, num_nodes: int = 3, robot_ip: str = ROBOT_IP) -> 
                     "label": "gpu",
                     "node_ranks": "1",
                     "accelerators_per_node": 2,
-                    "env_configs": [{
-                        "node_ranks": "1",
-                        "python_interpreter_path": python,
-                        "env_vars": [{"RLHW_TEST_SITE": "gpu-node"}],
-                    }],
+                    "env_configs": [
+                        {
+                            "node_ranks": "1",
+                            "python_interpreter_path": python,
+                            "env_vars": [{"RLHW_TEST_SITE": "gpu-node"}],
+                        }
+                    ],
                 },
                 {
                     "label": "franka",
@@ -105,9 +110,11 @@ def fake_arm():
 
 @pytest.fixture(scope="module")
 def ray_nodes(tmp_path_factory):
-    with ray_cluster({"num_cpus": 2, "labels": {"rlhw.node_rank": "0"}},
-                     {"num_cpus": 1, "num_gpus": 2, "labels": {"rlhw.node_rank": "1"}},
-                     {"num_cpus": 1, "env_vars": {"RLHW_NODE_RANK": "2"}}) as rc:
+    with ray_cluster(
+        {"num_cpus": 2, "labels": {"rlhw.node_rank": "0"}},
+        {"num_cpus": 1, "num_gpus": 2, "labels": {"rlhw.node_rank": "1"}},
+        {"num_cpus": 1, "env_vars": {"RLHW_NODE_RANK": "2"}},
+    ) as rc:
         yield rc
 
 
@@ -137,8 +144,13 @@ class Probe(Worker):
     def where(self) -> dict:
         import sys as _sys
 
-        return {"init_env": self.seen_at_init, "python": _sys.executable, "tag": self.tag,
-                "node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+        return {
+            "init_env": self.seen_at_init,
+            "python": _sys.executable,
+            "tag": self.tag,
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "pid": os.getpid(),
+        }
 
     def rank_times_ten(self) -> int:
         return self.rank * 10
@@ -184,8 +196,18 @@ def _describe(x):
     return ("obj", x)
 
 
-ENV_NAMES = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-             "RLHW_NODE_RANK", "RLHW_HARDWARE", "CUDA_VISIBLE_DEVICES", "RLHW_TEST_SITE"]
+ENV_NAMES = [
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RLHW_NODE_RANK",
+    "RLHW_HARDWARE",
+    "CUDA_VISIBLE_DEVICES",
+    "RLHW_TEST_SITE",
+]
 
 
 @pytest.fixture(scope="module")
@@ -314,13 +336,17 @@ def test_send_to_a_full_mailbox_fails_after_its_timeout_naming_both_workers(grou
     sender, receiver = groups["agent"].execute_on, groups["agent"].execute_on
     assert sender([2]).send_range(MAILBOX_MAXSIZE, "agent", 0).wait(60) == [MAILBOX_MAXSIZE]
     t = time.monotonic()
-    with pytest.raises(WorkerError, match=rf"agent:0: its mailbox for agent:2 stayed full \({MAILBOX_MAXSIZE} "
-                                          r"unreceived messages\) for 0.5s; the receiver must recv from agent:2"):
+    with pytest.raises(
+        WorkerError,
+        match=rf"agent:0: its mailbox for agent:2 stayed full \({MAILBOX_MAXSIZE} "
+        r"unreceived messages\) for 0.5s; the receiver must recv from agent:2",
+    ):
         sender([2]).send_range(1, "agent", 0, 0.5).wait(30)
     assert time.monotonic() - t < 10
     # Nothing was lost or reordered, and the refused message was never delivered.
-    assert [x[1] for x in receiver([0]).recv_summary("agent", 2, MAILBOX_MAXSIZE).wait(60)[0]] == \
-        list(range(MAILBOX_MAXSIZE))
+    assert [x[1] for x in receiver([0]).recv_summary("agent", 2, MAILBOX_MAXSIZE).wait(60)[0]] == list(
+        range(MAILBOX_MAXSIZE)
+    )
     with pytest.raises(WorkerError, match="received nothing from agent:2"):
         receiver([0]).recv_from("agent", 2, 0.3).wait(30)
 
@@ -422,13 +448,19 @@ def test_more_gpus_declared_than_ray_sees_is_a_hardware_error(ray_nodes, fake_ar
 
 
 def test_config_with_fewer_nodes_than_ray_names_the_out_of_range_node(ray_nodes):
-    cfg = load_config_dict({"cluster": {"num_nodes": 2, "component_placement": {"a": {"node_group": "node", "placement": "0"}}}})
-    with pytest.raises(ConfigError, match=r"node \d+\.\d+\.\d+\.\d+ \(Ray node id \w+\) has node rank 2, outside 0\.\.1"):
+    cfg = load_config_dict(
+        {"cluster": {"num_nodes": 2, "component_placement": {"a": {"node_group": "node", "placement": "0"}}}}
+    )
+    with pytest.raises(
+        ConfigError, match=r"node \d+\.\d+\.\d+\.\d+ \(Ray node id \w+\) has node rank 2, outside 0\.\.1"
+    ):
         Cluster(cfg, address=ray_nodes.address, probe_hardware=False)
 
 
 def test_config_with_more_nodes_than_ray_names_the_missing_ranks(ray_nodes):
-    cfg = load_config_dict({"cluster": {"num_nodes": 4, "component_placement": {"a": {"node_group": "node", "placement": "0"}}}})
+    cfg = load_config_dict(
+        {"cluster": {"num_nodes": 4, "component_placement": {"a": {"node_group": "node", "placement": "0"}}}}
+    )
     with pytest.raises(ConfigError, match=r"node rank\(s\) \[3\] not present"):
         Cluster(cfg, address=ray_nodes.address, probe_hardware=False)
 
@@ -436,7 +468,9 @@ def test_config_with_more_nodes_than_ray_names_the_missing_ranks(ray_nodes):
 def test_duplicate_node_rank_names_both_nodes(ray_nodes):
     extra = add_raylet(ray_nodes, num_cpus=1, labels={"rlhw.node_rank": "1"})
     try:
-        cfg = load_config_dict({"cluster": {"num_nodes": 3, "component_placement": {"a": {"node_group": "node", "placement": "0"}}}})
+        cfg = load_config_dict(
+            {"cluster": {"num_nodes": 3, "component_placement": {"a": {"node_group": "node", "placement": "0"}}}}
+        )
         with pytest.raises(ConfigError, match=r"node .* and node .* both have node rank 1"):
             Cluster(cfg, address=ray_nodes.address, probe_hardware=False)
     finally:

@@ -8,11 +8,15 @@ from rlhw.runtime.group import _gpu_shares
 
 
 def _workstation_plan():
-    cfg = load_config_dict({"cluster": {
-        "num_nodes": 1,
-        "node_groups": [{"label": "gpu", "node_ranks": 0, "accelerators_per_node": 1}],
-        "component_placement": {"rollout,learner": {"node_group": "gpu", "placement": "0"}},
-    }})
+    cfg = load_config_dict(
+        {
+            "cluster": {
+                "num_nodes": 1,
+                "node_groups": [{"label": "gpu", "node_ranks": 0, "accelerators_per_node": 1}],
+                "component_placement": {"rollout,learner": {"node_group": "gpu", "placement": "0"}},
+            }
+        }
+    )
     return plan(cfg.cluster)
 
 
@@ -24,10 +28,14 @@ def test_components_sharing_one_gpu_each_ask_for_their_share_of_it():
 
 
 def test_a_gpu_used_by_one_process_is_requested_whole():
-    cfg = load_config_dict({"cluster": {
-        "num_nodes": 1,
-        "node_groups": [{"label": "gpu", "node_ranks": 0, "accelerators_per_node": 2}],
-        "component_placement": {"learner": {"node_group": "gpu", "placement": "0-1"}},
-    }})
+    cfg = load_config_dict(
+        {
+            "cluster": {
+                "num_nodes": 1,
+                "node_groups": [{"label": "gpu", "node_ranks": 0, "accelerators_per_node": 2}],
+                "component_placement": {"learner": {"node_group": "gpu", "placement": "0-1"}},
+            }
+        }
+    )
     p = plan(cfg.cluster)
     assert _gpu_shares(list(p["learner"]), list(p["learner"])) == {0: 1.0, 1: 1.0}

@@ -74,15 +74,18 @@ def test_a_node_without_isolation_keys_gets_the_os_defaults():
     assert cluster({"node_ranks": 0}).node_env(0).isolation.is_empty()
 
 
-@pytest.mark.parametrize("entry, field, words", [
-    ({"loop_cpus": "2-x"}, "loop_cpus", "CPU"),
-    ({"loop_cpus": "3,3"}, "loop_cpus", "twice"),
-    ({"loop_priority": {"realtime": 120}}, "loop_priority.realtime", "1..99"),
-    ({"loop_priority": {"nice": -40}}, "loop_priority.nice", "-20..19"),
-    ({"loop_priority": {"realtime": 80, "nice": -5}}, "loop_priority", "exactly one"),
-    ({"loop_priority": {"fifo": 80}}, "loop_priority.fifo", ""),
-    ({"learner_threads": 0}, "learner_threads", "1"),
-])
+@pytest.mark.parametrize(
+    "entry, field, words",
+    [
+        ({"loop_cpus": "2-x"}, "loop_cpus", "CPU"),
+        ({"loop_cpus": "3,3"}, "loop_cpus", "twice"),
+        ({"loop_priority": {"realtime": 120}}, "loop_priority.realtime", "1..99"),
+        ({"loop_priority": {"nice": -40}}, "loop_priority.nice", "-20..19"),
+        ({"loop_priority": {"realtime": 80, "nice": -5}}, "loop_priority", "exactly one"),
+        ({"loop_priority": {"fifo": 80}}, "loop_priority.fifo", ""),
+        ({"learner_threads": 0}, "learner_threads", "1"),
+    ],
+)
 def test_bad_isolation_values_are_refused_naming_the_field(entry, field, words):
     e = err({"node_ranks": 0, **entry})
     assert e.path.startswith(f"cluster.node_groups[0].env_configs[0].{field.split('.')[0]}"), e.path
@@ -90,8 +93,10 @@ def test_bad_isolation_values_are_refused_naming_the_field(entry, field, words):
 
 
 def test_two_groups_giving_one_node_different_loop_cpus_is_an_error():
-    groups = [{"label": "gpu", "node_ranks": 0, "env_configs": [{"node_ranks": 0, "loop_cpus": "0"}]},
-              {"label": "robot", "node_ranks": 0, "env_configs": [{"node_ranks": 0, "loop_cpus": "1"}]}]
+    groups = [
+        {"label": "gpu", "node_ranks": 0, "env_configs": [{"node_ranks": 0, "loop_cpus": "0"}]},
+        {"label": "robot", "node_ranks": 0, "env_configs": [{"node_ranks": 0, "loop_cpus": "1"}]},
+    ]
     e = err(groups=groups)
     assert e.path == "cluster.node_groups[1].env_configs[0].loop_cpus"
     assert "node_groups[0].env_configs[0]" in e.message
@@ -160,7 +165,7 @@ def test_no_full_collection_runs_inside_a_step_under_allocation_pressure():
     gc.callbacks.append(on_gc)
     guard.start()
     try:
-        for episode in range(4):
+        for _ in range(4):
             guard.idle()
             for _ in range(50):
                 inside["step"] = True

@@ -8,7 +8,6 @@ from rlhw.cli.smoke_test import main
 from rlhw.config import load_config
 from rlhw.errors import ConfigError
 from rlhw.smoke import SmokeOptions, select_targets
-
 from tests.smoke.conftest import ROOT, SIM_CONFIG
 
 HETERO = str(ROOT / "configs" / "hetero_18node.yaml")

@@ -16,7 +16,6 @@ from rlhw.cli.smoke_test import main
 from rlhw.hardware.types.franka import FrankaController
 from rlhw.smoke import FAIL, PASS, SKIP
 from rlhw.smoke.hints import ROBOT_UNREACHABLE
-
 from tests.smoke.conftest import FRANKY_CONFIG, robot_ip_override, rows, smoke
 from tests.waiting import wait_until
 
@@ -42,8 +41,21 @@ def test_franky_sim_robot_passes_its_checks_and_unconfirmed_motion_moves_nothing
     skipped with the reason, and the hand stays where it was."""
     before = hand_position(sim.host)
     out = tmp_path / "report.json"
-    code = main([FRANKY_CONFIG, robot_ip_override(sim.host), "--allow-motion", "--checks", "nodes,robots",
-                 "--window", "0.5", "--timeout", "10", "--json", str(out)])
+    code = main(
+        [
+            FRANKY_CONFIG,
+            robot_ip_override(sim.host),
+            "--allow-motion",
+            "--checks",
+            "nodes,robots",
+            "--window",
+            "0.5",
+            "--timeout",
+            "10",
+            "--json",
+            str(out),
+        ]
+    )
     after = hand_position(sim.host)
     report = json.loads(out.read_text())
     r = {c["check"]: c for c in report["checks"] if c["target"] == f"franka@{sim.host}"}
@@ -96,10 +108,13 @@ def test_killing_franky_sim_mid_check_fails_the_state_check_within_the_timeout(s
     result = {}
 
     def run():
-        result["report"] = smoke(FRANKY_CONFIG, [robot_ip_override(sim.host)], checks=("robots",), window_s=8.0, timeout_s=6.0)
+        result["report"] = smoke(
+            FRANKY_CONFIG, [robot_ip_override(sim.host)], checks=("robots",), window_s=8.0, timeout_s=6.0
+        )
 
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
+
     # wait until the smoke test's driver is connected, then until its state check reads, then pull the plug
     def connected_driver():
         owner = franka_arm._owners.get(sim.host)

@@ -11,7 +11,6 @@ import pytest
 from rlhw.cli.smoke_test import main
 from rlhw.smoke import FAIL, PASS, SKIP
 from rlhw.smoke.env_server import ServerProcess
-
 from tests.smoke.conftest import SIM_CONFIG, rows, smoke
 
 
@@ -88,8 +87,9 @@ def test_an_injected_fault_fails_its_check_with_the_reason_and_a_nonzero_exit(fa
 
 @pytest.mark.timeout(60)
 def test_a_reflex_during_the_motion_check_fails_it_and_the_hint_says_to_clear_it():
-    report = smoke(SIM_CONFIG, ["env.sim=mock", "env.mock_faults=[{kind: reflex, after: 2}]"], checks=("robots",),
-                   motion="allowed")
+    report = smoke(
+        SIM_CONFIG, ["env.sim=mock", "env.mock_faults=[{kind: reflex, after: 2}]"], checks=("robots",), motion="allowed"
+    )
     r = rows(report, "mock-sim0")
     assert r["motion"].status == FAIL and "reflex" in r["motion"].detail
     assert "reflex" in r["motion"].hint
@@ -107,7 +107,9 @@ def test_an_env_server_address_that_answers_nothing_fails_health_within_the_time
 
 
 @pytest.mark.timeout(60)
-def test_a_serve_env_child_that_exits_before_listening_fails_the_smoke_start_with_its_exit_code_and_last_output(tmp_path):
+def test_a_serve_env_child_that_exits_before_listening_fails_the_smoke_start_with_its_exit_code_and_last_output(
+    tmp_path,
+):
     server = ServerProcess(str(tmp_path / "missing.yaml"), (), 0)
     try:
         with pytest.raises(RuntimeError) as e:

@@ -5,14 +5,18 @@ from __future__ import annotations
 import pytest
 
 from rlhw.smoke import PASS
-
 from tests.smoke.conftest import SIM_CONFIG, rows, smoke
 
 
 @pytest.mark.timeout(120)
 def test_mujoco_cameras_open_render_the_configured_resolution_and_drop_no_frames():
-    report = smoke(SIM_CONFIG, ["env.sim=mujoco", "env.image_size=[48,64]", "env.sim_cameras=[wrist]"],
-                   checks=("robots", "cameras"), window_s=0.2, timeout_s=20.0)
+    report = smoke(
+        SIM_CONFIG,
+        ["env.sim=mujoco", "env.image_size=[48,64]", "env.sim_cameras=[wrist]"],
+        checks=("robots", "cameras"),
+        window_s=0.2,
+        timeout_s=20.0,
+    )
     for name in ("camera wrist",):
         r = rows(report, name)
         for check in ("open", "stream", "dropped_frames"):

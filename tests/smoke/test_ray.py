@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from rlhw.smoke import FAIL, PASS
-
 from tests.ray_nodes import ray_cluster
 from tests.smoke.conftest import smoke
 
@@ -34,8 +33,11 @@ env:
 
 @pytest.fixture(scope="module")
 def two_ray_nodes():
-    with ray_cluster({"num_cpus": 1, "labels": {"rlhw.node_rank": "0"}},
-                     {"num_cpus": 1, "labels": {"rlhw.node_rank": "1"}}, connect=False) as rc:
+    with ray_cluster(
+        {"num_cpus": 1, "labels": {"rlhw.node_rank": "0"}},
+        {"num_cpus": 1, "labels": {"rlhw.node_rank": "1"}},
+        connect=False,
+    ) as rc:
         rc.wait_for_nodes()
         yield rc
 

@@ -10,7 +10,6 @@ import pytest
 
 from rlhw.smoke import FAIL, PASS, SKIP
 from rlhw.smoke.hints import CAMERA_MISSING
-
 from tests.smoke.conftest import rows, smoke
 
 CONFIG = """
@@ -48,10 +47,23 @@ def test_a_camera_that_is_not_plugged_in_fails_within_seconds_with_the_usb_and_s
 def test_dropped_frames_in_a_recorded_stream_fail_the_drop_check_on_the_real_pipeline(config_file, tmp_path):
     from drivers.realsense_recording import write_synthetic_recording
 
-    recording = write_synthetic_recording(tmp_path / "cam.db3", serial="000000000001", frames=75, width=64, height=48,
-                                          fps=30, depth=False, skip=(30, 31, 32))
-    report = smoke(config_file, checks=("cameras",), window_s=1.0, timeout_s=5.0,
-                   camera_playback=(("000000000001", str(recording)),))
+    recording = write_synthetic_recording(
+        tmp_path / "cam.db3",
+        serial="000000000001",
+        frames=75,
+        width=64,
+        height=48,
+        fps=30,
+        depth=False,
+        skip=(30, 31, 32),
+    )
+    report = smoke(
+        config_file,
+        checks=("cameras",),
+        window_s=1.0,
+        timeout_s=5.0,
+        camera_playback=(("000000000001", str(recording)),),
+    )
     r = rows(report, "camera 000000000001")
     assert r["detected"].status == PASS and "recording" in r["detected"].value
     for check in ("open", "resolution", "stream"):

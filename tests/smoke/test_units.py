@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from rlhw.cli.smoke_test import confirm_motion
 from rlhw.errors import FaultKind, RobotFault, SafetyViolation
 from rlhw.smoke import FAIL, PASS, SKIP, CheckResult, SmokeReport
 from rlhw.smoke.arm_checks import MotionGuard
 from rlhw.smoke.bounded import TargetRun, passed
 from rlhw.smoke.hints import REALTIME_KERNEL, ROBOT_UNREACHABLE, USB2_LINK, VERSION_MISMATCH, hint_for
-from rlhw.cli.smoke_test import confirm_motion
 
 
 @pytest.mark.timeout(20)
@@ -50,8 +50,14 @@ def test_an_unexpected_exception_is_reported_with_where_it_happened():
 
 
 def test_exit_status_is_zero_only_when_every_required_check_passed():
-    ok = SmokeReport("c", [CheckResult(0, "a", "x", PASS), CheckResult(0, "a", "y", SKIP, required=False),
-                           CheckResult(0, "a", "fps", FAIL, required=False)])
+    ok = SmokeReport(
+        "c",
+        [
+            CheckResult(0, "a", "x", PASS),
+            CheckResult(0, "a", "y", SKIP, required=False),
+            CheckResult(0, "a", "fps", FAIL, required=False),
+        ],
+    )
     bad = SmokeReport("c", ok.results + [CheckResult(0, "b", "state", FAIL)])
     assert ok.exit_code == 0 and ok.ok
     assert bad.exit_code == 1 and [r.check for r in bad.failures()] == ["fps", "state"]

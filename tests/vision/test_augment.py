@@ -27,7 +27,7 @@ def test_each_sample_is_the_padded_image_cropped_at_its_own_offset():
     padded = torch.nn.functional.pad(x.permute(0, 3, 1, 2).float(), (4, 4, 4, 4), mode="replicate")
     padded = padded.permute(0, 2, 3, 1).to(torch.uint8)
     for i, (dy, dx) in enumerate(offsets.tolist()):
-        assert torch.equal(y[i], padded[i, dy:dy + 32, dx:dx + 40])
+        assert torch.equal(y[i], padded[i, dy : dy + 32, dx : dx + 40])
     assert len({tuple(o) for o in offsets.tolist()}) > 1  # offsets differ between samples
 
 

@@ -25,8 +25,11 @@ def constant_classifier(path, logit: float, cameras=("front",), threshold: float
 
 
 def env_with(path, **reward):
-    return make_env(make_config({"images": True, "image_size": [32, 32], "sim_cameras": ["front"],
-                                 "reward": {"classifier": path, **reward}}))
+    return make_env(
+        make_config(
+            {"images": True, "image_size": [32, 32], "sim_cameras": ["front"], "reward": {"classifier": path, **reward}}
+        )
+    )
 
 
 def test_a_confident_classifier_makes_the_step_a_success_and_ends_the_episode(tmp_path):
@@ -61,7 +64,9 @@ def test_below_the_threshold_the_step_is_no_success_and_the_config_threshold_ove
 
 
 def test_deciding_the_reward_too_gives_the_sparse_reward(tmp_path):
-    env = env_with(constant_classifier(tmp_path / "yes.pt", 3.0), decides="success_and_reward", terminate_on_success=False)
+    env = env_with(
+        constant_classifier(tmp_path / "yes.pt", 3.0), decides="success_and_reward", terminate_on_success=False
+    )
     try:
         env.reset(seed=0)
         _, reward, terminated, _, info = env.step(np.zeros(3, np.float32)).gym()

@@ -22,8 +22,23 @@ CROP = ["0.5", "0.2", "0.9", "0.8"]  # the table area in front of the robot, in 
 def _train_and_check_held_out(episodes_dir, model, capsys, *extra: str) -> None:
     """`rlhw train-reward` with 60 epochs, then its report: >= 95 % held-out accuracy on >= 40 frames held
     out by episode, and a confusion matrix that adds up to the held-out frames."""
-    code = main(["train-reward", str(episodes_dir), "--out", str(model), "--epochs", "60", "--seed", "0",
-                 "--positive-last-k", "2", "--ambiguous-gap", "0", *extra])
+    code = main(
+        [
+            "train-reward",
+            str(episodes_dir),
+            "--out",
+            str(model),
+            "--epochs",
+            "60",
+            "--seed",
+            "0",
+            "--positive-last-k",
+            "2",
+            "--ambiguous-gap",
+            "0",
+            *extra,
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0 and "accuracy" in printed and "confusion" in printed
     report = json.loads(model.with_suffix(".metrics.json").read_text())
@@ -59,9 +74,18 @@ def test_train_reward_reaches_95_percent_held_out_accuracy_on_push_cube_frames(p
     from rlhw.config import load_config
     from rlhw.robot import make_env
 
-    cfg = load_config("configs/sim_reach.yaml", ["env.sim=mujoco", "env.images=true", "env.image_size=[128,128]",
-                                                 "env.sim_cameras=[front]", *PushCubeStager.overrides,
-                                                 f"env.reward.classifier={model}", "env.reward.terminate_on_success=false"])
+    cfg = load_config(
+        "configs/sim_reach.yaml",
+        [
+            "env.sim=mujoco",
+            "env.images=true",
+            "env.image_size=[128,128]",
+            "env.sim_cameras=[front]",
+            *PushCubeStager.overrides,
+            f"env.reward.classifier={model}",
+            "env.reward.terminate_on_success=false",
+        ],
+    )
     env = make_env(cfg)
     try:
         agree = 0
@@ -82,8 +106,31 @@ def insert_episodes(tmp_path_factory):
     """40 MuJoCo insert episodes (5 frames each, 64 px wrist camera, the arm drawn as its collision
     shapes), half of them ending in success, recorded through the tool's command line."""
     out = tmp_path_factory.mktemp("insert_frames")
-    assert record_main(["--task", "insert", "--out", str(out), "--episodes", "40", "--steps", "4", "--hold", "1",
-                        "--size", "64", "--cameras", "wrist", "--seed", "7", "--set", "env.sim_camera_meshes=collision"]) == 0
+    assert (
+        record_main(
+            [
+                "--task",
+                "insert",
+                "--out",
+                str(out),
+                "--episodes",
+                "40",
+                "--steps",
+                "4",
+                "--hold",
+                "1",
+                "--size",
+                "64",
+                "--cameras",
+                "wrist",
+                "--seed",
+                "7",
+                "--set",
+                "env.sim_camera_meshes=collision",
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -94,9 +141,18 @@ def _judge_insert_steps(model) -> tuple[int, int, int]:
     from rlhw.config import load_config
     from rlhw.robot import make_env
 
-    cfg = load_config(InsertStager.config, ["env.images=true", "env.image_size=[64,64]", "env.sim_cameras=[wrist]",
-                                            "env.sim_camera_meshes=collision", *InsertStager.overrides,
-                                            f"env.reward.classifier={model}", "env.reward.terminate_on_success=false"])
+    cfg = load_config(
+        InsertStager.config,
+        [
+            "env.images=true",
+            "env.image_size=[64,64]",
+            "env.sim_cameras=[wrist]",
+            "env.sim_camera_meshes=collision",
+            *InsertStager.overrides,
+            f"env.reward.classifier={model}",
+            "env.reward.terminate_on_success=false",
+        ],
+    )
     env = make_env(cfg)
     agree = judged = truths = 0
     try:
@@ -149,12 +205,15 @@ def _write(directory, images: bool, successes):
         rec.end()
 
 
-@pytest.mark.parametrize("case, expected", [
-    ("nothing", "no episodes given"),
-    ("no_images", "hold no camera images"),
-    ("one_class", "all of one class"),
-    ("missing", "does not exist"),
-])
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("nothing", "no episodes given"),
+        ("no_images", "hold no camera images"),
+        ("one_class", "all of one class"),
+        ("missing", "does not exist"),
+    ],
+)
 def test_bad_training_input_is_one_clear_line_and_exit_2(case, expected, tmp_path, capsys):
     args = []
     if case == "no_images":

@@ -52,7 +52,9 @@ def test_a_backbone_only_file_loads_the_backbone_and_ignores_an_imagenet_classif
 
 def test_a_missing_weights_file_names_the_config_field(tmp_path):
     with pytest.raises(ConfigError) as err:
-        build_image_encoder(ImageEncoderConfig(weights=str(tmp_path / "nope.pt")), (64, 64, 3), field="agent.image_encoder")
+        build_image_encoder(
+            ImageEncoderConfig(weights=str(tmp_path / "nope.pt")), (64, 64, 3), field="agent.image_encoder"
+        )
     assert err.value.path == "agent.image_encoder.weights" and "does not exist" in str(err.value)
 
 
@@ -63,13 +65,19 @@ def test_an_unreadable_weights_file_is_a_clear_error(tmp_path):
 
 
 def test_weights_of_another_architecture_say_which_keys_and_shapes_do_not_match(tmp_path):
-    path = save_encoder_weights(build_image_encoder(ImageEncoderConfig(kind="resnet18"), (64, 64, 3)), tmp_path / "r18.pt")
+    path = save_encoder_weights(
+        build_image_encoder(ImageEncoderConfig(kind="resnet18"), (64, 64, 3)), tmp_path / "r18.pt"
+    )
     with pytest.raises(ConfigError) as err:
         build_image_encoder(ImageEncoderConfig(kind="resnet10", weights=str(path)), (64, 64, 3))
     assert err.value.path == "image_encoder.weights"
     assert "unexpected keys (" in str(err.value) and "backbone.layer1.1." in str(err.value)
-    cnn = save_encoder_weights(build_image_encoder(ImageEncoderConfig(kind="cnn", features=8), (64, 64, 3)), tmp_path / "c.pt")
-    with pytest.raises(ConfigError, match=r"shape mismatch \(\d+\): head.0.weight: file \(8, 784\) vs model \(16, 784\)"):
+    cnn = save_encoder_weights(
+        build_image_encoder(ImageEncoderConfig(kind="cnn", features=8), (64, 64, 3)), tmp_path / "c.pt"
+    )
+    with pytest.raises(
+        ConfigError, match=r"shape mismatch \(\d+\): head.0.weight: file \(8, 784\) vs model \(16, 784\)"
+    ):
         build_image_encoder(ImageEncoderConfig(kind="cnn", features=16, weights=str(cnn)), (64, 64, 3))
 
 
@@ -114,4 +122,6 @@ def test_the_fast_forward_matches_the_normalisation_written_out_in_outputs_and_g
 def test_the_reference_normalisation_maps_the_cnns_pixels_to_minus_and_plus_a_half():
     enc = build_image_encoder(ImageEncoderConfig(kind="cnn"), (64, 64, 3))
     black, white = torch.zeros(1, 64, 64, 3, dtype=torch.uint8), torch.full((1, 64, 64, 3), 255, dtype=torch.uint8)
-    assert torch.allclose(enc.normalise(black), torch.tensor(-0.5)) and torch.allclose(enc.normalise(white), torch.tensor(0.5))
+    assert torch.allclose(enc.normalise(black), torch.tensor(-0.5)) and torch.allclose(
+        enc.normalise(white), torch.tensor(0.5)
+    )

@@ -61,6 +61,7 @@ def _count_with_torch() -> int:
     detect() leaves its answer unchanged."""
     try:
         import torch  # imported here: a planner run must not pay for torch
+
         return int(torch.cuda.device_count())
     except Exception:
         return 0

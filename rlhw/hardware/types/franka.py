@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import ClassVar, Literal, Optional, Sequence
+from collections.abc import Sequence
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -18,7 +19,9 @@ from rlhw.config.base import StrictModel
 from rlhw.hardware.registry import HardwareEntry, HardwareType, register_hardware
 from rlhw.network import FCI_PORT, tcp_connect_problem
 
-_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
 
 
 class FrankaController(StrictModel):
@@ -41,10 +44,10 @@ class FrankaController(StrictModel):
     collision_force_thresholds_n: tuple[float, float, float, float, float, float] = Field(
         (20.0, 20.0, 20.0, 25.0, 25.0, 25.0), description="Cartesian force/torque (N, Nm) above which the arm stops"
     )
-    joint_impedance: Optional[tuple[float, float, float, float, float, float, float]] = Field(
+    joint_impedance: tuple[float, float, float, float, float, float, float] | None = Field(
         None, description="joint stiffness (Nm/rad) for the internal controller; None keeps franky's default"
     )
-    cartesian_impedance: Optional[tuple[float, float, float, float, float, float]] = Field(
+    cartesian_impedance: tuple[float, float, float, float, float, float] | None = Field(
         None, description="Cartesian stiffness (N/m, Nm/rad); None keeps franky's default"
     )
     control: Literal["motion", "impedance"] = Field(
@@ -61,7 +64,9 @@ class FrankaController(StrictModel):
         5.0, gt=0, allow_inf_nan=False, description="a gripper command still running after this is a 'timeout' fault"
     )
     watchdog_s: float = Field(
-        1.0, ge=0, allow_inf_nan=False,
+        1.0,
+        ge=0,
+        allow_inf_nan=False,
         description="stop the arm when no Cartesian target arrived for this long while tracking (s); 0 disables",
     )
 
@@ -86,13 +91,15 @@ class FrankaConfig(HardwareEntry):
     @classmethod
     def _address(cls, value):
         if not isinstance(value, str):
-            raise ValueError(f"robot_ip must be a quoted address such as \"172.16.0.2\", got {value!r}")
+            raise ValueError(f'robot_ip must be a quoted address such as "172.16.0.2", got {value!r}')
         value = value.strip()
         try:
             ipaddress.ip_address(value)
         except ValueError:
             if not _HOSTNAME.match(value) or value.replace(".", "").isdigit():
-                raise ValueError(f"{value!r} is neither an IP address nor a host name; write e.g. \"172.16.0.2\"") from None
+                raise ValueError(
+                    f'{value!r} is neither an IP address nor a host name; write e.g. "172.16.0.2"'
+                ) from None
         return value
 
     @field_validator("camera_serials", mode="before")
@@ -113,10 +120,11 @@ class Franka(HardwareType):
     @classmethod
     def probe(cls, entries: Sequence[HardwareEntry], timeout_s: float) -> dict[str, str | None]:
         """TCP-connect to each arm's FCI port; this checks cabling and address, not FCI activation."""
-        return {e.identity(): _with_hint(tcp_connect_problem(e.robot_ip, FCI_PORT, timeout_s))  # type: ignore[attr-defined]
-                for e in entries}
+        return {
+            e.identity(): _with_hint(tcp_connect_problem(e.robot_ip, FCI_PORT, timeout_s))  # type: ignore[attr-defined]
+            for e in entries
+        }
 
 
 def _with_hint(problem: str | None) -> str | None:
     return None if problem is None else f"{problem} (cable, address, control box off, or FCI not enabled in Desk?)"
-

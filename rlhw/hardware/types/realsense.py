@@ -7,7 +7,8 @@ in a Franka entry's ``camera_serials``; this entry then states the stream settin
 from __future__ import annotations
 
 import threading
-from typing import ClassVar, Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 from pydantic import Field, field_validator
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import io
 import json
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -31,10 +31,10 @@ from rlhw.rl.lerobot.video import CODECS, VideoWriter, stream_info
 @dataclass(frozen=True)
 class ExportOptions:
     repo_id: str = "rlhw/episodes"
-    fps: int | None = None          # default: the recording config's env.control_hz
-    task: str | None = None         # default: the recording config's env.task
-    codec: str = "h264"             # rlhw.rl.lerobot.video says why not LeRobot's default AV1
-    crf: int | None = None          # default: the codec's (h264 23, AV1 30)
+    fps: int | None = None  # default: the recording config's env.control_hz
+    task: str | None = None  # default: the recording config's env.task
+    codec: str = "h264"  # rlhw.rl.lerobot.video says why not LeRobot's default AV1
+    crf: int | None = None  # default: the codec's (h264 23, AV1 30)
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,11 @@ def _recorded(meta: dict, env_config: dict | None, key: str):
 def _fps(value, source: str) -> int:
     fps = float(value)
     if fps <= 0 or fps != int(fps):
-        raise ConfigError("--fps", f"{source}: the control rate {value} Hz is not a whole number of frames per second, "
-                                   "which LeRobotDataset needs; pass --fps N (the timestamps become frame / N)")
+        raise ConfigError(
+            "--fps",
+            f"{source}: the control rate {value} Hz is not a whole number of frames per second, "
+            "which LeRobotDataset needs; pass --fps N (the timestamps become frame / N)",
+        )
     return int(fps)
 
 
@@ -96,8 +99,9 @@ class _Streams:
 
     def _open(self, cam: str, shape) -> VideoWriter:
         index = self.files[cam]
-        path = self.out / F.VIDEO_PATH.format(video_key=F.video_key(cam), chunk_index=index // F.CHUNKS_SIZE,
-                                              file_index=index % F.CHUNKS_SIZE)
+        path = self.out / F.VIDEO_PATH.format(
+            video_key=F.video_key(cam), chunk_index=index // F.CHUNKS_SIZE, file_index=index % F.CHUNKS_SIZE
+        )
         return VideoWriter(path, self.fps, shape, self.options.codec, self.options.crf)
 
     def write_episode(self, images: dict[str, np.ndarray]) -> dict:
@@ -112,10 +116,14 @@ class _Streams:
             start = writer.frames_written
             writer.write(images[cam])
             key, index = F.video_key(cam), self.files[cam]
-            columns.update({f"videos/{key}/chunk_index": index // F.CHUNKS_SIZE,
-                            f"videos/{key}/file_index": index % F.CHUNKS_SIZE,
-                            f"videos/{key}/from_timestamp": start / self.fps,
-                            f"videos/{key}/to_timestamp": writer.frames_written / self.fps})
+            columns.update(
+                {
+                    f"videos/{key}/chunk_index": index // F.CHUNKS_SIZE,
+                    f"videos/{key}/file_index": index % F.CHUNKS_SIZE,
+                    f"videos/{key}/from_timestamp": start / self.fps,
+                    f"videos/{key}/to_timestamp": writer.frames_written / self.fps,
+                }
+            )
         return columns
 
     def close(self) -> None:
@@ -134,30 +142,54 @@ def _png(image: np.ndarray) -> bytes:
 def _frames(ep: dict, layout: F.RlhwLayout) -> dict[str, np.ndarray]:
     """One episode's per-frame feature columns (T rows)."""
     T = len(ep["action"])
-    state = np.concatenate([ep[f"obs/{k}"][:T].reshape(T, -1) for k, _ in layout.state], axis=1) if layout.state \
+    state = (
+        np.concatenate([ep[f"obs/{k}"][:T].reshape(T, -1) for k, _ in layout.state], axis=1)
+        if layout.state
         else np.zeros((T, 0), np.float32)
+    )
     terminated, truncated = ep["terminated"].astype(bool), ep["truncated"].astype(bool)
-    return {F.STATE: state.astype(np.float32), F.ACTION: ep["action"].astype(np.float32).reshape(T, -1),
-            F.REWARD: ep["reward"].astype(np.float32), F.DONE: terminated | truncated, F.TRUNCATED: truncated,
-            F.SUCCESS: ep["success"].astype(bool), F.INTERVENED: ep["intervened"].astype(bool),
-            F.POLICY_VERSION: ep["policy_version"].astype(np.int64), F.FAULT: np.asarray(ep["fault"], str)}
+    return {
+        F.STATE: state.astype(np.float32),
+        F.ACTION: ep["action"].astype(np.float32).reshape(T, -1),
+        F.REWARD: ep["reward"].astype(np.float32),
+        F.DONE: terminated | truncated,
+        F.TRUNCATED: truncated,
+        F.SUCCESS: ep["success"].astype(bool),
+        F.INTERVENED: ep["intervened"].astype(bool),
+        F.POLICY_VERSION: ep["policy_version"].astype(np.int64),
+        F.FAULT: np.asarray(ep["fault"], str),
+    }
 
 
 def _check_layout(layout: F.RlhwLayout, first: F.RlhwLayout, path: Path, first_path: Path) -> None:
     if layout != first:
-        raise ConfigError("EPISODES", f"{path} has other observations or action than {first_path} "
-                                      f"({layout} vs {first}); export episodes of one task config together")
+        raise ConfigError(
+            "EPISODES",
+            f"{path} has other observations or action than {first_path} "
+            f"({layout} vs {first}); export episodes of one task config together",
+        )
 
 
 def _features(layout: F.RlhwLayout, info: dict[str, dict]) -> dict:
     feats = {F.STATE: {"dtype": "float32", "shape": [layout.state_dim], "names": layout.state_names()}}
     for cam, shape in layout.cameras:
-        feats[F.video_key(cam)] = {"dtype": "video", "shape": list(shape), "names": ["height", "width", "channels"],
-                                   "info": info.get(cam)}
+        feats[F.video_key(cam)] = {
+            "dtype": "video",
+            "shape": list(shape),
+            "names": ["height", "width", "channels"],
+            "info": info.get(cam),
+        }
     adim = int(np.prod(layout.action_shape))
     feats[F.ACTION] = {"dtype": "float32", "shape": [adim], "names": [f"action[{i}]" for i in range(adim)]}
-    for key, dtype in ((F.REWARD, "float32"), (F.DONE, "bool"), (F.TRUNCATED, "bool"), (F.SUCCESS, "bool"),
-                       (F.INTERVENED, "bool"), (F.POLICY_VERSION, "int64"), (F.FAULT, "string")):
+    for key, dtype in (
+        (F.REWARD, "float32"),
+        (F.DONE, "bool"),
+        (F.TRUNCATED, "bool"),
+        (F.SUCCESS, "bool"),
+        (F.INTERVENED, "bool"),
+        (F.POLICY_VERSION, "int64"),
+        (F.FAULT, "string"),
+    ):
         feats[key] = {"dtype": dtype, "shape": [1], "names": None}
     return {**feats, **F.DEFAULT_FEATURES}
 
@@ -192,8 +224,9 @@ def export_episodes(paths: Sequence[Path], out: Path, options: ExportOptions = E
             shutil.rmtree(out)
         raise
     writer.close()
-    return ExportSummary(out, writer.episodes, writer.frames, writer.fps, tuple(c for c, _ in writer.layout.cameras),
-                         tuple(skipped))
+    return ExportSummary(
+        out, writer.episodes, writer.frames, writer.fps, tuple(c for c, _ in writer.layout.cameras), tuple(skipped)
+    )
 
 
 class _DatasetWriter:
@@ -227,8 +260,11 @@ class _DatasetWriter:
             self.streams = _Streams(self.out, layout, fps, self.options)
         _check_layout(layout, self.layout, path, self.first_path)
         if fps != self.fps:
-            raise ConfigError("--fps", f"{path} was recorded at {fps} Hz, {self.first_path} at {self.fps} Hz; export "
-                                       "them separately (a LeRobotDataset has one fps)")
+            raise ConfigError(
+                "--fps",
+                f"{path} was recorded at {fps} Hz, {self.first_path} at {self.fps} Hz; export "
+                "them separately (a LeRobotDataset has one fps)",
+            )
         task = self.options.task or str(_recorded(meta, env_config, "task") or "rlhw episode")
         if task not in self.tasks:
             self.tasks.append(task)
@@ -239,21 +275,35 @@ class _DatasetWriter:
     def _add_frames(self, ep: dict, task: str) -> dict[str, np.ndarray]:
         T = len(ep["action"])
         frames = _frames(ep, self.layout)
-        frames.update({"timestamp": (np.arange(T) / self.fps).astype(np.float32), "frame_index": np.arange(T),
-                       "episode_index": np.full(T, self.episodes), "index": self.frames + np.arange(T),
-                       "task_index": np.full(T, self.tasks.index(task))})
+        frames.update(
+            {
+                "timestamp": (np.arange(T) / self.fps).astype(np.float32),
+                "frame_index": np.arange(T),
+                "episode_index": np.full(T, self.episodes),
+                "index": self.frames + np.arange(T),
+                "task_index": np.full(T, self.tasks.index(task)),
+            }
+        )
         for k, v in frames.items():
             self.columns.setdefault(k, []).append(v)
         return frames
 
-    def _add_row(self, path: Path, ep: dict, frames: dict[str, np.ndarray], meta: dict, env_config: dict | None,
-                 task: str) -> None:
+    def _add_row(
+        self, path: Path, ep: dict, frames: dict[str, np.ndarray], meta: dict, env_config: dict | None, task: str
+    ) -> None:
         """The episode's row of meta/episodes: where its frames and video are, its statistics, its last
         observation and its recording metadata."""
         T = len(ep["action"])
         images = {cam: ep[f"obs/image_{cam}"] for cam, _ in self.layout.cameras}
-        row = {"episode_index": self.episodes, "tasks": [task], "length": T, "data/chunk_index": 0,
-               "data/file_index": 0, "dataset_from_index": self.frames, "dataset_to_index": self.frames + T}
+        row = {
+            "episode_index": self.episodes,
+            "tasks": [task],
+            "length": T,
+            "data/chunk_index": 0,
+            "data/file_index": 0,
+            "dataset_from_index": self.frames,
+            "dataset_to_index": self.frames + T,
+        }
         row.update(self.streams.write_episode({cam: v[:T] for cam, v in images.items()}))
         row.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
         stats = {k: feature_stats(v) for k, v in frames.items() if k != F.FAULT}  # no statistics of text
@@ -263,8 +313,11 @@ class _DatasetWriter:
             stats[F.video_key(cam)] = feature_stats(sample, image=True)
             stats[F.video_key(cam)]["count"] = [T]
         row.update({f"stats/{k}/{s}": v for k, st in stats.items() for s, v in st.items()})
-        final_state = np.concatenate([ep[f"obs/{k}"][T].reshape(-1) for k, _ in self.layout.state]) \
-            if self.layout.state else np.zeros(0)
+        final_state = (
+            np.concatenate([ep[f"obs/{k}"][T].reshape(-1) for k, _ in self.layout.state])
+            if self.layout.state
+            else np.zeros(0)
+        )
         row[F.FINAL + F.STATE] = final_state.astype(np.float32).tolist()
         row.update({F.FINAL + F.video_key(cam): _png(v[T]) for cam, v in images.items()})
         record = {**meta, "source": str(path), PROVENANCE_KEY: env_config}
@@ -280,8 +333,9 @@ class _DatasetWriter:
         info_by_cam = {cam: stream_info(path) for cam, path in self.streams.first_info.items()}
         features = _features(self.layout, info_by_cam)
         data = {k: np.concatenate(v) for k, v in self.columns.items()}
-        table = pa.table({k: (vector_column(v, v.dtype) if features[k]["shape"] != [1] else pa.array(v))
-                          for k, v in data.items()})
+        table = pa.table(
+            {k: (vector_column(v, v.dtype) if features[k]["shape"] != [1] else pa.array(v)) for k, v in data.items()}
+        )
         path = self.out / F.DATA_PATH.format(chunk_index=0, file_index=0)
         path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, path, compression="snappy")
@@ -300,12 +354,22 @@ class _DatasetWriter:
     def _info(self, features: dict) -> dict:
         robot = json.loads(self.rows[0][F.META]).get("robot")
         robot = str(robot).split("@")[0] if robot else None  # "franka@10.0.0.2": the kind, not the address
-        return {"codebase_version": F.CODEBASE_VERSION, "robot_type": robot, "total_episodes": self.episodes,
-                "total_frames": self.frames, "total_tasks": len(self.tasks), "chunks_size": F.CHUNKS_SIZE,
-                "data_files_size_in_mb": F.DATA_FILE_MB, "video_files_size_in_mb": F.VIDEO_FILE_MB, "fps": self.fps,
-                "splits": {"train": f"0:{self.episodes}"}, "data_path": F.DATA_PATH,
-                "video_path": F.VIDEO_PATH if self.layout.cameras else None, "features": features,
-                "rlhw": {**self.layout.to_json(), "repo_id": self.options.repo_id}}
+        return {
+            "codebase_version": F.CODEBASE_VERSION,
+            "robot_type": robot,
+            "total_episodes": self.episodes,
+            "total_frames": self.frames,
+            "total_tasks": len(self.tasks),
+            "chunks_size": F.CHUNKS_SIZE,
+            "data_files_size_in_mb": F.DATA_FILE_MB,
+            "video_files_size_in_mb": F.VIDEO_FILE_MB,
+            "fps": self.fps,
+            "splits": {"train": f"0:{self.episodes}"},
+            "data_path": F.DATA_PATH,
+            "video_path": F.VIDEO_PATH if self.layout.cameras else None,
+            "features": features,
+            "rlhw": {**self.layout.to_json(), "repo_id": self.options.repo_id},
+        }
 
     def close(self) -> None:
         if self.streams is not None:

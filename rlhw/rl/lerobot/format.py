@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -58,8 +58,8 @@ CHUNK_FILE = "chunk-{chunk_index:03d}/file-{file_index:03d}"
 DATA_PATH = "data/" + CHUNK_FILE + ".parquet"
 VIDEO_PATH = "videos/{video_key}/" + CHUNK_FILE + ".mp4"
 EPISODES_PATH = EPISODES_DIR + "/" + CHUNK_FILE + ".parquet"
-CHUNKS_SIZE = 1000          # files per chunk directory (LeRobot's default)
-DATA_FILE_MB = 100          # LeRobot's defaults for the largest data and video file
+CHUNKS_SIZE = 1000  # files per chunk directory (LeRobot's default)
+DATA_FILE_MB = 100  # LeRobot's defaults for the largest data and video file
 VIDEO_FILE_MB = 200
 
 STATE = "observation.state"
@@ -99,22 +99,27 @@ class RlhwLayout:
     action_shape: tuple[int, ...]
 
     @classmethod
-    def of_episode(cls, episode: Mapping[str, np.ndarray], source: str) -> "RlhwLayout":
+    def of_episode(cls, episode: Mapping[str, np.ndarray], source: str) -> RlhwLayout:
         """The layout of one loaded episode (rlhw.rl.episodes.load_episode); ConfigError for an observation
         that is neither a vector nor an H x W x 3 uint8 image."""
         from rlhw.rl.sac import ObsLayout
 
         obs = {k[4:]: v for k, v in episode.items() if k.startswith("obs/")}
         try:
-            layout = ObsLayout.from_shapes({k: v.shape[1:] for k, v in obs.items()}, {k: v.dtype for k, v in obs.items()})
+            layout = ObsLayout.from_shapes(
+                {k: v.shape[1:] for k, v in obs.items()}, {k: v.dtype for k, v in obs.items()}
+            )
         except ValueError as e:
             raise ConfigError("EPISODES", f"{source}: {e}") from None
         cameras = []
         for key, shape in layout.images:
             if not key.startswith(IMAGE_PREFIX) or shape[2] != 3:
-                raise ConfigError("EPISODES", f"{source}: image observation {key!r} {shape} is not an "
-                                              f"{IMAGE_PREFIX}<camera> H x W x 3 frame; only those export as video")
-            cameras.append((key[len(IMAGE_PREFIX):], tuple(shape)))
+                raise ConfigError(
+                    "EPISODES",
+                    f"{source}: image observation {key!r} {shape} is not an "
+                    f"{IMAGE_PREFIX}<camera> H x W x 3 frame; only those export as video",
+                )
+            cameras.append((key[len(IMAGE_PREFIX) :], tuple(shape)))
         return cls(tuple(layout.proprio), tuple(cameras), tuple(episode["action"].shape[1:]))
 
     @property
@@ -150,8 +155,12 @@ class RlhwLayout:
         return tuple((key, () if n < 0 else (n,)) for key, n in out)
 
     def to_json(self) -> dict:
-        return {"format": 1, "state": [[k, list(s)] for k, s in self.state],
-                "cameras": [[c, list(s)] for c, s in self.cameras], "action_shape": list(self.action_shape)}
+        return {
+            "format": 1,
+            "state": [[k, list(s)] for k, s in self.state],
+            "cameras": [[c, list(s)] for c, s in self.cameras],
+            "action_shape": list(self.action_shape),
+        }
 
 
 def read_info(root: Path, where: str) -> dict:
@@ -165,8 +174,11 @@ def read_info(root: Path, where: str) -> dict:
         raise ConfigError(where, f"cannot read {path}: {e}") from None
     version = str(info.get("codebase_version", ""))
     if not version.startswith("v3."):
-        raise ConfigError(where, f"{root} is a LeRobotDataset {version or 'of unknown version'}; rlhw reads v3.0 "
-                                 "(convert it with LeRobot's convert_dataset_v21_to_v30 first)")
+        raise ConfigError(
+            where,
+            f"{root} is a LeRobotDataset {version or 'of unknown version'}; rlhw reads v3.0 "
+            "(convert it with LeRobot's convert_dataset_v21_to_v30 first)",
+        )
     return info
 
 

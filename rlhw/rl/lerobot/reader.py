@@ -16,9 +16,9 @@ at it); otherwise that frame is dropped. ``terminated`` = done and not truncated
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
@@ -41,45 +41,67 @@ class FeatureMap:
     action: FeatureRef
     reward: FeatureRef
     done: FeatureRef | str
-    extras: dict[str, str]          # episode field -> feature name, for those the dataset has
-    has_final: bool                 # the export keeps each episode's last observation
+    extras: dict[str, str]  # episode field -> feature name, for those the dataset has
+    has_final: bool  # the export keeps each episode's last observation
 
 
 def _default_map(info: dict, root: Path, where: str, is_export: bool) -> dict[str, FeatureRef]:
     """An export's own map: observation.state split by its names, each observation.images.<camera> to
     image_<camera>."""
     if not is_export:
-        raise ConfigError(where, f"{root} is a LeRobotDataset that `rlhw export-dataset` did not write: give it as "
-                                 f"{{path: {root}, observations: {{ENV_KEY: FEATURE, ...}}, action: FEATURE}} "
-                                 f"(its features: {', '.join(sorted(info['features']))})")
+        raise ConfigError(
+            where,
+            f"{root} is a LeRobotDataset that `rlhw export-dataset` did not write: give it as "
+            f"{{path: {root}, observations: {{ENV_KEY: FEATURE, ...}}, action: FEATURE}} "
+            f"(its features: {', '.join(sorted(info['features']))})",
+        )
     refs, at = {}, 0
     if F.STATE in info["features"]:
         try:
             state = F.RlhwLayout.from_state_names(info["features"][F.STATE]["names"] or [])
         except ValueError as e:
-            raise ConfigError(where, f"{root}: the names of {F.STATE} do not say where each observation is ({e}); "
-                                     "give the map as {path, observations, action}") from None
+            raise ConfigError(
+                where,
+                f"{root}: the names of {F.STATE} do not say where each observation is ({e}); "
+                "give the map as {path, observations, action}",
+            ) from None
         for key, shape in state:
             n = int(np.prod(shape))
             refs[key], at = FeatureRef(F.STATE, at, at + n), at + n
-    refs.update({IMAGE_PREFIX + name[len(F.IMAGES):]: FeatureRef(name) for name, ft in info["features"].items()
-                 if name.startswith(F.IMAGES) and ft["dtype"] in ("video", "image")})
+    refs.update(
+        {
+            IMAGE_PREFIX + name[len(F.IMAGES) :]: FeatureRef(name)
+            for name, ft in info["features"].items()
+            if name.startswith(F.IMAGES) and ft["dtype"] in ("video", "image")
+        }
+    )
     return refs
 
 
-def resolve_map(info: dict, root: Path, entry: LeRobotDemoConfig, where: str,
-                observations: Mapping[str, tuple[int, ...]], action_shape: tuple[int, ...],
-                is_export: bool = False) -> FeatureMap:
+def resolve_map(
+    info: dict,
+    root: Path,
+    entry: LeRobotDemoConfig,
+    where: str,
+    observations: Mapping[str, tuple[int, ...]],
+    action_shape: tuple[int, ...],
+    is_export: bool = False,
+) -> FeatureMap:
     """The feature map of ``entry`` checked against the dataset's features and the env's shapes;
     ``is_export``: `rlhw export-dataset` wrote the dataset (its episodes carry ``rlhw/meta``)."""
     refs = dict(entry.observations) or _default_map(info, root, where, is_export)
     missing, extra = sorted(set(observations) - set(refs)), sorted(set(refs) - set(observations))
     if missing:
-        raise ConfigError(f"{where}.observations", f"the env's observation {missing[0]!r} has no feature; map it: "
-                                                   f"{missing[0]}: FEATURE (features: {_names(info)})")
+        raise ConfigError(
+            f"{where}.observations",
+            f"the env's observation {missing[0]!r} has no feature; map it: "
+            f"{missing[0]}: FEATURE (features: {_names(info)})",
+        )
     if extra:
-        raise ConfigError(f"{where}.observations.{extra[0]}", f"the env has no observation {extra[0]!r} "
-                                                              f"(it has {', '.join(sorted(observations))}); remove it")
+        raise ConfigError(
+            f"{where}.observations.{extra[0]}",
+            f"the env has no observation {extra[0]!r} (it has {', '.join(sorted(observations))}); remove it",
+        )
     for key, ref in refs.items():
         _check(info, root, ref, tuple(observations[key]), f"{where}.observations.{key}")
     action = entry.action or FeatureRef(F.ACTION)
@@ -87,13 +109,23 @@ def resolve_map(info: dict, root: Path, entry: LeRobotDemoConfig, where: str,
     _check(info, root, entry.reward, (1,), f"{where}.reward", scalar=True)
     if entry.done != EPISODE_END:
         if entry.done.name not in info["features"] and entry.done == FeatureRef(F.DONE):
-            raise ConfigError(f"{where}.done", f"{root} has no feature {F.DONE!r}; map done to a feature, or set "
-                                               f"done: {EPISODE_END} (the last frame of each episode ends it)")
+            raise ConfigError(
+                f"{where}.done",
+                f"{root} has no feature {F.DONE!r}; map done to a feature, or set "
+                f"done: {EPISODE_END} (the last frame of each episode ends it)",
+            )
         _check(info, root, entry.done, (1,), f"{where}.done", scalar=True)
-    extras = {field: name for field, name in (("truncated", F.TRUNCATED), ("success", F.SUCCESS),
-                                              ("intervened", F.INTERVENED), ("policy_version", F.POLICY_VERSION),
-                                              ("fault", F.FAULT))
-              if name in info["features"]}
+    extras = {
+        field: name
+        for field, name in (
+            ("truncated", F.TRUNCATED),
+            ("success", F.SUCCESS),
+            ("intervened", F.INTERVENED),
+            ("policy_version", F.POLICY_VERSION),
+            ("fault", F.FAULT),
+        )
+        if name in info["features"]
+    }
     return FeatureMap(refs, action, entry.reward, entry.done, extras, is_export)
 
 
@@ -108,15 +140,21 @@ def _check(info: dict, root: Path, ref: FeatureRef, want: tuple[int, ...], key: 
     shape = tuple(feature["shape"])
     if feature["dtype"] in ("video", "image"):
         if ref.start is not None or shape != want:
-            raise ConfigError(key, f"{ref} is a {shape[0]}x{shape[1]} camera, the env's is {want}: map a camera of "
-                                   "the same size (rlhw does not resize demo frames)")
+            raise ConfigError(
+                key,
+                f"{ref} is a {shape[0]}x{shape[1]} camera, the env's is {want}: map a camera of "
+                "the same size (rlhw does not resize demo frames)",
+            )
         return
     if ref.start is not None and ref.stop > shape[-1]:
         raise ConfigError(key, f"{ref} goes past the end of {ref.name!r}, which has {shape[-1]} components")
     size = (ref.stop - ref.start) if ref.start is not None else int(np.prod(shape))
     if size != int(np.prod(want)):
-        fix = "map a feature or slice with one value per frame" if scalar else \
-            f"map a slice of {int(np.prod(want))} components, e.g. {ref.name}[0:{int(np.prod(want))}]"
+        fix = (
+            "map a feature or slice with one value per frame"
+            if scalar
+            else f"map a slice of {int(np.prod(want))} components, e.g. {ref.name}[0:{int(np.prod(want))}]"
+        )
         raise ConfigError(key, f"{ref} has {size} components per frame, the env needs shape {want}: {fix}")
 
 
@@ -138,8 +176,10 @@ class _Videos:
         want = float(row[f"videos/{key}/from_timestamp"]) + timestamps
         at = np.clip(np.searchsorted(stamps, want - 0.5 / self.info["fps"]), 0, max(len(stamps) - 1, 0))
         if len(stamps) == 0 or np.any(np.abs(stamps[at] - want) > 0.5 / self.info["fps"]):
-            raise ConfigError(key, f"{path} has no frame near some of the timestamps {want[:3]}...; the video and "
-                                   "the data table disagree")
+            raise ConfigError(
+                key,
+                f"{path} has no frame near some of the timestamps {want[:3]}...; the video and the data table disagree",
+            )
         return frames[at]
 
 
@@ -162,8 +202,13 @@ def _table(root: Path, pattern: str):
     return pa.concat_tables([pq.read_table(p) for p in paths], promote_options="default")
 
 
-def read_lerobot_episodes(root: Path, entry: LeRobotDemoConfig, where: str, observations: Mapping[str, tuple[int, ...]],
-                          action_shape: tuple[int, ...]) -> list[dict[str, np.ndarray]]:
+def read_lerobot_episodes(
+    root: Path,
+    entry: LeRobotDemoConfig,
+    where: str,
+    observations: Mapping[str, tuple[int, ...]],
+    action_shape: tuple[int, ...],
+) -> list[dict[str, np.ndarray]]:
     """Every episode of the dataset at ``root`` (but rlhw eval episodes) in rlhw's episode arrays."""
     info = F.read_info(root, where)
     episodes = _table(root, F.EPISODES_DIR + "/*/*.parquet")
@@ -193,7 +238,7 @@ def _values(frames, ref: FeatureRef, info: dict, row: Mapping, videos: _Videos) 
     if feature["dtype"] == "image":
         return _decode_images(frames.column(ref.name))
     values = column_to_numpy(frames.column(ref.name)).reshape(len(frames), -1)
-    return values if ref.start is None else values[:, ref.start:ref.stop]
+    return values if ref.start is None else values[:, ref.start : ref.stop]
 
 
 def _final(row: Mapping, ref: FeatureRef, info: dict) -> np.ndarray:
@@ -205,7 +250,7 @@ def _final(row: Mapping, ref: FeatureRef, info: dict) -> np.ndarray:
 
         return np.asarray(Image.open(io.BytesIO(value)).convert("RGB"))
     value = np.asarray(value, np.float32)
-    return value if ref.start is None else value[ref.start:ref.stop]
+    return value if ref.start is None else value[ref.start : ref.stop]
 
 
 def _episode(frames, row, info, fmap: FeatureMap, videos: _Videos, shapes) -> dict[str, np.ndarray] | None:
@@ -214,8 +259,11 @@ def _episode(frames, row, info, fmap: FeatureMap, videos: _Videos, shapes) -> di
     def flag(name: str) -> np.ndarray:
         return column_to_numpy(frames.column(name)).reshape(T).astype(bool)
 
-    done = np.zeros(T, bool) if fmap.done == EPISODE_END else \
-        _values(frames, fmap.done, info, row, videos).reshape(T).astype(bool)
+    done = (
+        np.zeros(T, bool)
+        if fmap.done == EPISODE_END
+        else _values(frames, fmap.done, info, row, videos).reshape(T).astype(bool)
+    )
     if fmap.done == EPISODE_END and T:
         done[-1] = True
     truncated = flag(fmap.extras["truncated"]) if "truncated" in fmap.extras else np.zeros(T, bool)
@@ -230,16 +278,24 @@ def _episode(frames, row, info, fmap: FeatureMap, videos: _Videos, shapes) -> di
         last = {k: v[T] for k, v in obs.items()} if T > 0 else {}
     if T <= 0:
         return None
-    ep = {f"obs/{k}": np.concatenate([v[:T], last[k][None]]).reshape(T + 1, *shapes[k]).astype(
-        np.uint8 if v.dtype == np.uint8 else np.float32) for k, v in obs.items()}
+    ep = {
+        f"obs/{k}": np.concatenate([v[:T], last[k][None]])
+        .reshape(T + 1, *shapes[k])
+        .astype(np.uint8 if v.dtype == np.uint8 else np.float32)
+        for k, v in obs.items()
+    }
     ep["action"] = _values(frames, fmap.action, info, row, videos).astype(np.float32)
     ep["reward"] = _values(frames, fmap.reward, info, row, videos).reshape(T).astype(np.float32)
     ep["terminated"], ep["truncated"] = done & ~truncated, truncated
     ep["success"] = flag(fmap.extras["success"]) if "success" in fmap.extras else np.zeros(T, bool)
     ep["intervened"] = flag(fmap.extras["intervened"]) if "intervened" in fmap.extras else np.zeros(T, bool)
-    ep["policy_version"] = column_to_numpy(frames.column(fmap.extras["policy_version"])).reshape(T).astype(np.int64) \
-        if "policy_version" in fmap.extras else np.full(T, -1, np.int64)
-    ep["fault"] = np.asarray(frames.column(fmap.extras["fault"]).to_pylist() if "fault" in fmap.extras else [""] * T,
-                             f"<U{FAULT_CHARS}")
+    ep["policy_version"] = (
+        column_to_numpy(frames.column(fmap.extras["policy_version"])).reshape(T).astype(np.int64)
+        if "policy_version" in fmap.extras
+        else np.full(T, -1, np.int64)
+    )
+    ep["fault"] = np.asarray(
+        frames.column(fmap.extras["fault"]).to_pylist() if "fault" in fmap.extras else [""] * T, f"<U{FAULT_CHARS}"
+    )
     ep["time"] = column_to_numpy(frames.column("timestamp")).astype(np.float64)
     return ep

@@ -4,8 +4,8 @@ conversion, feature statistics, and the tasks table (a pandas-indexed parquet, w
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
@@ -17,8 +17,9 @@ def column_to_numpy(column) -> np.ndarray:
     import pyarrow as pa
 
     column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if len(column) and (pa.types.is_list(column.type) or pa.types.is_fixed_size_list(column.type)
-                        or pa.types.is_large_list(column.type)):
+    if len(column) and (
+        pa.types.is_list(column.type) or pa.types.is_fixed_size_list(column.type) or pa.types.is_large_list(column.type)
+    ):
         inner = column_to_numpy(column.flatten())
         return inner.reshape(len(column), -1, *inner.shape[1:])
     return column.to_numpy(zero_copy_only=False)
@@ -61,14 +62,37 @@ def write_tasks(path: Path, tasks: list[str]) -> None:
 
     pandas_meta = {
         "index_columns": ["__index_level_0__"],
-        "column_indexes": [{"name": None, "field_name": None, "pandas_type": "unicode", "numpy_type": "object",
-                            "metadata": {"encoding": "UTF-8"}}],
-        "columns": [{"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64",
-                     "metadata": None},
-                    {"name": None, "field_name": "__index_level_0__", "pandas_type": "unicode", "numpy_type": "object",
-                     "metadata": None}],
-        "creator": {"library": "pyarrow", "version": pa.__version__}, "pandas_version": "2.2.3"}
-    table = pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()), "__index_level_0__": pa.array(tasks, pa.string())})
+        "column_indexes": [
+            {
+                "name": None,
+                "field_name": None,
+                "pandas_type": "unicode",
+                "numpy_type": "object",
+                "metadata": {"encoding": "UTF-8"},
+            }
+        ],
+        "columns": [
+            {
+                "name": "task_index",
+                "field_name": "task_index",
+                "pandas_type": "int64",
+                "numpy_type": "int64",
+                "metadata": None,
+            },
+            {
+                "name": None,
+                "field_name": "__index_level_0__",
+                "pandas_type": "unicode",
+                "numpy_type": "object",
+                "metadata": None,
+            },
+        ],
+        "creator": {"library": "pyarrow", "version": pa.__version__},
+        "pandas_version": "2.2.3",
+    }
+    table = pa.table(
+        {"task_index": pa.array(range(len(tasks)), pa.int64()), "__index_level_0__": pa.array(tasks, pa.string())}
+    )
     table = table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path)

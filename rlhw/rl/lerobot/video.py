@@ -12,9 +12,9 @@ stays available (``codec="libsvtav1"``), and `_SchedulingGuard` puts every threa
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from fractions import Fraction
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
@@ -56,8 +56,15 @@ class _SchedulingGuard:
 class VideoWriter:
     """One camera's MP4 file; ``frames_written`` is the next frame's index (its pts)."""
 
-    def __init__(self, path: Path, fps: int, shape: tuple[int, int, int], codec: str = "h264", crf: int | None = None,
-                 gop: int = 2):
+    def __init__(
+        self,
+        path: Path,
+        fps: int,
+        shape: tuple[int, int, int],
+        codec: str = "h264",
+        crf: int | None = None,
+        gop: int = 2,
+    ):
         import os
 
         import av
@@ -115,9 +122,16 @@ def stream_info(path: Path) -> dict:
 
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
-        return {"video.height": stream.height, "video.width": stream.width, "video.codec": stream.codec.canonical_name, "video.pix_fmt": stream.pix_fmt,
-                "video.is_depth_map": False, "video.fps": int(stream.base_rate or stream.average_rate),
-                "video.channels": 3, "has_audio": False}
+        return {
+            "video.height": stream.height,
+            "video.width": stream.width,
+            "video.codec": stream.codec.canonical_name,
+            "video.pix_fmt": stream.pix_fmt,
+            "video.is_depth_map": False,
+            "video.fps": int(stream.base_rate or stream.average_rate),
+            "video.channels": 3,
+            "has_audio": False,
+        }
 
 
 def _to_rgb(frame, single_thread: list[bool]) -> np.ndarray:

@@ -52,8 +52,10 @@ class ActingPolicy:
         self.rng = seed_process(seed)
         self.random_actions = True
         # (network, version), replaced whole when new weights arrive: an action never mixes two versions.
-        self.current: tuple[Actor, int] = (build_actor(space.layout, space.low, space.high, sac_config)
-                                           .to(device).eval(), -1)
+        self.current: tuple[Actor, int] = (
+            build_actor(space.layout, space.low, space.high, sac_config).to(device).eval(),
+            -1,
+        )
         self.forward(zero_observations(spec))  # warm torch up (first calls are slow) before a robot waits on it
 
     @property
@@ -64,8 +66,17 @@ class ActingPolicy:
         """Actions for a batch, and the version of the weights that chose each (-1: uniform random), by the one
         acting rule (`rlhw.rl.policy.choose_actions`)."""
         net, version = self.current
-        return Actions(*choose_actions(lambda: self.forward(obs, net), deterministic, version, self.random_actions,
-                                       self.rng, self.low, self.high))
+        return Actions(
+            *choose_actions(
+                lambda: self.forward(obs, net),
+                deterministic,
+                version,
+                self.random_actions,
+                self.rng,
+                self.low,
+                self.high,
+            )
+        )
 
     @torch.no_grad()
     def forward(self, obs: dict, net: Actor | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -93,8 +104,9 @@ class WeightsFollower:
     def refresh(self, policy: ActingPolicy) -> None:
         waiting = self.channel.qsize(key=self.key)
         if waiting:
-            latest = expect(self.channel.get_batch(count=waiting, key=self.key, timeout=5.0)[-1], PolicyWeights,
-                            self.name)
+            latest = expect(
+                self.channel.get_batch(count=waiting, key=self.key, timeout=5.0)[-1], PolicyWeights, self.name
+            )
             policy.load(latest)
 
 
@@ -154,8 +166,10 @@ class Feeder:
 
     def check(self) -> None:
         if self.error is not None:
-            raise FeederError(f"the feeder thread failed, so transitions no longer reach the learners: "
-                              f"{type(self.error).__name__}: {self.error}")
+            raise FeederError(
+                f"the feeder thread failed, so transitions no longer reach the learners: "
+                f"{type(self.error).__name__}: {self.error}"
+            )
 
     def _feed(self) -> None:
         last_weights = 0.0
@@ -192,11 +206,17 @@ class PolicyNextToArm:
     """The env worker's step lane when it acts itself (``train.policy_at: env``): `send` answers at once in
     the calling thread; a `Feeder` forwards the transitions and follows the weights."""
 
-    def __init__(self, spec: EnvSpec, config: Config, env_rank: int, num_learner_ranks: int, channel_prefix: str, device):
+    def __init__(
+        self, spec: EnvSpec, config: Config, env_rank: int, num_learner_ranks: int, channel_prefix: str, device
+    ):
         cfg = config.train
         self.policy = ActingPolicy(spec, cfg.sac, device, seed=rank_seed(cfg.seed, SeedStream.ACTING, env_rank))
-        self.feeder = Feeder(self.policy, ReplayForwarder(channel_prefix, num_learner_ranks, cfg.step_timeout_s),
-                             WeightsFollower(channel_prefix, key=env_rank), name=f"policy-feeder-{env_rank}")
+        self.feeder = Feeder(
+            self.policy,
+            ReplayForwarder(channel_prefix, num_learner_ranks, cfg.step_timeout_s),
+            WeightsFollower(channel_prefix, key=env_rank),
+            name=f"policy-feeder-{env_rank}",
+        )
         self.answer: Actions | None = None
 
     def set_exploration(self, random_actions: bool) -> None:

@@ -36,11 +36,19 @@ from rlhw.config.root import Config
 from rlhw.errors import ConfigError, WorkerError
 from rlhw.rl.checkpoint import checked_init_from
 from rlhw.rl.demos import env_provenance, load_demos
-from rlhw.rl.pipeline.learner_worker import LearnerWorker
 from rlhw.rl.pipeline.env_worker import EnvWorker, env_transport
+from rlhw.rl.pipeline.learner_worker import LearnerWorker
 from rlhw.rl.pipeline.loop_health import loop_metrics
-from rlhw.rl.pipeline.messages import (ACTION_CHANNEL, OBS_CHANNEL, REPLAY_CHANNEL, WEIGHTS_CHANNEL, EnvProgress,
-                                       EpisodeResult, RolloutProgress, expect)
+from rlhw.rl.pipeline.messages import (
+    ACTION_CHANNEL,
+    OBS_CHANNEL,
+    REPLAY_CHANNEL,
+    WEIGHTS_CHANNEL,
+    EnvProgress,
+    EpisodeResult,
+    RolloutProgress,
+    expect,
+)
 from rlhw.rl.pipeline.rollout_worker import RolloutWorker
 from rlhw.rl.pipeline.utd_gate import step_allowance, updates_owed
 from rlhw.rl.rundir import RunDir
@@ -64,17 +72,26 @@ def _check(config: Config) -> None:
 
     n = config.env.num_envs
     if n > 1 and not plan_env(config, 0).simulated:  # an auto fallback beside a declared Franka counts as real
-        raise ConfigError("env.num_envs", f"is {n}, but the env workers drive a real arm, which hosts one "
-                                          "env instance (one controller per arm): set env.num_envs=1 and place "
-                                          "one env worker per arm, or set env.sim=mujoco to rehearse in simulation")
+        raise ConfigError(
+            "env.num_envs",
+            f"is {n}, but the env workers drive a real arm, which hosts one "
+            "env instance (one controller per arm): set env.num_envs=1 and place "
+            "one env worker per arm, or set env.sim=mujoco to rehearse in simulation",
+        )
     env_transport(config, 0)  # refuses in_process with a real arm before any worker starts
     needed = ("env", "learner") if config.train.policy_at == "env" else ("env", "rollout", "learner")
     for comp in needed:
         if comp not in config.cluster.components():
-            raise ConfigError("cluster.component_placement", f"has no '{comp}' component; the training pipeline "
-                                                              f"needs {', '.join(needed)} placed"
-                              + ("" if comp != "rollout" else " (or set train.policy_at=env to act in the env "
-                                                              "workers, next to the arms)"))
+            raise ConfigError(
+                "cluster.component_placement",
+                f"has no '{comp}' component; the training pipeline "
+                f"needs {', '.join(needed)} placed"
+                + (
+                    ""
+                    if comp != "rollout"
+                    else " (or set train.policy_at=env to act in the env workers, next to the arms)"
+                ),
+            )
 
 
 class Pipeline:
@@ -88,8 +105,9 @@ class Pipeline:
         self.config = config
         self.run_dir = run_dir
         self.own_cluster = cluster is None
-        self.cluster = cluster or Cluster(config, probe_hardware=config.env.sim is None,
-                                          ray_init=_rehearsal_ray_init(config))
+        self.cluster = cluster or Cluster(
+            config, probe_hardware=config.env.sim is None, ray_init=_rehearsal_ray_init(config)
+        )
         placements = self.cluster.placements
         self.n_env, self.n_learner = len(placements["env"]), len(placements["learner"])
         # Next to the arm, the env workers act and no rollout worker is launched (even where one is placed).
@@ -101,28 +119,32 @@ class Pipeline:
         self.channels = [Channel.create(prefix + name) for name in names]
         self.groups = []
         try:
-            self.learners = LearnerWorker.create_group(config, str(run_dir.path), self.n_rollout or self.n_env,
-                                                   prefix).launch(self.cluster, component="learner",
-                                                                  ready_timeout_s=CALL_TIMEOUT_S)
+            self.learners = LearnerWorker.create_group(
+                config, str(run_dir.path), self.n_rollout or self.n_env, prefix
+            ).launch(self.cluster, component="learner", ready_timeout_s=CALL_TIMEOUT_S)
             self.groups.append(self.learners)
             lane_token = secrets.token_bytes(32)  # proves a step lane's two ends belong to this run
             lanes = None
             self.rollouts = None
             if self.n_rollout:
-                self.rollouts = RolloutWorker.create_group(config, self.n_learner, self.n_env, prefix,
-                                                           lane_token).launch(self.cluster, component="rollout",
-                                                                              ready_timeout_s=CALL_TIMEOUT_S)
+                self.rollouts = RolloutWorker.create_group(
+                    config, self.n_learner, self.n_env, prefix, lane_token
+                ).launch(self.cluster, component="rollout", ready_timeout_s=CALL_TIMEOUT_S)
                 self.groups.append(self.rollouts)
                 lanes = self.rollouts.lane_address().wait(CALL_TIMEOUT_S)
             start_s = config.train.env_start_timeout_s + 30
-            self.envs = EnvWorker.create_group(config, str(run_dir.path), self.n_rollout, prefix, lanes, lane_token,
-                                               self.n_learner).launch(self.cluster, component="env",
-                                                                    ready_timeout_s=start_s)
+            self.envs = EnvWorker.create_group(
+                config, str(run_dir.path), self.n_rollout, prefix, lanes, lane_token, self.n_learner
+            ).launch(self.cluster, component="env", ready_timeout_s=start_s)
             self.groups.append(self.envs)
             self.spec = self.envs.execute_on(0).spec().wait(CALL_TIMEOUT_S)[0]
             # Bad demos fail here, with the field named, rather than inside every learner rank.
-            load_demos(config.train.demos, observation_shapes(self.spec), tuple(self.spec.action.shape),
-                       env_provenance(config.env))
+            load_demos(
+                config.train.demos,
+                observation_shapes(self.spec),
+                tuple(self.spec.action.shape),
+                env_provenance(config.env),
+            )
             if config.train.init_from and not resume:  # and a warm start that does not fit this env
                 checked_init_from(config, self.spec)
             if self.n_learner > 1:
@@ -179,8 +201,9 @@ def _rehearsal_ray_init(config: Config) -> dict:
 
     # One logical GPU per (process, accelerator) pair: components sharing a GPU are launched as separate
     # groups, and each group asks Ray for its own share.
-    declared = [a for recs in plan(config.cluster).values() for r in recs if r.node_rank == 0
-                for a in r.visible_accelerators]
+    declared = [
+        a for recs in plan(config.cluster).values() for r in recs if r.node_rank == 0 for a in r.visible_accelerators
+    ]
     try:
         import torch
 
@@ -197,8 +220,9 @@ def train_pipeline(config: Config, run_dir: RunDir, resume: bool = False, cluste
         pipe = Pipeline(config, run_dir, cluster=cluster, resume=resume)
     except KeyboardInterrupt as e:
         cause = interrupt_cause(e)
-        run_dir.write_status("interrupted", reason=f"{cause_text(cause)} while the pipeline started; nothing "
-                                                   "trained", signal=cause.name)
+        run_dir.write_status(
+            "interrupted", reason=f"{cause_text(cause)} while the pipeline started; nothing trained", signal=cause.name
+        )
         raise
     except BaseException as e:
         run_dir.write_status("failed", reason=f"the pipeline did not start: {str(e).splitlines()[0]}")
@@ -259,7 +283,8 @@ class Controller:
             session.status_extra["loop_health"] = pipe.envs.loop_health().wait(CALL_TIMEOUT_S)
             if pipe.rollouts is not None:
                 session.status_extra["rollout_isolation"] = [
-                    r.loop_isolation for r in pipe.rollouts.poll().wait(CALL_TIMEOUT_S)]
+                    r.loop_isolation for r in pipe.rollouts.poll().wait(CALL_TIMEOUT_S)
+                ]
             return session.finish()
         except (PipelineFailure, WorkerError) as e:
             return self._worker_failed(e)
@@ -324,8 +349,14 @@ class Controller:
             session.add_losses({k: v for k, v in m.items() if k.startswith("losses/")}, m["updates"])
             owed -= m["updates"]
             # A learner slower than the robots (high utd_ratio, async mode) owes updates: logged, never hidden.
-            session.set_extra(**{"losses/alpha": m["losses/alpha"], "train/replay_size": m["replay_size"],
-                                 "train/demo_buffer_size": m["demo_buffer_size"], "perf/updates_behind": max(owed, 0)})
+            session.set_extra(
+                **{
+                    "losses/alpha": m["losses/alpha"],
+                    "train/replay_size": m["replay_size"],
+                    "train/demo_buffer_size": m["demo_buffer_size"],
+                    "perf/updates_behind": max(owed, 0),
+                }
+            )
             if cfg.mode == "async":
                 self.grant()
                 self.absorb(pipe.poll_envs())
@@ -335,8 +366,17 @@ class Controller:
         """Async mode: tell the env workers how many train steps each may have collected, from the updates done
         (`step_allowance`); they wait for the learner beyond it (rlhw.rl.pipeline.utd_gate)."""
         cfg = self.cfg
-        steps = max(floor, step_allowance(self.session.c.updates, cfg.utd_ratio, cfg.learning_starts,
-                                          cfg.utd_slack, self.base_steps, self.pipe.n_env))
+        steps = max(
+            floor,
+            step_allowance(
+                self.session.c.updates,
+                cfg.utd_ratio,
+                cfg.learning_starts,
+                cfg.utd_slack,
+                self.base_steps,
+                self.pipe.n_env,
+            ),
+        )
         if self.granted is None or steps > self.granted:
             self.pipe.envs.allow(steps).wait(CALL_TIMEOUT_S)
             self.granted = steps
@@ -347,10 +387,14 @@ class Controller:
         achieved = c.updates / max(1, c.env_steps - cfg.learning_starts)
         waited = float(sum(self.env_wait_s))
         self.session.set_extra(**{"train/utd": achieved, "perf/env_wait_s": waited})
-        self.session.status_extra["utd"] = {"configured": cfg.utd_ratio, "achieved": round(achieved, 4),
-                                            "updates": c.updates, "env_steps": c.env_steps,
-                                            "learning_starts": cfg.learning_starts,
-                                            "env_wait_s": [round(w, 3) for w in self.env_wait_s]}
+        self.session.status_extra["utd"] = {
+            "configured": cfg.utd_ratio,
+            "achieved": round(achieved, 4),
+            "updates": c.updates,
+            "env_steps": c.env_steps,
+            "learning_starts": cfg.learning_starts,
+            "env_wait_s": [round(w, 3) for w in self.env_wait_s],
+        }
 
     def evaluate(self) -> None:
         """``eval_episodes`` (rounded up to a multiple of the env workers), recorded by the session."""
@@ -379,13 +423,20 @@ class Controller:
         reason = e.reason if isinstance(e, PipelineFailure) else str(e).splitlines()[0]
         _note(f"stopping: {who} failed: {reason}")
         saved = _try(self.checkpoint)
-        return self.session.finish(StopReason("failed", f"{who} failed: {reason}; "
-                                                        f"{'checkpoint saved' if saved else 'checkpoint NOT saved'}, "
-                                                        f"episodes on disk in {self.run_dir.episodes}"))
+        return self.session.finish(
+            StopReason(
+                "failed",
+                f"{who} failed: {reason}; "
+                f"{'checkpoint saved' if saved else 'checkpoint NOT saved'}, "
+                f"episodes on disk in {self.run_dir.episodes}",
+            )
+        )
 
     def _interrupted(self, cause: signal.Signals) -> StopReason:
-        _note(f"interrupted ({cause_text(cause)}): stopping the robots and saving a checkpoint "
-              f"({cause_text(cause)} again to abandon)")
+        _note(
+            f"interrupted ({cause_text(cause)}): stopping the robots and saving a checkpoint "
+            f"({cause_text(cause)} again to abandon)"
+        )
         session, pipe = self.session, self.pipe
         stop = interrupted(session.c.env_steps, False, cause)
         try:  # a second Ctrl-C / SIGTERM leaves this block; run.json still says what happened

@@ -29,6 +29,7 @@ from rlhw.config.root import Config
 from rlhw.env import server_child
 from rlhw.errors import RlhwError
 
+
 class EnvServerError(RlhwError):
     """The env server child did not start, or died."""
 
@@ -78,10 +79,20 @@ class EnvServerProcess:
             watchdog = max(config.server.watchdog_s, config.train.step_timeout_s)
             config = config.model_copy(update={"server": config.server.model_copy(update={"watchdog_s": watchdog})})
         cfg_path = config_to_yaml(config, Path(self._tmp.name) / "config.yaml")
-        cmd = [sys.executable, "-m", "rlhw.cli.serve_env", str(cfg_path), "--port", "0",
-               "--robot", str(self.robot_rank), "--no-dm-env-rpc",
-               # the server is the robot-side half of the loop: it gets the node's loop isolation too
-               "--isolate-node", os.environ.get("RLHW_NODE_RANK", "0")]
+        cmd = [
+            sys.executable,
+            "-m",
+            "rlhw.cli.serve_env",
+            str(cfg_path),
+            "--port",
+            "0",
+            "--robot",
+            str(self.robot_rank),
+            "--no-dm-env-rpc",
+            # the server is the robot-side half of the loop: it gets the node's loop isolation too
+            "--isolate-node",
+            os.environ.get("RLHW_NODE_RANK", "0"),
+        ]
         env = dict(os.environ)
         token = self.config.server.token
         if token is not None:
@@ -92,8 +103,15 @@ class EnvServerProcess:
     def launch(self, cmd: list[str], env: dict[str, str]) -> str:
         """Start ``cmd`` (a command that takes ``--address-fd FD``, as serve-env does) and return the address it
         reports, within ``start_timeout_s``; its output goes to the log file."""
-        self.proc, read_fd = server_child.spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                                env=env, preexec_fn=_die_with_parent, start_new_session=True)
+        self.proc, read_fd = server_child.spawn(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            preexec_fn=_die_with_parent,
+            start_new_session=True,
+        )
         self._pump_thread = threading.Thread(target=self._pump, daemon=True, name="env-server-log")
         self._pump_thread.start()
         try:
@@ -160,7 +178,6 @@ class EnvServerProcess:
             self._pump_thread.join(timeout=2.0)  # the log file then holds the child's last words
 
 
-
 def open_remote_env(config: Config, robot_rank: int, log_path: Path, session_id: str):
     """A `rlhw serve-env` child for arm ``robot_rank`` and a `RemoteEnv` session to it, with the run's step
     timeouts: how an env worker (and `rlhw eval`) reaches a real arm. Returns (server, env); a server whose
@@ -173,14 +190,21 @@ def open_remote_env(config: Config, robot_rank: int, log_path: Path, session_id:
     address = server.start()
     try:
         token = config.server.resolve_token()
-        env = RemoteEnv(address, token=token, timeout_s=cfg.step_timeout_s,
-                        reset_timeout_s=max(cfg.step_timeout_s, config.server.reset_deadline_s),
-                        reconnect_s=5.0, session_id=session_id,
-                        measurements_in_info=True)  # the loop health reads info["timing"] per step
+        env = RemoteEnv(
+            address,
+            token=token,
+            timeout_s=cfg.step_timeout_s,
+            reset_timeout_s=max(cfg.step_timeout_s, config.server.reset_deadline_s),
+            reconnect_s=5.0,
+            session_id=session_id,
+            measurements_in_info=True,
+        )  # the loop health reads info["timing"] per step
         if env.num_envs != config.env.num_envs:
             env.close()
-            raise EnvServerError(f"env server at {address} serves {env.num_envs} env instance(s), but env.num_envs "
-                                 f"is {config.env.num_envs}: the server must be started from the same config")
+            raise EnvServerError(
+                f"env server at {address} serves {env.num_envs} env instance(s), but env.num_envs "
+                f"is {config.env.num_envs}: the server must be started from the same config"
+            )
     except BaseException:
         server.stop()
         raise

@@ -34,13 +34,13 @@ from rlhw.config.root import Config
 from rlhw.errors import ConfigError
 from rlhw.rl.demos import PROVENANCE_KEY, recorded_env
 from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, RefusedSteps
-from rlhw.rl.fault_signal import FaultSignal
 from rlhw.rl.episodes import EpisodeRecorder
+from rlhw.rl.fault_signal import FaultSignal
 from rlhw.rl.instances import EVAL, TRAIN, Instances
 from rlhw.rl.pipeline.acting import PolicyNextToArm
 from rlhw.rl.pipeline.env_server import EnvServerError, EnvServerProcess, open_remote_env
-from rlhw.rl.pipeline.loop_health import LoopTimer
 from rlhw.rl.pipeline.lane import ChannelEnvEnd, DirectEnvEnd, EnvLaneEnd, LaneAddress
+from rlhw.rl.pipeline.loop_health import LoopTimer
 from rlhw.rl.pipeline.messages import Actions, EnvProgress, EnvStep, EpisodeResult
 from rlhw.rl.pipeline.utd_gate import UtdGate
 from rlhw.rl.replay import TransitionBatch
@@ -67,19 +67,26 @@ def episode_dir(run_dir: Path, env_rank: int, instance: int, num_envs: int) -> P
 
 
 class EnvWorker(Worker):
-    def __init__(self, config: Config, run_dir: str, num_rollout: int, channel_prefix: str = "",
-                 lane_addresses: list[LaneAddress | None] | None = None, lane_token: bytes | None = None,
-                 num_learner: int = 1):
+    def __init__(
+        self,
+        config: Config,
+        run_dir: str,
+        num_rollout: int,
+        channel_prefix: str = "",
+        lane_addresses: list[LaneAddress | None] | None = None,
+        lane_token: bytes | None = None,
+        num_learner: int = 1,
+    ):
         import torch
 
         torch.set_num_threads(1)
         self._setup(config, run_dir, num_rollout, channel_prefix)
         if config.train.policy_at == "env":  # act next to the arm: the lane is a policy in this process
-            self.lane: EnvLaneEnd = PolicyNextToArm(self.spec(), config, self.rank, num_learner, channel_prefix,
-                                                    resolve_device(self.cfg.device))
+            self.lane: EnvLaneEnd = PolicyNextToArm(
+                self.spec(), config, self.rank, num_learner, channel_prefix, resolve_device(self.cfg.device)
+            )
         else:
-            self.lane = open_env_lane(config, self.rank, self.rollout_rank, lane_addresses, lane_token,
-                                      channel_prefix)
+            self.lane = open_env_lane(config, self.rank, self.rollout_rank, lane_addresses, lane_token, channel_prefix)
         self.thread = threading.Thread(target=self._loop, daemon=True, name=f"env-loop-{self.rank}")
         self.thread.start()
 
@@ -114,11 +121,12 @@ class EnvWorker(Worker):
         self.faults: list[str] = []
         # a refused step (the server's refusal, or in process what the server would refuse) ends the running
         # episode(s) there; the env worker's view changes when its server is restarted, hence the lambdas
-        self.refused = RefusedSteps(lambda actions: self.episode_loop.view.step(actions),
-                                    lambda: self.server is not None and not self.server.alive(),
-                                    lambda text: self.faults.append(text),
-                                    f"episodes of all {self.num_envs} instances truncated" if self.num_envs > 1
-                                    else "episode truncated")
+        self.refused = RefusedSteps(
+            lambda actions: self.episode_loop.view.step(actions),
+            lambda: self.server is not None and not self.server.alive(),
+            lambda text: self.faults.append(text),
+            f"episodes of all {self.num_envs} instances truncated" if self.num_envs > 1 else "episode truncated",
+        )
         self.transport = env_transport(config, self.robot_rank)
         fsync = self.cfg.fsync_episodes
         if fsync == "auto":
@@ -126,16 +134,28 @@ class EnvWorker(Worker):
 
             fsync = config.env.sim is None and declares_real_arm(config)
         meta = {PROVENANCE_KEY: recorded_env(config.env)}  # a run's episodes may be a later run's demos
-        self.recorders = ([EpisodeRecorder(episode_dir(self.run_dir, self.rank, i, self.num_envs), fsync=bool(fsync),
-                                           meta=meta) for i in range(self.num_envs)]
-                          if self.cfg.record_episodes else None)
+        self.recorders = (
+            [
+                EpisodeRecorder(episode_dir(self.run_dir, self.rank, i, self.num_envs), fsync=bool(fsync), meta=meta)
+                for i in range(self.num_envs)
+            ]
+            if self.cfg.record_episodes
+            else None
+        )
         self._start_env()
         self.rng = np.random.default_rng(rank_seed(self.cfg.seed, SeedStream.EPISODES, self.rank))
         self._pending: TransitionBatch | None = None  # train transitions that go with the next observation
         self._first_obs = True
-        self.hooks = LoopHooks(act=self._act, choose=self._choose, report=self._report_locked, sink=self._sink,
-                               step=self._step, note=lambda text: self.faults.append(text),
-                               stepped=lambda step: self.timer.stepped(step.timing), stopping=lambda: self.stopping)
+        self.hooks = LoopHooks(
+            act=self._act,
+            choose=self._choose,
+            report=self._report_locked,
+            sink=self._sink,
+            step=self._step,
+            note=lambda text: self.faults.append(text),
+            stepped=lambda step: self.timer.stepped(step.timing),
+            stopping=lambda: self.stopping,
+        )
 
     # ---- the env behind its transport
     def _start_env(self) -> None:
@@ -148,9 +168,13 @@ class EnvWorker(Worker):
         else:
             self._start_server()
             view = BatchView(self.env, self.env.env_spec, self.env.step_typed)
-        self.episode_loop = EpisodeLoop(view, self.config.env.max_episode_steps, self.recorders,
-                                        meta={"robot_rank": self.robot_rank, "env_rank": self.rank},
-                                        fault_signal=FaultSignal.from_config(self.cfg))
+        self.episode_loop = EpisodeLoop(
+            view,
+            self.config.env.max_episode_steps,
+            self.recorders,
+            meta={"robot_rank": self.robot_rank, "env_rank": self.rank},
+            fault_signal=FaultSignal.from_config(self.cfg),
+        )
 
     def _start_server(self) -> None:
         log = self.run_dir / "logs" / f"env{self.rank}-server.log"
@@ -205,10 +229,19 @@ class EnvWorker(Worker):
     def poll(self) -> EnvProgress:
         """Counters and finished episodes since the last poll; ``error`` when the loop has failed."""
         with self.lock:
-            out = EnvProgress(rank=self.rank, train_steps=self.train_steps, idle=self._idle(), status=self.status,
-                              restarts=self.restarts, eval_pending=self.eval_pending, episodes=self.episodes,
-                              eval_results=self.eval_results, faults=self.faults, error=self.error,
-                              utd_wait_s=self.gate.waited_s)
+            out = EnvProgress(
+                rank=self.rank,
+                train_steps=self.train_steps,
+                idle=self._idle(),
+                status=self.status,
+                restarts=self.restarts,
+                eval_pending=self.eval_pending,
+                episodes=self.episodes,
+                eval_results=self.eval_results,
+                faults=self.faults,
+                error=self.error,
+                utd_wait_s=self.gate.waited_s,
+            )
             self.episodes, self.eval_results, self.faults = [], [], []
             return out
 
@@ -219,8 +252,7 @@ class EnvWorker(Worker):
     def loop_health(self) -> dict:
         """Observation-to-action latency and step lateness of every step so far, and the loop's isolation."""
         server = self.server.loop_isolation if self.server is not None else None
-        return {**self.timer.summary(self.num_envs), "loop_isolation": self.loop_isolation,
-                "server_isolation": server}
+        return {**self.timer.summary(self.num_envs), "loop_isolation": self.loop_isolation, "server_isolation": server}
 
     def stop_loop(self) -> None:
         """Stop the loop thread and release what it holds (called through the group before it is killed)."""
@@ -339,8 +371,15 @@ class EnvWorker(Worker):
             self.budget -= n
 
     def _put(self, obs: dict | None, rows, evaluating, transitions: TransitionBatch | None) -> None:
-        self.lane.send(EnvStep(env=self.rank, obs=obs, rows=tuple(rows), evaluating=np.asarray(evaluating, bool),
-                               transitions=transitions))
+        self.lane.send(
+            EnvStep(
+                env=self.rank,
+                obs=obs,
+                rows=tuple(rows),
+                evaluating=np.asarray(evaluating, bool),
+                transitions=transitions,
+            )
+        )
 
     def _put_transitions(self, transitions: TransitionBatch | None) -> None:
         """The last transitions of a phase, when no instance wants an action any more."""
@@ -364,14 +403,22 @@ class EnvWorker(Worker):
         return Actions(np.asarray(answer.actions, np.float32), np.asarray(answer.versions, np.int64))
 
 
-def open_env_lane(config: Config, rank: int, rollout_rank: int, addresses: list[LaneAddress | None] | None,
-                  token: bytes | None, channel_prefix: str) -> EnvLaneEnd:
+def open_env_lane(
+    config: Config,
+    rank: int,
+    rollout_rank: int,
+    addresses: list[LaneAddress | None] | None,
+    token: bytes | None,
+    channel_prefix: str,
+) -> EnvLaneEnd:
     """The env end of ``train.step_lane``: a direct stream to rollout worker ``rollout_rank``, or the channels."""
     timeout = config.train.step_timeout_s
     if config.train.step_lane == "direct":
         if not addresses or addresses[rollout_rank] is None or token is None:
-            raise ValueError("a direct step lane needs its rollout worker's lane address and the run's lane token "
-                             "(the Pipeline passes both)")
+            raise ValueError(
+                "a direct step lane needs its rollout worker's lane address and the run's lane token "
+                "(the Pipeline passes both)"
+            )
         return DirectEnvEnd(addresses[rollout_rank], token, rank, rollout_rank, timeout)
     return ChannelEnvEnd(channel_prefix, rank, rollout_rank, timeout)
 
@@ -385,10 +432,13 @@ def env_transport(config: Config, robot_rank: int) -> str:
     choice = config.train.env_transport
     simulated = plan_env(config, robot_rank).simulated
     if choice == "in_process" and not simulated:
-        raise ConfigError("train.env_transport", "is in_process, but this run drives a real arm, which runs only "
-                                                 "behind its env server child (a hung driver must not stall the "
-                                                 "robot loop, and the worker restarts a dead server); set "
-                                                 "train.env_transport=auto or server, or env.sim=mujoco to rehearse")
+        raise ConfigError(
+            "train.env_transport",
+            "is in_process, but this run drives a real arm, which runs only "
+            "behind its env server child (a hung driver must not stall the "
+            "robot loop, and the worker restarts a dead server); set "
+            "train.env_transport=auto or server, or env.sim=mujoco to rehearse",
+        )
     if choice == "auto":
         return "in_process" if simulated else "server"
     return choice

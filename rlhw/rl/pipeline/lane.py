@@ -38,13 +38,35 @@ import threading
 from dataclasses import dataclass
 from typing import Protocol
 
-from rlhw.rl.pipeline.lane_wire import HANDSHAKE_TIMEOUT_S, MAX_PENDING, PENDING_TIMEOUT_S, Doorman, LaneError, \
-    SealedStream, env_handshake
-from rlhw.rl.pipeline.messages import ACTION_CHANNEL, OBS_CHANNEL, Actions, EnvStep, decode_env_step, \
-    encode_env_step, expect
+from rlhw.rl.pipeline.lane_wire import (
+    HANDSHAKE_TIMEOUT_S,
+    MAX_PENDING,
+    PENDING_TIMEOUT_S,
+    Doorman,
+    LaneError,
+    SealedStream,
+    env_handshake,
+)
+from rlhw.rl.pipeline.messages import (
+    ACTION_CHANNEL,
+    OBS_CHANNEL,
+    Actions,
+    EnvStep,
+    decode_env_step,
+    encode_env_step,
+    expect,
+)
 
-__all__ = ["LaneError", "LaneAddress", "EnvLaneEnd", "RolloutLaneEnd", "DirectEnvEnd", "DirectRolloutEnd",
-           "ChannelEnvEnd", "ChannelRolloutEnd"]
+__all__ = [
+    "LaneError",
+    "LaneAddress",
+    "EnvLaneEnd",
+    "RolloutLaneEnd",
+    "DirectEnvEnd",
+    "DirectRolloutEnd",
+    "ChannelEnvEnd",
+    "ChannelRolloutEnd",
+]
 
 
 @dataclass(frozen=True)
@@ -116,8 +138,14 @@ class DirectRolloutEnd:
     them out; the loop's ``receive`` reads every stream with a frame waiting. ``handshake_timeout_s`` and
     ``max_pending``: the doorman's bounds on an unfinished handshake (tests shrink them)."""
 
-    def __init__(self, host: str, token: bytes, timeout_s: float, handshake_timeout_s: float = PENDING_TIMEOUT_S,
-                 max_pending: int = MAX_PENDING):
+    def __init__(
+        self,
+        host: str,
+        token: bytes,
+        timeout_s: float,
+        handshake_timeout_s: float = PENDING_TIMEOUT_S,
+        max_pending: int = MAX_PENDING,
+    ):
         self.timeout_s = timeout_s
         self.listener = socket.create_server((host, 0), backlog=128)
         self.address = LaneAddress(host, self.listener.getsockname()[1])

@@ -35,8 +35,8 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -88,8 +88,9 @@ class Transcript:
         return self._mac(token, b"frame key env->rollout"), self._mac(token, b"frame key rollout->env")
 
 
-def recv_exact(sock: socket.socket, buf: memoryview, timeout: float, peer: str,
-               bound: str = "train.step_timeout_s") -> None:
+def recv_exact(
+    sock: socket.socket, buf: memoryview, timeout: float, peer: str, bound: str = "train.step_timeout_s"
+) -> None:
     """Fill ``buf`` from ``sock`` within ``timeout`` s per read (``bound`` names where that comes from); a
     `LaneError` naming ``peer`` otherwise."""
     sock.settimeout(timeout)
@@ -100,7 +101,7 @@ def recv_exact(sock: socket.socket, buf: memoryview, timeout: float, peer: str,
             if k == 0:
                 raise LaneError(f"{peer} closed the step lane: it stopped or died")
             got += k
-    except socket.timeout:
+    except TimeoutError:
         raise LaneError(f"{peer} sent nothing for {timeout:g} s ({bound})") from None
     except ConnectionError as e:
         raise LaneError(f"{peer} closed the step lane ({e.strerror or e}): it stopped or died") from None
@@ -124,8 +125,10 @@ def env_handshake(sock: socket.socket, token: bytes, rank: int, peer: str) -> tu
     `LaneError` saying which step failed and why (the rollout end's own words when it refused)."""
     magic, rollout_nonce = CHALLENGE.unpack(_handshake_recv(sock, CHALLENGE.size, peer, "no challenge"))
     if magic != MAGIC:
-        raise LaneError(f"{peer} is not an rlhw step lane of this version (its challenge starts {magic!r}, not "
-                        f"{MAGIC!r}): is the rollout worker running the same rlhw version?")
+        raise LaneError(
+            f"{peer} is not an rlhw step lane of this version (its challenge starts {magic!r}, not "
+            f"{MAGIC!r}): is the rollout worker running the same rlhw version?"
+        )
     t = Transcript(rank, rollout_nonce, os.urandom(16))
     try:
         sock.sendall(HELLO.pack(MAGIC, rank, t.env_nonce, t.env_proof(token)))
@@ -185,7 +188,7 @@ class SealedStream:
         self.sock.settimeout(timeout)
         try:
             self.sock.sendall(buf)
-        except socket.timeout:
+        except TimeoutError:
             raise LaneError(f"{self.peer} did not take a message within {timeout:g} s") from None
         except OSError as e:
             raise LaneError(f"{self.peer} closed the step lane ({e.strerror or e}): it stopped or died") from None
@@ -196,15 +199,19 @@ class SealedStream:
         header_len, payload_len = PREFIX.unpack(prefix)
         if header_len > MAX_HEADER or payload_len > MAX_PAYLOAD:
             self.close()
-            raise LaneError(f"{self.peer} announced a frame of {header_len} + {payload_len} bytes, over the step "
-                            f"lane's {MAX_HEADER} + {MAX_PAYLOAD}: not a frame of this run's lane; connection dropped")
+            raise LaneError(
+                f"{self.peer} announced a frame of {header_len} + {payload_len} bytes, over the step "
+                f"lane's {MAX_HEADER} + {MAX_PAYLOAD}: not a frame of this run's lane; connection dropped"
+            )
         buf = bytearray(PREFIX.size + header_len + payload_len + TAG)
-        buf[:PREFIX.size] = prefix
-        recv_exact(self.sock, memoryview(buf)[PREFIX.size:], timeout, self.peer)
+        buf[: PREFIX.size] = prefix
+        recv_exact(self.sock, memoryview(buf)[PREFIX.size :], timeout, self.peer)
         if not intact(self._check, self.received, buf):
             self.close()
-            raise LaneError(f"{self.peer} sent a frame (number {self.received}) that fails its integrity check: bytes "
-                            "were injected, changed, replayed or reordered on the way; connection dropped")
+            raise LaneError(
+                f"{self.peer} sent a frame (number {self.received}) that fails its integrity check: bytes "
+                "were injected, changed, replayed or reordered on the way; connection dropped"
+            )
         self.received += 1
         try:
             return unpack(buf, PREFIX.size, header_len, payload_len, expected)
@@ -235,8 +242,14 @@ class Doorman:
     that proves the token is handed to ``joined(rank, stream)``. ``refused`` counts the others, ``refusals``
     keeps the latest reasons."""
 
-    def __init__(self, listener: socket.socket, token: bytes, joined: Callable[[int, SealedStream], None],
-                 timeout_s: float = PENDING_TIMEOUT_S, max_pending: int = MAX_PENDING):
+    def __init__(
+        self,
+        listener: socket.socket,
+        token: bytes,
+        joined: Callable[[int, SealedStream], None],
+        timeout_s: float = PENDING_TIMEOUT_S,
+        max_pending: int = MAX_PENDING,
+    ):
         self.token, self.joined, self.timeout_s, self.max_pending = token, joined, timeout_s, max_pending
         self.listener = listener
         self.pending: dict[socket.socket, _Pending] = {}  # oldest first
@@ -321,8 +334,11 @@ class Doorman:
         if magic != MAGIC:
             return self._refuse(p, f"not an rlhw step lane hello of this version (it starts {magic!r})")
         if not hmac.compare_digest(proof, t.env_proof(self.token)):
-            return self._refuse(p, f"env worker {rank}'s proof does not match the run's lane token (a captured "
-                                   "hello, another run's worker, or not an rlhw env worker)")
+            return self._refuse(
+                p,
+                f"env worker {rank}'s proof does not match the run's lane token (a captured "
+                "hello, another run's worker, or not an rlhw env worker)",
+            )
         self._release(p)
         to_rollout, to_env = t.keys(self.token)
         try:
@@ -348,8 +364,11 @@ class Doorman:
 
     def _expire(self, now: float) -> None:
         while (oldest := next(iter(self.pending.values()), None)) is not None and oldest.deadline <= now:
-            self._refuse(oldest, f"handshake not read: no complete hello within {self.timeout_s:g} s "
-                                 f"({len(self.pending)} connections pending)")
+            self._refuse(
+                oldest,
+                f"handshake not read: no complete hello within {self.timeout_s:g} s "
+                f"({len(self.pending)} connections pending)",
+            )
 
     def _refuse(self, p: _Pending, why: str) -> None:
         """Tell the peer why (best effort, it may be gone) and close its connection."""

@@ -69,8 +69,9 @@ class LearnerWorker(Worker):
         self.contract = policy_contract(spec, self.cfg.sac)
         # provenance None: the controller checked it against the env config before any rank started
         signal = FaultSignal.from_config(self.cfg)
-        for batch in load_demos(self.cfg.demos, space.observation_shapes, space.action_shape, provenance=None,
-                                fault_signal=signal):
+        for batch in load_demos(
+            self.cfg.demos, space.observation_shapes, space.action_shape, provenance=None, fault_signal=signal
+        ):
             self.replay.add_demos(batch)
         counters = Counters()
         if resume:
@@ -125,12 +126,18 @@ class LearnerWorker(Worker):
         """Rank 0 writes the checkpoint with the controller's ``counters``."""
         if self.rank != 0:
             return None
-        return str(self.run_dir.save_checkpoint(checkpoint_state(self.agent, self.contract, counters),
-                                                counters.env_steps))
+        return str(
+            self.run_dir.save_checkpoint(checkpoint_state(self.agent, self.contract, counters), counters.env_steps)
+        )
 
     def weights_digest(self) -> str:
         return self.agent.weights_digest()
 
     def stats(self) -> dict:
-        return {"rank": self.rank, "replay_size": len(self.replay), "demo_buffer_size": len(self.replay.demos),
-                "updates": self.agent.updates if self.agent else 0, "pid": os.getpid()}
+        return {
+            "rank": self.rank,
+            "replay_size": len(self.replay),
+            "demo_buffer_size": len(self.replay.demos),
+            "updates": self.agent.updates if self.agent else 0,
+            "pid": os.getpid(),
+        }

@@ -34,8 +34,12 @@ def late_step_phases(latency: float, step_call: float, timing: dict, prev_observ
     (``obs_to_action``), the transport of the step call and the env's ``command`` phase exceed the period."""
     command = _env_phase(timing, "command") or 0.0
     inside = command + (_env_phase(timing, "wait") or 0.0) + (_env_phase(timing, "observe") or 0.0)
-    return {"observe": prev_observe, "obs_to_action": latency, "transport": max(step_call - inside, 0.0),
-            "command": command}
+    return {
+        "observe": prev_observe,
+        "obs_to_action": latency,
+        "transport": max(step_call - inside, 0.0),
+        "command": command,
+    }
 
 
 class LoopTimer:
@@ -84,31 +88,50 @@ class LoopTimer:
         self.late_by_phase[phase] += 1
         entry = {"late_ms": late * 1e3, "phase": phase, "phases_ms": {k: v * 1e3 for k, v in phases.items()}}
         self.late_recent.append(entry)
-        log.warning("robot loop step late by %.1f ms, mostly %s (%s)", entry["late_ms"], phase,
-                    ", ".join(f"{k} {v:.1f} ms" for k, v in entry["phases_ms"].items()))
+        log.warning(
+            "robot loop step late by %.1f ms, mostly %s (%s)",
+            entry["late_ms"],
+            phase,
+            ", ".join(f"{k} {v:.1f} ms" for k, v in entry["phases_ms"].items()),
+        )
 
     def summary(self, num_envs: int) -> dict:
         """Percentiles in milliseconds of the last steps (up to 20,000; None where nothing was measured).
 
         May be called while the loop runs: each history is copied first."""
         lat = np.array(list(self.latencies)) if self.latencies else np.zeros(1)
-        out = {"steps": len(self.latencies), "latency_p50_ms": float(np.percentile(lat, 50) * 1e3),
-               "latency_p99_ms": float(np.percentile(lat, 99) * 1e3), "latency_max_ms": float(lat.max() * 1e3),
-               "timed_steps": len(self.lateness), "late_steps": None, "lateness_p99_ms": None,
-               "period_p50_ms": None, "period_p99_ms": None, "obs_age_p50_ms": None, "obs_age_p99_ms": None,
-               "num_envs": num_envs}
+        out = {
+            "steps": len(self.latencies),
+            "latency_p50_ms": float(np.percentile(lat, 50) * 1e3),
+            "latency_p99_ms": float(np.percentile(lat, 99) * 1e3),
+            "latency_max_ms": float(lat.max() * 1e3),
+            "timed_steps": len(self.lateness),
+            "late_steps": None,
+            "lateness_p99_ms": None,
+            "period_p50_ms": None,
+            "period_p99_ms": None,
+            "obs_age_p50_ms": None,
+            "obs_age_p99_ms": None,
+            "num_envs": num_envs,
+        }
         if self.obs_ages:
             age = np.array(list(self.obs_ages))
-            out.update(obs_age_p50_ms=float(np.percentile(age, 50) * 1e3),
-                       obs_age_p99_ms=float(np.percentile(age, 99) * 1e3))
+            out.update(
+                obs_age_p50_ms=float(np.percentile(age, 50) * 1e3), obs_age_p99_ms=float(np.percentile(age, 99) * 1e3)
+            )
         if self.lateness:
             late = np.array(list(self.lateness))
-            out.update(late_steps=int((late > 0).sum()), lateness_p99_ms=float(np.percentile(late, 99) * 1e3),
-                       late_by_phase=dict(self.late_by_phase), late_recent=list(self.late_recent))
+            out.update(
+                late_steps=int((late > 0).sum()),
+                lateness_p99_ms=float(np.percentile(late, 99) * 1e3),
+                late_by_phase=dict(self.late_by_phase),
+                late_recent=list(self.late_recent),
+            )
         if self.periods:
             per = np.array(list(self.periods))
-            out.update(period_p50_ms=float(np.percentile(per, 50) * 1e3),
-                       period_p99_ms=float(np.percentile(per, 99) * 1e3))
+            out.update(
+                period_p50_ms=float(np.percentile(per, 50) * 1e3), period_p99_ms=float(np.percentile(per, 99) * 1e3)
+            )
         return out
 
 
@@ -122,6 +145,9 @@ def loop_metrics(summaries: list[dict]) -> dict[str, float]:
 
     late = [s["late_steps"] for s in summaries if s.get("late_steps") is not None]
     timed = sum(s["timed_steps"] for s in summaries)
-    return {"loop/obs_to_action_p50_ms": worst("latency_p50_ms"), "loop/obs_to_action_p99_ms": worst("latency_p99_ms"),
-            "loop/obs_age_p99_ms": worst("obs_age_p99_ms"),
-            "loop/late_step_share": sum(late) / timed if late and timed else float("nan")}
+    return {
+        "loop/obs_to_action_p50_ms": worst("latency_p50_ms"),
+        "loop/obs_to_action_p99_ms": worst("latency_p99_ms"),
+        "loop/obs_age_p99_ms": worst("obs_age_p99_ms"),
+        "loop/late_step_share": sum(late) / timed if late and timed else float("nan"),
+    }

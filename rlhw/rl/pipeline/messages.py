@@ -48,9 +48,11 @@ class MessageTypeError(TypeError):
 def expect(message: Any, cls: type, channel: str) -> Any:
     """``message`` if it is a ``cls``; else a clear error naming the channel and both types."""
     if not isinstance(message, cls):
-        raise MessageTypeError(f"{channel} carries {cls.__name__} messages, but received a "
-                               f"{type(message).__module__}.{type(message).__qualname__}; are both ends of the "
-                               "pipeline running the same rlhw version?")
+        raise MessageTypeError(
+            f"{channel} carries {cls.__name__} messages, but received a "
+            f"{type(message).__module__}.{type(message).__qualname__}; are both ends of the "
+            "pipeline running the same rlhw version?"
+        )
     return message
 
 
@@ -140,8 +142,23 @@ class RolloutProgress:
 
 # ---- the wire codec of EnvStep and Actions: a typed header and raw array bytes, nothing that can run code
 
-WIRE_DTYPES = tuple(np.dtype(name).newbyteorder("<") for name in (
-    "bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64", "float16", "float32", "float64"))
+WIRE_DTYPES = tuple(
+    np.dtype(name).newbyteorder("<")
+    for name in (
+        "bool",
+        "uint8",
+        "int8",
+        "uint16",
+        "int16",
+        "uint32",
+        "int32",
+        "uint64",
+        "int64",
+        "float16",
+        "float32",
+        "float64",
+    )
+)
 """The dtypes an array may have on the wire (its code there: index + 1), little-endian whatever the host."""
 MAX_ARRAYS = 256  # arrays in one message (a reach EnvStep with transitions has about 20)
 MAX_NDIM = 8
@@ -153,8 +170,10 @@ _HEAD = struct.Struct("<BBHq")  # kind, flags (1: obs present, 2: transitions pr
 _ARRAY = struct.Struct("<BBBB")  # group, dtype code, ndim, name length; then the UTF-8 name and ndim uint32 dims
 _FIELDS, _OBS, _TRANSITIONS = 0, 1, 2  # an array's group: a message field, an observation, a transition field
 #: The message fields every kind must carry: name -> (dtype, ndim; None: any ndim >= 1).
-_FIELD_SPECS = {EnvStep: {"rows": (np.dtype("<i8"), 1), "evaluating": (np.dtype("bool"), 1)},
-                Actions: {"actions": (np.dtype("<f4"), None), "versions": (np.dtype("<i8"), 1)}}
+_FIELD_SPECS = {
+    EnvStep: {"rows": (np.dtype("<i8"), 1), "evaluating": (np.dtype("bool"), 1)},
+    Actions: {"actions": (np.dtype("<f4"), None), "versions": (np.dtype("<i8"), 1)},
+}
 
 
 class FrameError(ValueError):
@@ -170,8 +189,10 @@ def _wire_arrays(msg) -> tuple[int, int, int, list[tuple[int, str, np.ndarray]]]
         kind, env, groups = 2, 0, ()
         fields = {"actions": msg.actions, "versions": msg.versions}
     else:
-        raise MessageTypeError(f"the step lane carries EnvStep and Actions messages, but was given a "
-                               f"{type(msg).__module__}.{type(msg).__qualname__}")
+        raise MessageTypeError(
+            f"the step lane carries EnvStep and Actions messages, but was given a "
+            f"{type(msg).__module__}.{type(msg).__qualname__}"
+        )
     specs = _FIELD_SPECS[type(msg)]
     out = [(_FIELDS, name, np.asarray(value, specs[name][0], order="C")) for name, value in fields.items()]
     flags = 0
@@ -185,17 +206,24 @@ def _wire_arrays(msg) -> tuple[int, int, int, list[tuple[int, str, np.ndarray]]]
 def _wire_array(message: str, name, value) -> np.ndarray:
     """``value`` as a contiguous little-endian array of a wire dtype; a clear error naming the field if it has none."""
     a = np.asarray(value)
-    if a.dtype in _DTYPE_CODE and a.flags.c_contiguous and a.ndim <= MAX_NDIM and isinstance(name, str) \
-            and 0 < len(name) < 64:  # at most 4 UTF-8 bytes a character: the name fits its length byte
+    if (
+        a.dtype in _DTYPE_CODE
+        and a.flags.c_contiguous
+        and a.ndim <= MAX_NDIM
+        and isinstance(name, str)
+        and 0 < len(name) < 64
+    ):  # at most 4 UTF-8 bytes a character: the name fits its length byte
         return a  # the common case, checked in one go
     where = f"{message} array {name!r}"
     if not isinstance(name, str) or not 0 < len(name.encode()) < 256:
         raise MessageTypeError(f"{where}: the step lane names arrays with strings of 1-255 UTF-8 bytes")
     code = _DTYPE_CODE.get(a.dtype.newbyteorder("<"))
     if code is None or a.ndim > MAX_NDIM:
-        raise MessageTypeError(f"{where} has dtype {a.dtype} and {a.ndim} dimensions; the step lane carries arrays "
-                               f"of {', '.join(map(str, WIRE_DTYPES))} with at most {MAX_NDIM} dimensions: convert it "
-                               "where the env builds its observation (e.g. np.asarray(x, np.float32))")
+        raise MessageTypeError(
+            f"{where} has dtype {a.dtype} and {a.ndim} dimensions; the step lane carries arrays "
+            f"of {', '.join(map(str, WIRE_DTYPES))} with at most {MAX_NDIM} dimensions: convert it "
+            "where the env builds its observation (e.g. np.asarray(x, np.float32))"
+        )
     return np.asarray(a, WIRE_DTYPES[code - 1], order="C")
 
 
@@ -214,11 +242,11 @@ def pack(msg, front: int = 0, back: int = 0) -> tuple[bytearray, int, int]:
     header_len = _padded(_HEAD.size + len(described))
     buf = bytearray(front + header_len + payload_len + back)
     _HEAD.pack_into(buf, front, kind, flags, len(arrays), env)
-    buf[front + _HEAD.size:front + _HEAD.size + len(described)] = described
+    buf[front + _HEAD.size : front + _HEAD.size + len(described)] = described
     base = front + header_len
     for (_, _, a), at in zip(arrays, offsets):
         if a.nbytes:
-            buf[base + at:base + at + a.nbytes] = memoryview(a).cast("B")
+            buf[base + at : base + at + a.nbytes] = memoryview(a).cast("B")
     return buf, header_len, payload_len
 
 
@@ -238,24 +266,28 @@ def _describe(arrays: tuple[tuple[int, str, int, tuple[int, ...]], ...]) -> tupl
 def unpack(buf: bytearray, start: int, header_len: int, payload_len: int, expected: type):
     """The ``expected`` message (`EnvStep` or `Actions`) in ``buf``: its header at ``start``, its payload right
     after. The arrays are views of ``buf`` (no copy). `FrameError` says what is malformed."""
-    header = memoryview(buf)[start:start + header_len]
+    header = memoryview(buf)[start : start + header_len]
     try:
         kind, flags, count, env = _HEAD.unpack_from(header)
     except struct.error:
         raise FrameError(f"a header of {header_len} bytes is shorter than its fixed part") from None
     if not 0 < kind <= len(_KINDS) or _KINDS[kind - 1] is not expected:
         got = _KINDS[kind - 1].__name__ if 0 < kind <= len(_KINDS) else f"an unknown kind ({kind})"
-        raise FrameError(f"{got} where {expected.__name__} was expected (are both ends running the same rlhw "
-                         "version?)")
+        raise FrameError(f"{got} where {expected.__name__} was expected (are both ends running the same rlhw version?)")
     groups: tuple[dict[str, np.ndarray], ...] = ({}, {}, {})
     base = start + header_len
-    for group, name, dtype, n, at, shape in _layout(expected, flags, count, payload_len, bytes(header[_HEAD.size:])):
+    for group, name, dtype, n, at, shape in _layout(expected, flags, count, payload_len, bytes(header[_HEAD.size :])):
         groups[group][name] = np.frombuffer(buf, dtype, n, base + at).reshape(shape) if n else np.zeros(shape, dtype)
     fields = groups[_FIELDS]
     if expected is Actions:
         return Actions(fields["actions"], fields["versions"])
-    return EnvStep(env=env, obs=groups[_OBS] if flags & 1 else None, rows=tuple(fields["rows"].tolist()),
-                   evaluating=fields["evaluating"], transitions=groups[_TRANSITIONS] if flags & 2 else None)
+    return EnvStep(
+        env=env,
+        obs=groups[_OBS] if flags & 1 else None,
+        rows=tuple(fields["rows"].tolist()),
+        evaluating=fields["evaluating"],
+        transitions=groups[_TRANSITIONS] if flags & 2 else None,
+    )
 
 
 Layout = tuple[tuple[int, str, np.dtype, int, int, tuple[int, ...]], ...]
@@ -272,7 +304,7 @@ def _layout(expected: type, flags: int, count: int, payload_len: int, described:
     for i in range(count):
         try:
             group, code, ndim, name_len = _ARRAY.unpack_from(described, pos)
-            name = described[pos + _ARRAY.size:pos + _ARRAY.size + name_len].decode()
+            name = described[pos + _ARRAY.size : pos + _ARRAY.size + name_len].decode()
             pos += _ARRAY.size + name_len
             if len(name.encode()) != name_len or ndim > MAX_NDIM:
                 raise FrameError(f"array {i} runs past the header or has {ndim} dimensions")
@@ -280,10 +312,16 @@ def _layout(expected: type, flags: int, count: int, payload_len: int, described:
         except (struct.error, UnicodeDecodeError) as e:
             raise FrameError(f"array {i}'s description is malformed ({e})") from None
         pos += 4 * ndim
-        if group > _TRANSITIONS or (group and not flags & group) or not 0 < code <= len(WIRE_DTYPES) \
-                or name in names[group]:
-            raise FrameError(f"array {name!r}: group {group}, dtype code {code} (flags {flags}): not a valid, "
-                             "unique array of the lane's dtypes")
+        if (
+            group > _TRANSITIONS
+            or (group and not flags & group)
+            or not 0 < code <= len(WIRE_DTYPES)
+            or name in names[group]
+        ):
+            raise FrameError(
+                f"array {name!r}: group {group}, dtype code {code} (flags {flags}): not a valid, "
+                "unique array of the lane's dtypes"
+            )
         dtype, n = WIRE_DTYPES[code - 1], math.prod(shape)
         if math.prod(max(d, 1) for d in shape) * dtype.itemsize > MAX_PAYLOAD_BYTES:  # numpy's bound, empty or not
             raise FrameError(f"array {name!r} {shape} {dtype}: a shape no array of the lane can have")
@@ -293,8 +331,10 @@ def _layout(expected: type, flags: int, count: int, payload_len: int, described:
         layout.append((group, name, dtype, n, at, shape))
         at += _padded(n * dtype.itemsize)
     if at != payload_len or _padded(_HEAD.size + pos) != _HEAD.size + len(described) or any(described[pos:]):
-        raise FrameError(f"the header's arrays take {at} of the payload's {payload_len} bytes and leave "
-                         f"{len(described) - pos} header bytes: not a frame of this codec")
+        raise FrameError(
+            f"the header's arrays take {at} of the payload's {payload_len} bytes and leave "
+            f"{len(described) - pos} header bytes: not a frame of this codec"
+        )
     _check_fields(expected, names[_FIELDS])
     return tuple(layout)
 
@@ -302,10 +342,13 @@ def _layout(expected: type, flags: int, count: int, payload_len: int, described:
 def _check_fields(expected: type, fields: dict[str, tuple[np.dtype, tuple[int, ...]]]) -> None:
     """The message's own fields: exactly its names, each of its dtype and rank, of matching lengths."""
     specs = _FIELD_SPECS[expected]
-    if set(fields) != set(specs) or any(fields[n][0] != dt or (len(fields[n][1]) != nd if nd else not fields[n][1])
-                                        for n, (dt, nd) in specs.items()):
-        raise FrameError(f"{expected.__name__} fields {sorted(fields)} with dtypes and shapes {list(fields.values())}: "
-                         f"it needs {sorted(specs)}")
+    if set(fields) != set(specs) or any(
+        fields[n][0] != dt or (len(fields[n][1]) != nd if nd else not fields[n][1]) for n, (dt, nd) in specs.items()
+    ):
+        raise FrameError(
+            f"{expected.__name__} fields {sorted(fields)} with dtypes and shapes {list(fields.values())}: "
+            f"it needs {sorted(specs)}"
+        )
     first, second = (fields[n][1][0] for n in specs)
     if first != second:
         raise FrameError(f"{expected.__name__}: {first} {list(specs)[0]} with {second} {list(specs)[1]}")
@@ -336,6 +379,7 @@ def decode_env_step(data: bytes) -> EnvStep:
             raise FrameError(f"lengths {header_len} + {payload_len} do not add up to the {len(buf)} bytes received")
         return unpack(buf, _CHANNEL_PREFIX.size, header_len, payload_len, EnvStep)
     except (FrameError, struct.error) as e:
-        raise MessageTypeError(f"{OBS_CHANNEL} carries EnvStep messages in the step codec, but received bytes that "
-                               f"do not decode ({e}); are both ends of the pipeline running the same rlhw version?"
-                               ) from None
+        raise MessageTypeError(
+            f"{OBS_CHANNEL} carries EnvStep messages in the step codec, but received bytes that "
+            f"do not decode ({e}); are both ends of the pipeline running the same rlhw version?"
+        ) from None

@@ -39,15 +39,22 @@ from rlhw.runtime.worker import Worker
 
 
 class RolloutWorker(Worker):
-    def __init__(self, config: Config, num_learner_ranks: int, num_env: int, channel_prefix: str = "",
-                 lane_token: bytes | None = None):
+    def __init__(
+        self,
+        config: Config,
+        num_learner_ranks: int,
+        num_env: int,
+        channel_prefix: str = "",
+        lane_token: bytes | None = None,
+    ):
         torch.set_num_threads(1)
         self.config, self.cfg = config, config.train
         self.channel_prefix = channel_prefix
         # Env rank e is served by rollout rank e % num_rollout; batching only helps with several.
         self.serves_several = len(range(self.rank, num_env, self.world_size)) > 1
-        self.lane: RolloutLaneEnd = open_rollout_lane(config, self.rank, self.info.node_ip, lane_token, channel_prefix,
-                                                      self.serves_several)
+        self.lane: RolloutLaneEnd = open_rollout_lane(
+            config, self.rank, self.info.node_ip, lane_token, channel_prefix, self.serves_several
+        )
         self.replay = ReplayForwarder(channel_prefix, num_learner_ranks, self.cfg.step_timeout_s)
         self.weights = WeightsFollower(channel_prefix, key=self.rank)
         self.device = resolve_device(self.cfg.device)
@@ -63,7 +70,9 @@ class RolloutWorker(Worker):
 
     def setup(self, spec: EnvSpec) -> None:
         """Build the policy network from the env spec and start the loop."""
-        self.policy = ActingPolicy(spec, self.cfg.sac, self.device, seed=rank_seed(self.cfg.seed, SeedStream.ACTING, self.rank))
+        self.policy = ActingPolicy(
+            spec, self.cfg.sac, self.device, seed=rank_seed(self.cfg.seed, SeedStream.ACTING, self.rank)
+        )
         self.feeder = Feeder(self.policy, self.replay, self.weights, name=f"rollout-feeder-{self.rank}")
         self.thread = threading.Thread(target=self._loop, daemon=True, name=f"rollout-{self.rank}")
         self.thread.start()
@@ -76,9 +85,14 @@ class RolloutWorker(Worker):
         self.policy.random_actions = bool(random_actions)
 
     def poll(self) -> RolloutProgress:
-        return RolloutProgress(rank=self.rank, served=self.served, batches=self.batches,
-                               weights_version=self.policy.version if self.policy else -1, error=self.error,
-                               loop_isolation=self.loop_isolation)
+        return RolloutProgress(
+            rank=self.rank,
+            served=self.served,
+            batches=self.batches,
+            weights_version=self.policy.version if self.policy else -1,
+            error=self.error,
+            loop_isolation=self.loop_isolation,
+        )
 
     def stop_loop(self) -> None:
         """Stop the loop thread and release what it holds (called through the group before it is killed)."""
@@ -120,14 +134,15 @@ class RolloutWorker(Worker):
         start = 0
         for m in want:
             n = m.wanted
-            self.lane.answer(m.env, Actions(answer.actions[start:start + n], answer.versions[start:start + n]))
+            self.lane.answer(m.env, Actions(answer.actions[start : start + n], answer.versions[start : start + n]))
             start += n
         self.served += len(deterministic)
         self.batches += 1
 
 
-def open_rollout_lane(config: Config, rank: int, node_ip: str, token: bytes | None, channel_prefix: str,
-                      serves_several: bool) -> RolloutLaneEnd:
+def open_rollout_lane(
+    config: Config, rank: int, node_ip: str, token: bytes | None, channel_prefix: str, serves_several: bool
+) -> RolloutLaneEnd:
     """The rollout end of ``train.step_lane``: a direct lane listening on this node's IP, or the channel relay."""
     timeout = config.train.step_timeout_s
     if config.train.step_lane == "direct":

@@ -35,8 +35,9 @@ def updates_owed(env_steps: int, updates: int, utd_ratio: float, learning_starts
     return max(0, int(utd_ratio * (env_steps - learning_starts)) - updates)
 
 
-def step_allowance(updates: int, utd_ratio: float, learning_starts: int, slack_updates: int, base_steps: int,
-                   num_env: int) -> int:
+def step_allowance(
+    updates: int, utd_ratio: float, learning_starts: int, slack_updates: int, base_steps: int, num_env: int
+) -> int:
     """Train steps one of ``num_env`` env workers may have collected in this run, given the ``updates`` done:
     ``learning_starts + (updates + slack_updates) / utd_ratio`` steps over all robots, less the ``base_steps``
     of the runs this one resumes, shared evenly (rounded up)."""

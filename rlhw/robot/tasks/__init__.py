@@ -7,7 +7,8 @@ subclass, and add the name to ``TASK_MODULES`` (or import the module yourself be
 from __future__ import annotations
 
 import importlib
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from rlhw.config.env import EnvConfig
 from rlhw.errors import ConfigError
@@ -43,7 +44,9 @@ def task_class(name: str) -> type:
         except ModuleNotFoundError as e:
             if e.name != TASK_MODULES[name]:
                 raise
-            raise ConfigError("env.task", f"task {name!r} is not available in this installation ({e.name} missing)") from e
+            raise ConfigError(
+                "env.task", f"task {name!r} is not available in this installation ({e.name} missing)"
+            ) from e
     if name not in _TASKS:
         raise ConfigError("env.task", f"unknown task {name!r}; known tasks: {', '.join(known_tasks())}")
     return _TASKS[name]

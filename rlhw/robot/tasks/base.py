@@ -24,8 +24,9 @@ Poses are `Pose` objects (rlhw/robot/pose.py); ``orientation`` is a quaternion `
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -35,7 +35,8 @@ cell rehearses its layout with ``--sim``.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -51,8 +52,20 @@ from rlhw.robot.tasks.base import Command, Task
 
 #: The task's options that name pose files (`rlhw record-pose CONFIG NAME` writes them).
 POSE_OPTIONS = ("goal_pose",)
-OPTIONS = {"goal_pose", "insertion_depth_m", "start_low", "start_high", "approach_height_m", "contact_zone_m",
-           "success_m", "success_rad", "dense_reward", "reward_scale_m", "path_speed_mps", "terminate_on_success"}
+OPTIONS = {
+    "goal_pose",
+    "insertion_depth_m",
+    "start_low",
+    "start_high",
+    "approach_height_m",
+    "contact_zone_m",
+    "success_m",
+    "success_rad",
+    "dense_reward",
+    "reward_scale_m",
+    "path_speed_mps",
+    "terminate_on_success",
+}
 #: Start heights must leave the peg's tip this far above the hole (m).
 START_MARGIN_M = 0.005
 #: The reset paths move along the base frame's z: the hole's axis (the hand's approach axis at the
@@ -69,13 +82,20 @@ class Insert(Task):
         super().__init__(config, options)
         self.check_options(OPTIONS)
         if "goal_pose" not in self.options:
-            raise ConfigError("env.task_options.goal_pose", "insert needs the goal pose file: set env.task_options.goal_pose "
-                                                          "to a path, then record it with `rlhw record-pose CONFIG goal_pose`")
+            raise ConfigError(
+                "env.task_options.goal_pose",
+                "insert needs the goal pose file: set env.task_options.goal_pose "
+                "to a path, then record it with `rlhw record-pose CONFIG goal_pose`",
+            )
         self.goal_file = str(self.options["goal_pose"])
         self.goal_record: RecordedPose = load_pose(self.goal_file, "env.task_options.goal_pose")
         self.depth = self.option("insertion_depth_m", 0.02)
-        self.start_low = self.vector_option("start_low", (-0.02, -0.02, 0.04), 3, "[dx, dy, dz] in metres from the goal")
-        self.start_high = self.vector_option("start_high", (0.02, 0.02, 0.06), 3, "[dx, dy, dz] in metres from the goal")
+        self.start_low = self.vector_option(
+            "start_low", (-0.02, -0.02, 0.04), 3, "[dx, dy, dz] in metres from the goal"
+        )
+        self.start_high = self.vector_option(
+            "start_high", (0.02, 0.02, 0.06), 3, "[dx, dy, dz] in metres from the goal"
+        )
         self.approach_height = self.option("approach_height_m", 0.1)
         self.zone_m = self.option("contact_zone_m", 0.05)
         self.success_m = self.option("success_m", 0.008)
@@ -87,7 +107,9 @@ class Insert(Task):
         self.scale = config.action.scale_m
         self.ws_low = np.array(config.safety.workspace_low, dtype=float)
         self.ws_high = np.array(config.safety.workspace_high, dtype=float)
-        self.wrench_scale = np.array([config.safety.max_contact_force_n] * 3 + [config.safety.max_contact_torque_nm] * 3)
+        self.wrench_scale = np.array(
+            [config.safety.max_contact_force_n] * 3 + [config.safety.max_contact_torque_nm] * 3
+        )
         self.goal: Pose = self.goal_record.pose
         self._validate(config)
         self.orientation = self.goal.quaternion
@@ -100,38 +122,61 @@ class Insert(Task):
         down = -float(self.goal.rotation_matrix[2, 2])  # minus the z of the hand's approach axis
         tilt = math.acos(max(-1.0, min(1.0, down)))
         if tilt > MAX_TILT_RAD:
-            raise ConfigError("env.task_options.goal_pose",
-                              f"the recorded goal's approach axis leans {math.degrees(tilt):.0f} deg from straight down; "
-                              f"insert moves in and out of the hole vertically (up to {math.degrees(MAX_TILT_RAD):.0f} deg "
-                              "of lean): record the goal with the hand pointing down into a vertical hole")
+            raise ConfigError(
+                "env.task_options.goal_pose",
+                f"the recorded goal's approach axis leans {math.degrees(tilt):.0f} deg from straight down; "
+                f"insert moves in and out of the hole vertically (up to {math.degrees(MAX_TILT_RAD):.0f} deg "
+                "of lean): record the goal with the hand pointing down into a vertical hole",
+            )
         if config.action.gripper:
-            raise ConfigError("env.action.gripper", "insert holds the peg in closed fingers and never moves them "
-                                                    "(opening drops the peg); set env.action.gripper=false")
+            raise ConfigError(
+                "env.action.gripper",
+                "insert holds the peg in closed fingers and never moves them "
+                "(opening drops the peg); set env.action.gripper=false",
+            )
         if config.reset.randomize_radius_m > 0:
-            raise ConfigError("env.reset.randomize_radius_m", "insert samples its own start above the hole "
-                                                              "(task_options.start_low/high); set it to 0")
-        for key, value in (("insertion_depth_m", self.depth), ("approach_height_m", self.approach_height),
-                           ("contact_zone_m", self.zone_m), ("success_m", self.success_m),
-                           ("success_rad", self.success_rad), ("reward_scale_m", self.reward_scale),
-                           ("path_speed_mps", self.path_speed_mps)):
+            raise ConfigError(
+                "env.reset.randomize_radius_m",
+                "insert samples its own start above the hole (task_options.start_low/high); set it to 0",
+            )
+        for key, value in (
+            ("insertion_depth_m", self.depth),
+            ("approach_height_m", self.approach_height),
+            ("contact_zone_m", self.zone_m),
+            ("success_m", self.success_m),
+            ("success_rad", self.success_rad),
+            ("reward_scale_m", self.reward_scale),
+            ("path_speed_mps", self.path_speed_mps),
+        ):
             if not value > 0:
                 raise ConfigError(opt + key, f"must be > 0, got {value}")
         if np.any(self.start_low > self.start_high):
-            raise ConfigError(opt + "start_low", f"start_low {self.start_low.tolist()} must be <= start_high {self.start_high.tolist()}")
+            raise ConfigError(
+                opt + "start_low",
+                f"start_low {self.start_low.tolist()} must be <= start_high {self.start_high.tolist()}",
+            )
         if self.start_low[2] < self.depth + START_MARGIN_M:
-            raise ConfigError(opt + "start_low", f"start_low z = {self.start_low[2]} m would start the peg inside the hole: "
-                                                 f"it must be >= insertion_depth_m + {START_MARGIN_M} = {self.depth + START_MARGIN_M}")
+            raise ConfigError(
+                opt + "start_low",
+                f"start_low z = {self.start_low[2]} m would start the peg inside the hole: "
+                f"it must be >= insertion_depth_m + {START_MARGIN_M} = {self.depth + START_MARGIN_M}",
+            )
         if self.approach_height < self.start_high[2]:
-            raise ConfigError(opt + "approach_height_m", f"{self.approach_height} m is below start_high z = {self.start_high[2]}; "
-                                                         "the hand comes down to the start from there")
+            raise ConfigError(
+                opt + "approach_height_m",
+                f"{self.approach_height} m is below start_high z = {self.start_high[2]}; "
+                "the hand comes down to the start from there",
+            )
         goal = self.goal.position
         corners = [goal, goal + self.start_low, goal + self.start_high, goal + [0.0, 0.0, self.approach_height]]
         for point in corners:
             if np.any(point < self.ws_low) or np.any(point > self.ws_high):
-                raise ConfigError("env.safety.workspace_low",
-                                  f"the goal {np.round(goal, 3).tolist()} with its start box and approach height "
-                                  f"reaches {np.round(point, 3).tolist()}, outside the safety workspace "
-                                  f"{self.ws_low.tolist()}..{self.ws_high.tolist()}; widen the workspace or shrink the box")
+                raise ConfigError(
+                    "env.safety.workspace_low",
+                    f"the goal {np.round(goal, 3).tolist()} with its start box and approach height "
+                    f"reaches {np.round(point, 3).tolist()}, outside the safety workspace "
+                    f"{self.ws_low.tolist()}..{self.ws_high.tolist()}; widen the workspace or shrink the box",
+                )
 
     # -- specs ----------------------------------------------------------------------------------
     def observation_specs(self) -> dict[str, TensorSpec]:
@@ -209,6 +254,12 @@ class Insert(Task):
         return self.terminate_on_success and self.success(state)
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "goal_pose": self.goal.vector.tolist(), "goal_file": self.goal_file,
-                "goal_robot": self.goal_record.robot, "start_position": self.start.tolist(),
-                "success_m": self.success_m, "success_rad": self.success_rad}
+        return {
+            "name": self.name,
+            "goal_pose": self.goal.vector.tolist(),
+            "goal_file": self.goal_file,
+            "goal_robot": self.goal_record.robot,
+            "start_position": self.start.tolist(),
+            "success_m": self.success_m,
+            "success_rad": self.success_rad,
+        }

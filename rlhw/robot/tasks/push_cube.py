@@ -41,7 +41,8 @@ cube: ``env.safety.workspace_low`` z <= 0.04 (e.g. ``[0.25, -0.3, 0.02]``).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -82,9 +83,22 @@ class PushCube(Task):
 
     def __init__(self, config: EnvConfig, options: Mapping[str, Any] | None = None):
         super().__init__(config, options)
-        self.check_options({"cube_low", "cube_high", "goal_min_m", "goal_max_m", "success_m",
-                            "reward_scale_m", "terminate_on_success", "goal_xy", "observe_cube", "observe_wrench",
-                            "reward", "hand_start"})
+        self.check_options(
+            {
+                "cube_low",
+                "cube_high",
+                "goal_min_m",
+                "goal_max_m",
+                "success_m",
+                "reward_scale_m",
+                "terminate_on_success",
+                "goal_xy",
+                "observe_cube",
+                "observe_wrench",
+                "reward",
+                "hand_start",
+            }
+        )
         self.cube_low = self.vector_option("cube_low", (0.42, -0.08), 2, "[x, y] in metres")
         self.cube_high = self.vector_option("cube_high", (0.52, 0.08), 2, "[x, y] in metres")
         self.goal_min = self.option("goal_min_m", 0.08)
@@ -92,14 +106,22 @@ class PushCube(Task):
         self.success_m = self.option("success_m", 0.03)
         self.reward_scale = self.option("reward_scale_m", 0.1)
         self.terminate_on_success = self.option("terminate_on_success", True, bool)
-        self.fixed_goal = (None if self.options.get("goal_xy") is None
-                           else self.vector_option("goal_xy", None, 2, "[x, y] in metres, or null"))
+        self.fixed_goal = (
+            None
+            if self.options.get("goal_xy") is None
+            else self.vector_option("goal_xy", None, 2, "[x, y] in metres, or null")
+        )
         self.observe_cube = self.option("observe_cube", True, bool)
         self.observe_wrench = self.option("observe_wrench", False, bool)
         self.reward_kind = self.option("reward", "dense", str)
-        self.hand_start = (None if self.options.get("hand_start") is None
-                           else self.vector_option("hand_start", None, 3, "[x, y, z] in metres, or null"))
-        self.wrench_scale = np.array([config.safety.max_contact_force_n] * 3 + [config.safety.max_contact_torque_nm] * 3)
+        self.hand_start = (
+            None
+            if self.options.get("hand_start") is None
+            else self.vector_option("hand_start", None, 3, "[x, y, z] in metres, or null")
+        )
+        self.wrench_scale = np.array(
+            [config.safety.max_contact_force_n] * 3 + [config.safety.max_contact_torque_nm] * 3
+        )
         self.scale = config.action.scale_m
         self.use_gripper = config.action.gripper
         self.ws_low = np.array(config.safety.workspace_low, dtype=float)
@@ -112,36 +134,56 @@ class PushCube(Task):
 
     def _validate(self) -> None:
         if np.any(self.cube_low >= self.cube_high):
-            raise ConfigError("env.task_options.cube_low", f"cube_low {self.cube_low.tolist()} must be < cube_high {self.cube_high.tolist()} on x and y")
+            raise ConfigError(
+                "env.task_options.cube_low",
+                f"cube_low {self.cube_low.tolist()} must be < cube_high {self.cube_high.tolist()} on x and y",
+            )
         if not 0 < self.goal_min <= self.goal_max:
-            raise ConfigError("env.task_options.goal_min_m", f"need 0 < goal_min_m ({self.goal_min}) <= goal_max_m ({self.goal_max})")
+            raise ConfigError(
+                "env.task_options.goal_min_m", f"need 0 < goal_min_m ({self.goal_min}) <= goal_max_m ({self.goal_max})"
+            )
         for key, value in (("success_m", self.success_m), ("reward_scale_m", self.reward_scale)):
             if not value > 0:
                 raise ConfigError(f"env.task_options.{key}", f"must be > 0, got {value}")
         if self.reward_kind not in ("dense", "sparse"):
             raise ConfigError("env.task_options.reward", f"expected dense or sparse, got {self.reward_kind!r}")
-        if self.fixed_goal is not None and (np.any(self.fixed_goal < self.ws_low[:2] + CUBE_HALF_SIZE)
-                                            or np.any(self.fixed_goal > self.ws_high[:2] - CUBE_HALF_SIZE)):
-            raise ConfigError("env.task_options.goal_xy", f"the goal {self.fixed_goal.tolist()} must lie inside the safety "
-                              f"workspace xy {self.ws_low[:2].tolist()}..{self.ws_high[:2].tolist()} with "
-                              f"{CUBE_HALF_SIZE} m to spare")
+        if self.fixed_goal is not None and (
+            np.any(self.fixed_goal < self.ws_low[:2] + CUBE_HALF_SIZE)
+            or np.any(self.fixed_goal > self.ws_high[:2] - CUBE_HALF_SIZE)
+        ):
+            raise ConfigError(
+                "env.task_options.goal_xy",
+                f"the goal {self.fixed_goal.tolist()} must lie inside the safety "
+                f"workspace xy {self.ws_low[:2].tolist()}..{self.ws_high[:2].tolist()} with "
+                f"{CUBE_HALF_SIZE} m to spare",
+            )
         if self.ws_low[2] > MAX_FLOOR_Z:
             raise ConfigError(
                 "env.safety.workspace_low",
                 f"push_cube needs the hand down to z <= {MAX_FLOOR_Z} m to touch the 5 cm cube, but the safety "
-                f"workspace stops at z = {self.ws_low[2]}; set env.safety.workspace_low=[0.25, -0.3, 0.02]")
-        if self.hand_start is not None and (np.any(self.hand_start < self.ws_low) or np.any(self.hand_start > self.ws_high)):
-            raise ConfigError("env.task_options.hand_start", f"the hand's start {self.hand_start.tolist()} must lie inside the "
-                              f"safety workspace {self.ws_low.tolist()}..{self.ws_high.tolist()}")
+                f"workspace stops at z = {self.ws_low[2]}; set env.safety.workspace_low=[0.25, -0.3, 0.02]",
+            )
+        if self.hand_start is not None and (
+            np.any(self.hand_start < self.ws_low) or np.any(self.hand_start > self.ws_high)
+        ):
+            raise ConfigError(
+                "env.task_options.hand_start",
+                f"the hand's start {self.hand_start.tolist()} must lie inside the "
+                f"safety workspace {self.ws_low.tolist()}..{self.ws_high.tolist()}",
+            )
         if self.hand_start is not None and self.hand_start[2] < CUBE_HALF_SIZE * 2 + 0.02:
-            raise ConfigError("env.task_options.hand_start", f"the hand's start z {self.hand_start[2]} must clear the cube's "
-                              f"top by 2 cm (z >= {CUBE_HALF_SIZE * 2 + 0.02} m): the start is reached before the cube is seen")
+            raise ConfigError(
+                "env.task_options.hand_start",
+                f"the hand's start z {self.hand_start[2]} must clear the cube's "
+                f"top by 2 cm (z >= {CUBE_HALF_SIZE * 2 + 0.02} m): the start is reached before the cube is seen",
+            )
         margin = CUBE_HALF_SIZE
         if np.any(self.cube_low < self.ws_low[:2] + margin) or np.any(self.cube_high > self.ws_high[:2] - margin):
             raise ConfigError(
                 "env.task_options.cube_low",
                 f"the cube start box {self.cube_low.tolist()}..{self.cube_high.tolist()} must lie inside the safety "
-                f"workspace xy {self.ws_low[:2].tolist()}..{self.ws_high[:2].tolist()} with {margin} m to spare")
+                f"workspace xy {self.ws_low[:2].tolist()}..{self.ws_high[:2].tolist()} with {margin} m to spare",
+            )
 
     @property
     def sparse_reward(self) -> bool:
@@ -170,7 +212,7 @@ class PushCube(Task):
     # -- specs ----------------------------------------------------------------------------------
     def observation_specs(self) -> dict[str, TensorSpec]:
         low, high = self.ws_low.astype(np.float32), self.ws_high.astype(np.float32)
-        span = (high - low)
+        span = high - low
         table_low = np.array([*low[:2], 0.0], dtype=np.float32)
         table_high = np.array([*high[:2], 0.1], dtype=np.float32)
         specs = {"ee_position": TensorSpec("ee_position", "float32", (3,), low, high)}
@@ -300,5 +342,9 @@ class PushCube(Task):
         return self._object_pose is not None and self.cube_out_of_reach()
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "goal_position": self.goal.tolist(), "cube_position": self.cube.tolist(),
-                "success_m": self.success_m}
+        return {
+            "name": self.name,
+            "goal_position": self.goal.tolist(),
+            "cube_position": self.cube.tolist(),
+            "success_m": self.success_m,
+        }

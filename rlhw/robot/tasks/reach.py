@@ -13,7 +13,8 @@ Kept small and well scaled on purpose, so SAC learns it in minutes:
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,6 @@ from rlhw.robot.camera import Frame
 from rlhw.robot.spec import TensorSpec
 from rlhw.robot.tasks import register_task
 from rlhw.robot.tasks.base import Command, Task
-
 
 #: The gripper_width observation's bound (m): the Franka hand's opening. Measured widths can read a
 #: hair above it (MuJoCo's finger joints settle at 0.0800002), so observations are clipped to it.
@@ -73,7 +73,13 @@ class Reach(Task):
         span = self.ws_high - self.ws_low
         return {
             "ee_position": TensorSpec("ee_position", "float32", (3,), self.ws_low, self.ws_high),
-            "target_position": TensorSpec("target_position", "float32", (3,), self.target_low.astype(np.float32), self.target_high.astype(np.float32)),
+            "target_position": TensorSpec(
+                "target_position",
+                "float32",
+                (3,),
+                self.target_low.astype(np.float32),
+                self.target_high.astype(np.float32),
+            ),
             "to_target": TensorSpec("to_target", "float32", (3,), -span, span),
             "gripper_width": TensorSpec("gripper_width", "float32", (1,), 0.0, GRIPPER_WIDTH_MAX),
         }
