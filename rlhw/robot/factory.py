@@ -124,9 +124,9 @@ def realsense_settings(config: Config, serial: str) -> dict[str, Any]:
     return {} if found is None else {k: getattr(found[0], k) for k in _REALSENSE_SETTINGS}
 
 
-def _realsense_args(config: Config, serial: str) -> dict[str, _Arg]:
+def _realsense_args(config: Config, serial: str) -> dict[str, DriverArg]:
     found = _realsense_entry(config, serial)
-    return {} if found is None else {k: _Arg(getattr(found[0], k), f"{found[1]}.{k}") for k in _REALSENSE_SETTINGS}
+    return {} if found is None else {k: DriverArg(getattr(found[0], k), f"{found[1]}.{k}") for k in _REALSENSE_SETTINGS}
 
 
 def plan_env(config: Config, robot_rank: int = 0) -> EnvPlan:
@@ -182,14 +182,14 @@ def plan_env(config: Config, robot_rank: int = 0) -> EnvPlan:
 
 
 @dataclass(frozen=True)
-class _Arg:
+class DriverArg:
     """One keyword argument for a driver, and the config key it comes from (named when it is refused)."""
 
     value: Any
     path: str
 
 
-def _construct(cls: type, driver: str, **args: _Arg) -> Any:
+def construct_driver(cls: type, driver: str, **args: DriverArg) -> Any:
     """Construct driver ``cls`` with exactly ``args``.
 
     Why refuse instead of dropping: a dropped argument is a setting the user believes in and the
@@ -221,17 +221,19 @@ def build_arm(
         return arm_cls(hw.robot_ip, hw.controller, gripper=hw.gripper, timeout_s=env_cfg.driver_timeout_s)
     name = f"{plan.robot}.{index}" if index else plan.robot
     args = dict(
-        name=_Arg(name, "env.driver"),
-        seed=_Arg(seed, "env.seed"),
-        home_q=_Arg(tuple(env_cfg.reset.home_q), "env.reset.home_q"),
+        name=DriverArg(name, "env.driver"),
+        seed=DriverArg(seed, "env.seed"),
+        home_q=DriverArg(tuple(env_cfg.reset.home_q), "env.reset.home_q"),
     )
-    args.update({k: _Arg(v, "env.task") for k, v in (sim_options or {}).items()})  # the task asks its scene for them
+    args.update(
+        {k: DriverArg(v, "env.task") for k, v in (sim_options or {}).items()}
+    )  # the task asks its scene for them
     if plan.arm_driver == "mock":
         args.update(
-            faults=_Arg(env_cfg.mock_faults, "env.mock_faults"),
-            timeout_s=_Arg(min(env_cfg.driver_timeout_s, 0.5), "env.driver_timeout_s"),
+            faults=DriverArg(env_cfg.mock_faults, "env.mock_faults"),
+            timeout_s=DriverArg(min(env_cfg.driver_timeout_s, 0.5), "env.driver_timeout_s"),
         )
-    return _construct(arm_cls, plan.arm_driver, **args)
+    return construct_driver(arm_cls, plan.arm_driver, **args)
 
 
 def build_cameras(config: Config, plan: EnvPlan, arm: Arm, seed: int) -> dict[str, Camera]:
@@ -244,25 +246,27 @@ def build_cameras(config: Config, plan: EnvPlan, arm: Arm, seed: int) -> dict[st
     h, w = env_cfg.image_size
     cameras = {}
     for i, name in enumerate(plan.camera_names):
-        serial = _Arg(name, "env.camera_driver")
+        serial = DriverArg(name, "env.camera_driver")
         if driver == "realsense":
-            cameras[name] = _construct(cam_cls, driver, serial=serial, **_realsense_args(config, name))
+            cameras[name] = construct_driver(cam_cls, driver, serial=serial, **_realsense_args(config, name))
             continue
         args = dict(
             serial=serial,
-            arm=_Arg(arm, "env.camera_driver"),
-            width=_Arg(w, "env.image_size"),
-            height=_Arg(h, "env.image_size"),
+            arm=DriverArg(arm, "env.camera_driver"),
+            width=DriverArg(w, "env.image_size"),
+            height=DriverArg(h, "env.image_size"),
         )
         if driver == "mock":
-            args.update(faults=_Arg(env_cfg.mock_faults, "env.mock_faults"), seed=_Arg(seed + 17 * i, "env.seed"))
+            args.update(
+                faults=DriverArg(env_cfg.mock_faults, "env.mock_faults"), seed=DriverArg(seed + 17 * i, "env.seed")
+            )
         else:
             args.update(
                 name=serial,
-                index=_Arg(i, "env.camera_driver"),
-                meshes=_Arg(env_cfg.sim_camera_meshes, "env.sim_camera_meshes"),
+                index=DriverArg(i, "env.camera_driver"),
+                meshes=DriverArg(env_cfg.sim_camera_meshes, "env.sim_camera_meshes"),
             )
-        cameras[name] = _construct(cam_cls, driver, **args)
+        cameras[name] = construct_driver(cam_cls, driver, **args)
     return cameras
 
 

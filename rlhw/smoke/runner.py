@@ -190,19 +190,14 @@ def _check_standalone_camera(config: Config, cam, options: SmokeOptions) -> list
     run = TargetRun(cam.node_rank, cam.name, options.timeout_s)
 
     def factory():
-        from rlhw.robot.factory import _call
+        from rlhw.robot.factory import DriverArg, construct_driver
 
-        extra = {"playback_file": cam.playback_file} if cam.playback_file else {}
-        return _call(
-            camera_class(cam.driver),
-            serial=cam.serial,
-            timeout_s=max(1.0, config.env.driver_timeout_s),
-            width=cam.width,
-            height=cam.height,
-            fps=int(cam.fps),
-            depth=cam.depth,
-            **extra,
-        )
+        where = f"{cam.name} (its hardware entry in cluster.node_groups)"
+        given = dict(serial=cam.serial, width=cam.width, height=cam.height, fps=int(cam.fps), depth=cam.depth)
+        if cam.playback_file:
+            given["playback_file"] = cam.playback_file
+        args = {k: DriverArg(v, where) for k, v in given.items()}
+        return construct_driver(camera_class(cam.driver), cam.driver, **args)
 
     if cam.driver in SIMULATORS:
         run.note("open", skipped("a simulated camera renders its arm; it is checked with its robot"), required=False)
