@@ -20,7 +20,9 @@ edited: the scene is composed around it in memory (MjSpec), which adds
   ``HOLE_CLEARANCE`` in total, 2 mm per side). The block is a mocap body: `hole_block_pose` puts it
   where a recorded goal pose wants it (`MujocoArm.place_hole`), so a config recorded on a real cell
   rehearses the same layout in sim; until then it is parked out of reach and out of view,
-- cameras ``front``, ``side`` (fixed, looking at the workspace) and ``wrist`` (on the hand),
+- cameras ``front``, ``side`` (fixed, looking at the whole arm from a metre away), ``table`` (fixed, 30 cm
+  from the work area and low over the table, framing the cube and the taped square as a lab mounts a task
+  camera: the tape spans about 28 of 64 pixels, a 3 cm miss about 7) and ``wrist`` (on the hand),
 - gravity compensation on the arm's links, as the real Franka controller compensates gravity.
 
 Compiled models are cached per `SceneOptions`: many arms in one process share one `MjModel` and
@@ -57,7 +59,7 @@ ARM_BODIES = tuple(f"fr3_link{i}" for i in range(1, 8)) + ("hand", "left_finger"
 TCP_OFFSET = 0.1034
 
 #: Scene cameras in the order sim-only configs map camera serials onto them.
-CAMERA_NAMES = ("front", "wrist", "side")
+CAMERA_NAMES = ("front", "wrist", "side", "table")
 CUBE_HALF_SIZE = 0.025
 #: Where an unused cube waits: on the table, out of reach and out of every camera's view.
 CUBE_PARKED = np.array([0.0, -1.5, CUBE_HALF_SIZE])
@@ -235,6 +237,8 @@ def _build_spec(options: SceneOptions) -> mujoco.MjSpec:
         fovy=70.0,
     )
     world.add_camera(name="side", pos=[0.45, -1.0, 0.6], quat=look_at([0.45, -1.0, 0.6], [0.45, 0.0, 0.1]), fovy=50.0)
+    # Task camera: in front of the work area, looking back at the arm, so a pushed cube faces it.
+    world.add_camera(name="table", pos=[0.74, 0.0, 0.22], quat=look_at([0.74, 0.0, 0.22], [0.52, 0.0, 0.0]), fovy=58.0)
     return spec
 
 

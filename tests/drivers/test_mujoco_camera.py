@@ -101,9 +101,9 @@ def test_intrinsics_follow_the_scene_cameras_field_of_view(rig):
 
 def test_camera_names_map_to_scene_cameras_by_name_then_by_position():
     assert scene_camera_for("wrist", 0) == "wrist"
-    assert [scene_camera_for(f"serial{i}", i) for i in range(3)] == ["front", "wrist", "side"]
-    with pytest.raises(ValueError, match="only 3 cameras"):
-        scene_camera_for("serial9", 3)
+    assert [scene_camera_for(f"serial{i}", i) for i in range(4)] == ["front", "wrist", "side", "table"]
+    with pytest.raises(ValueError, match="only 4 cameras"):
+        scene_camera_for("serial9", 4)
 
 
 def test_camera_refuses_a_non_mujoco_arm_and_reads_before_open():
