@@ -120,8 +120,8 @@ _LAYOUTS: dict[tuple, tuple[np.dtype, int]] = {}
 
 def from_tensor(tensor: pb.Tensor) -> np.ndarray:
     """A read-only numpy view of the tensor's bytes (no copy). Raises ValueError on a size mismatch."""
-    shape = tuple(tensor.shape)
-    key = (tensor.dtype, shape)
+    shape = tensor.shape[:]  # a list: tuple(repeated field) costs 3x as much
+    key = (tensor.dtype, *shape)
     layout = _LAYOUTS.get(key)
     if layout is None:
         dt = numpy_dtype(tensor.dtype)
@@ -131,8 +131,9 @@ def from_tensor(tensor: pb.Tensor) -> np.ndarray:
     dt, expected = layout
     data = tensor.data  # each access of a bytes field makes a new bytes object: read it once
     if len(data) != expected:
-        raise ValueError(f"tensor has {len(data)} bytes but shape {list(shape)} of {dt.name} needs {expected}")
-    return np.frombuffer(data, dtype=dt).reshape(shape)
+        raise ValueError(f"tensor has {len(data)} bytes but shape {shape} of {dt.name} needs {expected}")
+    arr = np.frombuffer(data, dtype=dt)
+    return arr if len(shape) == 1 else arr.reshape(shape)
 
 
 _struct_d = struct.Struct("<d")
@@ -148,11 +149,12 @@ def _stamp(tensor: pb.Tensor):
 
 
 def wire_array(array) -> np.ndarray:
-    """``array`` as a C-contiguous little-endian array (the wire's byte order), copied only if needed."""
+    """``array`` in the wire's byte order (little-endian), copied only if it is not. Its layout does not
+    matter: ``tobytes`` writes C order. (``np.require`` cost as much as the rest of a tensor's encoding.)"""
     arr = np.asarray(array)
     if arr.dtype.byteorder == ">":
         arr = arr.astype(arr.dtype.newbyteorder("<"))
-    return np.require(arr, requirements="C")
+    return arr
 
 
 def fill_tensor(message: pb.Tensor, array) -> None:
@@ -168,22 +170,32 @@ def fill_tensor(message: pb.Tensor, array) -> None:
 def fill_observation(message: pb.Observation, tensors, stamps=None) -> None:
     """Set ``message`` (an Observation field, set in place) to ``tensors`` and their capture times
     (float seconds, or arrays of them for a batch)."""
+    fields = message.tensors  # read each map once: every attribute access of a protobuf field costs
     for name, value in tensors.items():
-        fill_tensor(message.tensors[name], value)
-    for name, value in (stamps or {}).items():
+        fill_tensor(fields[name], value)
+    if not stamps:
+        return
+    times = message.capture_time
+    for name, value in stamps.items():
         if isinstance(value, float):  # the common case: one wall-clock time
-            stamp = message.capture_time[name]
+            stamp = times[name]
             stamp.dtype = pb.FLOAT64
             stamp.data = _struct_d.pack(value)
         else:
-            fill_tensor(message.capture_time[name], np.asarray(value, dtype=np.float64))
+            fill_tensor(times[name], np.asarray(value, dtype=np.float64))
 
 
 def observation_from_message(message: pb.Observation) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(tensors, capture times) of a parsed Observation, as views of its bytes."""
-    tensors = {name: from_tensor(t) for name, t in message.tensors.items()}
-    stamps = {name: _stamp(t) for name, t in message.capture_time.items()}
-    return tensors, stamps
+    # By key: a protobuf map's items() and dict(map) go through the generic Mapping methods, 4x slower
+    fields, times = message.tensors, message.capture_time
+    return {name: from_tensor(fields[name]) for name in fields}, {name: _stamp(times[name]) for name in times}
+
+
+def array_of(values, dtype) -> np.ndarray:
+    """A numpy array of a repeated scalar field. ``np.asarray`` on the field itself probes it for the
+    buffer and array protocols first, 3-4x slower than reading it into a list."""
+    return np.array(values[:], dtype)
 
 
 def observations_of(message: pb.StepResponse | pb.ResetResponse) -> dict[str, tuple[dict, dict]]:

@@ -265,17 +265,17 @@ class RemoteEnv(gym.Env):
         final_obs = final_mask = None
         if response.final_mask:
             final_obs = observations.get("final_observation", ({}, {}))[0] or None
-            final_mask = None if final_obs is None else np.asarray(response.final_mask, dtype=bool)
+            final_mask = None if final_obs is None else codec.array_of(response.final_mask, bool)
         if response.HasField("executed_action"):
             executed = codec.from_tensor(response.executed_action).astype(np.float32).reshape(executed.shape)
         return Step(
             self._instances(obs),
-            np.asarray(response.reward, np.float64),
-            np.asarray(response.terminated, bool),
-            np.asarray(response.truncated, bool),
+            codec.array_of(response.reward, np.float64),
+            codec.array_of(response.terminated, bool),
+            codec.array_of(response.truncated, bool),
             _flags(response.success, n),
             executed,
-            np.asarray(response.intervened, bool) if response.intervened else np.zeros(n, bool),
+            _flags(response.intervened, n),
             tuple(codec.fault_from_wire(v) for v in response.fault) or (None,) * n,
             tuple(response.fault_message) or ("",) * n,
             _stamps(stamps),
@@ -326,9 +326,12 @@ class RemoteEnv(gym.Env):
 
 
 def _stamps(stamps: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Capture times, name -> float64 (n,)."""
-    return {k: np.asarray(v, np.float64).reshape(-1) for k, v in stamps.items()}
+    """Capture times, name -> float64 (n,): one instance's are floats on the wire (the common case)."""
+    return {
+        k: np.array([v]) if isinstance(v, float) else np.asarray(v, np.float64).reshape(-1) for k, v in stamps.items()
+    }
 
 
 def _flags(values, n: int) -> np.ndarray:
-    return np.asarray(values, dtype=bool) if len(values) else np.zeros(n, bool)
+    """A repeated bool field as (n,) flags; an empty one (the wire's default) is all False."""
+    return codec.array_of(values, bool) if len(values) else np.zeros(n, bool)

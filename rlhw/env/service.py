@@ -107,14 +107,15 @@ def run_guarded(fn, *args):
 def _fill_step(message: pb.StepResponse, step: Step, timing: dict[str, float], action: np.ndarray) -> None:
     """Set ``message`` (in place) to ``step``, the step of ``action``, with the server's ``timing`` (the
     env's phases and the server's own, `EnvHost.step`): one instance's observations unbatched
-    (the wire's shape for ``num_envs == 1``), the executed actions and intervention flags only where they say
-    something the client does not know (`_reported`)."""
+    (the wire's shape for ``num_envs == 1``); faults, executed actions and intervention flags only where they
+    say something (a fault; `_reported`): empty fields are the wire's "none", and every field set costs."""
     message.reward.extend(step.reward.tolist())
     message.terminated.extend(step.terminated.tolist())
     message.truncated.extend(step.truncated.tolist())
     message.success.extend(step.success.tolist())
-    message.fault.extend([codec.fault_to_wire(k) for k in step.fault])
-    message.fault_message.extend(step.fault_message)
+    if any(step.fault):
+        message.fault.extend([codec.fault_to_wire(k) for k in step.fault])
+        message.fault_message.extend(step.fault_message)
     message.timing.update(timing)
     obs, stamps = _wire_observations(step.obs, step.stamps, step.num_envs)
     codec.fill_observation(message.observation, obs, stamps)
