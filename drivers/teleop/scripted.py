@@ -20,7 +20,8 @@ Modes:
   a run), drives for ``takeover_steps`` steps, then gives back.
 
 In a rehearsal (``env.sim_state: hidden``) the demo-mode expert also marks success, as a person at a real cell
-presses the success key: when the task's judge sees it done, it holds still and sends ``SUCCESS``.
+presses the success key: when it sees the task clearly done (`Task.operator_sees_success`: for push_cube the cube
+well onto the tape), it holds still and sends ``SUCCESS``.
 
 Human imperfection: Gaussian ``noise`` on every action, and ``hesitation``: with that probability per
 step it pauses (zero motion) for ``pause_steps`` steps.
@@ -222,7 +223,7 @@ class ScriptedExpert(TeleopDevice):
         return (
             self.mode == "demo"
             and self.env.config.sim_state == "hidden"
-            and bool(self.env.task.judge(self.env.arm, self.env.measured_state))
+            and bool(self.env.task.operator_sees_success(self.env.arm, self.env.measured_state))
         )
 
     def _decide(self, events: set[TeleopEvent]) -> bool:

@@ -60,6 +60,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="recorded: the episode's measured success and the operator's marks (default); judge: the "
         "simulator judge's verdict recorded with every step (simulation only)",
     )
+    parser.add_argument(
+        "--judge-negatives",
+        nargs="+",
+        default=[],
+        metavar="EPISODES",
+        help="episodes (a run's) whose frames the simulator judge saw not done are added as negatives, the rest "
+        "left out: HIL-SERL's fix for a classifier a policy fooled, without teaching the judge's own boundary "
+        "(a demo's operator marks success further in)",
+    )
 
 
 def _options(args: argparse.Namespace):
@@ -108,7 +117,8 @@ def _options(args: argparse.Namespace):
 
 def read_episodes(paths: list[str], labels: str = "recorded") -> list:
     """EpisodeFrames of every episode file under ``paths`` (files or directories), in the order given; with
-    ``labels="judge"`` their success is the simulator judge's recorded verdict."""
+    ``labels="judge"`` their success is the simulator judge's recorded verdict, with ``labels="judge-negatives"``
+    only the frames the judge saw not done are labelled (0), the others left out (-1)."""
     import numpy as np
 
     from rlhw.cli.common import episode_paths
@@ -120,6 +130,8 @@ def read_episodes(paths: list[str], labels: str = "recorded") -> list:
     for f in episode_paths(paths):
         try:
             ep = load_episode(f)
+        except FileNotFoundError:
+            continue  # a live run's episode finished (renamed) between the listing and now
         except (OSError, ValueError) as e:
             raise ConfigError("EPISODES", f"cannot read episode {f}: {e}") from None
         if not ep or "success" not in ep:
@@ -127,16 +139,19 @@ def read_episodes(paths: list[str], labels: str = "recorded") -> list:
         meta = json.loads(bytes(ep["meta"]).decode()) if "meta" in ep else {}
         images = {k[len("obs/image_") :]: v for k, v in ep.items() if k.startswith("obs/image_")}
         success = np.asarray(ep["success"], dtype=bool)
-        if labels == "judge":
+        given = None
+        if labels in ("judge", "judge-negatives"):
             if "judge_success" not in ep:
                 raise ConfigError(
-                    "--labels",
+                    "--judge-negatives" if labels == "judge-negatives" else "--labels",
                     f"episode {f} has no judge verdict (recorded on a real cell, or before "
                     "rehearsals existed); use --labels recorded",
                 )
             success = np.asarray(ep["judge_success"], dtype=bool)
             meta = {k: v for k, v in meta.items() if k not in ("operator_success", "operator_marks")}
-        episodes.append(EpisodeFrames(str(f), images, success, meta))
+            if labels == "judge-negatives":  # frame t+1 follows step t; the reset frame has no verdict
+                given = np.concatenate([[-1], np.where(success, -1, 0)]).astype(np.int8)
+        episodes.append(EpisodeFrames(str(f), images, success, meta, given))
     return episodes
 
 
@@ -158,7 +173,8 @@ def run(args: argparse.Namespace) -> int:
     from rlhw.vision.train_classifier import train_success_classifier
 
     options = _options(args)
-    result = train_success_classifier(read_episodes(args.episodes, args.labels), options)
+    episodes = read_episodes(args.episodes, args.labels) + read_episodes(args.judge_negatives, "judge-negatives")
+    result = train_success_classifier(episodes, options)
     out = save_classifier(result.classifier, args.out, result.metrics, result.training)
     report = {
         "model": str(out),

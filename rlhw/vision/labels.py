@@ -4,7 +4,9 @@ An episode here is what rlhw.rl.episodes records, handed over as arrays (this la
 files): ``images`` camera -> uint8 [T+1, H, W, 3] (frame 0 is the reset observation, frame t+1 follows
 step t), ``success`` bool [T] per step, and ``meta`` (the episode's JSON dict).
 
-Labels (1 = success, 0 = not, -1 = left out), in this order, each rule overriding the previous ones:
+Labels (1 = success, 0 = not, -1 = left out): an episode's ``given`` labels when the reader set them (a run's
+frames added only as negatives, `rlhw train-reward --judge-negatives`); otherwise these rules, in this order,
+each overriding the previous ones:
 
 1. a successful episode (any step with ``success``, or the operator's verdict ``meta["operator_success"]``
    when present) labels its last ``positive_last_k`` frames 1, its frames more than ``ambiguous_gap``
@@ -49,6 +51,7 @@ class EpisodeFrames:
     images: dict[str, np.ndarray]
     success: np.ndarray
     meta: dict[str, Any]
+    given: np.ndarray | None = None  # int8 [T+1] labels fixed by the reader; the rules below are not applied
 
     @property
     def num_frames(self) -> int:
@@ -63,6 +66,10 @@ class EpisodeFrames:
 def frame_labels(episode: EpisodeFrames, rules: LabelRules = LabelRules()) -> np.ndarray:
     """int8 [T+1] labels of ``episode``'s frames: 1, 0, or -1 (not used)."""
     n = episode.num_frames
+    if episode.given is not None:
+        if len(episode.given) != n:
+            raise ValueError(f"episode {episode.name}: {len(episode.given)} given labels for {n} frames")
+        return np.asarray(episode.given, dtype=np.int8)
     labels = np.full(n, -1, dtype=np.int8)
     if episode.succeeded:
         first_positive = max(0, n - rules.positive_last_k)

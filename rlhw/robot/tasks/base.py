@@ -197,6 +197,12 @@ class Task(abc.ABC):
         Default: ``success`` (a task whose success is measured is its own judge)."""
         return self.success(state)
 
+    def operator_sees_success(self, sim: Arm, state: ArmState) -> bool:
+        """When a person at the cell would press the success key in a demo, as the scripted operator (a person's
+        eyes) reads it from ``sim``. Its frames are what a success classifier learns "success" from, so a task
+        whose judge's boundary a camera can barely resolve asks for a clear case here. Default: the judge."""
+        return self.judge(sim, state)
+
     def describe(self) -> dict[str, Any]:
         """JSON-able facts for status() (e.g. the current goal)."""
         return {"name": self.name}

@@ -20,7 +20,8 @@ these hooks, building the env fails with a ConfigError that says to use ``env.si
 
 Options (``env.task_options``): ``cube_low``/``cube_high`` (xy box of cube starts),
 ``goal_min_m``/``goal_max_m`` (goal distance from the cube start), ``success_m``,
-``reward_scale_m``, ``terminate_on_success``, and for a rehearsal of a real cell
+``reward_scale_m``, ``terminate_on_success``, ``operator_success_m`` (how close to the goal a demo's operator
+pushes the cube before marking success; default half of ``success_m``), and for a rehearsal of a real cell
 (``configs/sim_push_cube_pixels.yaml``, ``env.sim_state: hidden``, rlhw/robot/rehearsal.py):
 
 - ``goal_xy``: a fixed goal (a taped square on the table, drawn in the scene so cameras see it); the cube's
@@ -97,6 +98,7 @@ class PushCube(Task):
                 "observe_wrench",
                 "reward",
                 "hand_start",
+                "operator_success_m",
             }
         )
         self.cube_low = self.vector_option("cube_low", (0.42, -0.08), 2, "[x, y] in metres")
@@ -104,6 +106,7 @@ class PushCube(Task):
         self.goal_min = self.option("goal_min_m", 0.08)
         self.goal_max = self.option("goal_max_m", 0.15)
         self.success_m = self.option("success_m", 0.03)
+        self.operator_success_m = self.option("operator_success_m", self.success_m / 2)
         self.reward_scale = self.option("reward_scale_m", 0.1)
         self.terminate_on_success = self.option("terminate_on_success", True, bool)
         self.fixed_goal = (
@@ -145,6 +148,12 @@ class PushCube(Task):
         for key, value in (("success_m", self.success_m), ("reward_scale_m", self.reward_scale)):
             if not value > 0:
                 raise ConfigError(f"env.task_options.{key}", f"must be > 0, got {value}")
+        if not 0 < self.operator_success_m <= self.success_m:
+            raise ConfigError(
+                "env.task_options.operator_success_m",
+                f"must be in (0, success_m = {self.success_m}], got {self.operator_success_m}: the operator marks "
+                "a success the judge agrees with",
+            )
         if self.reward_kind not in ("dense", "sparse"):
             raise ConfigError("env.task_options.reward", f"expected dense or sparse, got {self.reward_kind!r}")
         if self.fixed_goal is not None and (
@@ -328,8 +337,16 @@ class PushCube(Task):
         return self._object_pose is not None and self.cube_distance() < self.success_m
 
     def judge(self, sim, state: ArmState) -> bool:
-        cube = sim.object_pose("cube").position[:2]
-        return float(np.linalg.norm(cube - self.goal[:2])) < self.success_m
+        return self._sim_cube_distance(sim) < self.success_m
+
+    def operator_sees_success(self, sim, state: ArmState) -> bool:
+        """A person pushes the cube well onto the tape before pressing success: within ``operator_success_m``.
+        At the judge's own boundary (3 cm) the cube's edge sits on the tape's, 1-2 pixels from a miss in a
+        64 px frame, and a classifier that learns success from such frames cannot tell in from near."""
+        return self._sim_cube_distance(sim) < self.operator_success_m
+
+    def _sim_cube_distance(self, sim) -> float:
+        return float(np.linalg.norm(sim.object_pose("cube").position[:2] - self.goal[:2]))
 
     def cube_out_of_reach(self) -> bool:
         xy = self.cube[:2]
