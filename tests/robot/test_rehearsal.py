@@ -120,8 +120,17 @@ def test_the_scripted_operator_recording_demos_marks_success_as_a_person_would(t
             done, steps = terminated or truncated, steps + 1
         assert info["operator_label"] == "success" and terminated and reward == 1.0 and info["judge_success"]
         assert steps < config.env.max_episode_steps
+        # well onto the tape, not at the judge's 3 cm edge, where a 64 px frame barely tells in from near
+        cube = np.asarray(env.arm.object_pose("cube").position[:2])
+        assert np.linalg.norm(cube - GOAL) < env.task.operator_success_m == 0.015
     finally:
         env.close()
+
+
+def test_an_operator_mark_the_judge_would_not_agree_with_is_refused_by_key(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        make_env(rehearsal(tmp_path, "env.task_options.operator_success_m=0.05"), connect=False)
+    assert e.value.path == "env.task_options.operator_success_m" and "success_m" in e.value.message
 
 
 def test_every_episode_starts_with_the_hand_at_the_configured_start_inside_the_task_box(tmp_path):

@@ -244,3 +244,20 @@ def test_the_split_is_by_episode_and_stratified():
     train, held = split_by_episode(labels, 0.25, seed=0)
     assert set(train).isdisjoint(held) and sorted(train + held) == list(range(12))
     assert sum(i < 6 for i in held) >= 1 and sum(i >= 6 for i in held) >= 1
+
+
+def test_a_runs_frames_given_as_judge_negatives_teach_only_not_done(tmp_path):
+    """HIL-SERL's fix for a fooled classifier: a run's frames the judge saw not done become negatives; the frames
+    it saw done are left out, so the judge's own boundary (3 cm) is never taught against the operator's (1.5 cm)."""
+    judge = np.array([0, 0, 1, 1, 0], bool)  # the verdict of each step; frame t+1 follows step t
+    np.savez(
+        tmp_path / "train-000000.npz",
+        action=np.zeros((5, 3), np.float32),
+        success=np.zeros(5, bool),
+        judge_success=judge,
+        **{"obs/image_front": np.zeros((6, 4, 4, 3), np.uint8)},
+    )
+    (episode,) = read_episodes([str(tmp_path)], "judge-negatives")
+    assert frame_labels(episode).tolist() == [-1, 0, 0, -1, -1, 0]
+    (plain,) = read_episodes([str(tmp_path)], "judge")  # the judge's verdicts as labels: its boundary taught
+    assert frame_labels(plain, LabelRules(positive_last_k=1, ambiguous_gap=0)).tolist()[:5] == [0, 0, 0, 1, 1]
