@@ -61,6 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "simulator judge's verdict recorded with every step (simulation only)",
     )
     parser.add_argument(
+        "--each-camera",
+        action="store_true",
+        help="one classifier per camera, success only when every one says so: a policy must fool every view "
+        "at once (a joint classifier was fooled by a cube hidden from one camera)",
+    )
+    parser.add_argument(
         "--judge-negatives",
         nargs="+",
         default=[],
@@ -112,6 +118,7 @@ def _options(args: argparse.Namespace):
         held_out_fraction=args.held_out,
         seed=args.seed,
         rules=LabelRules(positive_last_k=args.positive_last_k, ambiguous_gap=args.ambiguous_gap),
+        each_camera=args.each_camera,
     )
 
 

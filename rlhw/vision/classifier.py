@@ -4,7 +4,9 @@ SERL and HIL-SERL judge success on a real cell with a binary classifier trained 
 frames, because a real arm has no simulator to ask where the peg is. Here:
 
 - `SuccessClassifier`: one image encoder per camera (rlhw.vision.encoders) -> concatenated features ->
-  a small MLP -> one logit. Frames of any size are resized to the classifier's input size by
+  a small MLP -> one logit; or, with ``each_camera``, one MLP per camera, each trained on the labels alone,
+  and success only when every camera's says so (the lowest logit): a policy must then fool every view at
+  once, where one joint head let it fool the view with the blind spot (a cube hidden behind the hand). Frames of any size are resized to the classifier's input size by
   `resize_images`, the same function in training and at the env, so both see the same pixels.
 - the model file (`save_classifier` / `load_classifier`): the weights, the `ClassifierSpec` needed to
   rebuild and run it (cameras, input size, encoder kind, threshold) and the held-out metrics of its
@@ -48,6 +50,8 @@ class ClassifierSpec:
     #: region of interest (top, left, bottom, right) as fractions of every frame, cut before resizing:
     #: HIL-SERL crops its cameras to the work area, so a small object fills more of the input.
     crop: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0)
+    #: one classifier per camera, success only when all agree (see the module docstring)
+    each_camera: bool = False
 
     def __post_init__(self):
         if not self.cameras:
@@ -120,14 +124,21 @@ class SuccessClassifier(nn.Module):
         self.encoders = nn.ModuleDict(
             {cam: build_image_encoder(enc, (h, w, 3), spec.features, field="encoder") for cam in spec.cameras}
         )
-        self.head = nn.Sequential(
-            nn.Linear(spec.features * len(spec.cameras), spec.hidden), nn.ReLU(), nn.Linear(spec.hidden, 1)
-        )
+        if spec.each_camera:
+            self.heads = nn.ModuleDict({cam: _head(spec.features, spec.hidden) for cam in spec.cameras})
+        else:
+            self.head = _head(spec.features * len(spec.cameras), spec.hidden)
 
     def forward(self, images: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """``images``: camera -> uint8 [B, h, w, 3] at the input size; returns logits [B]."""
+        if self.spec.each_camera:
+            return self.camera_logits(images).min(dim=-1).values
         feats = [self.encoders[cam](images[cam]) for cam in self.spec.cameras]
         return self.head(torch.cat(feats, dim=-1)).squeeze(-1)
+
+    def camera_logits(self, images: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Each camera's own logit, [B, cameras] (``each_camera`` only): what training fits, one view at a time."""
+        return torch.cat([self.heads[cam](self.encoders[cam](images[cam])) for cam in self.spec.cameras], dim=-1)
 
     def prepare(self, images: Mapping[str, np.ndarray | torch.Tensor]) -> dict[str, torch.Tensor]:
         return {
@@ -148,6 +159,10 @@ class SuccessClassifier(nn.Module):
         ]
         self.train(was_training)
         return torch.cat(out).numpy() if out else np.zeros(0, np.float32)
+
+
+def _head(features: int, hidden: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, 1))
 
 
 # --------------------------------------------------------------------------------------------- the file

@@ -46,6 +46,7 @@ class TrainOptions:
     threshold: float = 0.5
     seed: int = 0
     rules: LabelRules = field(default_factory=LabelRules)
+    each_camera: bool = False  # one classifier per camera, success when all agree (ClassifierSpec)
 
 
 @dataclass
@@ -119,7 +120,12 @@ def _fit(model: SuccessClassifier, x: dict[str, torch.Tensor], y: torch.Tensor, 
         for i in range(0, len(order), opts.batch_size):
             idx = order[i : i + opts.batch_size]
             batch = {c: random_shift(v[idx], opts.encoder.augment_pad, gen) for c, v in x.items()}
-            loss = F.binary_cross_entropy_with_logits(model(batch), y[idx].float(), pos_weight=pos_weight)
+            if model.spec.each_camera:  # every camera's head learns the labels on its own
+                logits = model.camera_logits(batch)
+                target = y[idx].float()[:, None].expand_as(logits)
+            else:
+                logits, target = model(batch), y[idx].float()
+            loss = F.binary_cross_entropy_with_logits(logits, target, pos_weight=pos_weight)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -159,6 +165,7 @@ def train_success_classifier(episodes: Sequence[EpisodeFrames], opts: TrainOptio
         opts.hidden,
         opts.threshold,
         tuple(opts.crop),
+        opts.each_camera,
     )
     model = SuccessClassifier(spec, opts.encoder)
     losses = _fit(model, model.prepare(x_train), torch.as_tensor(y_train), opts)
