@@ -104,3 +104,22 @@ def test_the_model_file_keeps_its_spec_and_metrics(tmp_path):
     assert model.spec.threshold == 0.7 and metrics == {"accuracy": 1.0}
     frames = {c: np.zeros((3, 48, 64, 3), np.uint8) for c in ("front", "wrist")}  # any size: resized to 32x32
     assert model.probability(frames) == pytest.approx(np.full(3, 1 / (1 + np.exp(2.0))), rel=1e-5)
+
+
+def test_with_each_camera_a_success_needs_every_cameras_own_classifier_to_agree(tmp_path):
+    """`rlhw train-reward --each-camera`: one head per camera; a view that says no vetoes, so a policy that hides the
+    cube from one camera (behind the hand) fools nothing. The choice survives the file."""
+    spec = ClassifierSpec(("table", "wrist"), (32, 32), "cnn", 8, 8, 0.5, each_camera=True)
+    frames = {c: np.zeros((1, 32, 32, 3), np.uint8) for c in spec.cameras}
+    for table, wrist, success in ((4.0, -4.0, False), (-4.0, 4.0, False), (4.0, 3.0, True)):
+        model = SuccessClassifier(spec)
+        with torch.no_grad():
+            for cam, logit in (("table", table), ("wrist", wrist)):
+                model.heads[cam][-1].weight.zero_()
+                model.heads[cam][-1].bias.fill_(logit)
+        loaded, _ = load_classifier(save_classifier(model, tmp_path / "each.pt"))
+        assert loaded.spec.each_camera
+        assert (loaded.probability(frames)[0] >= 0.5) == success
+        np.testing.assert_allclose(
+            loaded.probability(frames)[0], torch.sigmoid(torch.tensor(min(table, wrist))), rtol=1e-5
+        )
