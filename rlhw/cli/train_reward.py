@@ -1,4 +1,5 @@
-"""`rlhw train-reward EPISODES... [--out FILE] [--labels recorded|judge] [--cameras ...] [--epochs N]`: train the success classifier.
+"""`rlhw train-reward EPISODES... [--out FILE] [--labels recorded|judge] [--judge-negatives RUN_EPISODES...]
+[--each-camera] [--cameras ...] [--epochs N]`: train the success classifier.
 
 EPISODES are recorded episode files (``.npz``, or ``.steps`` of an interrupted episode) or directories
 holding them (searched recursively: demos from ``rlhw record-demos``, a run's train and eval episodes).
@@ -6,7 +7,10 @@ Frames come from ``obs/image_<camera>``; labels from the episode's success and t
 (rlhw.vision.labels). ``--labels judge`` (simulation) labels by the simulator judge's verdict recorded with
 each step instead (``judge_success``, rlhw/robot/rehearsal.py): HIL-SERL's fix for a policy that learned to
 fool its classifier is to retrain with that run's episodes added, their fooling frames as negatives:
-``rlhw train-reward DEMOS RUN/episodes --labels judge --out FILE``. The split into
+``rlhw train-reward DEMOS RUN/episodes --labels judge --out FILE``; or, keeping the demos' own labels,
+``rlhw train-reward DEMOS --judge-negatives RUN/episodes --out FILE``: only the run's frames the judge saw not
+done are added, as negatives. ``--each-camera`` trains one classifier per camera and calls a success only
+when all of them do (rlhw.vision.classifier). The split into
 training and held-out frames is by episode. Writes the model FILE (weights + the spec the env needs +
 the held-out metrics) and FILE's ``.metrics.json`` beside it, and prints the held-out accuracy,
 precision, recall and confusion matrix. Use it with ``env.reward.classifier: FILE``.
