@@ -6,8 +6,9 @@ frames, because a real arm has no simulator to ask where the peg is. Here:
 - `SuccessClassifier`: one image encoder per camera (rlhw.vision.encoders) -> concatenated features ->
   a small MLP -> one logit; or, with ``each_camera``, one MLP per camera, each trained on the labels alone,
   and success only when every camera's says so (the lowest logit): a policy must then fool every view at
-  once, where one joint head let it fool the view with the blind spot (a cube hidden behind the hand). Frames of any size are resized to the classifier's input size by
-  `resize_images`, the same function in training and at the env, so both see the same pixels.
+  once, where one joint head let it fool the view with the blind spot (a cube hidden behind the hand).
+  Frames of any size are resized to the classifier's input size by `resize_images`, the same function in
+  training and at the env, so both see the same pixels.
 - the model file (`save_classifier` / `load_classifier`): the weights, the `ClassifierSpec` needed to
   rebuild and run it (cameras, input size, encoder kind, threshold) and the held-out metrics of its
   training, in one torch file read with ``weights_only=True`` (no pickled code is ever executed).
