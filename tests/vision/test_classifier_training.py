@@ -11,6 +11,7 @@ import pytest
 
 from rlhw.cli.main import main
 from rlhw.cli.train_reward import read_episodes
+from rlhw.errors import ConfigError
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.vision.labels import EpisodeFrames, LabelRules, frame_labels, split_by_episode
 from tools.reward_frames import InsertStager, PushCubeStager, record_episodes
@@ -261,3 +262,15 @@ def test_a_runs_frames_given_as_judge_negatives_teach_only_not_done(tmp_path):
     assert frame_labels(episode).tolist() == [-1, 0, 0, -1, -1, 0]
     (plain,) = read_episodes([str(tmp_path)], "judge")  # the judge's verdicts as labels: its boundary taught
     assert frame_labels(plain, LabelRules(positive_last_k=1, ambiguous_gap=0)).tolist()[:5] == [0, 0, 0, 1, 1]
+
+
+def test_judge_negatives_from_episodes_without_a_judge_are_refused_naming_the_flag(tmp_path):
+    np.savez(
+        tmp_path / "train-000000.npz",
+        action=np.zeros((2, 3), np.float32),
+        success=np.zeros(2, bool),
+        **{"obs/image_front": np.zeros((3, 4, 4, 3), np.uint8)},
+    )
+    with pytest.raises(ConfigError) as e:
+        read_episodes([str(tmp_path)], "judge-negatives")
+    assert e.value.path == "--judge-negatives" and "no judge verdict" in e.value.message
