@@ -31,6 +31,7 @@ from rlhw.env.errors import (
 )
 from rlhw.env.grpc_channel import open_channel, wait_until_connected
 from rlhw.env.session_stream import DeadlineWatcher, SessionStream
+from rlhw.env.step_messages import StepReader, StepRequests, capture_times, flags
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.env.v1 import env_pb2_grpc
 from rlhw.retry import retry
@@ -100,6 +101,8 @@ class RemoteEnv(gym.Env):
         self.num_envs = self.env_spec.num_envs
         self.observation_space, self.action_space = spaces_from_spec(self.env_spec)
         self._action_dtype = np.dtype(self.env_spec.action.dtype)
+        self._requests = StepRequests()
+        self._reader = StepReader(self.env_spec)
 
     # -- plumbing -------------------------------------------------------------------------------
     def _repeatable(self, method, request, timeout_s: float):
@@ -135,7 +138,7 @@ class RemoteEnv(gym.Env):
         self._stream.send(request)
 
     def _receive(self, timeout_s: float):
-        """The next SessionResponse as (kind, head message, observations); errors raised."""
+        """The next SessionResponse as (kind, head message); errors raised."""
         return self._parse_session(self._receive_bytes(timeout_s))
 
     def _parse_session(self, response: bytes):
@@ -152,8 +155,7 @@ class RemoteEnv(gym.Env):
                 "the server sent an empty SessionResponse (neither reset, step "
                 "nor error); is the server another version of rlhw?",
             )
-        head = getattr(message, kind)
-        return kind, head, codec.observations_of(head)
+        return kind, getattr(message, kind)
 
     def _receive_bytes(self, timeout_s: float) -> bytes:
         """The next SessionResponse, serialised; stream failures raised."""
@@ -199,7 +201,7 @@ class RemoteEnv(gym.Env):
         if self.use_session:
             # A stream is not covered by gRPC's retry policy: reopen it until the server answers.
             message = pb.SessionRequest(reset=request).SerializeToString()
-            _, response, observations = retry(
+            _, response = retry(
                 lambda: self._session_call(message, self.reset_timeout_s),
                 retry_on=EnvServerUnavailable,
                 within_s=self.reconnect_s,
@@ -208,17 +210,16 @@ class RemoteEnv(gym.Env):
             response = pb.ResetResponse.FromString(
                 self._repeatable(self._raw_reset, request.SerializeToString(), self.reset_timeout_s)
             )
-            observations = codec.observations_of(response)
-        return self._reset_of(response, observations)
+        return self._reset_of(response)
 
     def step_typed(self, action) -> Step:
         """One step of every instance: ``action`` has the spec's shape, with a leading instance axis for a batch."""
         arr = self._action_array(action)
         if self.use_session:
-            self.send_step(arr)
-            return self.receive_step(arr, self.timeout_s)
+            self._send(self._requests.serialize(arr, True))
+            return self._decode_step(self._receive_bytes(self.timeout_s), arr, True)
         try:
-            data = self._raw_step(codec.step_request(arr, False), timeout=self.timeout_s, metadata=self._metadata)
+            data = self._raw_step(self._requests.serialize(arr, False), timeout=self.timeout_s, metadata=self._metadata)
         except grpc.RpcError as e:
             raise error_from_rpc(self.address, e) from None
         return self._decode_step(data, arr, False)
@@ -226,7 +227,7 @@ class RemoteEnv(gym.Env):
     def send_step(self, action) -> None:
         """Queue a step on the Session stream without waiting for its answer (`receive_step` reads it), so
         that several servers can work at once (`RemoteVectorEnv`)."""
-        self._send(codec.step_request(self._action_array(action), True))  # a wrong shape: the server names it
+        self._send(self._requests.serialize(self._action_array(action), True))  # a wrong shape: the server names it
 
     def receive_step(self, action, timeout_s: float) -> Step:
         """The answer to the step of ``action`` that `send_step` queued; errors raised."""
@@ -239,8 +240,8 @@ class RemoteEnv(gym.Env):
 
     def receive_reset(self, timeout_s: float) -> Reset:
         """The answer to the reset that `send_reset` queued; errors raised."""
-        _, response, observations = self._receive(timeout_s)
-        return self._reset_of(response, observations)
+        _, response = self._receive(timeout_s)
+        return self._reset_of(response)
 
     # -- decoding --------------------------------------------------------------------------------
     def _action_array(self, action) -> np.ndarray:
@@ -249,50 +250,17 @@ class RemoteEnv(gym.Env):
 
     def _decode_step(self, data: bytes, action: np.ndarray, session: bool) -> Step:
         """The Step of a StepResponse (or, with ``session``, a SessionResponse{step}) of ``action``."""
-        if session:
-            _, response, observations = self._parse_session(data)
-        else:
-            response = pb.StepResponse.FromString(data)
-            observations = codec.observations_of(response)
-        return self._unpack_step(response, observations, action)
+        response = self._parse_session(data)[1] if session else pb.StepResponse.FromString(data)
+        return self._reader.read(response, action)
 
-    def _unpack_step(self, response: pb.StepResponse, observations: dict, action: np.ndarray) -> Step:
-        """The Step of a parsed StepResponse of ``action``: the server sends the executed actions and
-        intervention flags only where they differ from what the client knows (``action``, no operator)."""
-        n = self.num_envs
-        executed = np.asarray(action, np.float32).reshape((n, *self.env_spec.action.shape))
-        obs, stamps = observations.get("observation", ({}, {}))
-        final_obs = final_mask = None
-        if response.final_mask:
-            final_obs = observations.get("final_observation", ({}, {}))[0] or None
-            final_mask = None if final_obs is None else codec.array_of(response.final_mask, bool)
-        if response.HasField("executed_action"):
-            executed = codec.from_tensor(response.executed_action).astype(np.float32).reshape(executed.shape)
-        return Step(
-            self._instances(obs),
-            codec.array_of(response.reward, np.float64),
-            codec.array_of(response.terminated, bool),
-            codec.array_of(response.truncated, bool),
-            _flags(response.success, n),
-            executed,
-            _flags(response.intervened, n),
-            tuple(codec.fault_from_wire(v) for v in response.fault) or (None,) * n,
-            tuple(response.fault_message) or ("",) * n,
-            _stamps(stamps),
-            dict(response.timing),
-            final_obs,
-            final_mask,
-        )
-
-    def _reset_of(self, response: pb.ResetResponse, observations: dict) -> Reset:
-        obs, stamps = observations.get("observation", ({}, {}))
+    def _reset_of(self, response: pb.ResetResponse) -> Reset:
+        obs, stamps = codec.observations_of(response).get("observation", ({}, {}))
         return Reset(
-            self._instances(obs), _stamps(stamps), _flags(response.success, self.num_envs), dict(response.timing)
+            self._reader.instances(obs),
+            capture_times(stamps),
+            flags(response.success, self.num_envs),
+            dict(response.timing),
         )
-
-    def _instances(self, obs: dict) -> dict:
-        """The wire's observations with a leading instance axis (one instance's are unbatched on the wire)."""
-        return {k: v[None] for k, v in obs.items()} if self.num_envs == 1 else obs
 
     # -- the rest of the service ----------------------------------------------------------------
     def stop(self, release: bool = False) -> pb.StopResponse:
@@ -323,15 +291,3 @@ class RemoteEnv(gym.Env):
             self.close()
         except Exception:
             pass
-
-
-def _stamps(stamps: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Capture times, name -> float64 (n,): one instance's are floats on the wire (the common case)."""
-    return {
-        k: np.array([v]) if isinstance(v, float) else np.asarray(v, np.float64).reshape(-1) for k, v in stamps.items()
-    }
-
-
-def _flags(values, n: int) -> np.ndarray:
-    """A repeated bool field as (n,) flags; an empty one (the wire's default) is all False."""
-    return codec.array_of(values, bool) if len(values) else np.zeros(n, bool)

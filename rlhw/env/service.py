@@ -26,6 +26,7 @@ from rlhw.env.auth import SESSION_METADATA_KEY, SessionSecretRefused, session_of
 from rlhw.env.control import ControlConflict
 from rlhw.env.host import EnvHost
 from rlhw.env.limits import MAX_FIELD_CHARS, StreamGate, StreamRefused, bounded
+from rlhw.env.step_messages import StepWriter, wire_observations
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.env.validate import InvalidRequest
 from rlhw.errors import ErrorReason, RobotFault, SafetyViolation
@@ -104,44 +105,6 @@ def run_guarded(fn, *args):
         raise _failure(e) from None
 
 
-def _fill_step(message: pb.StepResponse, step: Step, timing: dict[str, float], action: np.ndarray) -> None:
-    """Set ``message`` (in place) to ``step``, the step of ``action``, with the server's ``timing`` (the
-    env's phases and the server's own, `EnvHost.step`): one instance's observations unbatched
-    (the wire's shape for ``num_envs == 1``); faults, executed actions and intervention flags only where they
-    say something (a fault; `_reported`): empty fields are the wire's "none", and every field set costs."""
-    message.reward.extend(step.reward.tolist())
-    message.terminated.extend(step.terminated.tolist())
-    message.truncated.extend(step.truncated.tolist())
-    message.success.extend(step.success.tolist())
-    if any(step.fault):
-        message.fault.extend([codec.fault_to_wire(k) for k in step.fault])
-        message.fault_message.extend(step.fault_message)
-    message.timing.update(timing)
-    obs, stamps = _wire_observations(step.obs, step.stamps, step.num_envs)
-    codec.fill_observation(message.observation, obs, stamps)
-    if step.final_obs is not None:
-        codec.fill_observation(message.final_observation, step.final_obs)
-        message.final_mask.extend(step.final_mask.tolist())
-    if _reported(step, action):
-        codec.fill_tensor(message.executed_action, step.executed.reshape(action.shape))
-        message.intervened.extend(step.intervened.tolist())
-
-
-def _wire_observations(obs, stamps, n: int):
-    """A call's observations and capture times as the wire holds them: one instance's rows (name -> float
-    capture times), a batch as it is."""
-    if n != 1:
-        return obs, stamps
-    return {k: v[0] for k, v in obs.items()}, {k: float(v[0]) for k, v in stamps.items()}
-
-
-def _reported(step: Step, action: np.ndarray) -> bool:
-    """Whether the step's executed actions and intervention flags go on the wire: only where they say
-    something the client does not know (an operator acted, or a fault came before anything was sent);
-    otherwise the client takes its own action as executed."""
-    return True in step.intervened.tolist() or step.executed.tobytes() != action.tobytes()  # (a few floats)
-
-
 def _parse(message_type, data: bytes):
     try:
         return message_type.FromString(data)
@@ -168,6 +131,7 @@ class EnvService:
         self.step_limit_s = step_limit_s
         self.reset_limit_s = reset_limit_s
         self.spec_message = codec.env_spec_to_message(host.spec)
+        self.writer = StepWriter()
         self.shutting_down = False
         self.gate = gate or StreamGate(max_streams=6, max_streams_per_peer=4)
         # Stop and GetStatus run on pools of their own (grpc runs a handler on the pool named by
@@ -216,7 +180,7 @@ class EnvService:
         message = response.reset if in_session else response
         message.timing.update(timing)
         message.success.extend(first.success.tolist())
-        obs, stamps = _wire_observations(first.obs, first.stamps, self.host.num_envs)
+        obs, stamps = wire_observations(first.obs, first.stamps, self.host.num_envs)
         codec.fill_observation(message.observation, obs, stamps)
         return response.SerializeToString()
 
@@ -234,9 +198,7 @@ class EnvService:
         timing["validate"] = t1 - t0
         t2 = perf_counter()
         timing["server"] = t2 - t0
-        response = pb.SessionResponse() if in_session else pb.StepResponse()
-        _fill_step(response.step if in_session else response, step, timing, action)
-        data = response.SerializeToString()
+        data = self.writer.serialize(step, timing, action, in_session)
         timing["encode"] = perf_counter() - t2
         self.host.record(timing)
         return data
