@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -165,8 +166,8 @@ class StepWriter:
         fill_step(message, step, timing, action)
         if usual and _KeptStep.keeps(step):
             kept[in_session] = _KeptStep(response, message, step)
-        else:
-            kept.pop(in_session, None)
+        elif usual:
+            kept.pop(in_session, None)  # a layout not worth keeping: the last one's message goes too
         return response.SerializeToString()
 
 
@@ -174,25 +175,34 @@ class StepWriter:
 # the client: StepRequests and StepReader
 
 
+@dataclass(eq=False)
+class _KeptRequest:
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    tensor: pb.Tensor  # the request's action, refilled in place
+    request: pb.StepRequest | pb.SessionRequest
+    taken: int = 0  # bytes the refills have copied into its arena
+
+
 class StepRequests:
     """Serialised StepRequests (``in_session``: SessionRequest{step}) for actions of one shape and dtype, each
-    a refill of a kept request; an action of another layout gets a new one (`codec.step_request`)."""
+    a refill of a kept request; an action of another layout, or the first after `ARENA_BYTES`, gets a new one."""
 
     def __init__(self):
-        self._kept: dict[bool, list] = {}  # per kind of call: [dtype, shape, its Tensor, the request, bytes taken]
+        self._kept: dict[bool, _KeptRequest] = {}
 
     def serialize(self, action: np.ndarray, in_session: bool) -> bytes:
         kept = self._kept.get(in_session)
-        if kept is not None and action.dtype == kept[0] and action.shape == kept[1] and kept[4] < ARENA_BYTES:
-            kept[2].data = action.tobytes()
-            kept[4] += action.nbytes
-            return kept[3].SerializeToString()
-        message = pb.SessionRequest() if in_session else pb.StepRequest()
-        tensor = (message.step if in_session else message).action
+        if kept is not None and action.dtype == kept.dtype and action.shape == kept.shape and kept.taken < ARENA_BYTES:
+            kept.tensor.data = action.tobytes()
+            kept.taken += action.nbytes
+            return kept.request.SerializeToString()
+        request = pb.SessionRequest() if in_session else pb.StepRequest()
+        tensor = (request.step if in_session else request).action
         codec.fill_tensor(tensor, action)
-        if action.dtype.byteorder != ">":
-            self._kept[in_session] = [action.dtype, action.shape, tensor, message, 0]
-        return message.SerializeToString()
+        if action.dtype.byteorder != ">":  # a refill writes the action's bytes as they are
+            self._kept[in_session] = _KeptRequest(action.dtype, action.shape, tensor, request)
+        return request.SerializeToString()
 
 
 class StepReader:
