@@ -263,14 +263,13 @@ class StepReader:
                 return None
             stamps[name] = np.ndarray(self._instance_axis, _F8, data)
         timing = message.timing
-        executed = action if action.dtype == _F4 else action.astype(_F4)
         return Step(
             obs,
             np.array(reward, np.float64),
             FLAG[terminated[0]] if n == 1 else np.array(terminated, bool),
             FLAG[truncated[0]] if n == 1 else np.array(truncated, bool),
             FLAG[success[0]] if n == 1 else np.array(success, bool),
-            executed.reshape(self.action_shape),
+            self.requested(action),
             self._no_flags,
             self._no_faults,
             self._no_messages,
@@ -283,7 +282,7 @@ class StepReader:
         only where they differ from what the client knows (``action``, no operator)."""
         n = self.num_envs
         observations = codec.observations_of(message)
-        executed = np.asarray(action, np.float32).reshape(self.action_shape)
+        executed = self.requested(action)
         obs, stamps = observations.get("observation", ({}, {}))
         final_obs = final_mask = None
         if message.final_mask:
@@ -306,6 +305,10 @@ class StepReader:
             final_obs,
             final_mask,
         )
+
+    def requested(self, action: np.ndarray) -> np.ndarray:
+        """The client's action as the executed one, float32 with the leading instance axis."""
+        return np.asarray(action, _F4).reshape(self.action_shape)
 
     def instances(self, obs: dict) -> dict:
         """The wire's observations with a leading instance axis (one instance's are unbatched on the wire)."""
