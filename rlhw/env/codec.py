@@ -215,6 +215,20 @@ def step_request(action: np.ndarray, session: bool) -> bytes:
     return message.SerializeToString()
 
 
+def request_prefix(shape: tuple[int, ...], dtype: np.dtype, session: bool) -> bytes | None:
+    """What protobuf writes before the action's bytes in `step_request` for any action of ``shape`` and ``dtype``:
+    the prefix and an action's bytes (little-endian, C order) are then that action's request. Learned from
+    protobuf's own bytes, not written by hand; None where the action's bytes are not the message's end as they are
+    (big-endian arrays, an empty action)."""
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes == 0 or dtype.byteorder == ">":
+        return None
+    pattern = bytes((37 * i + 11) % 251 for i in range(nbytes))  # no run of equal bytes to end a message by chance
+    data = step_request(np.frombuffer(pattern, dtype).reshape(shape), session)
+    return data[:-nbytes] if data.endswith(pattern) else None
+
+
 # ---------------------------------------------------------------------------------------------
 # Specs
 

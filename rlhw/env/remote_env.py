@@ -249,9 +249,13 @@ class RemoteEnv(gym.Env):
         return arr if arr.dtype == self._action_dtype else arr.astype(self._action_dtype)  # the server checks bounds
 
     def _decode_step(self, data: bytes, action: np.ndarray, session: bool) -> Step:
-        """The Step of a StepResponse (or, with ``session``, a SessionResponse{step}) of ``action``."""
+        """The Step of a StepResponse (or, with ``session``, a SessionResponse{step}) of ``action``: by the usual
+        step's layout where it has it, else parsed (errors raised)."""
+        step = self._reader.laid_out(data, action, session)
+        if step is not None:
+            return step
         response = self._parse_session(data)[1] if session else pb.StepResponse.FromString(data)
-        return self._reader.read(response, action)
+        return self._reader.read(response, action, data, session)
 
     def _reset_of(self, response: pb.ResetResponse) -> Reset:
         obs, stamps = codec.observations_of(response).get("observation", ({}, {}))

@@ -185,14 +185,20 @@ class EnvService:
         return response.SerializeToString()
 
     def _step(self, request: pb.StepRequest | bytes, in_session: bool) -> bytes:
-        """One step: ``request`` is a StepRequest or, from a unary Step, its bytes (parsed here,
-        after control was granted); the answer goes inside SessionResponse.step ``in_session``."""
+        """One step: ``request`` is a StepRequest or the call's bytes as received (a StepRequest's, or
+        ``in_session`` a SessionRequest's), read here after control was granted: the usual request by its
+        layout, any other parsed; the answer goes inside SessionResponse.step ``in_session``."""
         t0 = perf_counter()
+        action = None
         if isinstance(request, bytes):
-            request = _parse(pb.StepRequest, request)
-        if not request.HasField("action"):
-            raise InvalidRequest("action", "missing; send a Tensor matching GetSpec().spec.action")
-        action = self.host.checker.check(request.action)
+            action = self.host.checker.from_request(request, in_session)  # the usual request: no parse
+            if action is None:
+                parsed = _parse(pb.SessionRequest if in_session else pb.StepRequest, request)
+                request = parsed.step if in_session else parsed
+        if action is None:
+            if not request.HasField("action"):
+                raise InvalidRequest("action", "missing; send a Tensor matching GetSpec().spec.action")
+            action = self.host.checker.check(request.action)
         t1 = perf_counter()
         step, timing = self.host.step(action)
         timing["validate"] = t1 - t0
@@ -307,12 +313,14 @@ class EnvService:
     def Session(self, request_iterator, context):
         session, peer = self._admit(context)
         try:
+            checker = self.host.checker
             for data in request_iterator:  # serialised SessionRequests
                 try:
-                    request = _parse(pb.SessionRequest, data)
-                    kind = request.WhichOneof("kind")
+                    request = None if checker.laid_out(data, True) else _parse(pb.SessionRequest, data)
+                    kind = "step" if request is None else request.WhichOneof("kind")
                     if kind == "step":
-                        out = self._controlled(session, self._step, request.step, True, limit_s=self.step_limit_s)
+                        step = data if request is None else request.step  # (the usual step's bytes: read unparsed)
+                        out = self._controlled(session, self._step, step, True, limit_s=self.step_limit_s)
                     elif kind == "reset":
                         out = self._controlled(session, self._reset, request.reset, True, limit_s=self.reset_limit_s)
                     else:

@@ -65,6 +65,22 @@ class ActionChecker:
                 if len(set(low)) == 1 and len(set(high)) == 1:  # one box for every element (the usual case)
                     self._uniform = (low[0], high[0])
         self._count = math.prod(self.shape)
+        # The usual request, laid out as protobuf writes it for an action of the spec (rlhw.env.codec.request_prefix):
+        # its bytes are the prefix, then the action's; read without a parse (`from_request`).
+        self._prefixes = {s: codec.request_prefix(self.shape, self.dtype, s) for s in (False, True)}
+
+    def laid_out(self, data: bytes, in_session: bool) -> bool:
+        """Whether ``data`` (a serialised StepRequest; ``in_session``: SessionRequest) is the usual request for an
+        action of the spec: the prefix protobuf writes for it, and that action's number of bytes."""
+        prefix = self._prefixes[in_session]
+        return prefix is not None and len(data) == len(prefix) + self.nbytes and data.startswith(prefix)
+
+    def from_request(self, data: bytes, in_session: bool) -> np.ndarray | None:
+        """The checked action of a request `laid_out` as usual (InvalidRequest out of bounds); None for any other
+        bytes, which protobuf's parse and `check` then read."""
+        if not self.laid_out(data, in_session):
+            return None
+        return self._checked(data[len(self._prefixes[in_session]) :], "action")
 
     def check(self, tensor: pb.Tensor, field: str = "action") -> np.ndarray:
         """The action as a read-only array of the spec's dtype and shape, or InvalidRequest."""
