@@ -50,17 +50,23 @@ class _NotLaidOut(Exception):
     """The message holds something a layout does not (see `Layout.learn`)."""
 
 
+#: How `Layout.read` cuts out each part's values (``{}``: the value's size): timings as doubles; tensors' data
+#: skipped (an empty bytes in its place), since the reader makes its arrays as views of the message at `starts`.
+_READ = {Part.TIMING: "d", Part.OBSERVATION: "{}x0s", Part.CAPTURE_TIME: "{}x0s"}
+
+
 @dataclass(frozen=True, eq=False)
 class Layout:
     """A usual step's message as its parts: fixed bytes and values in turn, ``skeleton[0]``, value 0,
-    ``skeleton[1]``, ..., value k-1, ``skeleton[k]``; ``slots[i]`` says what value i is. Values are bytes (timings:
-    doubles)."""
+    ``skeleton[1]``, ..., value k-1, ``skeleton[k]``; ``slots[i]`` says what value i is and ``starts[i]`` where it
+    begins in the message."""
 
     slots: tuple[Slot, ...]
     sizes: tuple[int, ...]  # each value's bytes
+    starts: tuple[int, ...]
     skeleton: tuple[bytes, ...]
-    struct: struct.Struct
-    template: tuple  # the learned message's parts (`read`), its values in place
+    template: tuple[bytes, ...]  # the learned message's parts, its values in place (`blank`)
+    reading: struct.Struct  # the whole message, cut as `read` gives it
 
     @classmethod
     def learn(cls, data: bytes, in_session: bool) -> Layout | None:
@@ -75,33 +81,43 @@ class Layout:
             places = _step_places(data, start, end)
         except (_NotLaidOut, ValueError):  # ValueError: no field, or more than one, around a session's step
             return None
-        skeleton, fmt, pos = [], ["<"], 0
+        template, fmt, pos = [], ["<"], 0
         for (part, _key), (begin, stop) in places.items():
-            skeleton.append(data[pos:begin])
-            fmt.append(f"{begin - pos}s" + ("d" if part is Part.TIMING else f"{stop - begin}s"))
+            template += [data[pos:begin], data[begin:stop]]
+            fmt.append(f"{begin - pos}s" + _READ.get(part, "{}s").format(stop - begin))
             pos = stop
-        skeleton.append(data[pos:])
+        template.append(data[pos:])
         fmt.append(f"{len(data) - pos}s")
-        sizes = tuple(stop - begin for begin, stop in places.values())
-        layout = struct.Struct("".join(fmt))
-        return cls(tuple(places), sizes, tuple(skeleton), layout, layout.unpack(data))
+        return cls(
+            tuple(places),
+            tuple(stop - begin for begin, stop in places.values()),
+            tuple(begin for begin, _ in places.values()),
+            tuple(template[0::2]),
+            tuple(template),
+            struct.Struct("".join(fmt)),
+        )
 
     def read(self, data: bytes) -> tuple | None:
-        """``data`` cut into fixed bytes and values in turn (value i at index `at(i)`); None where any fixed byte
-        differs from the learned message's (another kind of message, or the same kind laid out otherwise)."""
-        if len(data) != self.struct.size:
+        """``data`` cut into fixed bytes and values in turn (value i at index `at(i)`: bytes, a timing's float, or
+        an empty bytes for a tensor's data); None where any fixed byte differs from the learned message's (another
+        kind of message, or the same kind laid out otherwise)."""
+        if len(data) != self.reading.size:
             return None
-        parts = self.struct.unpack(data)
+        parts = self.reading.unpack(data)
         return parts if parts[0::2] == self.skeleton else None
 
     def blank(self) -> list:
         """A message's parts to fill in: the fixed bytes in place, value i to go at index `at(i)`."""
         return list(self.template)
 
-    def pack(self, parts: list) -> bytes:
-        """The message of `blank`'s ``parts``, each value its slot's size (`struct` pads or cuts bytes that are
-        not: the caller checks)."""
-        return self.struct.pack(*parts)
+    def pack(self, parts: list) -> bytes | None:
+        """The message of `blank`'s ``parts`` (each value bytes-like: bytes, or a C-contiguous array); None where
+        a value is not bytes-like or not its slot's size."""
+        try:
+            data = b"".join(parts)
+        except TypeError:  # (an array that is not C-contiguous)
+            return None
+        return data if len(data) == self.reading.size else None
 
     @staticmethod
     def at(i: int) -> int:

@@ -29,6 +29,7 @@ from rlhw.robot.spec import EnvSpec
 from rlhw.robot.step import FLAG, Step
 
 _F4, _F8 = np.dtype("<f4"), np.dtype("<f8")
+_DOUBLE = struct.Struct("<d").pack
 
 
 def _reported(step: Step, action: np.ndarray) -> bool:
@@ -80,12 +81,13 @@ def fill_step(message: pb.StepResponse, step: Step, timing: dict[str, float], ac
 
 @dataclass(frozen=True, eq=False)
 class StepPlaces:
-    """Which value of a learned `Layout` holds which part of a `Step`: the usual step's message, both ways."""
+    """Which value of a learned `Layout` holds which part of a `Step`: the usual step's message, both ways. Each
+    value's place is its index among the layout's parts; tensors also have their offset in the message."""
 
     layout: Layout
     num_envs: int
-    observations: tuple[tuple[str, int, np.dtype, tuple[int, ...]], ...]  # key, place in the parts, dtype, shape
-    capture_times: tuple[tuple[str, int], ...]
+    observations: tuple[tuple[str, int, int, np.dtype, tuple[int, ...]], ...]  # key, place, offset, dtype, shape
+    capture_times: tuple[tuple[str, int, int], ...]  # key, place, offset
     timing: tuple[tuple[str, int], ...]
     scalars: tuple[int, int, int, int]  # reward, terminated, truncated, success
     keys: tuple[frozenset, frozenset, frozenset]  # the observations', capture times' and timing's keys
@@ -106,47 +108,43 @@ class StepPlaces:
         expected |= {(Part.REWARD, ""): 4 * n} | {(p, ""): n for p in (Part.TERMINATED, Part.TRUNCATED, Part.SUCCESS)}
         if dict(zip(layout.slots, layout.sizes)) != expected:
             return None
-        index = {slot: layout.at(i) for i, slot in enumerate(layout.slots)}  # where each value is among the parts
+        at = {slot: (layout.at(i), start) for i, (slot, start) in enumerate(zip(layout.slots, layout.starts))}
         return cls(
             layout,
             n,
-            tuple((k, index[Part.OBSERVATION, k], v.dtype, v.shape) for k, v in step.obs.items()),
-            tuple((k, index[Part.CAPTURE_TIME, k]) for k in step.stamps),
-            tuple((k, index[Part.TIMING, k]) for k in timing),
-            tuple(index[p, ""] for p in (Part.REWARD, Part.TERMINATED, Part.TRUNCATED, Part.SUCCESS)),
+            tuple((k, *at[Part.OBSERVATION, k], v.dtype, v.shape) for k, v in step.obs.items()),
+            tuple((k, *at[Part.CAPTURE_TIME, k]) for k in step.stamps),
+            tuple((k, at[Part.TIMING, k][0]) for k in timing),
+            tuple(at[p, ""][0] for p in (Part.REWARD, Part.TERMINATED, Part.TRUNCATED, Part.SUCCESS)),
             (frozenset(step.obs), frozenset(step.stamps), frozenset(timing)),
         )
 
     def write(self, step: Step, timing: Mapping[str, float]) -> bytes | None:
-        """The message of usual ``step`` with ``timing``; None where it is not laid out as the learned one."""
-        n, obs, stamps = self.num_envs, step.obs, step.stamps
+        """The message of usual ``step`` with ``timing``; None where it is not laid out as the learned one. The
+        arrays go into the message as they are (no copy of a camera's frame on the way)."""
+        obs, stamps = step.obs, step.stamps
         obs_keys, stamp_keys, timing_keys = self.keys
         if obs.keys() != obs_keys or stamps.keys() != stamp_keys or timing.keys() != timing_keys:
             return None
         parts = self.layout.blank()
-        for key, at, dtype, shape in self.observations:
-            value = obs[key]
+        for key, at, _, dtype, shape in self.observations:
+            value = obs[key]  # the same bytes in another shape or dtype would say something else on the wire
             if not isinstance(value, np.ndarray) or value.dtype != dtype or value.shape != shape:
                 return None
-            parts[at] = value.tobytes()
-        for key, at in self.capture_times:
+            parts[at] = value if value.flags.c_contiguous else value.tobytes()  # (C order, as the plain path)
+        for key, at, _ in self.capture_times:
             value = stamps[key]
-            if not isinstance(value, np.ndarray) or value.dtype != _F8 or value.size != n:
+            if not isinstance(value, np.ndarray) or value.dtype != _F8:
                 return None
-            parts[at] = value.tobytes()
+            parts[at] = value
         for key, at in self.timing:
-            parts[at] = timing[key]
+            parts[at] = _DOUBLE(timing[key])
         reward, terminated, truncated, success = self.scalars
-        parts[reward] = step.reward.astype(_F4).tobytes()
-        parts[terminated] = step.terminated.tobytes()  # bools: the bytes 0 and 1, as on the wire
-        parts[truncated] = step.truncated.tobytes()
-        parts[success] = step.success.tobytes()
-        if (
-            len(parts[reward]) != 4 * n
-            or not len(parts[terminated]) == len(parts[truncated]) == len(parts[success]) == n
-        ):
-            return None  # (struct would pad or cut them)
-        return self.layout.pack(parts)
+        parts[reward] = step.reward.astype(_F4)
+        parts[terminated] = step.terminated  # bools: the bytes 0 and 1, as on the wire
+        parts[truncated] = step.truncated
+        parts[success] = step.success
+        return self.layout.pack(parts)  # (None where a value is not its slot's size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,14 +242,14 @@ class StepReader:
             return None
         axis = self._instance_axis
         return Step(
-            {k: np.ndarray(shape, dtype, values[i]) for k, i, dtype, shape in places.observations},  # read-only views
+            {k: np.ndarray(shape, dtype, data, start) for k, _, start, dtype, shape in places.observations},  # views
             np.array(self._rewards.unpack(reward), np.float64),
             *flags,
             self.requested(action),
             self._no_flags,
             self._no_faults,
             self._no_messages,
-            {k: np.ndarray(axis, _F8, values[i]) for k, i in places.capture_times},
+            {k: np.ndarray(axis, _F8, data, start) for k, _, start in places.capture_times},
             {k: values[i] for k, i in places.timing},
         )
 

@@ -155,9 +155,11 @@ def test_a_batch_is_written_and_read_like_one_instance():
         assert got.terminated.shape == (3,) and got.reward.dtype == np.float64
 
 
-def test_random_layouts_are_written_and_read_as_the_plain_path_does():
-    """Observation names, dtypes and shapes, timing keys and batch sizes drawn at random (seed 0)."""
-    rng = np.random.default_rng(0)
+def test_random_layouts_are_written_and_read_as_the_plain_path_does(monkeypatch):
+    """Observation names, dtypes, shapes and memory order, timing keys and batch sizes drawn at random (seed 0)."""
+    rng, written = np.random.default_rng(0), []
+    write = StepPlaces.write
+    monkeypatch.setattr(StepPlaces, "write", lambda self, *a: written.append(w := write(self, *a)) or w)
     dtypes = (np.float32, np.float64, np.uint8, np.int32, np.int64, np.bool_, np.float16, np.uint16)
     for case in range(60):
         n = int(rng.integers(1, 4))
@@ -174,6 +176,8 @@ def test_random_layouts_are_written_and_read_as_the_plain_path_does():
         writer, reader, action = StepWriter(), StepReader(spec), np.tile(ACTION, (n, 1)) if n > 1 else ACTION
         for k in range(3):
             obs = {name: (rng.normal(size=(n, *shape)) * 100).astype(kinds[name]) for name, shape in shapes.items()}
+            if rng.random() < 0.5:  # arrays in Fortran order: the same values, not C-contiguous
+                obs = {name: np.asfortranarray(v) for name, v in obs.items()}
             step = Step(
                 obs,
                 rng.normal(size=n),
@@ -195,6 +199,8 @@ def test_random_layouts_are_written_and_read_as_the_plain_path_does():
             got, laid_out = _decode(reader, data, action, True)
             assert laid_out == (k > 0), case
             _assert_same(got, _plainly(reader, data, action, True))
+        assert len(written) == 2 and None not in written, case  # the two later steps written by the layout
+        written.clear()
 
 
 def test_any_byte_changed_is_read_as_protobuf_reads_it_or_left_to_protobuf():
@@ -275,7 +281,14 @@ def test_a_layout_is_learned_only_from_a_usual_step_it_fully_understands():
     step = _one(1)
     data = _plain(step, _server_timing(step), ACTION, True)
     layout = Layout.learn(data, True)
-    assert layout.pack(layout.blank()) == data and layout.read(data) == layout.template
+    assert layout.pack(layout.blank()) == data and layout.read(data)[0::2] == layout.skeleton
+    for i, size in enumerate(layout.sizes):  # a value of another size is refused, not padded or cut
+        parts = layout.blank()
+        parts[layout.at(i)] = bytes(size + 1)
+        assert layout.pack(parts) is None
+        if size > 1:  # (one element is contiguous whatever its stride)
+            parts[layout.at(i)] = np.zeros(2 * size, np.uint8)[::2]  # the right size, not contiguous
+            assert layout.pack(parts) is None
     assert Layout.learn(data, False) is None or StepPlaces.learn(data, False, step, _server_timing(step)) is None
     fault = _one(2, fault=FaultKind.CONTACT, fault_message="over 40 N")
     empty = _one(3, camera=False)
