@@ -36,7 +36,9 @@ class Part(enum.Enum):
 
 Slot = tuple[Part, str]  # a value's part and key ("" for the per-instance scalars)
 
-_STEP = {f.number: f.name for f in pb.StepResponse.DESCRIPTOR.fields}
+_STEP_FIELDS = pb.StepResponse.DESCRIPTOR.fields_by_name
+_OBSERVATION, _TIMING = _STEP_FIELDS["observation"].number, _STEP_FIELDS["timing"].number
+_SCALARS = {_STEP_FIELDS[p.value].number: p for p in (Part.REWARD, Part.TERMINATED, Part.TRUNCATED, Part.SUCCESS)}
 _IN_SESSION = pb.SessionResponse.DESCRIPTOR.fields_by_name["step"].number
 _MAPS = {
     pb.Observation.DESCRIPTOR.fields_by_name["tensors"].number: Part.OBSERVATION,
@@ -161,7 +163,8 @@ def _fields(data: bytes, pos: int, end: int):
 
 
 def _entry(data: bytes, start: int, end: int) -> tuple[str, int, int, int]:
-    """(key, value's wire type, start, end) of a map entry with a string key."""
+    """(key, value's wire type, start, end) of a map entry with a string key (protobuf writes a map entry as a
+    message with the key as field 1 and the value as field 2)."""
     key = value = None
     for number, wire, begin, stop in _fields(data, start, end):
         if number == 1 and wire == _LEN and key is None:
@@ -183,19 +186,18 @@ def _step_places(data: bytes, start: int, end: int) -> dict[Slot, tuple[int, int
     places: dict[Slot, tuple[int, int]] = {}
     seen = set()
     for number, wire, begin, stop in _fields(data, start, end):
-        name = _STEP.get(number)
-        if wire != _LEN or (name in seen and name != "timing"):
+        if wire != _LEN or (number in seen and number != _TIMING):  # (each timing is an entry of its own)
             raise _NotLaidOut
-        seen.add(name)
-        if name == "observation":
+        seen.add(number)
+        if number == _OBSERVATION:
             _observation_places(data, begin, stop, places)
-        elif name == "timing":
+        elif number == _TIMING:
             key, value_wire, value_start, value_end = _entry(data, begin, stop)
             if value_wire != _FIXED64 or (Part.TIMING, key) in places:
                 raise _NotLaidOut
             places[Part.TIMING, key] = (value_start, value_end)
-        elif name in ("reward", "terminated", "truncated", "success"):
-            places[Part(name), ""] = (begin, stop)
+        elif number in _SCALARS:  # packed: all instances' values in one field
+            places[_SCALARS[number], ""] = (begin, stop)
         else:  # a fault, a final observation, an executed action: not a usual step
             raise _NotLaidOut
     return places

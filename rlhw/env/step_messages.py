@@ -237,14 +237,14 @@ class StepReader:
         if values is None:
             return None
         reward, terminated, truncated, success = (values[i] for i in places.scalars)
-        flags = (_flags(terminated), _flags(truncated), _flags(success))
-        if any(f is None for f in flags):  # a byte other than 0 or 1: protobuf reads it otherwise
+        outcome = (_packed_flags(terminated), _packed_flags(truncated), _packed_flags(success))
+        if any(f is None for f in outcome):  # a byte other than 0 or 1: protobuf reads it otherwise
             return None
         axis = self._instance_axis
         return Step(
             {k: np.ndarray(shape, dtype, data, start) for k, _, start, dtype, shape in places.observations},  # views
             np.array(self._rewards.unpack(reward), np.float64),
-            *flags,
+            *outcome,  # terminated, truncated, success
             self.requested(action),
             self._no_flags,
             self._no_faults,
@@ -253,7 +253,9 @@ class StepReader:
             {k: values[i] for k, i in places.timing},
         )
 
-    def read(self, message: pb.StepResponse, action: np.ndarray, data: bytes | None = None, in_session=False) -> Step:
+    def read(
+        self, message: pb.StepResponse, action: np.ndarray, data: bytes | None = None, in_session: bool = False
+    ) -> Step:
         """The Step of a parsed StepResponse to ``action``; with ``data``, its serialised form (``in_session``: of
         the SessionResponse around it), a usual step's layout is learned from it for `laid_out`."""
         step = self.plain(message, action)
@@ -314,12 +316,12 @@ def flags(values, n: int) -> np.ndarray:
     return codec.array_of(values, bool) if len(values) else np.zeros(n, bool)
 
 
-def _flags(data: bytes) -> np.ndarray | None:
+def _packed_flags(data: bytes) -> np.ndarray | None:
     """Packed bools as (n,) flags (one instance's: the shared `FLAG`); None where a byte is not 0 or 1."""
     if len(data) == 1:
         return _FLAG_BYTES.get(data)
-    flags = np.frombuffer(data, np.uint8)
-    return flags.view(bool) if flags.max() <= 1 else None
+    values = np.frombuffer(data, np.uint8)
+    return values.view(bool) if values.max() <= 1 else None
 
 
 _FLAG_BYTES = {b"\x00": FLAG[False], b"\x01": FLAG[True]}
