@@ -173,15 +173,15 @@ class Step:
         """Gymnasium's ``(obs, reward, terminated, truncated, info)``: scalars and unbatched observations for one
         instance, arrays for a batch (final observations as ``info["final_observation"]`` with the mask
         ``info["_final_observation"]``, as gymnasium's vector envs give them). Only the Gymnasium edge calls this."""
-        if self.num_envs == 1:  # (``.item()``: the Python float or bool, without a numpy scalar on the way)
+        if self.num_envs == 1:
             info = {
-                "timestamps": {k: float(v.item()) for k, v in self.stamps.items()},
+                "timestamps": {k: float(v[0]) for k, v in self.stamps.items()},
                 "timing": self.timing,
-                "success": bool(self.success.item()),
+                "success": bool(self.success[0]),
                 "fault": self.fault[0],
                 "fault_message": self.fault_message[0] if self.fault[0] else None,
                 "executed_action": self.executed[0],
-                "intervened": bool(self.intervened.item()),
+                "intervened": bool(self.intervened[0]),
             }
             if self.judge_success is not None:
                 info["judge_success"] = bool(self.judge_success[0])
@@ -189,9 +189,9 @@ class Step:
                 info.update(self.extras[0])
             return (
                 {k: v[0] for k, v in self.obs.items()},
-                float(self.reward.item()),
-                bool(self.terminated.item()),
-                bool(self.truncated.item()),
+                float(self.reward[0]),
+                bool(self.terminated[0]),
+                bool(self.truncated[0]),
                 info,
             )
         info = {
