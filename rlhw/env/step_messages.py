@@ -85,7 +85,6 @@ class StepPlaces:
     value's place is its index among the layout's parts; tensors also have their offset in the message."""
 
     layout: Layout
-    num_envs: int
     observations: tuple[tuple[str, int, int, np.dtype, tuple[int, ...]], ...]  # key, place, offset, dtype, shape
     capture_times: tuple[tuple[str, int, int], ...]  # key, place, offset
     timing: tuple[tuple[str, int], ...]
@@ -111,7 +110,6 @@ class StepPlaces:
         at = {slot: (layout.at(i), start) for i, (slot, start) in enumerate(zip(layout.slots, layout.starts))}
         return cls(
             layout,
-            n,
             tuple((k, *at[Part.OBSERVATION, k], v.dtype, v.shape) for k, v in step.obs.items()),
             tuple((k, *at[Part.CAPTURE_TIME, k]) for k in step.stamps),
             tuple((k, at[Part.TIMING, k][0]) for k in timing),
@@ -156,8 +154,7 @@ class StepWriter:
     values written into the layout learned from an earlier usual step's message (one per kind of call)."""
 
     def __init__(self):
-        self._places: dict[bool, StepPlaces] = {}  # by kind of call (in a Session stream or not)
-        self._misses = _Backoff()
+        self._places = _LearnedPlaces()
 
     def serialize(self, step: Step, timing: dict[str, float], action: np.ndarray, in_session: bool) -> bytes:
         """A StepResponse (``in_session``: a SessionResponse{step}) of ``step``, the step of ``action``."""
@@ -170,29 +167,36 @@ class StepWriter:
         response = pb.SessionResponse() if in_session else pb.StepResponse()
         fill_step(response.step if in_session else response, step, timing, action)
         data = response.SerializeToString()
-        if usual and self._misses.learn_now():  # (a layout that cannot be learned leaves the last one in place)
-            places = StepPlaces.learn(data, in_session, step, timing)
-            self._misses.learned(places is not None)
-            if places is not None:
-                self._places[in_session] = places
+        if usual:
+            self._places.learn(data, in_session, step, timing)
         return data
 
 
-class _Backoff:
-    """When to learn a layout after a usual step that could not be laid out (an empty tensor, big-endian arrays):
-    at the next chance after one failure, then after waiting 2, 4, ... up to 256 chances, so that a run of such
-    steps is not walked every step; at once again after a success."""
+class _LearnedPlaces:
+    """The `StepPlaces` learned for each kind of call (in a Session stream or not), shared by the writer and the
+    reader. A usual step that cannot be laid out (an empty tensor, big-endian arrays) leaves the last places in
+    place; learning is tried again at the next chance after one such failure, then after waiting 2, 4, ... up to 256
+    chances, so that a run of such steps is not walked every step, and at once again after a success."""
 
     def __init__(self, most: int = 256):
+        self._places: dict[bool, StepPlaces] = {}
         self.most, self.failures, self.wait = most, 0, 0
 
-    def learn_now(self) -> bool:
-        self.wait -= 1
-        return self.wait < 0
+    def get(self, in_session: bool) -> StepPlaces | None:
+        return self._places.get(in_session)
 
-    def learned(self, ok: bool) -> None:
-        self.failures = 0 if ok else self.failures + 1
-        self.wait = 0 if self.failures <= 1 else min(2 ** (self.failures - 1), self.most)
+    def learn(self, data: bytes, in_session: bool, step: Step, timing: Mapping[str, float]) -> None:
+        """Learn the places of ``data``, the serialised usual ``step`` with ``timing``, unless waiting."""
+        self.wait -= 1
+        if self.wait >= 0:
+            return
+        places = StepPlaces.learn(data, in_session, step, timing)
+        if places is None:
+            self.failures += 1
+            self.wait = 0 if self.failures <= 1 else min(2 ** (self.failures - 1), self.most)
+        else:
+            self.failures = self.wait = 0
+            self._places[in_session] = places
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,8 +226,7 @@ class StepReader:
     def __init__(self, spec: EnvSpec):
         n = self.num_envs = spec.num_envs
         self.action_shape = (n, *spec.action.shape)
-        self._places: dict[bool, StepPlaces] = {}  # by kind of call (in a Session stream or not)
-        self._misses = _Backoff()
+        self._places = _LearnedPlaces()
         self._instance_axis = (n,)
         self._rewards = struct.Struct(f"<{n}f")  # the wire's float32 rewards, one per instance
         self._no_flags = FLAG[False] if n == 1 else _read_only(np.zeros(n, bool))
@@ -259,11 +262,8 @@ class StepReader:
         """The Step of a parsed StepResponse to ``action``; with ``data``, its serialised form (``in_session``: of
         the SessionResponse around it), a usual step's layout is learned from it for `laid_out`."""
         step = self.plain(message, action)
-        if data is not None and is_usual(step, action) and self._misses.learn_now():
-            places = StepPlaces.learn(data, in_session, step, step.timing)
-            self._misses.learned(places is not None)
-            if places is not None:
-                self._places[in_session] = places
+        if data is not None and is_usual(step, action):
+            self._places.learn(data, in_session, step, step.timing)
         return step
 
     def plain(self, message: pb.StepResponse, action: np.ndarray) -> Step:
