@@ -1,23 +1,14 @@
-"""Soft Actor-Critic, written to be read top to bottom (after CleanRL's sac_continuous_action).
+"""The SAC algorithm: networks + optimizers + one `update` step (after CleanRL's sac_continuous_action).
 
-Pieces, in the order they are used:
-- `ObsLayout`: which entries of the env's dict observation are proprio (flattened, concatenated) and which
-  are camera images (HxWx3 uint8, fed to an image encoder). Built from the env spec, so the networks never guess.
-- `Encoder`: obs dict -> one feature vector (proprio concat + one image encoder per camera, from
-  rlhw.vision.encoders: `train.sac.image_encoder`). ONE Encoder is shared by the actor and every critic;
-  the critic loss trains it, the actor reads its features with the gradient stopped (DrQ-v2, SERL), the
-  target critics hold a Polyak-averaged copy. Training images are randomly shifted (DrQ) in `update`.
-  An update encodes obs once (with gradient) and next_obs once (without), and the target critics read
-  those next_obs features (``train.sac.target_features: online``, DrQ-v2's form) unless told to run their
-  own encoder copy (``target``, DrQ's and SERL's form: one encoder pass more; tools/bench_sac_vision.py).
-- `Actor`: tanh-squashed Gaussian policy on the encoder's features.
-- `CriticEnsemble`: N critics in ONE module (weights [N, in, out], one batched matmul per layer instead of N
-  small modules; tools/bench_critics.py measures the cost), LayerNorm after each hidden layer. RLPD (Ball et al. 2023):
-  N=10, LayerNorm on, the Bellman target takes the minimum over a random subset of M=2 target critics, the
-  actor maximises the ensemble mean. N=2, M=2, no LayerNorm, actor on the minimum is plain SAC.
-- `SAC`: owns the networks and optimizers; `update(batch)` does one critic + actor + temperature step.
-  When torch.distributed is initialised, every gradient is averaged across ranks (all-reduce) before the
-  optimizer step, so all ranks hold identical weights as long as they start identical (`broadcast_weights`).
+An update encodes obs once (with gradient) and next_obs once (without), and the target critics read those
+next_obs features (``train.sac.target_features: online``, DrQ-v2's form) unless told to run their own encoder
+copy (``target``, DrQ's and SERL's form: one encoder pass more; tools/bench_sac_vision.py). Training images
+are randomly shifted (DrQ). RLPD (Ball et al. 2023): N=10 critics, LayerNorm on, the Bellman target takes the
+minimum over a random subset of M=2 target critics, the actor maximises the ensemble mean. N=2, M=2, no
+LayerNorm, actor on the minimum is plain SAC.
+
+When torch.distributed is initialised, every gradient is averaged across ranks (all-reduce) before the
+optimizer step, so all ranks hold identical weights as long as they start identical (`broadcast_weights`).
 """
 
 from __future__ import annotations
@@ -25,224 +16,19 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 
 from rlhw.config.train import SacConfig
-from rlhw.config.vision import ImageEncoderConfig
+from rlhw.errors import ConfigError
+from rlhw.rl.sac.networks import IMAGE_ENCODER_FIELD, Actor, CriticEnsemble, Encoder
+from rlhw.rl.sac.obs_layout import ObsLayout, obs_to_tensors
 from rlhw.vision.augment import RandomShift
-from rlhw.vision.encoders import build_image_encoder
-
-LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
-IMAGE_ENCODER_FIELD = "train.sac.image_encoder"
 
 
-# --------------------------------------------------------------------------------------------- observations
-@dataclass(frozen=True)
-class ObsLayout:
-    """Names and shapes of the observation entries the agent uses.
-
-    ``proprio``: (name, shape) of low-dimensional entries, concatenated in this (sorted) order.
-    ``images``: (name, (H, W, C)) of uint8 camera entries.
-    """
-
-    proprio: tuple[tuple[str, tuple[int, ...]], ...]
-    images: tuple[tuple[str, tuple[int, ...]], ...] = field(default_factory=tuple)
-
-    @classmethod
-    def from_shapes(cls, shapes: Mapping[str, tuple[int, ...]], dtypes: Mapping[str, str], use_images: bool = True):
-        proprio, images = [], []
-        for name in sorted(shapes):
-            shape, dtype = tuple(int(s) for s in shapes[name]), str(np.dtype(dtypes[name]))
-            if len(shape) == 3 and dtype == "uint8":
-                if use_images:
-                    images.append((name, shape))
-            elif len(shape) <= 1:
-                proprio.append((name, shape))
-            else:
-                raise ValueError(
-                    f"observation {name!r} has shape {shape} and dtype {dtype}: the agent takes vectors or "
-                    "HxWx3 uint8 images; flatten it in the task"
-                )
-        if not proprio and not images:
-            raise ValueError("the env spec has no observations the agent can use")
-        return cls(tuple(proprio), tuple(images))
-
-    @classmethod
-    def from_spec(cls, spec, use_images: bool = True) -> ObsLayout:
-        """From an `rlhw.robot.spec.EnvSpec` (shapes per env instance)."""
-        obs = spec.observations
-        return cls.from_shapes({k: v.shape for k, v in obs.items()}, {k: v.dtype for k, v in obs.items()}, use_images)
-
-    @property
-    def proprio_dim(self) -> int:
-        return int(sum(int(np.prod(s)) if s else 1 for _, s in self.proprio))
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return tuple(n for n, _ in self.proprio) + tuple(n for n, _ in self.images)
-
-    def to_dict(self) -> dict:
-        return {"proprio": [[n, list(s)] for n, s in self.proprio], "images": [[n, list(s)] for n, s in self.images]}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> ObsLayout:
-        return cls(tuple((n, tuple(s)) for n, s in d["proprio"]), tuple((n, tuple(s)) for n, s in d.get("images", [])))
-
-
-def obs_to_tensors(obs: Mapping[str, np.ndarray], layout: ObsLayout, device: torch.device) -> dict[str, torch.Tensor]:
-    """Batch of numpy observations -> tensors on ``device``: proprio as one float32 [B, D], images uint8 [B,H,W,C]."""
-    parts = [np.asarray(obs[n], dtype=np.float32).reshape(len(obs[n]), -1) for n, _ in layout.proprio]
-    out = {"proprio": torch.as_tensor(np.concatenate(parts, axis=1) if parts else np.zeros((1, 0), np.float32))}
-    for n, _ in layout.images:
-        out[n] = torch.as_tensor(np.asarray(obs[n]))
-    return {k: v.to(device, non_blocking=True) for k, v in out.items()}
-
-
-# --------------------------------------------------------------------------------------------- networks
-def mlp(inp: int, hidden: tuple[int, ...], out: int) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for h in hidden:
-        layers += [nn.Linear(inp, h), nn.ReLU()]
-        inp = h
-    layers.append(nn.Linear(inp, out))
-    return nn.Sequential(*layers)
-
-
-class Encoder(nn.Module):
-    """Observation dict -> feature vector: proprio as is, each camera through its own image encoder
-    (rlhw.vision.encoders: the small CNN or a ResNet, LayerNorm'd and tanh-bounded features).
-
-    ONE Encoder serves the critics and the actor (SERL, DrQ-v2): the critic loss trains it, the actor reads
-    its features with the gradient stopped. ``for_acting`` builds a copy that only receives weights (a
-    rollout worker): it does not read the weights file, which may live only on the learner's machine."""
-
-    def __init__(self, layout: ObsLayout, image_encoder: ImageEncoderConfig, for_acting: bool = False):
-        super().__init__()
-        self.layout = layout
-        cfg = image_encoder.model_copy(update={"weights": None}) if for_acting else image_encoder
-        self.cnns = nn.ModuleDict({n: build_image_encoder(cfg, s, field=IMAGE_ENCODER_FIELD) for n, s in layout.images})
-        self.dim = layout.proprio_dim + image_encoder.features * len(layout.images)
-
-    def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        feats = [obs["proprio"]] + [self.cnns[n](obs[n]) for n, _ in self.layout.images]
-        return torch.cat(feats, dim=-1) if len(feats) > 1 else feats[0]
-
-
-class Actor(nn.Module):
-    """Tanh-squashed Gaussian policy on the (shared) encoder's features, the gradient stopped at them: the
-    actor loss never moves the encoder. Actions are rescaled from [-1, 1] to the env's action bounds.
-    ``encoder`` is a submodule, so the actor's state_dict holds everything acting needs."""
-
-    def __init__(self, encoder: Encoder, act_low: np.ndarray, act_high: np.ndarray, hidden):
-        super().__init__()
-        self.encoder = encoder
-        act_dim = len(act_low)
-        self.trunk = mlp(encoder.dim, hidden, 2 * act_dim)
-        self.register_buffer("scale", torch.as_tensor((act_high - act_low) / 2.0, dtype=torch.float32))
-        self.register_buffer("bias", torch.as_tensor((act_high + act_low) / 2.0, dtype=torch.float32))
-
-    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, log_std = self.trunk(features.detach()).chunk(2, dim=-1)
-        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1)
-        return mean, log_std
-
-    def sample(self, obs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(action, log_prob, deterministic action) for an observation dict."""
-        return self.sample_features(self.encoder(obs))
-
-    def act(self, obs) -> tuple[torch.Tensor, torch.Tensor]:
-        """(action, deterministic action) for acting: `sample` without the log-prob, which only the update
-        needs. The same draw as `sample` from the same RNG state (a test checks it); about 2x faster for
-        the small MLP policies (0.39-0.45 ms against 0.85-1.08 ms per step on the 2-core VM), and the
-        obs->action path pays it every step."""
-        mean, log_std = self(self.encoder(obs))
-        action = torch.tanh(mean + log_std.exp() * torch.randn_like(mean))
-        return action * self.scale + self.bias, torch.tanh(mean) * self.scale + self.bias
-
-    def sample_features(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """`sample` from features already computed (the update encodes each batch once); log-prob corrected
-        for the tanh squashing."""
-        mean, log_std = self(features)
-        normal = torch.distributions.Normal(mean, log_std.exp())
-        x = normal.rsample()
-        y = torch.tanh(x)
-        log_prob = normal.log_prob(x) - torch.log(self.scale * (1 - y.pow(2)) + 1e-6)
-        return y * self.scale + self.bias, log_prob.sum(-1, keepdim=True), torch.tanh(mean) * self.scale + self.bias
-
-
-def build_actor(layout: ObsLayout, act_low, act_high, cfg: SacConfig) -> Actor:
-    """The acting network alone (encoder + actor) for a rollout worker, from ``train.sac``; its weights
-    arrive with `SAC.policy_state`."""
-    return Actor(
-        Encoder(layout, cfg.image_encoder, for_acting=True),
-        np.asarray(act_low, np.float32),
-        np.asarray(act_high, np.float32),
-        tuple(cfg.hidden_sizes),
-    )
-
-
-class EnsembleLinear(nn.Module):
-    """N independent linear layers applied as one batched matmul: input [N, B, in] -> [N, B, out]."""
-
-    def __init__(self, n: int, inp: int, out: int):
-        super().__init__()
-        bound = 1.0 / np.sqrt(inp)  # nn.Linear's default initialisation, per member
-        self.weight = nn.Parameter(torch.empty(n, inp, out).uniform_(-bound, bound))
-        self.bias = nn.Parameter(torch.empty(n, 1, out).uniform_(-bound, bound))
-
-    def forward(self, x: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
-        if members is None:
-            return torch.baddbmm(self.bias, x, self.weight)
-        return torch.baddbmm(self.bias[members], x, self.weight[members])
-
-
-class EnsembleLayerNorm(nn.Module):
-    """LayerNorm over the features, with a gain and shift of its own for each of the N members."""
-
-    def __init__(self, n: int, width: int):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(n, 1, width))
-        self.bias = nn.Parameter(torch.zeros(n, 1, width))
-
-    def forward(self, x: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
-        w, b = (self.weight, self.bias) if members is None else (self.weight[members], self.bias[members])
-        return F.layer_norm(x, x.shape[-1:]) * w + b
-
-
-class CriticEnsemble(nn.Module):
-    """N Q-functions as one module: ``forward`` returns [N, B, 1], or [len(members), B, 1] for a subset of
-    them (the target's M: computing only those saves the other N - M). Hidden layers are Linear -> LayerNorm
-    -> ReLU (RLPD's order). The members share one encoder (``encoder``, the actor's too), as SERL's do."""
-
-    def __init__(self, encoder: Encoder, act_dim: int, hidden, n: int, layer_norm: bool):
-        super().__init__()
-        self.n = n
-        self.encoder = encoder
-        widths = [self.encoder.dim + act_dim, *hidden]
-        self.layers = nn.ModuleList(EnsembleLinear(n, a, b) for a, b in zip(widths, widths[1:]))
-        self.norms = nn.ModuleList(EnsembleLayerNorm(n, w) if layer_norm else nn.Identity() for w in hidden)
-        self.head = EnsembleLinear(n, widths[-1], 1)
-
-    def forward(self, obs, action: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
-        return self.q(self.encoder(obs), action, members)
-
-    def q(self, features: torch.Tensor, action: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
-        """`forward` from features already computed by ``self.encoder``."""
-        x = torch.cat([features, action], dim=-1)
-        x = x.unsqueeze(0).expand(self.n if members is None else len(members), *x.shape)
-        for layer, norm in zip(self.layers, self.norms):
-            x = layer(x, members)
-            x = F.relu(x if isinstance(norm, nn.Identity) else norm(x, members))
-        return self.head(x, members)
-
-
-# --------------------------------------------------------------------------------------------- the algorithm
 def _average_gradients(params: list[nn.Parameter]) -> None:
     """All-reduce (mean) the gradients of ``params`` across ranks as one flat tensor; no-op on one process."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
@@ -481,8 +267,6 @@ class SAC:
 def _check_critic_checkpoint(state: dict, critic: CriticEnsemble) -> None:
     """Refuse, with the fix, a checkpoint whose critics or image encoders do not fit this agent (its
     weights cannot be mapped)."""
-    from rlhw.errors import ConfigError
-
     if "critic" not in state:
         raise ConfigError(
             "--resume",
@@ -509,13 +293,3 @@ def _check_critic_checkpoint(state: dict, critic: CriticEnsemble) -> None:
             "a new run directory"
         )
         raise ConfigError(IMAGE_ENCODER_FIELD, f"the checkpoint's image encoder does not fit: {why}")
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        from rlhw.errors import ConfigError
-
-        raise ConfigError("train.device", "cuda requested but this process sees no GPU; use auto or cpu")
-    return torch.device(name)
