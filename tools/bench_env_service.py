@@ -15,10 +15,14 @@ call of the client and of the server process, which machine load does not inflat
 - unary Step vs unary echo;
 - Session stream step vs streaming echo;
 - dm_env_rpc Process-stream step (all observations requested and unpacked with its tensor_utils)
-  on the same env and port;
+  on the same env and port, against a minimal dm_env_rpc server (`MinimalDmEnv`) in the same child
+  process: it parses each EnvironmentRequest and answers with a prebuilt EnvironmentResponse holding
+  exactly the bytes rlhw's server sent for the same request, so the same client sees the same bytes
+  and the ratio is rlhw's bridge, host and env against dm_env_rpc's own floor;
 - the server's own p50 per phase (validate, env, server, encode) from GetStatus, to split the
   service's fixed cost from the env's.
-The goals (issue 5): Step <= 1.3x echo proprio-only, <= 1.5x with images; Session faster than dm_env_rpc.
+The goals: dm_env_rpc step <= 1.5x the minimal dm_env_rpc server (issue 39); Session faster than
+dm_env_rpc (issue 5). Issue 5's Step <= 1.3x echo on this bare FakeEnv is no longer a goal (issue 39).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ SCENARIOS = {
     "2x640x480x3": dict(cameras=2, h=480, w=640, steps=400),
 }
 ECHO_SERVICE = "rlhw.bench.Echo"
+DM_SERVICE = "dm_env_rpc.v1.Environment"
 MAX_BYTES = 64 * 1024 * 1024
 OPTIONS = [
     ("grpc.max_receive_message_length", MAX_BYTES),
@@ -96,10 +101,63 @@ def serve(cameras: int, h: int, w: int) -> None:
     )
     echo_port = echo.add_insecure_port("127.0.0.1:0")
     echo.start()
-    print(json.dumps({"env": env_server.address, "echo": f"127.0.0.1:{echo_port}"}), flush=True)
+    minimal = MinimalDmEnv()
+    dm_server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=OPTIONS)
+    dm_server.add_generic_rpc_handlers((minimal.handler(),))
+    dm_port = dm_server.add_insecure_port("127.0.0.1:0")
+    dm_server.start()
+    addresses = {"env": env_server.address, "echo": f"127.0.0.1:{echo_port}", "dm_minimal": f"127.0.0.1:{dm_port}"}
+    print(json.dumps(addresses), flush=True)
     sys.stdin.read()  # until the parent closes our stdin
+    dm_server.stop(0)
     echo.stop(0)
     env_server.stop(0.5)
+
+
+class MinimalDmEnv:
+    """A minimal dm_env_rpc server: each request parsed by dm_env_rpc's protobuf, each answer a prebuilt
+    EnvironmentResponse serialised by it. Its Step answer is what rlhw's server answered to the same Step
+    request (the client hands it over once, `Teach`), so a client gets the same bytes from both servers; the
+    other requests get their empty responses."""
+
+    def __init__(self):
+        self.step = None
+
+    def teach(self, data: bytes, context) -> bytes:
+        from dm_env_rpc.v1 import dm_env_rpc_pb2 as dm
+
+        self.step = dm.EnvironmentResponse(step=dm.StepResponse.FromString(data))
+        return b""
+
+    def process(self, requests, context):
+        from dm_env_rpc.v1 import dm_env_rpc_pb2 as dm
+
+        for request in requests:
+            kind = request.WhichOneof("payload")
+            if kind == "step":
+                yield self.step
+            else:
+                response = dm.EnvironmentResponse()
+                getattr(response, kind).SetInParent()
+                if kind == "create_world":
+                    response.create_world.world_name = "minimal"
+                yield response
+
+    def handler(self):
+        import grpc
+        from dm_env_rpc.v1 import dm_env_rpc_pb2 as dm
+
+        return grpc.method_handlers_generic_handler(
+            DM_SERVICE,
+            {
+                "Process": grpc.stream_stream_rpc_method_handler(
+                    self.process,
+                    request_deserializer=dm.EnvironmentRequest.FromString,
+                    response_serializer=dm.EnvironmentResponse.SerializeToString,
+                ),
+                "Teach": grpc.unary_unary_rpc_method_handler(self.teach),
+            },
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,7 +235,7 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
         echo = EchoClient(addresses["echo"], request_size, response_size)
         unary_env = RemoteEnv(addresses["env"], use_session=False)
         unary_env.reset()
-        keys = ("echo_unary", "step_unary", "echo_stream", "step_session", "dm_env_rpc")
+        keys = ("echo_unary", "step_unary", "echo_stream", "step_session", "dm_env_rpc", "dm_minimal")
         results: dict[str, list[float]] = {k: [] for k in keys}
         cpu: dict[str, list[float]] = {k: [0.0, 0.0, 0] for k in keys}  # client s, server s, calls
 
@@ -213,22 +271,33 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
         specs = conn.send(dm.JoinWorldRequest(world_name=world)).specs
         uids = list(specs.observations)
         dm_action = {1: tensor_utils.pack_tensor(action)}
+        minimal_channel = grpc.insecure_channel(addresses["dm_minimal"], OPTIONS[:2])
+        minimal = dm_connection.Connection(minimal_channel)
+        minimal.send(dm.JoinWorldRequest(world_name=minimal.send(dm.CreateWorldRequest()).world_name))
+        step_request = dm.StepRequest(requested_observations=uids, actions=dm_action)
+        conn.send(step_request)  # (the first step of an episode starts it)
+        teach = minimal_channel.unary_unary(f"/{DM_SERVICE}/Teach")
+        teach(conn.send(step_request).SerializeToString(), timeout=10)
 
-        def dm_step():
+        def dm_step(connection=conn):
             # What a dm_env_rpc client does per step: send, then unpack every observation.
-            response = conn.send(dm.StepRequest(requested_observations=uids, actions=dm_action))
+            response = connection.send(dm.StepRequest(requested_observations=uids, actions=dm_action))
             return {uid: tensor_utils.unpack_tensor(t) for uid, t in response.observations.items()}
 
-        for fn in (echo.stream_call, lambda: session_env.step(action), dm_step):
+        same = dm_step(minimal).keys() == dm_step().keys()
+        assert same, "the minimal dm_env_rpc server's answer holds other observations"
+        for fn in (echo.stream_call, lambda: session_env.step(action), dm_step, lambda: dm_step(minimal)):
             for _ in range(min(200, steps // 5)):
                 fn()
         for _ in range(steps // block):
             timed("echo_stream", echo.stream_call, block)
             timed("step_session", lambda: session_env.step(action), block)
             timed("dm_env_rpc", dm_step, block)
+            timed("dm_minimal", lambda: dm_step(minimal), block)
         conn.send(dm.LeaveWorldRequest())
         conn.send(dm.DestroyWorldRequest(world_name=world))
         dm_channel.close()
+        minimal_channel.close()
         # Server-side breakdown of the recent steps (native and dm_env_rpc alike), from GetStatus.
         phases = {k: v.p50_s * 1e6 for k, v in session_env.status().timing.items()}
         session_env.close()
@@ -280,6 +349,8 @@ def main(argv=None) -> int:
             ("echo stream", "echo_stream", "echo_stream"),
             ("Session step", "step_session", "echo_stream"),
             ("dm_env_rpc step", "dm_env_rpc", "echo_stream"),
+            ("dm minimal", "dm_minimal", "echo_stream"),
+            ("dm_env_rpc/min", "dm_env_rpc", "dm_minimal"),
         ]
         for i, (label, key, base) in enumerate(lines):
             (p50, p99), (b50, b99) = r[key], r[base]
