@@ -1,18 +1,10 @@
-"""Base for every config model: unknown keys are errors (the loader turns them into suggestions)."""
+"""Base for every config model: unknown keys are errors (the loader turns them into suggestions).
+
+`StrictModel` and `as_text` are defined in `rlhw.schema`, below both the config and the hardware types, so
+that the hardware types need not import the config; they are re-exported here for the config's modules."""
 
 from __future__ import annotations
 
-from typing import Any
+from rlhw.schema import StrictModel, as_text
 
-from pydantic import BaseModel, ConfigDict
-
-
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
-
-
-def as_text(value: Any) -> Any:
-    """YAML reads ``label: 4090`` as an int; labels and names are text."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return value
+__all__ = ["StrictModel", "as_text"]

@@ -24,6 +24,7 @@ from rlhw.config.component_placement import ComponentRule, PlacementEntry, canon
 from rlhw.config.errors import config_error
 from rlhw.config.isolation import LoopIsolation, merge_isolation
 from rlhw.errors import ConfigError, PlacementError
+from rlhw.hardware.registry import HardwareType, get_hardware_type
 from rlhw.placement.grammar import format_ranks, parse_ranks
 
 #: Labels the planner gives a meaning of its own: ``node`` (every node, ranks are node ranks) and
@@ -95,8 +96,6 @@ class HardwareSection(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _typed_entries(cls, data: Any) -> Any:
-        from rlhw.hardware.registry import get_hardware_type
-
         if not isinstance(data, dict):
             raise ConfigError("", f"hardware must be a map with 'type' and 'configs', got {data!r}")
         extra = sorted(set(data) - {"type", "configs"})
@@ -126,9 +125,7 @@ class HardwareSection(StrictModel):
         return {"type": hw.name, "configs": tuple(built)}
 
     @property
-    def hardware_type(self):
-        from rlhw.hardware.registry import get_hardware_type
-
+    def hardware_type(self) -> type[HardwareType]:
         return get_hardware_type(self.type)
 
 

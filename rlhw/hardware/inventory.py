@@ -8,15 +8,29 @@ or GPU is reported up front, by node and device, instead of as a hang in some wo
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from rlhw.errors import HardwareError
-from rlhw.hardware.registry import get_hardware_type
+from rlhw.hardware.accelerators import count_accelerators
+from rlhw.hardware.registry import HardwareEntry, get_hardware_type
+from rlhw.placement.grammar import format_ranks
 
-if TYPE_CHECKING:
-    from rlhw.config.cluster import ClusterConfig
+
+class DeclaredHardware(Protocol):
+    """What the inventory reads of a cluster config (`rlhw.config.ClusterConfig` is one): a protocol, so
+    that the hardware layer does not import the config, which validates hardware through this layer."""
+
+    num_nodes: int
+
+    def hardware_on_node(self, node_rank: int) -> Sequence[tuple[str, str, int, HardwareEntry]]:
+        """(type name, node group label, hardware rank, entry) of every device declared on ``node_rank``."""
+        ...
+
+    def declared_accelerators(self) -> dict[int, int]:
+        """node rank -> ``accelerators_per_node`` where a node group gives it."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -41,21 +55,19 @@ class Inventory:
         }
 
 
-def probe_local(node_rank: int, cluster: ClusterConfig, timeout_s: float = 2.0) -> Inventory:
+def probe_local(node_rank: int, cluster: DeclaredHardware, timeout_s: float = 2.0) -> Inventory:
     """Probe this machine as node ``node_rank``: count accelerators and look for every device the
     config declares on this node. Each device check is bounded by ``timeout_s``."""
-    from rlhw.hardware.types.accelerator import Accelerator
-
     if not 0 <= node_rank < cluster.num_nodes:
         raise HardwareError(f"node rank {node_rank} is outside the cluster's 0-{cluster.num_nodes - 1}")
     by_type: dict[str, list] = {}
     for type_name, _label, _rank, entry in cluster.hardware_on_node(node_rank):
         by_type.setdefault(type_name, []).append(entry)
     devices = {name: get_hardware_type(name).probe(entries, timeout_s) for name, entries in by_type.items()}
-    return Inventory(node_rank, socket.gethostname(), Accelerator.detect(timeout_s=max(timeout_s, 5.0)), devices)
+    return Inventory(node_rank, socket.gethostname(), count_accelerators(timeout_s=max(timeout_s, 5.0)), devices)
 
 
-def check_inventory(cluster: ClusterConfig, inventories: Mapping[int, Inventory] | Iterable[Inventory]) -> None:
+def check_inventory(cluster: DeclaredHardware, inventories: Mapping[int, Inventory] | Iterable[Inventory]) -> None:
     """Raise one HardwareError listing every node that is missing, every declared device that was
     not found, and every accelerator count that differs from ``accelerators_per_node``."""
     if isinstance(inventories, Mapping):
@@ -65,8 +77,6 @@ def check_inventory(cluster: ClusterConfig, inventories: Mapping[int, Inventory]
     problems: list[str] = []
     missing_nodes = [r for r in range(cluster.num_nodes) if r not in by_node]
     if missing_nodes:
-        from rlhw.placement.grammar import format_ranks
-
         problems.append(
             f"node rank{'s' if len(missing_nodes) > 1 else ''} {format_ranks(missing_nodes)} did not report "
             f"(num_nodes is {cluster.num_nodes}; is every node started with its node rank?)"

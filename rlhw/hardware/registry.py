@@ -18,8 +18,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from rlhw.config.base import StrictModel
 from rlhw.errors import ConfigError
+from rlhw.schema import StrictModel
 
 
 class HardwareEntry(StrictModel):
@@ -57,6 +57,9 @@ class HardwareType:
 
 _REGISTRY: dict[str, type[HardwareType]] = {}
 _LOADED = False
+#: The package whose modules are the built-in types. Named, not imported: the types import this registry,
+#: and it finds them as plugins, the way `rlhw.robot.registry` finds drivers.
+TYPES_PACKAGE = "rlhw.hardware.types"
 
 
 def register_hardware(cls: type[HardwareType]) -> type[HardwareType]:
@@ -78,11 +81,10 @@ def _load_builtin_types() -> None:
     if _LOADED:
         return
     _LOADED = True
-    from rlhw.hardware import types as package
-
+    package = importlib.import_module(TYPES_PACKAGE)
     for info in pkgutil.iter_modules(package.__path__):
         if not info.name.startswith("_"):
-            importlib.import_module(f"{package.__name__}.{info.name}")
+            importlib.import_module(f"{TYPES_PACKAGE}.{info.name}")
 
 
 def hardware_types() -> dict[str, type[HardwareType]]:

@@ -10,15 +10,12 @@ process ranks, one per resource, starting after the highest rank given so far in
 from __future__ import annotations
 
 import difflib
-from typing import TYPE_CHECKING
 
 from rlhw.errors import PlacementError
 from rlhw.placement.grammar import RankRange, check_multiple, format_ranks, parse_placement
 from rlhw.placement.records import Placement
 from rlhw.placement.resources import ACCELERATOR, NODE, ResourceTable, group_resources
-
-if TYPE_CHECKING:
-    from rlhw.config.cluster import ClusterConfig, ComponentRule
+from rlhw.placement.view import ClusterView, RuleView
 
 #: More processes than this in one component is a typo, not a plan; refuse before allocating them.
 MAX_PROCESSES = 1_000_000
@@ -41,7 +38,7 @@ class PlacementPlan(dict):
         return getattr(self, "_num_nodes", 0)
 
 
-def plan(cluster: ClusterConfig, accelerators: dict[int, int] | None = None) -> PlacementPlan:
+def plan(cluster: ClusterView, accelerators: dict[int, int] | None = None) -> PlacementPlan:
     """Plan every component. ``accelerators`` is the detected GPU count per node rank on a live
     cluster; without it (dry run) the groups' ``accelerators_per_node`` are used."""
     counts = _accelerator_counts(cluster, accelerators)
@@ -53,7 +50,7 @@ def plan(cluster: ClusterConfig, accelerators: dict[int, int] | None = None) -> 
     return out
 
 
-def _accelerator_counts(cluster: ClusterConfig, detected: dict[int, int] | None) -> dict[int, int]:
+def _accelerator_counts(cluster: ClusterView, detected: dict[int, int] | None) -> dict[int, int]:
     counts = cluster.declared_accelerators()
     if detected is None:
         return counts
@@ -72,8 +69,8 @@ def _accelerator_counts(cluster: ClusterConfig, detected: dict[int, int] | None)
 def _plan_component(
     name: str,
     key: str,
-    rule: ComponentRule,
-    cluster: ClusterConfig,
+    rule: RuleView,
+    cluster: ClusterView,
     counts: dict[int, int],
     tables: dict[str, ResourceTable],
 ) -> list[Placement]:

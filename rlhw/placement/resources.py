@@ -13,10 +13,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from rlhw.config.cluster import ClusterConfig
+from rlhw.placement.view import ClusterView
 
 ACCELERATOR = "Accelerator"
 NODE = "node"
@@ -41,7 +39,7 @@ class ResourceTable:
         return f"group {self.group!r} has {len(self)} {kind} rank{'s' if len(self) != 1 else ''}"
 
 
-def group_resources(cluster: ClusterConfig, label: str, accelerators: dict[int, int]) -> ResourceTable:
+def group_resources(cluster: ClusterView, label: str, accelerators: dict[int, int]) -> ResourceTable:
     if label == "node":
         nodes = tuple(range(cluster.num_nodes))
         return ResourceTable("node", NODE, nodes, (0,) * len(nodes), nodes)

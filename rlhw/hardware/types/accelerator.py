@@ -6,16 +6,12 @@ used and checked against that statement (``rlhw.hardware.check_inventory``).
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from typing import ClassVar
 
+from rlhw.hardware.accelerators import VISIBLE_DEVICES_ENV, count_accelerators
 from rlhw.hardware.registry import HardwareType, register_hardware
 
-#: The variable that hides accelerators from a process; the planner's ``visible_accelerators``
-#: is what the runtime writes into it.
-VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
+__all__ = ["VISIBLE_DEVICES_ENV", "Accelerator"]
 
 
 @register_hardware
@@ -26,42 +22,4 @@ class Accelerator(HardwareType):
     @classmethod
     def detect(cls, timeout_s: float = 5.0) -> int:
         """How many accelerators this process can use (honours CUDA_VISIBLE_DEVICES)."""
-        physical = _count_with_nvidia_smi(timeout_s)
-        if physical is None:
-            # No nvidia-smi: without the NVIDIA kernel driver there is no CUDA device, and asking
-            # torch would cost seconds of import for nothing.
-            physical = _count_with_torch() if os.path.exists("/proc/driver/nvidia") else 0
-        visible = os.environ.get(VISIBLE_DEVICES_ENV)
-        if visible is None:
-            return physical
-        ids = []
-        for part in visible.split(","):
-            part = part.strip()
-            if not part or part == "-1":
-                break  # CUDA stops at the first invalid entry
-            ids.append(part)
-        return min(len(ids), physical)
-
-
-def _count_with_nvidia_smi(timeout_s: float) -> int | None:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=timeout_s, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode != 0:
-        return None
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
-
-
-def _count_with_torch() -> int:
-    """Fallback without nvidia-smi. torch already applies CUDA_VISIBLE_DEVICES, so the min() in
-    detect() leaves its answer unchanged."""
-    try:
-        import torch  # imported here: a planner run must not pay for torch
-
-        return int(torch.cuda.device_count())
-    except Exception:
-        return 0
+        return count_accelerators(timeout_s)

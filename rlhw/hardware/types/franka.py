@@ -15,9 +15,9 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from rlhw.config.base import StrictModel
 from rlhw.hardware.registry import HardwareEntry, HardwareType, register_hardware
 from rlhw.network import FCI_PORT, tcp_connect_problem
+from rlhw.schema import StrictModel
 
 _HOSTNAME = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
