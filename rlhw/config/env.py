@@ -19,6 +19,7 @@ from pydantic import Field, field_validator, model_validator
 
 from rlhw.config.base import StrictModel
 from rlhw.config.vision import RewardConfig
+from rlhw.drivers_registry import teleop_devices
 from rlhw.errors import ConfigError, FaultKind
 
 Vec3 = tuple[float, float, float]
@@ -276,9 +277,10 @@ class TeleopConfig(StrictModel):
     of the client's, through the same safety layer.
     """
 
-    device: Literal["none", "spacemouse", "keyboard", "scripted"] = Field(
+    device: str = Field(
         "none",
-        description="teleop device: none, spacemouse (3Dconnexion, pyspacemouse), keyboard (the terminal), scripted (a simulated expert)",
+        description="teleop device: none, or a registered device (rlhw.drivers_registry.teleop_devices): spacemouse "
+        "(3Dconnexion, pyspacemouse), keyboard (the terminal), scripted (a simulated expert), or a plugin's",
     )
     always_active: bool = Field(
         False, description="execute the operator's action on every step, active or not (rlhw record-demos sets it)"
@@ -347,6 +349,15 @@ class TeleopConfig(StrictModel):
     )
     takeover_steps: int = Field(8, ge=1, le=1000, description="scripted intervene: steps driven before giving back")
     seed: int = Field(0, ge=0, description="scripted: seed of its noise and decisions")
+
+    @field_validator("device")
+    @classmethod
+    def _registered_device(cls, value: str) -> str:
+        """The registry, not a closed list, says which devices exist: a plugin's device is valid once registered."""
+        known = teleop_devices()
+        if value != "none" and value not in known:
+            raise ValueError(f"unknown teleop device {value!r}; registered devices: none, {', '.join(known)}")
+        return value
 
 
 class EnvConfig(StrictModel):
