@@ -111,32 +111,38 @@ class FakeEnv:
             time.sleep(self.step_delay_s)
         self.steps += 1
         self.last_action = action
+        return self._step_one(action, t0) if self.num_envs == 1 else self._step_batch(action, t0)
+
+    def _step_one(self, action: np.ndarray, t0: float) -> Step:
+        """One instance: the benchmarks' path, so the env's own cost stays near zero."""
+        self._t1 += 1
+        # seven floats: Python beats numpy's per-call overhead
+        values = action.tolist() if action.ndim == 1 else action.reshape(-1).tolist()
+        if any(values):
+            jp = self._row["joint_pos"]  # the instance's row: no broadcasting
+            jp += 0.01 * action
+            np.clip(jp, -3.0, 3.0, out=jp)
+        executed, intervened = np.asarray(action, np.float32).reshape(1, -1), FLAG[False]
+        if self.intervene_every:
+            executed, intervened = self._intervention(executed, self._t1)
+        now = np.array([time.time()])
+        return Step(
+            self._obs,
+            np.array([-sum(map(abs, values))]),
+            FLAG[False],
+            FLAG[self._t1 >= self.episode_length],
+            FLAG[False],
+            executed,
+            intervened,
+            _NO_FAULT,
+            _NO_MESSAGE,
+            dict.fromkeys(self._obs, now),
+            {"env": time.perf_counter() - t0},
+        )
+
+    def _step_batch(self, action: np.ndarray, t0: float) -> Step:
+        """n instances, with same-step autoreset of the ones whose episode ended."""
         n = self.num_envs
-        if n == 1:  # the benchmark's path: keep the env's own cost near zero
-            self._t1 += 1
-            # seven floats: Python beats numpy's per-call overhead
-            values = action.tolist() if action.ndim == 1 else action.reshape(-1).tolist()
-            if any(values):
-                jp = self._row["joint_pos"]  # the instance's row: no broadcasting
-                jp += 0.01 * action
-                np.clip(jp, -3.0, 3.0, out=jp)
-            executed, intervened = np.asarray(action, np.float32).reshape(1, -1), FLAG[False]
-            if self.intervene_every:
-                executed, intervened = self._intervention(executed, self._t1)
-            now = np.array([time.time()])
-            return Step(
-                self._obs,
-                np.array([-sum(map(abs, values))]),
-                FLAG[False],
-                FLAG[self._t1 >= self.episode_length],
-                FLAG[False],
-                executed,
-                intervened,
-                _NO_FAULT,
-                _NO_MESSAGE,
-                dict.fromkeys(self._obs, now),
-                {"env": time.perf_counter() - t0},
-            )
         self._t += 1
         # The joint position follows the action a little, so tests can see actions arrive.
         if action.any():
