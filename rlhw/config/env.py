@@ -377,6 +377,13 @@ class EnvConfig(StrictModel):
         None, description="sim-only mode: replace every robot and camera by this driver, keeping the placement"
     )
     control_hz: float = Field(10.0, allow_inf_nan=False, gt=0, le=1000, description="policy steps per second")
+    pace: Literal["free", "real_time"] = Field(
+        "free",
+        description="simulators: free = each step as soon as the last one is done (a person at a device still "
+        "gets control_hz); real_time = every step keeps env.control_hz on the clock, as a real arm does, so "
+        "deadlines, obs->action latency and the UTD gate (between episodes only) behave as on a cell. A real "
+        "arm always keeps real time",
+    )
     num_envs: int = Field(
         1, ge=1, le=4096, description="env instances per env server (simulators only; 1 for a real arm)"
     )

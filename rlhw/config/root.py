@@ -29,14 +29,13 @@ class Config(StrictModel):
         return self
 
     @model_validator(mode="after")
-    def _rehearsal_runs_locally(self) -> Config:
-        # The judge's verdict (eval/success_rate in a rehearsal) travels in the step info of the in-process
-        # runner; the pipeline's wire carries one success flag, the measured one, so its eval figure would be
-        # the classifier's opinion presented as the truth.
-        if self.env.sim_state == "hidden" and self.train.runner != "local":
+    def _rehearsal_has_its_judge(self) -> Config:
+        # A rehearsal's eval/success_rate is the simulator judge's verdict (Step.judge_success), which only a
+        # single simulator stepped in the env worker's own process reports: a batch reports none.
+        if self.env.sim_state == "hidden" and self.env.num_envs > 1:
             raise ConfigError(
-                "train.runner",
-                "env.sim_state=hidden (a rehearsal) logs the simulator judge's eval verdict from the in-process runner "
-                "only; set train.runner=local (the pipeline's wire carries the measured success alone)",
+                "env.num_envs",
+                f"is {self.env.num_envs}, but env.sim_state=hidden (a rehearsal) judges eval episodes by the "
+                "simulator's judge, which a batch of simulators does not report; set env.num_envs=1, as on a cell",
             )
         return self

@@ -27,8 +27,9 @@ from rlhw.rl.resume import resume_run
 from rlhw.rl.rundir import RunDir
 from rlhw.rl.sac import SAC, resolve_device
 from rlhw.rl.seeds import episode_seed, seed_process
-from rlhw.rl.session import Counters, StopReason, TrainingSession, VerdictTally, interrupted
+from rlhw.rl.session import Counters, StopReason, TrainingSession, interrupted
 from rlhw.rl.spaces import AgentSpace
+from rlhw.rl.verdicts import VerdictTally
 from rlhw.robot.step import Step
 from rlhw.runtime.isolation import GcGuard, apply_learner_threads, apply_loop_isolation
 from rlhw.runtime.stop_signals import interrupt_cause
@@ -87,14 +88,6 @@ def run_episode(
         hooks.stepped = on_info
     loop.run(hooks, seed=episode_seed(rng))
     return results[0]
-
-
-def tally_verdicts(tally: VerdictTally, step: Step) -> None:
-    """One step's classifier verdict (``success``, when the env's ``reward_classifier`` extra says it ran) against
-    the judge's. A classifier success ends its episode (``env.reward.terminate_on_success``, the default)."""
-    if step.judge_success is not None and step.extras and "reward_classifier" in step.extras[0]:
-        success = bool(step.success[0])
-        tally.add(success, bool(step.judge_success[0]), success)
 
 
 def train_local(
@@ -230,7 +223,7 @@ class LocalRun:
 
     def _note_step(self, step: Step) -> None:
         """A train step: the classifier against the judge, and where the step's time went."""
-        tally_verdicts(self.verdicts, step)
+        self.verdicts.add_step(step)
         timing = step.timing
         self.phases.env_steps += 1
         self.phases.env_s += float(timing.get("total", 0.0))

@@ -55,40 +55,6 @@ def interrupted(env_steps: int, saved: bool, cause: signal.Signals = signal.SIGI
     )
 
 
-@dataclass
-class VerdictTally:
-    """How often a success classifier (the reward of a rehearsal) disagreed with the simulator's judge on the
-    train steps it judged since the last eval: HIL-SERL's sign that a policy learned to fool its classifier
-    (false successes) or that the classifier misses real ones (false negatives)."""
-
-    steps: int = 0
-    false_positives: int = 0  # the classifier said success, the judge did not
-    false_negatives: int = 0  # the judge saw success, the classifier did not
-    judged_positive: int = 0
-    false_success_episodes: int = 0  # train episodes the classifier ended as a success the judge did not see
-
-    def add(self, classifier: bool, judge: bool, ended: bool) -> None:
-        self.steps += 1
-        self.judged_positive += judge
-        self.false_positives += classifier and not judge
-        self.false_negatives += judge and not classifier
-        self.false_success_episodes += ended and classifier and not judge
-
-    def row(self) -> dict[str, float]:
-        """The period's figures for metrics.jsonl (rates over the judge's negatives / positives; NaN when none)."""
-        negatives = self.steps - self.judged_positive
-        return {
-            "reward/classifier_steps": self.steps,
-            "reward/classifier_false_positives": self.false_positives,
-            "reward/classifier_false_negatives": self.false_negatives,
-            "reward/classifier_fp_rate": self.false_positives / negatives if negatives else float("nan"),
-            "reward/classifier_fn_rate": (
-                self.false_negatives / self.judged_positive if self.judged_positive else float("nan")
-            ),
-            "reward/classifier_false_success_episodes": self.false_success_episodes,
-        }
-
-
 class TrainingSession:
     def __init__(self, config: Config, run_dir: RunDir, counters: Counters | None = None):
         self.cfg = config.train

@@ -62,7 +62,7 @@ class RobotEnv:
     step that starts late resynchronises instead of bursting, and the step's ``timing["late"]`` says by
     how much. With a simulated arm it calls ``arm.advance(period)`` instead of sleeping, and then, when a
     person drives it (a teleop device whose ``operator`` is `Operator.HUMAN`), also sleeps to the end of
-    the period: ``paced`` says which (docs/teleop.md, "Pacing").
+    the period, as it does with ``env.pace: real_time``: ``paced`` says which (docs/teleop.md, "Pacing").
 
     Faults. A `RobotFault` from the driver, a camera or a state check ends the episode: the arm is
     stopped and recovered (see rlhw.robot.safety), ``step`` returns ``truncated`` with
@@ -139,9 +139,14 @@ class RobotEnv:
 
     @property
     def paced(self) -> bool:
-        """Steps keep ``env.control_hz`` on the clock: a real arm's time, or a person at a simulated arm's device
-        (the device's declared `Operator`), who could not react to a simulator running flat out."""
-        return self.realtime or (self.takeover is not None and self.takeover.operator is Operator.HUMAN)
+        """Steps keep ``env.control_hz`` on the clock: a real arm's time, a simulator told to keep it
+        (``env.pace: real_time``, a rehearsal of a cell's timing), or a person at a simulated arm's device (the
+        device's declared `Operator`), who could not react to a simulator running flat out."""
+        return (
+            self.realtime
+            or self.config.pace == "real_time"
+            or (self.takeover is not None and self.takeover.operator is Operator.HUMAN)
+        )
 
     # -- lifecycle -----------------------------------------------------------------------------
     def connect(self) -> None:
@@ -296,7 +301,7 @@ class RobotEnv:
         action = self._check_action(action)
         t0 = self.clock.now()
         timing: dict[str, float] = {}
-        if self.realtime:  # how old the observation this action answers is, as the action arrives
+        if self.paced:  # how old the observation this action answers is, as the action arrives
             timing["obs_age"] = t0 - self._observed_at
         clipped = False
         choice = None

@@ -14,7 +14,7 @@ from rlhw.cli.train_reward import read_episodes
 from rlhw.config import load_config
 from rlhw.rl.local import train_local
 from rlhw.rl.rundir import RunDir
-from rlhw.rl.session import VerdictTally
+from rlhw.rl.verdicts import VerdictTally
 from rlhw.vision.labels import frame_labels
 from tests.vision.test_classifier_env import constant_classifier
 

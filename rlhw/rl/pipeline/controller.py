@@ -54,6 +54,7 @@ from rlhw.rl.pipeline.utd_gate import step_allowance, updates_owed
 from rlhw.rl.rundir import RunDir
 from rlhw.rl.session import StopReason, TrainingSession, interrupted
 from rlhw.rl.spaces import observation_shapes
+from rlhw.rl.verdicts import VerdictTally
 from rlhw.runtime.stop_signals import cause_text, interrupt_cause
 
 POLL_S = 0.05
@@ -240,6 +241,7 @@ class Controller:
 
     def __init__(self, config: Config, run_dir: RunDir, pipe: Pipeline):
         self.cfg, self.run_dir, self.pipe = config.train, run_dir, pipe
+        self.rehearsal = config.env.sim_state == "hidden"
         self.session = TrainingSession(config, run_dir, pipe.resumed)
         self.base_steps = self.session.c.env_steps  # steps of the runs this one resumes
         self.collected = [0] * pipe.n_env  # train steps per env worker, in this run
@@ -249,6 +251,10 @@ class Controller:
         self.session.status_extra["env_restarts"] = self.restarts
         self.explore_random = True  # the rollout workers act uniformly at random until learning_starts
         self.eval_results: list[EpisodeResult] = []  # finished eval episodes, whichever poll brought them in
+        # A simulator judge's reports (a rehearsal): eval episodes it judged, and the classifier against it on train
+        # steps since the last eval (logged with each eval, as the local runner does).
+        self.judged_evals = 0
+        self.verdicts = VerdictTally()
 
     # ---- the loop
     def run(self) -> StopReason:
@@ -329,6 +335,9 @@ class Controller:
             self.collected[res.rank] = res.train_steps
             self.restarts[res.rank] = res.restarts
             self.env_wait_s[res.rank] = res.utd_wait_s
+            if res.judge is not None:
+                self.judged_evals += res.judge.eval_episodes
+                self.verdicts.merge(res.judge.verdicts)
         total = self.base_steps + sum(self.collected)
         if total > session.c.env_steps:
             session.add_env_steps(total - session.c.env_steps)
@@ -411,7 +420,23 @@ class Controller:
                 time.sleep(POLL_S)
         results = self.eval_results[:]
         self.eval_results.clear()
-        self.session.record_eval(results)
+        self.session.record_eval(results, self._judge_row(len(results)))
+
+    def _judge_row(self, episodes: int) -> dict[str, float]:
+        """A rehearsal's eval: its success is the judge's (`JudgeReport`); the classifier against the judge since
+        the last eval joins the row. An eval of a rehearsal that no judge saw would log the classifier's opinion
+        as the truth: that stops the run."""
+        judged, self.judged_evals = self.judged_evals, 0
+        verdicts, self.verdicts = self.verdicts, VerdictTally()
+        if self.rehearsal and episodes and not judged:
+            raise PipelineFailure(
+                "controller",
+                f"a rehearsal (env.sim_state=hidden) evaluated {episodes} episodes and no simulator judge reported "
+                "on them, so eval/success_rate would be the classifier's opinion; the env workers must step their "
+                "simulator in process (env.num_envs=1)",
+            )
+        row = {"eval/judged_episodes": judged} if self.rehearsal else {}
+        return {**row, **(verdicts.row() if verdicts.steps else {})}
 
     def checkpoint(self) -> None:
         self.pipe.learners.execute_on(0).save_checkpoint(self.session.c).wait(CALL_TIMEOUT_S)

@@ -41,11 +41,12 @@ from rlhw.rl.pipeline.acting import PolicyNextToArm
 from rlhw.rl.pipeline.env_server import EnvServerError, EnvServerProcess, open_remote_env
 from rlhw.rl.pipeline.lane import ChannelEnvEnd, DirectEnvEnd, EnvLaneEnd, LaneAddress
 from rlhw.rl.pipeline.loop_health import LoopTimer
-from rlhw.rl.pipeline.messages import Actions, EnvProgress, EnvStep, EpisodeResult
+from rlhw.rl.pipeline.messages import Actions, EnvProgress, EnvStep, EpisodeResult, JudgeReport
 from rlhw.rl.pipeline.utd_gate import UtdGate
 from rlhw.rl.replay import TransitionBatch
 from rlhw.rl.sac import resolve_device
 from rlhw.rl.seeds import SeedStream, episode_seed, rank_seed
+from rlhw.rl.verdicts import VerdictTally
 from rlhw.robot.spec import EnvSpec
 from rlhw.robot.step import Step
 from rlhw.runtime.isolation import GcGuard, apply_loop_isolation
@@ -115,6 +116,8 @@ class EnvWorker(Worker):
         self.episodes: list[EpisodeResult] = []  # finished train episodes since the last poll
         self.eval_results: list[EpisodeResult] = []
         self.timer = LoopTimer()
+        self._clear_judge()  # a simulated arm's judge, for the controller alone (`JudgeReport`)
+        self._judged_episode = False  # the judge saw a step of the running episode (one instance: see _stepped)
         self.isolation = config.cluster.node_env(self.info.node_rank).isolation
         self.loop_isolation: dict | None = None  # what took effect in the loop thread (its start sets it)
         self.gc_guard = GcGuard()
@@ -153,7 +156,7 @@ class EnvWorker(Worker):
             sink=self._sink,
             step=self._step,
             note=lambda text: self.faults.append(text),
-            stepped=lambda step: self.timer.stepped(step.timing),
+            stepped=self._stepped,
             stopping=lambda: self.stopping,
         )
 
@@ -194,9 +197,9 @@ class EnvWorker(Worker):
     @property
     def wait_inside(self) -> bool:
         """Where the UTD gate may hold the loop: before any train step of a simulator in this process; only
-        between episodes for a real arm (behind its server) and for a simulation a person drives or that keeps
-        real time (`RobotEnv.paced`)."""
-        return self.transport == "in_process" and not getattr(self.env, "paced", False)
+        between episodes for a real arm (behind its server) and for a simulation that keeps real time as a real
+        arm does (``env.pace: real_time``) or that a person drives (`RobotEnv.paced`)."""
+        return self.transport == "in_process" and not self.env.paced
 
     def spec(self) -> EnvSpec:
         """What the learners build their networks from: the env's spec (shapes per instance)."""
@@ -241,9 +244,17 @@ class EnvWorker(Worker):
                 faults=self.faults,
                 error=self.error,
                 utd_wait_s=self.gate.waited_s,
+                judge=JudgeReport(self._judged_steps, self._judged_evals, self._verdicts)
+                if self._judged_steps
+                else None,
             )
             self.episodes, self.eval_results, self.faults = [], [], []
+            self._clear_judge()
             return out
+
+    def _clear_judge(self) -> None:
+        """What the judge saw since the last poll (caller holds the lock, or nothing runs yet)."""
+        self._judged_steps, self._judged_evals, self._verdicts = 0, 0, VerdictTally()
 
     def server_pid(self) -> int | None:
         """Process id of the env server child (tests kill it to check the restart); None in process."""
@@ -359,11 +370,26 @@ class EnvWorker(Worker):
 
     def _report(self, kind: str, result: EpisodeResult) -> None:
         """A finished episode, for the controller's next poll (caller holds the lock)."""
+        judged, self._judged_episode = self._judged_episode, False
         if kind == EVAL:
             self.eval_pending -= 1
             self.eval_results.append(result)
+            self._judged_evals += judged  # its success is the judge's verdict (`Step.outcome`)
         elif kind == TRAIN:
             self.episodes.append(result)
+
+    def _stepped(self, step: Step) -> None:
+        """After each env step: the loop timer, and where a simulator judged the step, the judge's report (the
+        classifier against the judge on train steps). Only a single env has a judge (a batch reports none), so
+        the step is one instance's, of the episode the book says is running."""
+        self.timer.stepped(step.timing)
+        if step.judge_success is None:
+            return
+        with self.lock:
+            self._judged_steps += step.num_envs
+            self._judged_episode = True
+            if self.episode_loop.book.rows(TRAIN):
+                self._verdicts.add_step(step)
 
     def _count_train_steps(self, n: int) -> None:
         with self.lock:

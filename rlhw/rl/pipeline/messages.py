@@ -5,6 +5,7 @@
     rollout worker --transition batch (replay channel, key = learner rank)--> learner worker
     learner worker rank 0 --PolicyWeights (weights channel, key = rollout rank)--> rollout worker
     env worker --EnvProgress, rollout worker --RolloutProgress (``poll()``, Ray calls)--> controller
+        (a simulated arm's EnvProgress also carries its judge's JudgeReport: to the controller, nowhere else)
 
 Why dataclasses: these cross process boundaries (pickled through Ray channels), so a field renamed on one
 side would otherwise surface as a ``KeyError`` deep in the other process. A receiver checks the type of
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from rlhw.rl.replay import TransitionBatch  # the transitions an EnvStep carries, in the replay buffer's fields
+from rlhw.rl.verdicts import VerdictTally
 
 OBS_CHANNEL = "rlhw.train.obs"
 ACTION_CHANNEL = "rlhw.train.actions"
@@ -101,6 +103,23 @@ class PolicyWeights:
 
 
 @dataclass(frozen=True, slots=True)
+class JudgeReport:
+    """A simulator's evaluation judge (`Task.judge`, rlhw/robot/rehearsal.py) on what one env worker ran since
+    its last poll: the field of a simulated arm only (`EnvProgress.judge` is None where no judge saw a step, as on
+    a real arm). It goes to the controller alone: `EnvStep` and its wire codec have no place for it, so no
+    observation, reward, done flag, replay row or learner batch carries it.
+
+    ``steps``: env steps the judge gave its verdict on (train and eval); ``eval_episodes``: eval episodes of the
+    same poll whose success is the judge's verdict (`Step.outcome`), so a rehearsal's ``eval/success_rate`` is
+    the judge's and never the classifier's; ``verdicts``: the success classifier against the judge on the train
+    steps it judged (HIL-SERL's sign that the policy fools its classifier)."""
+
+    steps: int
+    eval_episodes: int
+    verdicts: VerdictTally
+
+
+@dataclass(frozen=True, slots=True)
 class EnvProgress:
     """An env worker's answer to ``poll()``: counters, and what finished since the previous poll.
 
@@ -110,7 +129,8 @@ class EnvProgress:
     ``status``: idle, waiting (for the learner, between episodes), episode or failed; ``restarts``: env server
     children restarted; ``faults``: robot faults and refused steps since the last poll, as text for the log;
     ``eval_pending``: eval episodes still wanted; ``utd_wait_s``: seconds the loop has waited for the learner
-    (async mode's UTD gate, rlhw.rl.pipeline.utd_gate) since the worker started.
+    (async mode's UTD gate, rlhw.rl.pipeline.utd_gate) since the worker started; ``judge``: a simulator judge's
+    report (`JudgeReport`), None without one.
     """
 
     rank: int
@@ -124,6 +144,7 @@ class EnvProgress:
     faults: list[str] = field(default_factory=list)
     error: str | None = None
     utd_wait_s: float = 0.0
+    judge: JudgeReport | None = None
 
 
 @dataclass(frozen=True, slots=True)
