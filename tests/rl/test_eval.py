@@ -74,6 +74,14 @@ def test_the_wilson_interval_matches_its_textbook_values():
     assert wilson_interval(0, 0) == (0.0, 1.0)  # no episode: nothing is known
 
 
+def test_the_wilson_interval_contains_its_estimate_with_exact_bounds_at_0_and_n():
+    assert wilson_interval(10, 10)[1] == 1.0 and wilson_interval(0, 10)[0] == 0.0  # not 0.9999999999999999
+    for n in range(1, 60):
+        for successes in range(n + 1):
+            low, high = wilson_interval(successes, n)
+            assert 0.0 <= low <= successes / n <= high <= 1.0, (successes, n)
+
+
 @pytest.mark.timeout(300)
 def test_eval_on_mujoco_prints_each_episode_writes_json_and_records_the_episodes(checkpoint, tmp_path):
     out, run = tmp_path / "eval.json", tmp_path / "run"
