@@ -27,6 +27,7 @@ import numpy as np
 from drivers.mujoco import _gl
 from drivers.mujoco import scene as _scene
 from drivers.mujoco.arm import MujocoArm
+from drivers.mujoco.render import RenderThread, refuse_forked_child
 from rlhw.errors import FaultKind, RobotFault
 from rlhw.robot.camera import Camera, Frame, Intrinsics
 
@@ -53,40 +54,41 @@ class _SharedRenderer:
     A context holds the scene's meshes and textures (about 100 MiB with software GL), and any
     camera of any arm of the same model can be drawn with it: cameras only differ in which MjData
     and which scene camera they draw. So N simulated arms with cameras in one process cost one
-    context, not N. A lock serialises renders from several threads.
+    context, not N. The context lives on a render thread of its own (drivers/mujoco/render.py), which
+    also serialises renders asked for by several threads.
     """
 
     _pool: dict[tuple[int, int, int], _SharedRenderer] = {}
     _pool_lock = threading.Lock()
 
-    def __init__(self, key: tuple[int, int, int], renderer: mujoco.Renderer):
+    def __init__(self, key: tuple[int, int, int], thread: RenderThread):
         self.key = key
-        self.renderer = renderer
-        self.lock = threading.Lock()
+        self.thread = thread
         self.users = 0
 
     @classmethod
-    def acquire(cls, model: mujoco.MjModel, width: int, height: int) -> _SharedRenderer:
+    def acquire(cls, model: mujoco.MjModel, width: int, height: int, timeout_s: float) -> _SharedRenderer:
         key = (id(model), width, height)
+        refuse_forked_child(f"{width}x{height}")  # the pool may hold the parent's renderers
         with cls._pool_lock:
             shared = cls._pool.get(key)
             if shared is None:
-                shared = cls(key, mujoco.Renderer(model, height, width))
-                cls._pool[key] = shared
+                thread = RenderThread(model, width, height, name=f"{width}x{height}", start_timeout_s=timeout_s)
+                shared = cls._pool[key] = cls(key, thread)
             shared.users += 1
             return shared
 
     def release(self) -> None:
         with self._pool_lock:
             self.users -= 1
-            if self.users == 0:
-                self._pool.pop(self.key, None)
-                self.renderer.close()
+            if self.users > 0:
+                return
+            if self._pool.get(self.key) is self:
+                del self._pool[self.key]
+        self.thread.close()
 
     def render(self, data: mujoco.MjData, camera_id: int, option: mujoco.MjvOption) -> np.ndarray:
-        with self.lock:
-            self.renderer.update_scene(data, camera=camera_id, scene_option=option)
-            return self.renderer.render()  # a fresh HxWx3 uint8 array per call
+        return self.thread.render(data, camera_id, option)  # a fresh HxWx3 uint8 array per call
 
 
 def scene_camera_for(serial: str, index: int = 0) -> str:
@@ -158,7 +160,9 @@ class MujocoCamera(Camera):
         model.vis.global_.offwidth = max(model.vis.global_.offwidth, self.width)
         model.vis.global_.offheight = max(model.vis.global_.offheight, self.height)
         try:
-            self._renderer = _SharedRenderer.acquire(model, self.width, self.height)
+            self._renderer = _SharedRenderer.acquire(model, self.width, self.height, timeout_s)
+        except RobotFault:
+            raise
         except Exception as e:  # GL context creation failed: say which backend and how to fix it
             raise RobotFault(
                 FaultKind.NOT_CONNECTED,
