@@ -20,8 +20,10 @@ stop. ``train.mode``:
 Either way the achieved UTD (updates per env step after ``learning_starts``) is logged as ``train/utd`` and
 recorded in ``run.json`` (``utd``), with the seconds the env workers waited for the learner.
 
-A dead env worker (or a failed robot loop) ends the run cleanly: the controller saves a checkpoint, writes
-``run.json`` with the worker's name and reason, and returns; every transition is already on disk.
+A dead env worker (or a failed robot loop) leaves the run while another cell is in it: the others go on, and
+run.json's ``cells`` names it (rlhw.rl.pipeline.fleet). The last cell's death, or the learner's, ends the run
+cleanly: the controller stops every arm where it is, saves a checkpoint, writes ``run.json`` with the worker's
+name and reason, and returns; every transition is already on disk.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ from rlhw.errors import ConfigError, WorkerError
 from rlhw.rl.checkpoint import checked_init_from
 from rlhw.rl.demos import env_provenance, load_demos
 from rlhw.rl.pipeline.env_worker import EnvWorker, env_transport
+from rlhw.rl.pipeline.fleet import Fleet
 from rlhw.rl.pipeline.learner_worker import LearnerWorker
-from rlhw.rl.pipeline.loop_health import loop_metrics
 from rlhw.rl.pipeline.messages import (
     ACTION_CHANNEL,
     OBS_CHANNEL,
@@ -134,9 +136,11 @@ class Pipeline:
                 self.groups.append(self.rollouts)
                 lanes = self.rollouts.lane_address().wait(CALL_TIMEOUT_S)
             start_s = config.train.env_start_timeout_s + 30
-            self.envs = EnvWorker.create_group(
-                config, str(run_dir.path), self.n_rollout, prefix, lanes, lane_token, self.n_learner
-            ).launch(self.cluster, component="env", ready_timeout_s=start_s)
+            self.envs = Fleet(  # the env workers as cells: one that dies leaves the run, the others go on
+                EnvWorker.create_group(
+                    config, str(run_dir.path), self.n_rollout, prefix, lanes, lane_token, self.n_learner
+                ).launch(self.cluster, component="env", ready_timeout_s=start_s)
+            )
             self.groups.append(self.envs)
             self.spec = self.envs.execute_on(0).spec().wait(CALL_TIMEOUT_S)[0]
             # Bad demos fail here, with the field named, rather than inside every learner rank.
@@ -161,7 +165,7 @@ class Pipeline:
     def poll_envs(self) -> list[EnvProgress]:
         results = [expect(r, EnvProgress, "env worker poll()") for r in self.envs.poll().wait(CALL_TIMEOUT_S)]
         for r in results:
-            if r.error:
+            if r.error and not self.envs.drop(r.rank, r.error):  # the last cell in the run: the run ends
                 raise PipelineFailure(self.envs.addresses[r.rank], r.error)
         return results
 
@@ -271,7 +275,7 @@ class Controller:
                     pipe.check_rollouts()
                     last_check = time.monotonic()
                 if session.log_due():
-                    session.set_extra(**loop_metrics(pipe.envs.loop_health().wait(CALL_TIMEOUT_S)))
+                    session.set_extra(**pipe.envs.health_row(CALL_TIMEOUT_S))
                     self.note_utd()
                     session.log()
                 if session.eval_due():
@@ -287,6 +291,7 @@ class Controller:
             # Data-parallel ranks must hold identical weights; run.json records the evidence.
             session.status_extra["learner_weight_digests"] = pipe.learners.weights_digest().wait(CALL_TIMEOUT_S)
             session.status_extra["loop_health"] = pipe.envs.loop_health().wait(CALL_TIMEOUT_S)
+            session.status_extra["cells"] = pipe.envs.report()
             if pipe.rollouts is not None:
                 session.status_extra["rollout_isolation"] = [
                     r.loop_isolation for r in pipe.rollouts.poll().wait(CALL_TIMEOUT_S)
@@ -326,6 +331,7 @@ class Controller:
         """Count what the env workers report: episodes, faults, steps, eval results (handed over once each)."""
         session = self.session
         for res in results:
+            self.pipe.envs.absorb(res)  # the cell's own counters (rlhw.rl.pipeline.fleet)
             self.eval_results.extend(res.eval_results)  # a poll hands them over once: never drop them
             for ret, success, length, interventions in res.episodes:
                 session.add_episode(ret, success, length, interventions)
@@ -382,8 +388,7 @@ class Controller:
                 cfg.utd_ratio,
                 cfg.learning_starts,
                 cfg.utd_slack,
-                self.base_steps,
-                self.pipe.n_env,
+                *self.pipe.envs.fair_share(self.base_steps, self.collected),
             ),
         )
         if self.granted is None or steps > self.granted:
@@ -408,11 +413,12 @@ class Controller:
     def evaluate(self) -> None:
         """``eval_episodes`` (rounded up to a multiple of the env workers), recorded by the session."""
         pipe = self.pipe
-        per_env = math.ceil(self.cfg.eval_episodes / pipe.n_env)
+        per_env = math.ceil(self.cfg.eval_episodes / len(pipe.envs.live))
         self.eval_results.clear()
+        pipe.envs.start_eval(per_env)
         pipe.envs.evaluate(per_env).wait(CALL_TIMEOUT_S)
         # In async mode train_owed() polls too: results it brings in land in eval_results through absorb().
-        while len(self.eval_results) < per_env * pipe.n_env:
+        while not pipe.envs.eval_done():
             self.absorb(pipe.poll_envs())
             if self.cfg.mode == "async":
                 self.train_owed()
@@ -447,6 +453,12 @@ class Controller:
         who = e.who if isinstance(e, PipelineFailure) else e.address
         reason = e.reason if isinstance(e, PipelineFailure) else str(e).splitlines()[0]
         _note(f"stopping: {who} failed: {reason}")
+        # Every arm stops where it is and holds (its episode ends there, recorded): nothing moves for a run
+        # that has lost its learner or its last cell.
+        if _try(lambda: self.pipe.envs.stop_loop().wait(CALL_TIMEOUT_S)):
+            self.session.status_extra["arms_stopped_at"] = time.time()  # no step is recorded after this
+        _try(lambda: self.absorb(self.pipe.poll_envs()))  # their last steps, counted
+        self.session.status_extra["cells"] = self.pipe.envs.report()
         saved = _try(self.checkpoint)
         return self.session.finish(
             StopReason(

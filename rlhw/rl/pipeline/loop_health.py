@@ -56,6 +56,7 @@ class LoopTimer:
         self._t_step: float | None = None
         self.late_by_phase: Counter[str] = Counter()  # late steps counted by the phase that made them late
         self.late_recent: deque[dict] = deque(maxlen=_KEEP_LATE)
+        self.deadlines = self.missed = 0  # every timed step and every late one, since the start (not bounded)
 
     def episode_started(self) -> None:
         self._t_obs, self._t_step, self._prev_observe = self.clock(), None, 0.0
@@ -77,6 +78,8 @@ class LoopTimer:
         late = _env_phase(timing, "late")
         if late is not None:
             self.lateness.append(late)
+            self.deadlines += 1
+            self.missed += late > 0
             if late > 0 and self.latencies:
                 self._late_step(late, now - self._t_action, timing)
         self._prev_observe = _env_phase(timing, "observe") or 0.0
@@ -113,6 +116,8 @@ class LoopTimer:
             "obs_age_p50_ms": None,
             "obs_age_p99_ms": None,
             "num_envs": num_envs,
+            "deadlines": self.deadlines,
+            "missed_deadlines": self.missed,
         }
         if self.obs_ages:
             age = np.array(list(self.obs_ages))
