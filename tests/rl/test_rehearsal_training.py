@@ -31,6 +31,8 @@ TINY = [
     "train.progress=false",
     "train.log_every_steps=6",
     "train.sac.batch_size=4",
+    "train.runner=local",  # the in-process runner's tally (the pipeline's: test_pipeline_rehearsal.py)
+    "cluster.node_groups[0].env_configs[0].loop_priority=null",  # one thread also learns: not at SCHED_FIFO here
 ]
 
 

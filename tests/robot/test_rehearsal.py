@@ -93,10 +93,12 @@ def test_a_success_nobody_can_judge_is_refused_naming_the_classifier(tmp_path):
     assert e.value.path == "env.reward.classifier" and "rlhw train-reward" in e.value.message
 
 
-def test_a_rehearsal_on_the_pipeline_is_refused_naming_the_runner():
+def test_a_rehearsal_of_a_batch_of_simulators_is_refused_naming_num_envs():
+    """A batch reports no judge's verdict, and eval/success_rate is the judge's (the pipeline runs a rehearsal:
+    tests/rl/test_pipeline_rehearsal.py)."""
     with pytest.raises(ConfigError) as e:
-        load_config(PIXELS, ["train.runner=pipeline"])
-    assert e.value.path == "train.runner"
+        load_config(PIXELS, ["env.num_envs=2"])
+    assert e.value.path == "env.num_envs"
 
 
 def test_the_scripted_operator_recording_demos_marks_success_as_a_person_would(tmp_path):
