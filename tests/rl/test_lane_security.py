@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 
 from rlhw.rl.pipeline.lane import DirectEnvEnd, DirectRolloutEnd, LaneAddress, LaneError
-from rlhw.rl.pipeline.lane_wire import ACCEPT, CHALLENGE, HELLO, PREFIX, REFUSE, TAG, VERDICT
+from rlhw.rl.pipeline.lane_frames import PREFIX, TAG
+from rlhw.rl.pipeline.lane_wire import ACCEPT, BUSY, CHALLENGE, HELLO, MAGIC, REFUSE, VERDICT
 from rlhw.rl.pipeline.messages import Actions, EnvStep, pack
 from tests.waiting import wait_until
 
@@ -68,10 +69,11 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return data
 
 
-def _refusal(sock: socket.socket) -> str:
-    """The reason the rollout end gives when it refuses the connection ``sock`` (whose challenge was read)."""
-    kind, size = VERDICT.unpack(_recv_exact(sock, VERDICT.size))
-    assert kind == REFUSE
+def _refusal(sock: socket.socket, kind: int = REFUSE) -> str:
+    """The reason the rollout end gives when it refuses the connection ``sock`` (whose challenge was read), for
+    good (REFUSE) or for now (BUSY: the peer may try again)."""
+    got, size = VERDICT.unpack(_recv_exact(sock, VERDICT.size))
+    assert got == kind
     reason = _recv_exact(sock, size).decode()
     try:
         assert sock.recv(1) == b""  # then it closes the connection
@@ -233,9 +235,7 @@ def test_a_pickle_is_never_unpickled_not_even_in_a_frame_sealed_by_a_peer_that_h
     exploit, marker = _armed_pickle(tmp_path)
     impostor = _connect(rollout_end.address)  # no token: a forged hello, then the pickle as the old lane framed it
     _recv_exact(impostor, CHALLENGE.size)
-    impostor.sendall(
-        HELLO.pack(b"RLHWLN02", 0, os.urandom(16), os.urandom(32)) + struct.pack("!Q", len(exploit)) + exploit
-    )
+    impostor.sendall(HELLO.pack(MAGIC, 0, os.urandom(16), os.urandom(32)) + struct.pack("!Q", len(exploit)) + exploit)
     assert "proof does not match" in _refusal(impostor)
     insider = DirectEnvEnd(rollout_end.address, TOKEN, env_rank=0, rollout_rank=0, timeout_s=5.0)
     try:
@@ -391,7 +391,7 @@ def test_a_flood_past_the_rollout_workers_file_descriptors_still_lets_an_env_wor
         address = LaneAddress("127.0.0.1", int(proc.stdout.readline()))
         flood = [_connect(address) for _ in range(100)]
         _recv_exact(flood[0], CHALLENGE.size)  # the oldest was accepted, then pushed out for a newer one
-        assert "connections pending and no file descriptors left" in _refusal(flood[0])
+        assert "connections pending and no file descriptors left" in _refusal(flood[0], BUSY)
         env = DirectEnvEnd(address, TOKEN, env_rank=0, rollout_rank=0, timeout_s=5.0)
         try:
             env.send(_step(0))
@@ -410,7 +410,7 @@ def test_a_connection_that_sends_no_hello_is_closed_after_the_handshake_bound_sa
     try:
         silent = _connect(end.address)
         _recv_exact(silent, CHALLENGE.size)
-        assert "handshake not read: no complete hello within 0.2 s" in _refusal(silent)
+        assert "handshake not read: no complete hello within 0.2 s" in _refusal(silent, BUSY)
         assert wait_until(lambda: end.refused == 1) and not end.doorman.pending
     finally:
         end.close()

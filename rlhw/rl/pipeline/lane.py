@@ -32,19 +32,23 @@ packets, or break the TCP connection.
 
 from __future__ import annotations
 
+import logging
 import selectors
 import socket
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from rlhw.retry import retry
+from rlhw.rl.pipeline.lane_frames import DEFAULT_BOUND, FrameBound, LaneError, SealedStream
 from rlhw.rl.pipeline.lane_wire import (
     HANDSHAKE_TIMEOUT_S,
     MAX_PENDING,
     PENDING_TIMEOUT_S,
     Doorman,
-    LaneError,
-    SealedStream,
+    LaneBusy,
     env_handshake,
 )
 from rlhw.rl.pipeline.messages import (
@@ -59,6 +63,7 @@ from rlhw.rl.pipeline.messages import (
 
 __all__ = [
     "LaneError",
+    "LaneBusy",
     "LaneAddress",
     "EnvLaneEnd",
     "RolloutLaneEnd",
@@ -66,7 +71,10 @@ __all__ = [
     "DirectRolloutEnd",
     "ChannelEnvEnd",
     "ChannelRolloutEnd",
+    "join",
 ]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -99,26 +107,41 @@ class RolloutLaneEnd(Protocol):
 
     def answer(self, env: int, actions: Actions) -> None: ...
 
+    def limit(self, bound: FrameBound) -> None: ...
+
     def close(self) -> None: ...
 
 
 # ---- direct: one TCP stream per env worker
 class DirectEnvEnd:
-    """An env worker's direct lane to its rollout worker (connected and authenticated in the constructor)."""
+    """An env worker's direct lane to its rollout worker (connected and authenticated in the constructor, each
+    step of the handshake within ``handshake_timeout_s``); the `Actions` it reads are bounded by ``bound``
+    (`rlhw.rl.pipeline.lane_frames.actions_bound` of the run's spec). One try: `join` retries."""
 
-    def __init__(self, address: LaneAddress, token: bytes, env_rank: int, rollout_rank: int, timeout_s: float):
+    def __init__(
+        self,
+        address: LaneAddress,
+        token: bytes,
+        env_rank: int,
+        rollout_rank: int,
+        timeout_s: float,
+        bound: FrameBound = DEFAULT_BOUND,
+        handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
+    ):
         self.timeout_s = timeout_s
         peer = f"rollout worker {rollout_rank} at {address}"
         try:
-            sock = socket.create_connection((address.host, address.port), timeout=HANDSHAKE_TIMEOUT_S)
+            sock = socket.create_connection((address.host, address.port), timeout=handshake_timeout_s)
+        except TimeoutError:
+            raise LaneBusy(f"cannot reach {peer} within {handshake_timeout_s:g} s") from None
         except OSError as e:
             raise LaneError(f"cannot reach {peer} ({e.strerror or e})") from None
         try:
-            to_rollout, to_env = env_handshake(sock, token, env_rank, peer)
+            to_rollout, to_env = env_handshake(sock, token, env_rank, peer, handshake_timeout_s)
+            self.stream = SealedStream(sock, peer, to_rollout, to_env, bound)
         except BaseException:
             sock.close()
             raise
-        self.stream = SealedStream(sock, peer, to_rollout, to_env)
 
     def send(self, msg: EnvStep) -> None:
         self.stream.write(expect(msg, EnvStep, "step lane"), self.timeout_s)
@@ -130,13 +153,52 @@ class DirectEnvEnd:
         self.stream.close()
 
 
+def join(
+    address: LaneAddress,
+    token: bytes,
+    env_rank: int,
+    rollout_rank: int,
+    timeout_s: float,
+    within_s: float,
+    bound: FrameBound = DEFAULT_BOUND,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> DirectEnvEnd:
+    """A `DirectEnvEnd`, tried again (`rlhw.retry.retry`: 0.05 s, doubling up to 1 s) while the rollout end
+    refuses it for a flood or a step of the handshake times out or is cut (`LaneBusy`), for at most ``within_s``
+    s in all (``train.env_start_timeout_s``). Each failed try is logged with its reason; a refusal for good
+    (another run's token or version) is not tried again."""
+    deadline, failed = clock() + within_s, []
+
+    def one_try() -> DirectEnvEnd:
+        step_s = min(HANDSHAKE_TIMEOUT_S, max(deadline - clock(), 0.1))
+        try:
+            return DirectEnvEnd(address, token, env_rank, rollout_rank, timeout_s, bound, step_s)
+        except LaneBusy as e:
+            failed.append(e)
+            log.warning("env worker %d: step lane join, try %d failed: %s", env_rank, len(failed), e)
+            raise
+
+    try:
+        return retry(one_try, retry_on=LaneBusy, within_s=within_s, clock=clock, sleep=sleep)
+    except LaneBusy as e:
+        raise LaneError(
+            f"env worker {env_rank} did not join its step lane in {len(failed)} tries within {within_s:g} s "
+            f"(train.env_start_timeout_s); the last try: {e}"
+        ) from None
+
+
 class DirectRolloutEnd:
     """A rollout worker's direct lane: it listens on ``host``; each env worker connects once.
 
     A doorman thread accepts connections and runs their handshakes (`rlhw.rl.pipeline.lane_wire.Doorman`), so
     env workers can connect before the rollout loop runs and no number of silent or garbage connections keeps
-    them out; the loop's ``receive`` reads every stream with a frame waiting. ``handshake_timeout_s`` and
-    ``max_pending``: the doorman's bounds on an unfinished handshake (tests shrink them)."""
+    them out; the loop's ``receive`` takes what has arrived on every stream without waiting on any one, so a
+    peer that sends a frame slowly, or only its start, holds up no other (its frame is dropped after
+    ``timeout_s``). Whatever goes wrong with one peer's frames (too large for ``bound``, failing its tag, not
+    decoding, a message for an env rank other than the one its connection proved) drops that peer alone,
+    as a `LaneError` naming it, logged and kept in ``closed``. ``handshake_timeout_s`` and ``max_pending``: the
+    doorman's bounds on an unfinished handshake (tests shrink them)."""
 
     def __init__(
         self,
@@ -145,13 +207,14 @@ class DirectRolloutEnd:
         timeout_s: float,
         handshake_timeout_s: float = PENDING_TIMEOUT_S,
         max_pending: int = MAX_PENDING,
+        bound: FrameBound = DEFAULT_BOUND,
     ):
-        self.timeout_s = timeout_s
+        self.timeout_s, self.bound = timeout_s, bound
         self.listener = socket.create_server((host, 0), backlog=128)
         self.address = LaneAddress(host, self.listener.getsockname()[1])
         self.selector = selectors.DefaultSelector()
         self.streams: dict[int, SealedStream] = {}
-        self.closed: list[str] = []  # why env workers' streams ended (for diagnostics)
+        self.closed: list[str] = []  # why env workers' streams ended (each a LaneError's words, for diagnostics)
         self._new: list[tuple[int, SealedStream]] = []
         self._lock = threading.Lock()
         self.doorman = Doorman(self.listener, token, self._joined, handshake_timeout_s, max_pending)
@@ -160,6 +223,12 @@ class DirectRolloutEnd:
     def refused(self) -> int:
         """Connections that did not finish the handshake (wrong proof, garbage, silent, evicted)."""
         return self.doorman.refused
+
+    def limit(self, bound: FrameBound) -> None:
+        """Bound every frame from now on by ``bound`` (the rollout worker's, once it knows the run's spec)."""
+        self.bound = bound
+        for stream in self.streams.values():
+            stream.bound = bound
 
     def _joined(self, rank: int, stream: SealedStream) -> None:
         with self._lock:
@@ -170,37 +239,77 @@ class DirectRolloutEnd:
             new, self._new = self._new, []
         for rank, stream in new:
             if rank in self.streams:  # the same env rank connected again: the new stream replaces it
-                self._drop(rank, f"env worker {rank} connected again")
+                self._drop(rank, LaneError(f"env worker {rank} connected again"))
+            stream.bound = self.bound
             self.streams[rank] = stream
             self.selector.register(stream.sock, selectors.EVENT_READ, rank)
 
     def receive(self, timeout: float) -> list[EnvStep]:
+        """Every `EnvStep` whose frame is whole, waiting at most ``timeout`` s for one. Nothing a peer sends
+        raises out of it: a peer whose frame fails is dropped (its env worker's own loop reports the end)."""
         self._register_new()
         msgs = []
         for key, _ in self.selector.select(timeout):
             try:
-                msgs.append(self.streams[key.data].read(EnvStep, self.timeout_s))
-            except LaneError as e:  # it stopped, died or sent a bad frame; the controller's poll reports it
-                self._drop(key.data, str(e))
+                msg = self.streams[key.data].poll(EnvStep)
+                if msg is not None:
+                    msgs.append(self._proven(key.data, msg))
+            except LaneError as e:
+                self._drop(key.data, e)
+        self._expire()
         return msgs
 
+    def _proven(self, rank: int, msg: EnvStep) -> EnvStep:
+        """``msg`` if it is for the env rank its connection proved; else a `LaneError`, so no connection can have
+        its observations answered to another env worker's arm."""
+        if msg.env != rank:
+            stream = self.streams[rank]
+            stream.close()
+            raise LaneError(
+                f"{stream.peer} sent a message for env rank {msg.env}: its connection proved rank {rank} and "
+                "speaks for no other; connection dropped"
+            )
+        return msg
+
+    def _expire(self) -> None:
+        """Drop each peer whose frame began to arrive more than ``timeout_s`` ago and is still not whole."""
+        now = time.monotonic()
+        for rank, stream in list(self.streams.items()):
+            if stream.started is not None and now - stream.started > self.timeout_s:
+                got, size = stream.pending
+                self._drop(
+                    rank,
+                    LaneError(
+                        f"{stream.peer} sent {got} of a frame's {size or 'first 16'} bytes in {self.timeout_s:g} s "
+                        "(train.step_timeout_s); connection dropped"
+                    ),
+                )
+
     def answer(self, env: int, actions: Actions) -> None:
+        """Send ``actions`` to env worker ``env``; a `LaneError` if it has no stream (dropped) or the send fails
+        (the stream is then dropped: the rollout worker goes on with the others)."""
         stream = self.streams.get(env)
         if stream is None:
             raise LaneError(f"env worker {env} has no step lane to this rollout worker (it closed: {self.closed})")
-        stream.write(expect(actions, Actions, "step lane"), self.timeout_s)
+        try:
+            stream.write(expect(actions, Actions, "step lane"), self.timeout_s)
+        except LaneError as e:
+            self._drop(env, e)
+            raise
 
-    def _drop(self, rank: int, why: str) -> None:
+    def _drop(self, rank: int, why: LaneError | None) -> None:
         stream = self.streams.pop(rank)
         self.selector.unregister(stream.sock)
         stream.close()
-        self.closed.append(why)
+        self.closed.append(str(why) if why else f"env worker {rank}: closed by the rollout worker")
+        if why:
+            log.warning("step lane: %s", why)
 
     def close(self) -> None:
         self.doorman.close()
         self.listener.close()
         for rank in list(self.streams):
-            self._drop(rank, "closed by the rollout worker")
+            self._drop(rank, None)
         with self._lock:
             new, self._new = self._new, []
         for _, stream in new:
@@ -254,6 +363,9 @@ class ChannelRolloutEnd:
 
     def answer(self, env: int, actions: Actions) -> None:
         self.act_ch.put(actions, key=env, timeout=self.timeout_s)
+
+    def limit(self, bound: FrameBound) -> None:
+        """Nothing: the channels' messages come through Ray, not from the robot network."""
 
     def close(self) -> None:
         pass

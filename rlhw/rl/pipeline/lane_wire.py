@@ -1,26 +1,24 @@
-"""What crosses the robot network on a direct step lane: the handshake, sealed frames, and the doorman.
+"""What crosses the robot network on a direct step lane before its frames: the handshake, and the doorman.
 
 The handshake (one and a half round trips, the token itself never crosses):
 
     rollout -> env   CHALLENGE  magic, rollout nonce                              (at once, on accept)
     env -> rollout   HELLO      magic, env rank, env nonce, HMAC(token, "env" | transcript)
-    rollout -> env   VERDICT    accept + HMAC(token, "rollout" | transcript), or refuse + why (text)
+    rollout -> env   VERDICT    accept + HMAC(token, "rollout" | transcript), or refuse or busy + why (text)
 
 where the transcript is magic | env rank | rollout nonce | env nonce. Each end proves the token over a nonce
 the other end has just drawn, so a hello or an answer captured on one connection proves nothing on another.
 Each direction's frames then carry an AES-256-GCM tag (GMAC: the frame is authenticated, not encrypted)
 under a key derived from the token and the transcript, with the frame's sequence number as the nonce, so a
 byte changed, a frame injected, replayed, dropped or reordered fails the next check, and the connection is
-dropped. Frames stay readable on the wire: nothing is encrypted.
-
-A frame: header length and payload length (two uint64), the message's typed header and payload (the codec
-of `rlhw.rl.pipeline.messages.pack`), and the 16-byte tag over everything before it. Both lengths are
-bounded before anything is allocated, and nothing is decoded before its tag checks out.
+dropped (`rlhw.rl.pipeline.lane_frames`: the frames, their bounds and how they are read). The rank in the
+hello is the one rank that connection speaks for: the rollout end refuses a message for any other.
 
 The doorman runs every pending handshake on the rollout side in one thread, non-blocking: a connection that
 stays silent or sends garbage holds nothing but its socket, and is closed after ``timeout_s`` or, when
 ``max_pending`` connections wait, the oldest unfinished one is refused ("handshake not read: N connections
-pending") so the newest, which a legitimate env worker finishes within a round trip, is always read.
+pending") so the newest, which a legitimate env worker finishes within a round trip, is always read. Those two
+refusals say BUSY, not REFUSE: the env worker may try again (`LaneBusy`); a wrong proof or version it may not.
 """
 
 from __future__ import annotations
@@ -38,31 +36,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from rlhw.rl.pipeline.lane_frames import LaneError, SealedStream
 
-from rlhw.errors import RlhwError
-from rlhw.rl.pipeline.messages import MAX_PAYLOAD_BYTES, FrameError, pack, unpack
-
-MAGIC = b"RLHWLN02"
+MAGIC = b"RLHWLN03"
 CHALLENGE = struct.Struct("!8s16s")  # magic, rollout nonce
 HELLO = struct.Struct("!8sI16s32s")  # magic, env rank, env nonce, env proof
-VERDICT = struct.Struct("!BH")  # ACCEPT (then the rollout proof) or REFUSE (then why, UTF-8), and that length
-ACCEPT, REFUSE = 1, 2
+VERDICT = struct.Struct("!BH")  # ACCEPT (then the rollout proof), REFUSE or BUSY (then why, UTF-8), and that length
+ACCEPT, REFUSE, BUSY = 1, 2, 3
 MAX_REASON = 512
 HANDSHAKE_TIMEOUT_S = 10.0  # the env end's bound on each handshake step
 PENDING_TIMEOUT_S = 5.0  # the doorman's bound on a connection's hello (a legitimate one takes a round trip)
 MAX_PENDING = 256  # unfinished handshakes held at once; past it the oldest is refused
-PREFIX = struct.Struct("!QQ")  # a frame's header and payload lengths
-TAG = 16
-MAX_HEADER = 1 << 16
-MAX_PAYLOAD = MAX_PAYLOAD_BYTES
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
-class LaneError(RlhwError):
-    """The step lane to a peer broke: it closed, refused the handshake, sent a frame that fails its check or
-    does not decode, or did not answer in time. The connection is closed."""
+class LaneBusy(LaneError):
+    """A join the rollout end did not finish: it was busy (a flood of connections pushed this one out) or a step
+    of the handshake timed out or was cut. A later try may get in (`rlhw.rl.pipeline.lane.join` retries it)."""
 
 
 @dataclass(frozen=True)
@@ -88,42 +78,31 @@ class Transcript:
         return self._mac(token, b"frame key env->rollout"), self._mac(token, b"frame key rollout->env")
 
 
-def recv_exact(
-    sock: socket.socket, buf: memoryview, timeout: float, peer: str, bound: str = "train.step_timeout_s"
-) -> None:
-    """Fill ``buf`` from ``sock`` within ``timeout`` s per read (``bound`` names where that comes from); a
-    `LaneError` naming ``peer`` otherwise."""
+def _handshake_recv(sock: socket.socket, n: int, timeout: float, peer: str, step: str) -> bytes:
+    """``n`` bytes of the handshake, each read within ``timeout`` s; `LaneBusy` saying which ``step`` did not come."""
+    buf, got = bytearray(n), 0
     sock.settimeout(timeout)
-    got = 0
     try:
-        while got < len(buf):
-            k = sock.recv_into(buf[got:])
+        while got < n:
+            k = sock.recv_into(memoryview(buf)[got:])
             if k == 0:
-                raise LaneError(f"{peer} closed the step lane: it stopped or died")
+                raise LaneBusy(f"{peer} closed the connection during the step lane handshake ({step})")
             got += k
     except TimeoutError:
-        raise LaneError(f"{peer} sent nothing for {timeout:g} s ({bound})") from None
+        raise LaneBusy(f"{peer} did not finish the step lane handshake ({step}) within {timeout:g} s") from None
     except ConnectionError as e:
-        raise LaneError(f"{peer} closed the step lane ({e.strerror or e}): it stopped or died") from None
-
-
-def _recv(sock: socket.socket, n: int, timeout: float, peer: str, bound: str = "train.step_timeout_s") -> bytes:
-    buf = bytearray(n)
-    recv_exact(sock, memoryview(buf), timeout, peer, bound)
+        raise LaneBusy(f"{peer} cut the step lane handshake ({step}: {e.strerror or e})") from None
     return bytes(buf)
 
 
-def _handshake_recv(sock: socket.socket, n: int, peer: str, step: str) -> bytes:
-    try:
-        return _recv(sock, n, HANDSHAKE_TIMEOUT_S, peer, "the handshake's bound")
-    except LaneError as e:
-        raise LaneError(f"{peer} did not finish the step lane handshake ({step}): {e}") from None
-
-
-def env_handshake(sock: socket.socket, token: bytes, rank: int, peer: str) -> tuple[bytes, bytes]:
-    """The env end of the handshake on a connected ``sock``: the frame keys (env -> rollout, rollout -> env), or a
-    `LaneError` saying which step failed and why (the rollout end's own words when it refused)."""
-    magic, rollout_nonce = CHALLENGE.unpack(_handshake_recv(sock, CHALLENGE.size, peer, "no challenge"))
+def env_handshake(
+    sock: socket.socket, token: bytes, rank: int, peer: str, timeout: float = HANDSHAKE_TIMEOUT_S
+) -> tuple[bytes, bytes]:
+    """The env end of the handshake on a connected ``sock``, each step within ``timeout`` s: the frame keys (env ->
+    rollout, rollout -> env), or `LaneBusy` (refused for a flood, timed out or cut: try again) or `LaneError`
+    (refused for good: another run's token or another version), saying which step failed and why (the rollout
+    end's own words when it refused)."""
+    magic, rollout_nonce = CHALLENGE.unpack(_handshake_recv(sock, CHALLENGE.size, timeout, peer, "no challenge"))
     if magic != MAGIC:
         raise LaneError(
             f"{peer} is not an rlhw step lane of this version (its challenge starts {magic!r}, not "
@@ -133,97 +112,16 @@ def env_handshake(sock: socket.socket, token: bytes, rank: int, peer: str) -> tu
     try:
         sock.sendall(HELLO.pack(MAGIC, rank, t.env_nonce, t.env_proof(token)))
     except OSError as e:
-        raise LaneError(f"{peer} closed the step lane during the handshake ({e.strerror or e})") from None
-    kind, size = VERDICT.unpack(_handshake_recv(sock, VERDICT.size, peer, "no verdict on its hello"))
-    if kind == REFUSE and size <= MAX_REASON:
-        why = _handshake_recv(sock, size, peer, "a refusal cut short").decode(errors="replace")
+        raise LaneBusy(f"{peer} closed the step lane during the handshake ({e.strerror or e})") from None
+    kind, size = VERDICT.unpack(_handshake_recv(sock, VERDICT.size, timeout, peer, "no verdict on its hello"))
+    if kind in (REFUSE, BUSY) and size <= MAX_REASON:
+        why = _handshake_recv(sock, size, timeout, peer, "a refusal cut short").decode(errors="replace")
         why = "".join(c if c.isprintable() else "?" for c in why)  # unauthenticated text: no terminal escapes
-        raise LaneError(f"{peer} refused the step lane handshake: {why}")
-    proof = _handshake_recv(sock, 32, peer, "no proof") if (kind, size) == (ACCEPT, 32) else b""
+        raise (LaneBusy if kind == BUSY else LaneError)(f"{peer} refused the step lane handshake: {why}")
+    proof = _handshake_recv(sock, 32, timeout, peer, "no proof") if (kind, size) == (ACCEPT, 32) else b""
     if not hmac.compare_digest(proof, t.rollout_proof(token)):
         raise LaneError(f"{peer} did not prove it holds the run's lane token: not this run's rollout worker")
     return t.keys(token)
-
-
-def frame(msg) -> bytearray:
-    """``msg`` (an `EnvStep` or `Actions`) as a frame: its lengths, header and payload, and room for its tag."""
-    buf, header_len, payload_len = pack(msg, front=PREFIX.size, back=TAG)
-    PREFIX.pack_into(buf, 0, header_len, payload_len)
-    return buf
-
-
-def seal(aead: AESGCM, seq: int, buf: bytearray) -> None:
-    """Write the tag of frame ``seq`` over all of ``buf`` but its last ``TAG`` bytes into those bytes."""
-    view = memoryview(buf)
-    view[-TAG:] = aead.encrypt(seq.to_bytes(12, "big"), b"", view[:-TAG])
-
-
-def intact(aead: AESGCM, seq: int, buf: bytearray) -> bool:
-    """Whether ``buf`` ends with the right tag for frame ``seq`` of this direction."""
-    view = memoryview(buf)
-    try:
-        aead.decrypt(seq.to_bytes(12, "big"), bytes(view[-TAG:]), view[:-TAG])
-    except InvalidTag:
-        return False
-    return True
-
-
-class SealedStream:
-    """A connected socket carrying `EnvStep` / `Actions` frames, each sealed with a GMAC tag under this
-    direction's key and sequence number; ``peer`` names the other end in every error."""
-
-    def __init__(self, sock: socket.socket, peer: str, send_key: bytes, receive_key: bytes):
-        self.sock, self.peer = sock, peer
-        self._seal, self._check = AESGCM(send_key), AESGCM(receive_key)
-        self.sent = self.received = 0
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def write(self, msg, timeout: float) -> None:
-        self.send_sealed(frame(msg), timeout)
-
-    def send_sealed(self, buf: bytearray, timeout: float) -> None:
-        """Seal ``buf`` (a frame with ``TAG`` bytes left at its end) with the next sequence number and send it."""
-        seal(self._seal, self.sent, buf)
-        self.sent += 1
-        self.sock.settimeout(timeout)
-        try:
-            self.sock.sendall(buf)
-        except TimeoutError:
-            raise LaneError(f"{self.peer} did not take a message within {timeout:g} s") from None
-        except OSError as e:
-            raise LaneError(f"{self.peer} closed the step lane ({e.strerror or e}): it stopped or died") from None
-
-    def read(self, expected: type, timeout: float):
-        """The next frame's ``expected`` message; `LaneError` if it does not come, fails its tag or does not decode."""
-        prefix = _recv(self.sock, PREFIX.size, timeout, self.peer)
-        header_len, payload_len = PREFIX.unpack(prefix)
-        if header_len > MAX_HEADER or payload_len > MAX_PAYLOAD:
-            self.close()
-            raise LaneError(
-                f"{self.peer} announced a frame of {header_len} + {payload_len} bytes, over the step "
-                f"lane's {MAX_HEADER} + {MAX_PAYLOAD}: not a frame of this run's lane; connection dropped"
-            )
-        buf = bytearray(PREFIX.size + header_len + payload_len + TAG)
-        buf[: PREFIX.size] = prefix
-        recv_exact(self.sock, memoryview(buf)[PREFIX.size :], timeout, self.peer)
-        if not intact(self._check, self.received, buf):
-            self.close()
-            raise LaneError(
-                f"{self.peer} sent a frame (number {self.received}) that fails its integrity check: bytes "
-                "were injected, changed, replayed or reordered on the way; connection dropped"
-            )
-        self.received += 1
-        try:
-            return unpack(buf, PREFIX.size, header_len, payload_len, expected)
-        except FrameError as e:
-            self.close()
-            raise LaneError(f"{self.peer} sent a frame that does not decode ({e}); connection dropped") from None
-
-    def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
 
 
 @dataclass(eq=False)
@@ -341,8 +239,7 @@ class Doorman:
             )
         self._release(p)
         to_rollout, to_env = t.keys(self.token)
-        try:
-            p.sock.setblocking(True)
+        try:  # the socket stays non-blocking: the rollout end polls its frames
             stream = SealedStream(p.sock, f"env worker {rank} at {p.where}", to_env, to_rollout)
         except OSError as e:  # it reset the connection meanwhile
             p.sock.close()
@@ -360,7 +257,7 @@ class Doorman:
         oldest = next(iter(self.pending.values()))
         self._read(oldest)  # a hello already there is read, never refused unread
         if oldest.sock in self.pending:
-            self._refuse(oldest, f"handshake not read: {len(self.pending)} connections pending {why}".rstrip())
+            self._refuse(oldest, f"handshake not read: {len(self.pending)} connections pending {why}".rstrip(), BUSY)
 
     def _expire(self, now: float) -> None:
         while (oldest := next(iter(self.pending.values()), None)) is not None and oldest.deadline <= now:
@@ -368,14 +265,16 @@ class Doorman:
                 oldest,
                 f"handshake not read: no complete hello within {self.timeout_s:g} s "
                 f"({len(self.pending)} connections pending)",
+                BUSY,
             )
 
-    def _refuse(self, p: _Pending, why: str) -> None:
-        """Tell the peer why (best effort, it may be gone) and close its connection."""
+    def _refuse(self, p: _Pending, why: str, kind: int = REFUSE) -> None:
+        """Tell the peer why (best effort, it may be gone) and whether it may try again (``kind`` BUSY), and close
+        its connection."""
         self._release(p)
         reason = why.encode()[:MAX_REASON]
         try:
-            p.sock.send(VERDICT.pack(REFUSE, len(reason)) + reason)
+            p.sock.send(VERDICT.pack(kind, len(reason)) + reason)
         except OSError:
             pass
         p.sock.close()

@@ -29,7 +29,8 @@ import torch
 
 from rlhw.config.root import Config
 from rlhw.rl.pipeline.acting import ActingPolicy, Feeder, ReplayForwarder, WeightsFollower
-from rlhw.rl.pipeline.lane import ChannelRolloutEnd, DirectRolloutEnd, LaneAddress, RolloutLaneEnd
+from rlhw.rl.pipeline.lane import ChannelRolloutEnd, DirectRolloutEnd, LaneAddress, LaneError, RolloutLaneEnd
+from rlhw.rl.pipeline.lane_frames import env_step_bound
 from rlhw.rl.pipeline.messages import Actions, EnvStep, RolloutProgress
 from rlhw.rl.sac import resolve_device
 from rlhw.rl.seeds import SeedStream, rank_seed
@@ -73,6 +74,7 @@ class RolloutWorker(Worker):
         self.policy = ActingPolicy(
             spec, self.cfg.sac, self.device, seed=rank_seed(self.cfg.seed, SeedStream.ACTING, self.rank)
         )
+        self.lane.limit(env_step_bound(spec, self.config.env.num_envs))  # no frame larger than the spec allows
         self.feeder = Feeder(self.policy, self.replay, self.weights, name=f"rollout-feeder-{self.rank}")
         self.thread = threading.Thread(target=self._loop, daemon=True, name=f"rollout-{self.rank}")
         self.thread.start()
@@ -134,7 +136,10 @@ class RolloutWorker(Worker):
         start = 0
         for m in want:
             n = m.wanted
-            self.lane.answer(m.env, Actions(answer.actions[start : start + n], answer.versions[start : start + n]))
+            try:
+                self.lane.answer(m.env, Actions(answer.actions[start : start + n], answer.versions[start : start + n]))
+            except LaneError:  # that env worker's lane broke (dropped and logged); its own loop reports it
+                pass
             start += n
         self.served += len(deterministic)
         self.batches += 1
