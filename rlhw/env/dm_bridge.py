@@ -43,6 +43,10 @@ SERVICE_NAME = "dm_env_rpc.v1.Environment"
 ACTION_UID = 1
 _REWARD = "reward"
 _DISCOUNT = "discount"
+# (each attribute read of a protobuf enum wrapper goes through its __getattr__: read them once)
+_RUNNING = dm.EnvironmentStateType.RUNNING
+_TERMINATED = dm.EnvironmentStateType.TERMINATED
+_INTERRUPTED = dm.EnvironmentStateType.INTERRUPTED
 
 
 def _spec(name: str, dtype, shape, low=None, high=None) -> dm.TensorSpec:
@@ -85,6 +89,16 @@ class DmEnvRpcService(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         specs.observations[self.obs_uids[_REWARD]].CopyFrom(_spec(_REWARD, np.float32, ()))
         specs.observations[self.obs_uids[_DISCOUNT]].CopyFrom(_spec(_DISCOUNT, np.float32, (), 0.0, 1.0))
         self.specs = specs
+        # Per observation uid: its dtype and dm_env_rpc's packer for it, found once (pack_tensor finds the packer
+        # per call, then its tensor is copied into the response).
+        dtypes = {uid: tensor_utils.data_type_to_np_type(s.dtype) for uid, s in specs.observations.items()}
+        self.packers = {uid: (np.dtype(d), tensor_utils.get_packer(d)) for uid, d in dtypes.items()}
+        # A float action's payload field (dm_env_rpc's packer's name) and shape as a client usually sends them,
+        # read as a list of values (`_Stream._action`); any other action goes through tensor_utils.
+        action_dtype = np.dtype(a.dtype)
+        self.action_payload = tensor_utils.get_packer(action_dtype).name if action_dtype.kind == "f" else None
+        self.action_shape = list(host.checker.shape)
+        self._requested: dict[tuple[int, ...], list[int]] = {}  # requested_observations -> its uids, checked
         low = -np.inf if a.low is None else a.low
         high = np.inf if a.high is None else a.high
         self.default_action = np.clip(np.zeros(a.shape, dtype=a.dtype), low, high).astype(a.dtype)
@@ -109,8 +123,11 @@ class DmEnvRpcService(dm_env_rpc_pb2_grpc.EnvironmentServicer):
                             f"request type {kind!r} is not supported",
                             ErrorReason.UNSUPPORTED_REQUEST,
                         )
-                    response = handler(getattr(request, kind))
-                    yield dm.EnvironmentResponse(**{kind: response})
+                    response = dm.EnvironmentResponse()
+                    answer = getattr(response, kind)
+                    answer.SetInParent()  # (an empty answer is still this kind's)
+                    handler(getattr(request, kind), answer)
+                    yield response
                 except CallFailed as e:
                     yield dm.EnvironmentResponse(error=status(e))
                 except Exception as e:  # a bug here must not end the client's stream silently
@@ -188,7 +205,7 @@ class _Stream:
                 ErrorReason.UNKNOWN_WORLD,
             )
 
-    def create_world(self, req: dm.CreateWorldRequest) -> dm.CreateWorldResponse:
+    def create_world(self, req: dm.CreateWorldRequest, out: dm.CreateWorldResponse) -> None:
         _no_settings(req.settings, "CreateWorld")
         with self.svc._lock:
             w = self.svc.world
@@ -199,9 +216,9 @@ class _Stream:
                     ErrorReason.WORLD_STATE,
                 )
             w.created_by = self.number
-        return dm.CreateWorldResponse(world_name=w.name)
+        out.world_name = w.name
 
-    def join_world(self, req: dm.JoinWorldRequest) -> dm.JoinWorldResponse:
+    def join_world(self, req: dm.JoinWorldRequest, out: dm.JoinWorldResponse) -> None:
         _no_settings(req.settings, "JoinWorld")
         with self.svc._lock:
             self._check_world(req.world_name)
@@ -222,11 +239,10 @@ class _Stream:
             self.svc.world.joined_by = self.number
         self.need_start = True
         self.pending = None
-        return dm.JoinWorldResponse(specs=self.svc.specs)
+        out.specs.CopyFrom(self.svc.specs)
 
-    def leave_world(self, req: dm.LeaveWorldRequest) -> dm.LeaveWorldResponse:
+    def leave_world(self, req: dm.LeaveWorldRequest, out: dm.LeaveWorldResponse) -> None:
         self._leave("LeaveWorld")
-        return dm.LeaveWorldResponse()
 
     def _leave(self, why: str) -> None:
         if not self.joined:
@@ -237,7 +253,7 @@ class _Stream:
                 self.svc.world.joined_by = None
         self.host.release(self.session, why)
 
-    def destroy_world(self, req: dm.DestroyWorldRequest) -> dm.DestroyWorldResponse:
+    def destroy_world(self, req: dm.DestroyWorldRequest, out: dm.DestroyWorldResponse) -> None:
         with self.svc._lock:
             self._check_world(req.world_name)
             if self.svc.world.joined_by is not None:
@@ -247,9 +263,8 @@ class _Stream:
                     ErrorReason.WORLD_STATE,
                 )
             self.svc.world.created_by = None
-        return dm.DestroyWorldResponse()
 
-    def reset_world(self, req: dm.ResetWorldRequest) -> dm.ResetWorldResponse:
+    def reset_world(self, req: dm.ResetWorldRequest, out: dm.ResetWorldResponse) -> None:
         _no_settings(req.settings, "ResetWorld")
         with self.svc._lock:
             self._check_world(req.world_name)
@@ -262,7 +277,6 @@ class _Stream:
             )
         self.need_start = True
         self.pending = None
-        return dm.ResetWorldResponse()
 
     # episode
     def _require_joined(self, what: str) -> None:
@@ -273,17 +287,59 @@ class _Stream:
                 ErrorReason.WORLD_STATE,
             )
 
-    def reset(self, req: dm.ResetRequest) -> dm.ResetResponse:
+    def reset(self, req: dm.ResetRequest, out: dm.ResetResponse) -> None:
         _no_settings(req.settings, "Reset")
         self._require_joined("Reset")
         self.pending = self.native.reset_as(self.session)
         self.need_start = True
-        return dm.ResetResponse(specs=self.svc.specs)
+        out.specs.CopyFrom(self.svc.specs)
 
-    def step(self, req: dm.StepRequest) -> dm.StepResponse:
+    def step(self, req: dm.StepRequest, out: dm.StepResponse) -> None:
         self._require_joined("Step")
+        requested = self._requested(req.requested_observations)
+        if self.need_start:
+            result = self.pending or self.native.reset_as(self.session)
+            self.pending = None
+            self.need_start = False
+            state, reward, discount = _RUNNING, 0.0, 1.0
+        else:
+            action = self._action(req.actions)
+            result = self.native.step_as(self.session, action)
+            self.last_action = action
+            reward = result.reward.item()
+            if result.terminated[0]:
+                state, discount = _TERMINATED, 0.0
+            elif result.truncated[0]:
+                state, discount = _INTERRUPTED, 1.0
+            else:
+                state, discount = _RUNNING, 1.0
+            if state != _RUNNING:
+                self.need_start = True
+        out.state = state
+        observations, packers, names, obs = out.observations, self.svc.packers, self.svc.uid_names, result.obs
+        for uid in requested:
+            name = names[uid]
+            if name == _REWARD:
+                value = np.float32(reward)
+            elif name == _DISCOUNT:
+                value = np.float32(discount)
+            else:
+                value = obs[name][0]  # the one instance's row
+            dtype, packer = packers[uid]
+            if value.dtype != dtype:  # (not the spec's dtype: pack it as it is, as pack_tensor would)
+                packer = tensor_utils.get_packer(value.dtype)
+            tensor = observations[uid]
+            tensor.shape.extend(value.shape)
+            packer.pack(tensor, value)
+
+    def _requested(self, uids) -> list[int]:
+        """The requested observations' uids, each once, in order; a request's list is checked once."""
+        key = tuple(uids)
+        requested = self.svc._requested.get(key)
+        if requested is not None:
+            return requested
         requested = []
-        for uid in req.requested_observations:
+        for uid in key:
             if uid not in self.svc.uid_names:
                 raise CallFailed(
                     grpc.StatusCode.INVALID_ARGUMENT,
@@ -292,35 +348,9 @@ class _Stream:
                 )
             if uid not in requested:
                 requested.append(uid)
-        if self.need_start:
-            result = self.pending or self.native.reset_as(self.session)
-            self.pending = None
-            self.need_start = False
-            state, reward, discount = dm.EnvironmentStateType.RUNNING, 0.0, 1.0
-        else:
-            action = self._action(req.actions)
-            result = self.native.step_as(self.session, action)
-            self.last_action = action
-            reward = result.reward[0]
-            if result.terminated[0]:
-                state, discount = dm.EnvironmentStateType.TERMINATED, 0.0
-            elif result.truncated[0]:
-                state, discount = dm.EnvironmentStateType.INTERRUPTED, 1.0
-            else:
-                state, discount = dm.EnvironmentStateType.RUNNING, 1.0
-            if state != dm.EnvironmentStateType.RUNNING:
-                self.need_start = True
-        response = dm.StepResponse(state=state)
-        for uid in requested:
-            name = self.svc.uid_names[uid]
-            if name == _REWARD:
-                value = np.float32(reward)
-            elif name == _DISCOUNT:
-                value = np.float32(discount)
-            else:
-                value = result.obs[name][0]  # the one instance's row
-            response.observations[uid].CopyFrom(tensor_utils.pack_tensor(np.asarray(value)))
-        return response
+        if len(self.svc._requested) < 64:  # (a client may send any lists: keep a few)
+            self.svc._requested[key] = requested
+        return requested
 
     def _action(self, actions) -> np.ndarray:
         checker = self.host.checker
@@ -336,6 +366,14 @@ class _Stream:
             return self.last_action
         tensor = actions[ACTION_UID]
         field = f"actions[{ACTION_UID}]"
+        payload = tensor.WhichOneof("payload")
+        if payload == self.svc.action_payload and tensor.shape[:] == self.svc.action_shape:  # the usual action
+            values = getattr(tensor, payload).array[:]
+            if len(values) == checker.size:  # (one value may also fill the shape: the general path below)
+                try:
+                    return checker.from_values(values, field)
+                except InvalidRequest as e:
+                    raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, str(e), e.reason, e.field) from None
         try:
             got = tensor_utils.get_tensor_type(tensor)
         except Exception as e:
