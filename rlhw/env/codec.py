@@ -1,10 +1,10 @@
 """Tensors and specs as rlhw.env.v1 protobuf messages: dtype codes, Tensor <-> numpy, TensorSpec /
 EnvSpec <-> the robot's spec types, Observation messages, step requests.
 
-Every message goes through protobuf's generated code (the upb C backend). A hand-written wire
-format for steps and resets was measured against it end to end and removed: on a real arm's
-payloads it was no faster (docs/benchmarks.md, "Hand-written protobuf wire path").
-Decoding is still a view: ``numpy.frombuffer`` over the tensor's bytes.
+Every message is built and parsed by protobuf's generated code (the upb C backend); the one
+exception to building, a step's observations appended as the bytes protobuf writes before them
+(rlhw.env.step_messages.DeclaredTensor), is declared from the spec with these functions. Decoding
+is a view: ``numpy.frombuffer`` over the tensor's bytes.
 """
 
 from __future__ import annotations
@@ -213,20 +213,6 @@ def step_request(action: np.ndarray, session: bool) -> bytes:
     message = pb.SessionRequest() if session else pb.StepRequest()
     fill_tensor((message.step if session else message).action, action)
     return message.SerializeToString()
-
-
-def request_prefix(shape: tuple[int, ...], dtype: np.dtype, session: bool) -> bytes | None:
-    """What protobuf writes before the action's bytes in `step_request` for any action of ``shape`` and ``dtype``:
-    the prefix and an action's bytes (little-endian, C order) are then that action's request. Learned from
-    protobuf's own bytes, not written by hand; None where the action's bytes are not the message's end as they are
-    (big-endian arrays, an empty action)."""
-    dtype = np.dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes == 0 or dtype.byteorder == ">":
-        return None
-    pattern = bytes((37 * i + 11) % 251 for i in range(nbytes))  # no run of equal bytes to end a message by chance
-    data = step_request(np.frombuffer(pattern, dtype).reshape(shape), session)
-    return data[:-nbytes] if data.endswith(pattern) else None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from rlhw.env.errors import (
 )
 from rlhw.env.grpc_channel import open_channel, wait_until_connected
 from rlhw.env.session_stream import DeadlineWatcher, SessionStream
-from rlhw.env.step_messages import StepReader, StepRequests, capture_times, flags
+from rlhw.env.step_messages import StepReader, capture_times, flags
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.env.v1 import env_pb2_grpc
 from rlhw.retry import retry
@@ -101,7 +101,6 @@ class RemoteEnv(gym.Env):
         self.num_envs = self.env_spec.num_envs
         self.observation_space, self.action_space = spaces_from_spec(self.env_spec)
         self._action_dtype = np.dtype(self.env_spec.action.dtype)
-        self._requests = StepRequests()
         self._reader = StepReader(self.env_spec)
 
     # -- plumbing -------------------------------------------------------------------------------
@@ -216,10 +215,10 @@ class RemoteEnv(gym.Env):
         """One step of every instance: ``action`` has the spec's shape, with a leading instance axis for a batch."""
         arr = self._action_array(action)
         if self.use_session:
-            self._send(self._requests.serialize(arr, True))
+            self._send(codec.step_request(arr, True))
             return self._decode_step(self._receive_bytes(self.timeout_s), arr, True)
         try:
-            data = self._raw_step(self._requests.serialize(arr, False), timeout=self.timeout_s, metadata=self._metadata)
+            data = self._raw_step(codec.step_request(arr, False), timeout=self.timeout_s, metadata=self._metadata)
         except grpc.RpcError as e:
             raise error_from_rpc(self.address, e) from None
         return self._decode_step(data, arr, False)
@@ -227,7 +226,7 @@ class RemoteEnv(gym.Env):
     def send_step(self, action) -> None:
         """Queue a step on the Session stream without waiting for its answer (`receive_step` reads it), so
         that several servers can work at once (`RemoteVectorEnv`)."""
-        self._send(self._requests.serialize(self._action_array(action), True))  # a wrong shape: the server names it
+        self._send(codec.step_request(self._action_array(action), True))  # a wrong shape: the server names it
 
     def receive_step(self, action, timeout_s: float) -> Step:
         """The answer to the step of ``action`` that `send_step` queued; errors raised."""
@@ -249,13 +248,10 @@ class RemoteEnv(gym.Env):
         return arr if arr.dtype == self._action_dtype else arr.astype(self._action_dtype)  # the server checks bounds
 
     def _decode_step(self, data: bytes, action: np.ndarray, session: bool) -> Step:
-        """The Step of a StepResponse (or, with ``session``, a SessionResponse{step}) of ``action``: by the usual
-        step's layout where it has it, else parsed (errors raised)."""
-        step = self._reader.laid_out(data, action, session)
-        if step is not None:
-            return step
+        """The Step of a StepResponse (or, with ``session``, a SessionResponse{step}) of ``action`` (errors
+        raised)."""
         response = self._parse_session(data)[1] if session else pb.StepResponse.FromString(data)
-        return self._reader.read(response, action, data, session)
+        return self._reader.read(response, action)
 
     def _reset_of(self, response: pb.ResetResponse) -> Reset:
         obs, stamps = codec.observations_of(response).get("observation", ({}, {}))

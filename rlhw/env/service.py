@@ -131,7 +131,7 @@ class EnvService:
         self.step_limit_s = step_limit_s
         self.reset_limit_s = reset_limit_s
         self.spec_message = codec.env_spec_to_message(host.spec)
-        self.writer = StepWriter()
+        self.writer = StepWriter(host.spec)
         self.shutting_down = False
         self.gate = gate or StreamGate(max_streams=6, max_streams_per_peer=4)
         # Stop and GetStatus run on pools of their own (grpc runs a handler on the pool named by
@@ -184,21 +184,12 @@ class EnvService:
         codec.fill_observation(message.observation, obs, stamps)
         return response.SerializeToString()
 
-    def _step(self, request: pb.StepRequest | bytes, in_session: bool) -> bytes:
-        """One step: ``request`` is a StepRequest or the call's bytes as received (a StepRequest's, or
-        ``in_session`` a SessionRequest's), read here after control was granted: the usual request by its
-        layout, any other parsed; the answer goes inside SessionResponse.step ``in_session``."""
+    def _step(self, request: pb.StepRequest, in_session: bool) -> bytes:
+        """One step: the answer goes inside SessionResponse.step ``in_session``."""
         t0 = perf_counter()
-        action = None
-        if isinstance(request, bytes):
-            action = self.host.checker.from_request(request, in_session)  # the usual request: no parse
-            if action is None:
-                parsed = _parse(pb.SessionRequest if in_session else pb.StepRequest, request)
-                request = parsed.step if in_session else parsed
-        if action is None:
-            if not request.HasField("action"):
-                raise InvalidRequest("action", "missing; send a Tensor matching GetSpec().spec.action")
-            action = self.host.checker.check(request.action)
+        if not request.HasField("action"):
+            raise InvalidRequest("action", "missing; send a Tensor matching GetSpec().spec.action")
+        action = self.host.checker.check(request.action)
         t1 = perf_counter()
         step, timing = self.host.step(action)
         timing["validate"] = t1 - t0
@@ -225,7 +216,8 @@ class EnvService:
 
     def Step(self, data: bytes, context):
         try:
-            return self._controlled(session_id(context), self._step, data, False, limit_s=self.step_limit_s)
+            request = _parse(pb.StepRequest, data)
+            return self._controlled(session_id(context), self._step, request, False, limit_s=self.step_limit_s)
         except (CallFailed, InvalidRequest) as e:
             abort(context, e)
 
@@ -313,14 +305,12 @@ class EnvService:
     def Session(self, request_iterator, context):
         session, peer = self._admit(context)
         try:
-            checker = self.host.checker
             for data in request_iterator:  # serialised SessionRequests
                 try:
-                    request = None if checker.laid_out(data, True) else _parse(pb.SessionRequest, data)
-                    kind = "step" if request is None else request.WhichOneof("kind")
+                    request = _parse(pb.SessionRequest, data)
+                    kind = request.WhichOneof("kind")
                     if kind == "step":
-                        step = data if request is None else request.step  # (the usual step's bytes: read unparsed)
-                        out = self._controlled(session, self._step, step, True, limit_s=self.step_limit_s)
+                        out = self._controlled(session, self._step, request.step, True, limit_s=self.step_limit_s)
                     elif kind == "reset":
                         out = self._controlled(session, self._reset, request.reset, True, limit_s=self.reset_limit_s)
                     else:

@@ -1,35 +1,36 @@
-"""A step on the wire, both ways: the client's `StepRequests`, the server's `StepWriter`, the client's `StepReader`.
+"""A step on the wire, both ways: the server's `StepWriter`, the client's `StepReader`.
 
-Each side has a plain path that handles every step through protobuf's generated code (`fill_step`,
-`StepReader.plain`) and a path for the usual step: one call's answer with no fault, no final observation, and the
-client's own action executed (no operator took over), almost every step of a run. The usual step's message is the
-same as the last one's but for its values, so both ends learn its layout from protobuf's own bytes once
-(rlhw.env.step_layout) and then write (server) or read (client) only the values, where `StepPlaces` says each part
-of the `Step` lies. A request is the prefix protobuf writes before an action of its shape and dtype, then the
-action's bytes (`codec.request_prefix`; the server reads such a request unparsed, `ActionChecker.from_request`).
+Every message is protobuf's: the writer fills a StepResponse with protobuf's generated code (`fill_step`) and the
+reader parses it with protobuf's parser. One thing is declared once, from the spec, when the server starts:
+each observation the spec names goes on the wire as a `DeclaredTensor`, the bytes protobuf writes before that
+tensor's data (taken from protobuf's own serialisation of a message holding only that tensor, and checked there
+to end with the data), then the array's own bytes. Protobuf parses a message and the next one written after it as
+the two merged (a map gains the second's entries), so the answer is protobuf's serialisation of everything else,
+then one such piece per observation. Nothing is learned from the traffic: an observation that is not as the spec
+declares it (another dtype or shape, not C-contiguous, big-endian) goes through `fill_step` with the rest.
 
-Anything else, or anything that does not match the learned layout byte for byte, takes the plain path, which gives
-the same messages and the same `Step` (tests/env/test_step_messages.py). Why the two paths: on a 2-core machine each
-microsecond of Python in a step's round trip costs about three of latency, and building and walking protobuf's maps
-was most of each side's cost; the figures are in docs/benchmarks.md ("The usual step by its layout").
+Why: a camera frame set on a protobuf message is copied three times (`tobytes`, into the message's arena, into
+the serialised bytes), each into fresh pages; two 640x480 frames cost 1.7-3 ms to encode that way against about
+0.2 ms as declared pieces (docs/env_service.md, "The wire"). Requests, resets and everything else go through
+protobuf's generated code alone.
 """
 
 from __future__ import annotations
 
-import struct
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from rlhw.env import codec
-from rlhw.env.step_layout import Layout, Part
 from rlhw.env.v1 import env_pb2 as pb
-from rlhw.robot.spec import EnvSpec
-from rlhw.robot.step import FLAG, Step
+from rlhw.robot.spec import EnvSpec, TensorSpec
+from rlhw.robot.step import Step
 
-_F4, _F8 = np.dtype("<f4"), np.dtype("<f8")
-_DOUBLE = struct.Struct("<d").pack
+log = logging.getLogger("rlhw.env")
+
+_F4 = np.dtype("<f4")
 
 
 def _reported(step: Step, action: np.ndarray) -> bool:
@@ -37,11 +38,6 @@ def _reported(step: Step, action: np.ndarray) -> bool:
     something the client does not know (an operator acted, or a fault came before anything was sent);
     otherwise the client takes its own action as executed."""
     return True in step.intervened.tolist() or step.executed.tobytes() != action.tobytes()  # (a few floats)
-
-
-def is_usual(step: Step, action: np.ndarray) -> bool:
-    """No fault, no final observation, and ``action`` executed as sent: the step the kept message serves."""
-    return step.final_obs is None and not any(step.fault) and not _reported(step, action)
 
 
 def wire_observations(obs: Mapping, stamps: Mapping, n: int) -> tuple[Mapping, Mapping]:
@@ -52,11 +48,14 @@ def wire_observations(obs: Mapping, stamps: Mapping, n: int) -> tuple[Mapping, M
     return {k: v[0] for k, v in obs.items()}, {k: float(v[0]) for k, v in stamps.items()}
 
 
-def fill_step(message: pb.StepResponse, step: Step, timing: dict[str, float], action: np.ndarray) -> None:
-    """Set ``message`` (in place) to ``step``, the step of ``action``, with the server's ``timing`` (the
-    env's phases and the server's own, `EnvHost.step`): one instance's observations unbatched
-    (the wire's shape for ``num_envs == 1``); faults, executed actions and intervention flags only where they
-    say something (a fault; `_reported`): empty fields are the wire's "none", and every field set costs."""
+def fill_step(
+    message: pb.StepResponse, step: Step, timing: dict[str, float], action: np.ndarray, obs: Mapping, stamps: Mapping
+) -> None:
+    """Set ``message`` (in place) to ``step``, the step of ``action``, with the server's ``timing`` (the env's
+    phases and the server's own, `EnvHost.step`) and the wire's ``obs`` and ``stamps`` (`wire_observations`; the
+    writer leaves out the observations it appends as declared tensors). Faults, executed actions and intervention
+    flags only where they say something (a fault; `_reported`): empty fields are the wire's "none", and every
+    field set costs."""
     message.reward.extend(step.reward.tolist())
     message.terminated.extend(step.terminated.tolist())
     message.truncated.extend(step.truncated.tolist())
@@ -65,7 +64,6 @@ def fill_step(message: pb.StepResponse, step: Step, timing: dict[str, float], ac
         message.fault.extend([codec.fault_to_wire(k) for k in step.fault])
         message.fault_message.extend(step.fault_message)
     message.timing.update(timing)
-    obs, stamps = wire_observations(step.obs, step.stamps, step.num_envs)
     codec.fill_observation(message.observation, obs, stamps)
     if step.final_obs is not None:
         codec.fill_observation(message.final_observation, step.final_obs)
@@ -76,197 +74,93 @@ def fill_step(message: pb.StepResponse, step: Step, timing: dict[str, float], ac
 
 
 # ---------------------------------------------------------------------------------------------
-# a usual step's values, in the places its layout gives them: StepPlaces
+# the server: DeclaredTensor and StepWriter
 
 
-@dataclass(frozen=True, eq=False)
-class StepPlaces:
-    """Which value of a learned `Layout` holds which part of a `Step`: the usual step's message, both ways. Each
-    value's place is its index among the layout's parts; tensors also have their offset in the message."""
+@dataclass(frozen=True)
+class DeclaredTensor:
+    """One observation of the spec as the wire holds it: its dtype and shape (one instance's unbatched), and
+    ``prefix``, the bytes protobuf writes before its data in a StepResponse (``in_session``: SessionResponse)
+    holding only that tensor; ``prefix`` and an array's bytes are that message with the array."""
 
-    layout: Layout
-    observations: tuple[tuple[str, int, int, np.dtype, tuple[int, ...]], ...]  # key, place, offset, dtype, shape
-    capture_times: tuple[tuple[str, int, int], ...]  # key, place, offset
-    timing: tuple[tuple[str, int], ...]
-    scalars: tuple[int, int, int, int]  # reward, terminated, truncated, success
-    keys: tuple[frozenset, frozenset, frozenset]  # the observations', capture times' and timing's keys
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    prefix: bytes
 
     @classmethod
-    def learn(cls, data: bytes, in_session: bool, step: Step, timing: Mapping[str, float]) -> StepPlaces | None:
-        """Where ``data``, the serialised usual ``step`` with ``timing``, holds each of its values; None where the
-        message is not laid out as exactly that step: every observation a little-endian array with bytes, one
-        capture time per instance, one value per instance of each scalar."""
-        layout = Layout.learn(data, in_session)
-        arrays = step.obs.values()
-        if layout is None or not all(isinstance(v, np.ndarray) and v.dtype.byteorder != ">" for v in arrays):
+    def declare(cls, name: str, spec: TensorSpec, num_envs: int, in_session: bool) -> DeclaredTensor | None:
+        """The declared tensor of observation ``name``; None (logged) where protobuf's bytes do not end with the
+        data (a protobuf that writes fields in another order) or there is no data (an empty tensor)."""
+        dtype = codec.numpy_dtype(codec.dtype_code(spec.dtype))  # little-endian, as the wire
+        shape = ((num_envs,) if num_envs > 1 else ()) + tuple(int(d) for d in spec.shape)
+        size = int(np.prod(shape)) * dtype.itemsize
+        if size == 0:
             return None
-        n = step.num_envs
-        expected = {(Part.OBSERVATION, k): v.nbytes for k, v in step.obs.items()}
-        expected |= {(Part.CAPTURE_TIME, k): 8 * n for k in step.stamps}
-        expected |= {(Part.TIMING, k): 8 for k in timing}
-        expected |= {(Part.REWARD, ""): 4 * n} | {(p, ""): n for p in (Part.TERMINATED, Part.TRUNCATED, Part.SUCCESS)}
-        if dict(zip(layout.slots, layout.sizes)) != expected:
-            return None
-        at = {slot: (layout.at(i), start) for i, (slot, start) in enumerate(zip(layout.slots, layout.starts))}
-        return cls(
-            layout,
-            tuple((k, *at[Part.OBSERVATION, k], v.dtype, v.shape) for k, v in step.obs.items()),
-            tuple((k, *at[Part.CAPTURE_TIME, k]) for k in step.stamps),
-            tuple((k, at[Part.TIMING, k][0]) for k in timing),
-            tuple(at[p, ""][0] for p in (Part.REWARD, Part.TERMINATED, Part.TRUNCATED, Part.SUCCESS)),
-            (frozenset(step.obs), frozenset(step.stamps), frozenset(timing)),
+        data = bytes((37 * i + 11) % 251 for i in range(min(size, 4096))) * (size // 4096 + 1)
+        data = data[:size]  # no run of equal bytes that protobuf's framing could end with by chance
+        message = pb.SessionResponse() if in_session else pb.StepResponse()
+        codec.fill_tensor(
+            (message.step if in_session else message).observation.tensors[name],
+            np.frombuffer(data, dtype).reshape(shape),
         )
-
-    def write(self, step: Step, timing: Mapping[str, float]) -> bytes | None:
-        """The message of usual ``step`` with ``timing``; None where it is not laid out as the learned one. The
-        arrays go into the message as they are (no copy of a camera's frame on the way)."""
-        obs, stamps = step.obs, step.stamps
-        obs_keys, stamp_keys, timing_keys = self.keys
-        if obs.keys() != obs_keys or stamps.keys() != stamp_keys or timing.keys() != timing_keys:
+        serialized = message.SerializeToString()
+        if not serialized.endswith(data):
+            log.warning(
+                "observation %r goes through protobuf's fill: its serialisation does not end with its data", name
+            )
             return None
-        parts = self.layout.blank()
-        for key, at, _, dtype, shape in self.observations:
-            value = obs[key]  # the same bytes in another shape or dtype would say something else on the wire
-            if not isinstance(value, np.ndarray) or value.dtype != dtype or value.shape != shape:
-                return None
-            parts[at] = value if value.flags.c_contiguous else value.tobytes()  # (C order, as the plain path)
-        for key, at, _ in self.capture_times:
-            value = stamps[key]
-            if not isinstance(value, np.ndarray) or value.dtype != _F8:
-                return None
-            parts[at] = value
-        for key, at in self.timing:
-            parts[at] = _DOUBLE(timing[key])
-        reward, terminated, truncated, success = self.scalars
-        parts[reward] = step.reward.astype(_F4)
-        parts[terminated] = step.terminated  # bools: the bytes 0 and 1, as on the wire
-        parts[truncated] = step.truncated
-        parts[success] = step.success
-        return self.layout.pack(parts)  # (None where a value is not its slot's size)
+        return cls(dtype, shape, serialized[: -len(data)])
 
-
-# ---------------------------------------------------------------------------------------------
-# the server: StepWriter
+    def fits(self, value) -> bool:
+        """Whether ``value``'s bytes as they are say what protobuf would write for it."""
+        return (
+            isinstance(value, np.ndarray)
+            and value.dtype == self.dtype
+            and value.shape == self.shape
+            and value.flags.c_contiguous
+        )
 
 
 class StepWriter:
-    """Serialises the server's answers to steps: `fill_step` into a new message, or, for the usual step, the
-    values written into the layout learned from an earlier usual step's message (one per kind of call)."""
+    """Serialises the server's answers to steps (`serialize`): protobuf's serialisation of the step, then each
+    observation the spec declares as its `DeclaredTensor` with the array's bytes."""
 
-    def __init__(self):
-        self._places = _LearnedPlaces()
+    def __init__(self, spec: EnvSpec):
+        n = int(spec.num_envs)
+        self.declared: dict[bool, dict[str, DeclaredTensor]] = {}  # in_session -> observation -> its piece
+        for in_session in (False, True):
+            pieces = {name: DeclaredTensor.declare(name, s, n, in_session) for name, s in spec.observations.items()}
+            self.declared[in_session] = {name: piece for name, piece in pieces.items() if piece is not None}
 
     def serialize(self, step: Step, timing: dict[str, float], action: np.ndarray, in_session: bool) -> bytes:
         """A StepResponse (``in_session``: a SessionResponse{step}) of ``step``, the step of ``action``."""
-        usual = is_usual(step, action)
-        if usual:
-            places = self._places.get(in_session)
-            data = places.write(step, timing) if places is not None else None
-            if data is not None:
-                return data
+        obs, stamps = wire_observations(step.obs, step.stamps, step.num_envs)
+        declared, pieces, rest = self.declared[in_session], [], {}
+        for name, value in obs.items():
+            piece = declared.get(name)
+            if piece is not None and piece.fits(value):
+                pieces += (piece.prefix, value)  # the array itself: joined below, its one copy
+            else:
+                rest[name] = value
         response = pb.SessionResponse() if in_session else pb.StepResponse()
-        fill_step(response.step if in_session else response, step, timing, action)
+        fill_step(response.step if in_session else response, step, timing, action, rest, stamps)
         data = response.SerializeToString()
-        if usual:
-            self._places.learn(data, in_session, step, timing)
-        return data
-
-
-class _LearnedPlaces:
-    """The `StepPlaces` learned for each kind of call (in a Session stream or not), shared by the writer and the
-    reader. A usual step that cannot be laid out (an empty tensor, big-endian arrays) leaves the last places in
-    place; learning is tried again at the next chance after one such failure, then after waiting 2, 4, ... up to 256
-    chances, so that a run of such steps is not walked every step, and at once again after a success."""
-
-    def __init__(self, most: int = 256):
-        self._places: dict[bool, StepPlaces] = {}
-        self.most, self.failures, self.wait = most, 0, 0
-
-    def get(self, in_session: bool) -> StepPlaces | None:
-        return self._places.get(in_session)
-
-    def learn(self, data: bytes, in_session: bool, step: Step, timing: Mapping[str, float]) -> None:
-        """Learn the places of ``data``, the serialised usual ``step`` with ``timing``, unless waiting."""
-        self.wait -= 1
-        if self.wait >= 0:
-            return
-        places = StepPlaces.learn(data, in_session, step, timing)
-        if places is None:
-            self.failures += 1
-            self.wait = 0 if self.failures <= 1 else min(2 ** (self.failures - 1), self.most)
-        else:
-            self.failures = self.wait = 0
-            self._places[in_session] = places
+        return b"".join((data, *pieces)) if pieces else data
 
 
 # ---------------------------------------------------------------------------------------------
-# the client: StepRequests and StepReader
-
-
-class StepRequests:
-    """Serialised StepRequests (``in_session``: SessionRequest{step}): the prefix protobuf writes before an action of
-    the last shape and dtype (`codec.request_prefix`), then the action's bytes."""
-
-    def __init__(self):
-        self._last: dict[bool, tuple] = {}  # in_session -> (shape, dtype, prefix or None)
-
-    def serialize(self, action: np.ndarray, in_session: bool) -> bytes:
-        last = self._last.get(in_session)
-        if last is None or last[0] != action.shape or last[1] != action.dtype:
-            prefix = codec.request_prefix(action.shape, action.dtype, in_session)
-            last = self._last[in_session] = (action.shape, action.dtype, prefix)
-        prefix = last[2]
-        return prefix + action.tobytes() if prefix is not None else codec.step_request(action, in_session)
+# the client: StepReader
 
 
 class StepReader:
-    """Reads a StepResponse of one server (``num_envs`` instances) into a `Step`: a usual step by the layout learned
-    from an earlier one (`laid_out`), any other by protobuf's parse (`read`)."""
+    """Reads a parsed StepResponse of one server (``num_envs`` instances) into a `Step`."""
 
     def __init__(self, spec: EnvSpec):
         n = self.num_envs = spec.num_envs
         self.action_shape = (n, *spec.action.shape)
-        self._places = _LearnedPlaces()
-        self._instance_axis = (n,)
-        self._rewards = struct.Struct(f"<{n}f")  # the wire's float32 rewards, one per instance
-        self._no_flags = FLAG[False] if n == 1 else _read_only(np.zeros(n, bool))
         self._no_faults, self._no_messages = (None,) * n, ("",) * n
 
-    def laid_out(self, data: bytes, action: np.ndarray, in_session: bool) -> Step | None:
-        """The Step of ``data``, a serialised answer to ``action``, where it is laid out as the learned usual step
-        (``in_session``: a SessionResponse{step}); None for anything else (parse it and `read` it)."""
-        places = self._places.get(in_session)
-        values = places.layout.read(data) if places is not None else None
-        if values is None:
-            return None
-        reward, terminated, truncated, success = (values[i] for i in places.scalars)
-        outcome = (_packed_flags(terminated), _packed_flags(truncated), _packed_flags(success))
-        if any(f is None for f in outcome):  # a byte other than 0 or 1: protobuf reads it otherwise
-            return None
-        axis = self._instance_axis
-        return Step(
-            {k: np.ndarray(shape, dtype, data, start) for k, _, start, dtype, shape in places.observations},  # views
-            np.array(self._rewards.unpack(reward), np.float64),
-            *outcome,  # terminated, truncated, success
-            self.requested(action),
-            self._no_flags,
-            self._no_faults,
-            self._no_messages,
-            {k: np.ndarray(axis, _F8, data, start) for k, _, start in places.capture_times},
-            {k: values[i] for k, i in places.timing},
-        )
-
-    def read(
-        self, message: pb.StepResponse, action: np.ndarray, data: bytes | None = None, in_session: bool = False
-    ) -> Step:
-        """The Step of a parsed StepResponse to ``action``; with ``data``, its serialised form (``in_session``: of
-        the SessionResponse around it), a usual step's layout is learned from it for `laid_out`."""
-        step = self.plain(message, action)
-        if data is not None and is_usual(step, action):
-            self._places.learn(data, in_session, step, step.timing)
-        return step
-
-    def plain(self, message: pb.StepResponse, action: np.ndarray) -> Step:
+    def read(self, message: pb.StepResponse, action: np.ndarray) -> Step:
         """The Step of any StepResponse to ``action``: the server sends the executed actions and intervention flags
         only where they differ from what the client knows (``action``, no operator)."""
         n = self.num_envs
@@ -314,19 +208,3 @@ def capture_times(stamps: Mapping) -> dict[str, np.ndarray]:
 def flags(values, n: int) -> np.ndarray:
     """A repeated bool field as (n,) flags; an empty one (the wire's default) is all False."""
     return codec.array_of(values, bool) if len(values) else np.zeros(n, bool)
-
-
-def _packed_flags(data: bytes) -> np.ndarray | None:
-    """Packed bools as (n,) flags (one instance's: the shared `FLAG`); None where a byte is not 0 or 1."""
-    if len(data) == 1:
-        return _FLAG_BYTES.get(data)
-    values = np.frombuffer(data, np.uint8)
-    return values.view(bool) if values.max() <= 1 else None
-
-
-_FLAG_BYTES = {b"\x00": FLAG[False], b"\x01": FLAG[True]}
-
-
-def _read_only(arr: np.ndarray) -> np.ndarray:
-    arr.flags.writeable = False
-    return arr

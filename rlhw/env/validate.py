@@ -64,23 +64,7 @@ class ActionChecker:
                 self._small = (struct.Struct(fmt), list(zip(low, high)))
                 if len(set(low)) == 1 and len(set(high)) == 1:  # one box for every element (the usual case)
                     self._uniform = (low[0], high[0])
-        self._count = math.prod(self.shape)
-        # The usual request, laid out as protobuf writes it for an action of the spec (rlhw.env.codec.request_prefix):
-        # its bytes are the prefix, then the action's; read without a parse (`from_request`).
-        self._prefixes = {s: codec.request_prefix(self.shape, self.dtype, s) for s in (False, True)}
-
-    def laid_out(self, data: bytes, in_session: bool) -> bool:
-        """Whether ``data`` (a serialised StepRequest; ``in_session``: SessionRequest) is the usual request for an
-        action of the spec: the prefix protobuf writes for it, and that action's number of bytes."""
-        prefix = self._prefixes[in_session]
-        return prefix is not None and len(data) == len(prefix) + self.nbytes and data.startswith(prefix)
-
-    def from_request(self, data: bytes, in_session: bool) -> np.ndarray | None:
-        """The checked action of a request `laid_out` as usual (InvalidRequest out of bounds); None for any other
-        bytes, which protobuf's parse and `check` then read."""
-        if not self.laid_out(data, in_session):
-            return None
-        return self._checked(data[len(self._prefixes[in_session]) :], "action")
+        self.size = math.prod(self.shape)  # elements
 
     def check(self, tensor: pb.Tensor, field: str = "action") -> np.ndarray:
         """The action as a read-only array of the spec's dtype and shape, or InvalidRequest."""
@@ -102,26 +86,29 @@ class ActionChecker:
         return self._checked(data, field)
 
     def _checked(self, data: bytes, field: str) -> np.ndarray:
-        if self._small is not None:
-            unpack, bounds = self._small
-            values = unpack.unpack(data)
-            if self._uniform is not None:
-                lo, hi = self._uniform
-                # min/max can step over a NaN; the sum cannot (finite values within finite bounds
-                # never sum to NaN), so NaN and inf all fall through to the detailed check.
-                ok = lo <= min(values) and max(values) <= hi and (total := sum(values)) == total
-            else:
-                for v, (lo, hi) in zip(values, bounds):
-                    if not lo <= v <= hi:  # also false for NaN: the detailed check explains it
-                        ok = False
-                        break
-                else:
-                    ok = True
-            if ok:
-                arr = np.frombuffer(data, self.dtype, self._count)
-                return arr if arr.shape == self.shape else arr.reshape(self.shape)
-        arr = np.frombuffer(data, self.dtype, self._count).reshape(self.shape)
+        if self._small is not None and self._within(self._small[0].unpack(data)):
+            arr = np.frombuffer(data, self.dtype, self.size)
+            return arr if arr.shape == self.shape else arr.reshape(self.shape)
+        arr = np.frombuffer(data, self.dtype, self.size).reshape(self.shape)
         return self.check_array(arr, field)
+
+    def from_values(self, values: list, field: str = "action") -> np.ndarray:
+        """The checked action of its ``values`` in C order (a dm_env_rpc Tensor's payload), as an array of the
+        spec's dtype and shape; InvalidRequest out of bounds or of another number of values."""
+        if len(values) != self.size:
+            raise InvalidRequest(field, f"has {len(values)} values; shape {list(self.shape)} needs {self.size}")
+        arr = np.array(values, self.dtype).reshape(self.shape)
+        return arr if self._small is not None and self._within(values) else self.check_array(arr, field)
+
+    def _within(self, values) -> bool:
+        """Whether a small action's values are all within its finite bounds (the common case, in plain Python:
+        numpy's per-call overhead is most of the cost at this size); False for NaN, which `check_array` explains."""
+        if self._uniform is not None:
+            lo, hi = self._uniform
+            # min/max can step over a NaN; the sum cannot (finite values within finite bounds
+            # never sum to NaN), so NaN and inf all fall through to the detailed check.
+            return lo <= min(values) and max(values) <= hi and (total := sum(values)) == total
+        return all(lo <= v <= hi for v, (lo, hi) in zip(values, self._small[1]))  # (False for NaN)
 
     def check_array(self, arr: np.ndarray, field: str = "action") -> np.ndarray:
         """Finite and within bounds (dtype and shape already right)."""
