@@ -119,7 +119,29 @@ def test_the_judges_verdict_reaches_the_controller_and_nothing_the_learner_reads
     assert judge.verdicts.steps == 10 and judge.verdicts.false_positives == 10  # train steps only
     assert [r[1] for r in progress.episodes] == [False, False]  # an episode's success is the judge's verdict
     assert [r[1] for r in progress.eval_results] == [False]
-    assert w.poll().judge is None  # handed over once
+    assert w.poll().judge == JudgeReport(0, 0, VerdictTally())  # handed over once
+
+
+def test_an_eval_episode_ending_after_a_poll_took_its_steps_is_still_counted_as_judged(tmp_path):
+    """The controller polls while the loop runs: a poll between an episode's last step and its report must not
+    lose the judge's claim on the episode."""
+    w = worker_on_the_wire(rehearsal_config(tmp_path), tmp_path)
+    polls, stepped = [], w.hooks.stepped
+
+    def poll_after_each_step(step):
+        stepped(step)
+        polls.append(w.poll())
+
+    w.hooks.stepped = poll_after_each_step
+    try:
+        w.evaluate(2)
+        w._run_episodes()
+        w._run_episodes()
+        polls.append(w.poll())
+    finally:
+        w.env.close()
+    assert sum(len(p.eval_results) for p in polls) == 2
+    assert sum(p.judge.eval_episodes for p in polls) == 2 and sum(p.judge.steps for p in polls) == 10
 
 
 def test_a_real_arm_has_no_judge_and_its_progress_no_judge_report(tmp_path):

@@ -121,6 +121,7 @@ class EnvWorker(Worker):
         self.timer = LoopTimer()
         self._clear_judge()  # a simulated arm's judge, for the controller alone (`JudgeReport`)
         self._judged_episode = False  # the judge saw a step of the running episode (one instance: see _stepped)
+        self._judge = False  # a simulator's judge has reported on a step: every poll from then on carries its report
         self.isolation = config.cluster.node_env(self.info.node_rank).isolation
         self.loop_isolation: dict | None = None  # what took effect in the loop thread (its start sets it)
         self.gc_guard = GcGuard()
@@ -247,9 +248,7 @@ class EnvWorker(Worker):
                 faults=self.faults,
                 error=self.error,
                 utd_wait_s=self.gate.waited_s,
-                judge=JudgeReport(self._judged_steps, self._judged_evals, self._verdicts)
-                if self._judged_steps
-                else None,
+                judge=JudgeReport(self._judged_steps, self._judged_evals, self._verdicts) if self._judge else None,
             )
             self.episodes, self.eval_results, self.faults = [], [], []
             self._clear_judge()
@@ -390,7 +389,7 @@ class EnvWorker(Worker):
             return
         with self.lock:
             self._judged_steps += step.num_envs
-            self._judged_episode = True
+            self._judged_episode = self._judge = True
             if self.episode_loop.book.rows(TRAIN):
                 self._verdicts.add_step(step)
 
