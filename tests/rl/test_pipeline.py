@@ -85,6 +85,8 @@ def test_two_learner_processes_on_another_node_train_with_identical_weights(ray_
     assert status["env_steps"] >= 200 and status["updates"] > 0
     d0, d1 = status["learner_weight_digests"]
     assert d0 == d1  # all-reduce kept the two ranks bit-identical (a hash of the weights' bytes)
+    # The placement gave the learners no accelerator, so CUDA is hidden from them: run.json says where they trained.
+    assert status["learner_devices"] == ["cpu", "cpu"]
     assert (rd.checkpoints / "latest.pt").exists()
     steps_on_disk = sum(len(load_episode(p)["action"]) for p in episode_files(rd.episodes, "train"))
     assert steps_on_disk == status["env_steps"]  # every collected transition is on disk

@@ -133,6 +133,10 @@ class LearnerWorker(Worker):
     def weights_digest(self) -> str:
         return self.agent.weights_digest()
 
+    def device_name(self) -> str:
+        """Where this rank trains (``cuda``, ``cpu``): run.json records it, so a run says whether its GPU was used."""
+        return str(self.device)
+
     def stats(self) -> dict:
         return {
             "rank": self.rank,
