@@ -84,7 +84,10 @@ def _devices():
     import torch
 
     cpu_threads = os.cpu_count() or 1
-    plans = [("cpu, 1 thread", torch.device("cpu"), 1), (f"cpu, {cpu_threads} threads", torch.device("cpu"), cpu_threads)]
+    plans = [
+        ("cpu, 1 thread", torch.device("cpu"), 1),
+        (f"cpu, {cpu_threads} threads", torch.device("cpu"), cpu_threads),
+    ]
     if torch.cuda.is_available():
         plans.insert(0, (f"cuda ({torch.cuda.get_device_name(0)})", torch.device("cuda"), cpu_threads))
     return plans
@@ -114,7 +117,9 @@ def bench_act() -> dict:
             torch.set_num_threads(threads)
             sac, b = image_agent(128, device)
             obs = {"proprio": b["obs/proprio"][:n], "image_front": b["obs/image_front"][:n]}
-            s = _timed(lambda: sac.sample_and_mean(obs), device, blocks=5, per_block=50 if device.type == "cuda" else 10)
+            s = _timed(
+                lambda: sac.sample_and_mean(obs), device, blocks=5, per_block=50 if device.type == "cuda" else 10
+            )
             out[f"{n} observations, {name}"] = round(s * 1e3, 3)
             print(f"act     {n:3d} obs    {name:40s} {s * 1e3:8.3f} ms", flush=True)
     return out
