@@ -23,11 +23,13 @@ lane token, each over a nonce the other has just drawn (the token never crosses 
 worthless on another connection; every frame after it carries a tag under keys drawn from that handshake and
 its sequence number, so without the token nobody on the robot network can join, inject, change, replay or
 reorder a frame, feed observations into a run's replay or send actions to an arm. Nothing received is
-unpickled or otherwise executed: a frame that fails its tag or does not decode drops its connection with a
-`LaneError` naming the peer. Silent or garbage connections cannot keep env workers out whatever their
-number (the doorman reads hellos first and refuses the oldest unfinished handshake when too many wait). Not
-provided: confidentiality (frames cross in clear) and availability against someone who can drop or delay
-packets, or break the TCP connection.
+unpickled or otherwise executed. One bad peer never stops a rollout worker: a frame is bounded by the run's
+spec and read as its bytes arrive, without waiting (`rlhw.rl.pipeline.lane_frames`), a message must be for the
+env rank its connection proved, and any failure of one peer's frame drops that peer alone with a `LaneError`
+naming it. Silent or garbage connections cannot keep env workers out whatever their number (the doorman reads
+hellos first and refuses the oldest unfinished handshake when too many wait, and a join so refused tries
+again). Not provided: confidentiality (frames cross in clear) and availability against someone who can drop
+or delay packets, or break the TCP connection.
 """
 
 from __future__ import annotations
