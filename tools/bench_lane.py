@@ -1,25 +1,37 @@
-"""The direct step lane's wire against the one it replaced, in the same run: typed codec + GMAC vs pickle.
+"""The direct step lane's wire against the one it replaced, in the same run: typed codec + GMAC vs pickle; and
+the lane of another checkout beside it, and what a peer that announces an oversized frame costs a rollout end.
 
-    .venv/bin/python tools/bench_lane.py [--steps 2000] [--other-lane CHECKOUT]
+    .venv/bin/python tools/bench_lane.py [--steps 2000] [--other-lane CHECKOUT] [--rss]
     # tools/bench_pipeline.py --parts phases runs it too, without --other-lane
 
-- Round trip alone (an echo process answers every observation at once), the two lanes interleaved step by
-  step, alternating which goes first: ``sealed`` is the lane as it is (`DirectEnvEnd` to `DirectRolloutEnd`:
-  typed codec, an AES-GCM tag per frame); ``pickle`` is the framing it replaced, as the baseline (an 8-byte
-  length and a pickle protocol 5, no tag, on the same kind of TCP stream: TCP_NODELAY, a selector loop on the
-  echo side, the same Actions back).
+- Round trip alone (an echo process answers every observation at once), the lanes interleaved step by step,
+  alternating which goes first: ``sealed`` is the lane as it is (`DirectEnvEnd` to `DirectRolloutEnd`: typed
+  codec, an AES-GCM tag per frame); ``pickle`` is the framing it replaced, as the baseline (an 8-byte length and
+  a pickle protocol 5, no tag, on the same kind of TCP stream: TCP_NODELAY, a selector loop on the echo side,
+  the same Actions back); with ``--other-lane``, ``checkout`` is the direct lane of that checkout, both of its
+  ends in processes that import that checkout's rlhw (its env end times its own round trips, told when by a
+  pipe), e.g. a ``git worktree add /tmp/lane_base HEAD`` of the code before a change.
 - In process, per step (one `EnvStep` out, one `Actions` back): pickle dumps + loads of both, the codec's pack
   + unpack of both, and the tags' seal + check of both frames; also for the message a pipeline step sends,
   observations and transitions of 8 instances (about 20 arrays).
+- ``--rss``: a rollout end in a process of its own (this tree's, and the checkout's with ``--other-lane``) serves
+  two env workers; one of them writes a frame's 16-byte prefix announcing 1 GiB, or the largest frame the
+  rollout end's bound allows, and sends 1 KiB of it. Its peak RSS (VmHWM) against its baseline, how long the
+  other env worker's next step took, and what became of the rollout end (also under a memory limit of 512 MiB
+  over its address space, where the issue's `MemoryError` escaped ``receive``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import os
 import pickle
 import selectors
 import socket
 import struct
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -55,15 +67,56 @@ def echo_checkout(port_q, token: bytes, root: str) -> None:
     echo_sealed(port_q, token)
 
 
-def checkout_env_end(root: str, port: int, token: bytes):
-    """The `DirectEnvEnd` of the checkout at ``root``, loaded from its lane.py beside this one's messages (the
-    message classes are unchanged, so its pickles decode on either side)."""
-    import importlib.util
+def drive_checkout(conn, port_q, token: bytes, root: str) -> None:
+    """The env end of the checkout at ``root`` (its rlhw imported first), in a process of its own: for each
+    message it is sent through ``conn`` (None: the last one again) one round trip, whose seconds go back."""
+    sys.path.insert(0, root)
+    from rlhw.rl.pipeline.lane import DirectEnvEnd, LaneAddress
+    from rlhw.rl.pipeline.messages import EnvStep
 
-    spec = importlib.util.spec_from_file_location("rlhw_checkout_lane", Path(root) / "rlhw/rl/pipeline/lane.py")
-    lane = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lane)
-    return lane.DirectEnvEnd(lane.LaneAddress("127.0.0.1", port), token, 0, 0, 30.0)
+    end = DirectEnvEnd(LaneAddress("127.0.0.1", port_q.get(timeout=60)), token, 0, 0, 30.0)
+    msg = None
+    while (fields := conn.recv()) != "stop":
+        if fields is not None:
+            msg = EnvStep(**fields)
+        t0 = time.perf_counter()
+        end.send(msg)
+        end.actions()
+        conn.send(time.perf_counter() - t0)
+    end.close()
+
+
+class LocalLane:
+    """An env end in this process, timed here."""
+
+    def __init__(self, end):
+        self.end = end
+
+    def round_trip(self, msg) -> float:
+        t0 = time.perf_counter()
+        self.end.send(msg)
+        self.end.actions()
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        self.end.close()
+
+
+class CheckoutLane:
+    """The env end of another checkout, in the `drive_checkout` process behind ``conn``; it times itself, so the
+    pipe is not in its figures."""
+
+    def __init__(self, conn):
+        self.conn, self.last = conn, None
+
+    def round_trip(self, msg) -> float:
+        fields = None if msg is self.last else {f.name: getattr(msg, f.name) for f in dataclasses.fields(msg)}
+        self.last = msg
+        self.conn.send(fields)
+        return self.conn.recv()
+
+    def close(self) -> None:
+        self.conn.send("stop")
 
 
 class PickleStream:
@@ -145,15 +198,19 @@ class Lanes:
             ctx.Process(target=echo_pickle, args=(pickle_q,), daemon=True),
         ]
         if self.other:
+            here, there = ctx.Pipe()
             self.echoes.append(ctx.Process(target=echo_checkout, args=(other_q, token, self.other), daemon=True))
+            self.echoes.append(
+                ctx.Process(target=drive_checkout, args=(there, other_q, token, self.other), daemon=True)
+            )
         for p in self.echoes:
             p.start()
         self.ends = {
-            "sealed": DirectEnvEnd(LaneAddress("127.0.0.1", sealed_q.get(timeout=60)), token, 0, 0, 30.0),
-            "pickle": PickleEnvEnd(pickle_q.get(timeout=60)),
+            "sealed": LocalLane(DirectEnvEnd(LaneAddress("127.0.0.1", sealed_q.get(timeout=60)), token, 0, 0, 30.0)),
+            "pickle": LocalLane(PickleEnvEnd(pickle_q.get(timeout=60))),
         }
         if self.other:
-            self.ends["checkout"] = checkout_env_end(self.other, other_q.get(timeout=60), token)
+            self.ends["checkout"] = CheckoutLane(here)
         return self.ends
 
     def __exit__(self, *exc) -> None:
@@ -165,13 +222,8 @@ class Lanes:
 
 def round_trips(ends: dict, msg, i: int) -> dict[str, float]:
     """One round trip of ``msg`` on each lane, in an order that alternates with ``i``: seconds by lane."""
-    out = {}
-    for name in sorted(ends) if i % 2 else sorted(ends, reverse=True):  # each lane first, and last, as often
-        t0 = time.perf_counter()
-        ends[name].send(msg)
-        ends[name].actions()
-        out[name] = time.perf_counter() - t0
-    return out
+    order = sorted(ends) if i % 2 else sorted(ends, reverse=True)  # each lane first, and last, as often
+    return {name: ends[name].round_trip(msg) for name in order}
 
 
 LANE_NAMES = {
@@ -188,7 +240,7 @@ def wire_cost_rows(msg, what: str, steps: int) -> list[tuple]:
 
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-    from rlhw.rl.pipeline.lane_wire import PREFIX, frame, intact, seal
+    from rlhw.rl.pipeline.lane_frames import PREFIX, frame, intact, seal
     from rlhw.rl.pipeline.messages import Actions, EnvStep, unpack
 
     answer, aead = _answer(msg), AESGCM(os.urandom(32))
@@ -234,6 +286,84 @@ def with_transitions(obs: dict, k: int = 8):
     return EnvStep(env=0, obs=obs, rows=tuple(range(k)), evaluating=np.zeros(k, bool), transitions=tr)
 
 
+_ATTACKED_ROLLOUT = """
+import json, resource, struct, sys, time
+import numpy as np
+from rlhw.rl.pipeline.lane import DirectEnvEnd, DirectRolloutEnd
+from rlhw.rl.pipeline.messages import Actions, EnvStep
+announced, limit_mib = int(sys.argv[1]), int(sys.argv[2])
+def mib(key):
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(key)) / 1024
+end = DirectRolloutEnd("127.0.0.1", b"r" * 32, timeout_s=2.0)
+bound = end.bound.payload if hasattr(end, "bound") else None  # the checkout before bounds has none
+if announced < 0:  # the largest frame the bound allows (this tree's default bound; the old one's 2 GiB)
+    announced = (bound or 1 << 31) - 16
+attacker, other = (DirectEnvEnd(end.address, b"r" * 32, r, 0, 30.0) for r in (0, 1))
+def step(env, rank):  # one step of env worker ``rank``: its observation in, its actions back
+    env.send(EnvStep(env=rank, obs={"x": np.zeros((1, 3), np.float32)}, rows=(0,), evaluating=np.zeros(1, bool)))
+    while not (msgs := end.receive(timeout=1.0)):
+        pass
+    for m in msgs:
+        end.answer(m.env, Actions(np.zeros((1, 7), np.float32), np.zeros(1, np.int64)))
+    env.actions()
+for _ in range(50):
+    step(attacker, 0)
+    step(other, 1)
+baseline = mib("VmHWM:")
+if limit_mib:
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (int((mib("VmSize:") + limit_mib) * 2**20), hard))
+attacker.stream.sock.sendall(struct.pack("!QQ", 16, announced) + bytes(1024))
+t0 = time.perf_counter()
+try:
+    step(other, 1)
+    outcome = "the other env worker served"
+except BaseException as e:
+    outcome = f"{type(e).__name__} out of receive"
+other_step_ms = (time.perf_counter() - t0) * 1e3
+print(json.dumps({"announced": announced, "baseline_mib": baseline, "peak_mib": mib("VmHWM:"),
+                  "other_step_ms": other_step_ms, "outcome": outcome}))
+"""
+
+
+def attacked_rollout(root: Path, announced: int, limit_mib: int) -> dict:
+    """`_ATTACKED_ROLLOUT` in a process that imports the rlhw of ``root``: what announcing ``announced`` bytes
+    (-1: the largest frame the rollout end allows) costs it, under a memory limit of ``limit_mib`` (0: none)."""
+    r = subprocess.run(
+        [sys.executable, "-c", _ATTACKED_ROLLOUT, str(announced), str(limit_mib)],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if r.returncode:
+        return {"announced": announced, "outcome": f"exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}"}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def rss_rows(trees: dict[str, Path], repeats: int = 2) -> list[str]:
+    """A header and one line per tree, attack and limit (``repeats`` times, the trees alternating)."""
+    lines = [
+        f"{'tree':<10}{'announces':<24}{'AS limit':<10}{'peak RSS over base':>26}{'other step':>13}  what became of it"
+    ]
+    for _ in range(repeats):
+        for announced, limit in ((1 << 30, 0), (-1, 0), (1 << 30, 512)):
+            for name, root in trees.items():
+                r = attacked_rollout(root, announced, limit)
+                peak = (
+                    f"{r['peak_mib'] - r['baseline_mib']:+.1f} of {r['baseline_mib']:.0f} MiB"
+                    if "peak_mib" in r
+                    else "-"
+                )
+                step = f"{r['other_step_ms']:.1f} ms" if "other_step_ms" in r else "-"
+                what = "1 GiB" if announced > 0 else f"{r['announced']} B (bound)"
+                lines.append(
+                    f"{name:<10}{what:<24}{f'+{limit} MiB' if limit else 'none':<10}{peak:>26}{step:>13}  {r['outcome']}"
+                )
+    return lines
+
+
 def p50_p99_ms(seconds: list[float]) -> tuple[float, float]:
     return float(np.percentile(seconds, 50) * 1e3), float(np.percentile(seconds, 99) * 1e3)
 
@@ -247,7 +377,13 @@ def main() -> int:
         help="also the direct lane of the rlhw checkout at this path (e.g. a worktree of the commit "
         "before the typed codec), interleaved with the others",
     )
+    ap.add_argument("--rss", action="store_true", help="only the rollout end's peak RSS under an oversized frame")
     args = ap.parse_args()
+    if args.rss:
+        trees = {"this": ROOT, **({"checkout": Path(args.other_lane)} if args.other_lane else {})}
+        print("a rollout end while one env worker announces a frame and sends 1 KiB of it (peak RSS = VmHWM)")
+        print("\n".join(rss_rows(trees)))
+        return 0
     from rlhw.rl.pipeline.messages import EnvStep
     from tools.bench_pipeline import mock_observation, print_latency
 
