@@ -50,6 +50,7 @@ import numpy as np
 from rlhw.config.env import DROP_FRAMES, MOCK_ARM_FAULTS, MOCK_CAMERA_FAULTS, MOCK_INJECTIONS
 from rlhw.errors import FaultKind, RobotFault
 from rlhw.robot.arm import HOME_Q, Arm, ArmState
+from rlhw.robot.build import ArmBuild, CameraBuild, DriverArg, construct_driver
 from rlhw.robot.camera import Camera, Frame, Intrinsics
 from rlhw.robot.pose import Pose
 from rlhw.robot.registry import register_arm, register_camera
@@ -188,6 +189,18 @@ class MockArm(Arm):
         self.motions: deque[tuple[str, Any]] = deque(maxlen=int(keep_motions))
         self.motion_count = 0
         self.calls: dict[str, int] = {}
+
+    @classmethod
+    def from_plan(cls, build: ArmBuild) -> MockArm:
+        """A simulated arm (`ArmBuild.simulated_args`) that also injects ``env.mock_faults``, each call bounded
+        well inside the env's driver timeout."""
+        return construct_driver(
+            cls,
+            build.driver,
+            **build.simulated_args(),
+            faults=DriverArg(build.env.mock_faults, "env.mock_faults"),
+            timeout_s=DriverArg(min(build.env.driver_timeout_s, 0.5), "env.driver_timeout_s"),
+        )
 
     def _motion(self, *command: Any) -> None:
         self.motions.append(command)
@@ -382,6 +395,18 @@ class MockCamera(Camera):
         self._index = -1
         self._last: Frame | None = None
         self._returned_index = -1
+
+    @classmethod
+    def from_plan(cls, build: CameraBuild) -> MockCamera:
+        """A camera that draws its arm's hand (`CameraBuild.rendered_args`), injects ``env.mock_faults`` and
+        seeds its noise per camera."""
+        return construct_driver(
+            cls,
+            build.driver,
+            **build.rendered_args(),
+            faults=DriverArg(build.env.mock_faults, "env.mock_faults"),
+            seed=DriverArg(build.seed + 17 * build.index, "env.seed"),
+        )
 
     def inject(self, kind: FaultKind | str, after: int = 0, count: int = 1, on: str | None = None) -> None:
         kind = _injection(kind)

@@ -27,7 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from drivers.probe_report import ProbeReport
 from rlhw.errors import ConfigError, FaultKind, RobotFault
+from rlhw.hardware.types.realsense import RealSenseOptions
+from rlhw.robot.build import CameraBuild
 from rlhw.robot.camera import Camera, Frame, Intrinsics
 from rlhw.robot.registry import register_camera
 
@@ -62,56 +65,40 @@ class RealSenseCamera(Camera):
     def __init__(
         self,
         serial: str = "",
+        options: RealSenseOptions | None = None,
         *,
-        width: int = 640,
-        height: int = 480,
-        fps: int = 30,
-        depth: bool = False,
-        warmup_frames: int = 15,
-        max_age_s: float | None = 0.5,
-        wait_timeout_s: float = 1.0,
-        reconnect_after: int = 3,
-        max_reconnects: int = 3,
-        reset_timeout_s: float = 10.0,
         playback_file: str | Path | None = None,
         real_time: bool = True,
         loop: bool = False,
         context: Any = None,
     ):
+        """``options``: the validated stream settings (`RealSenseOptions`; a RealSense hardware entry is one),
+        defaults without. The frame source is the live camera ``serial`` or the recording ``playback_file``
+        (``real_time``: paced as recorded; ``loop``: from the start again at its end)."""
         if playback_file is None and not str(serial).strip():
             raise ConfigError(
                 "serial", "a RealSense camera needs its serial number (see list_serials()) or a playback_file"
             )
-        for name, value, lo in (
-            ("width", width, 1),
-            ("height", height, 1),
-            ("fps", fps, 1),
-            ("warmup_frames", warmup_frames, 0),
-        ):
-            if not isinstance(value, int) or value < lo:
-                raise ConfigError(name, f"must be an integer >= {lo}, got {value!r}")
-        if max_age_s is not None and max_age_s <= 0:
-            raise ConfigError("max_age_s", f"must be > 0 seconds (or None to accept any age), got {max_age_s}")
-        if wait_timeout_s <= 0:
-            raise ConfigError("wait_timeout_s", f"must be > 0, got {wait_timeout_s}")
-        if reconnect_after < 0 or max_reconnects < 0:
-            raise ConfigError("reconnect_after", "reconnect_after and max_reconnects must be >= 0 (0 disables)")
         if playback_file is not None and not Path(playback_file).is_file():
             raise ConfigError("playback_file", f"{playback_file} does not exist (pyrealsense2 2.59 records .db3 files)")
+        self.options = RealSenseOptions() if options is None else options
         self.serial = str(serial).strip()
-        self.width, self.height, self._fps = width, height, fps
-        self.depth = depth
-        self.warmup_frames = warmup_frames
-        self.max_age_s = max_age_s
-        self.wait_timeout_s = float(wait_timeout_s)
-        self.reconnect_after = reconnect_after
-        self.max_reconnects = max_reconnects
-        self.reset_timeout_s = reset_timeout_s
+        self._fps = self.options.fps  # what the stream delivers, once it has started
         self.playback_file = str(playback_file) if playback_file is not None else None
         self.real_time = real_time
         self.loop = loop
         self._context = context
+        self._init_capture_state()
 
+    @classmethod
+    def from_plan(cls, build: CameraBuild) -> RealSenseCamera:
+        """The camera ``build.name`` (its serial) with the options of the hardware entry that declares it,
+        the defaults when none does."""
+        options = build.hardware if isinstance(build.hardware, RealSenseOptions) else None
+        return cls(build.name, options, playback_file=build.playback_file)
+
+    def _init_capture_state(self) -> None:
+        """What the capture thread shares with the readers (under ``_cond``) and its pipeline."""
         self._cond = threading.Condition()
         self._latest: Frame | None = None
         self._last_returned = -1
@@ -155,7 +142,7 @@ class RealSenseCamera(Camera):
             raise RobotFault(FaultKind.NOT_CONNECTED, fault)
         with self._cond:
             ok = self._cond.wait_for(
-                lambda: self.stats["frames"] >= max(1, self.warmup_frames) or self._fault is not None,
+                lambda: self.stats["frames"] >= max(1, self.options.warmup_frames) or self._fault is not None,
                 max(0.0, deadline - time.monotonic()),
             )
         if not ok or self._fault is not None:
@@ -163,7 +150,7 @@ class RealSenseCamera(Camera):
             self.close()
             raise RobotFault(
                 FaultKind.CAMERA_STALL,
-                f"camera {self.name}: {got} of {max(1, self.warmup_frames)} warm-up frames within {timeout_s}s"
+                f"camera {self.name}: {got} of {max(1, self.options.warmup_frames)} warm-up frames within {timeout_s}s"
                 + (f" ({fault})" if fault else "; check the USB cable/port (USB3) and that no other process uses it"),
             )
 
@@ -171,7 +158,7 @@ class RealSenseCamera(Camera):
         self._stopping.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=self.wait_timeout_s + 1.0)  # a try_wait_for_frames() at most
+            thread.join(timeout=self.options.wait_timeout_s + 1.0)  # a try_wait_for_frames() at most
         self._thread = None
         self._stop_pipeline()
         if self._claimed:
@@ -189,13 +176,13 @@ class RealSenseCamera(Camera):
         if self.playback_file:
             cfg.enable_device_from_file(self.playback_file, repeat_playback=self.loop)
             cfg.enable_stream(rs.stream.color)
-            if self.depth:
+            if self.options.depth:
                 cfg.enable_stream(rs.stream.depth)
         else:
             cfg.enable_device(self.serial)
-            cfg.enable_stream(rs.stream.color, self.width, self.height, rs.format.rgb8, self._fps)
-            if self.depth:
-                cfg.enable_stream(rs.stream.depth, self.width, self.height, rs.format.z16, self._fps)
+            cfg.enable_stream(rs.stream.color, self.options.width, self.options.height, rs.format.rgb8, self._fps)
+            if self.options.depth:
+                cfg.enable_stream(rs.stream.depth, self.options.width, self.options.height, rs.format.z16, self._fps)
         return cfg
 
     def _start_pipeline(self, rs) -> None:
@@ -213,7 +200,7 @@ class RealSenseCamera(Camera):
             if self.playback_file:
                 raise RuntimeError(f"cannot play {self.playback_file}: {e}") from None
             raise RuntimeError(
-                f"no RealSense with serial {self.serial} can stream {self.width}x{self.height}@{self._fps} "
+                f"no RealSense with serial {self.serial} can stream {self.options.width}x{self.options.height}@{self._fps} "
                 f"({e}); connected serials: {list_serials(ctx) or 'none'}"
             ) from None
         device = profile.get_device()
@@ -228,8 +215,8 @@ class RealSenseCamera(Camera):
         i = color.get_intrinsics()
         self._intrinsics = Intrinsics(width=i.width, height=i.height, fx=i.fx, fy=i.fy, cx=i.ppx, cy=i.ppy)
         self._fps = color.fps()
-        self._depth_scale_mm = device.first_depth_sensor().get_depth_scale() * 1000.0 if self.depth else 1.0
-        self._align = rs.align(rs.stream.color) if self.depth else None
+        self._depth_scale_mm = device.first_depth_sensor().get_depth_scale() * 1000.0 if self.options.depth else 1.0
+        self._align = rs.align(rs.stream.color) if self.options.depth else None
         self._pipe, self._profile = pipe, profile
 
     def _stop_pipeline(self) -> None:
@@ -253,7 +240,7 @@ class RealSenseCamera(Camera):
             self._stop_pipeline()
             return
         failures = reconnects_in_a_row = 0
-        timeout_ms = int(self.wait_timeout_s * 1000)
+        timeout_ms = int(self.options.wait_timeout_s * 1000)
         while not self._stopping.is_set():
             try:
                 ok, frames = self._pipe.try_wait_for_frames(timeout_ms)
@@ -262,10 +249,14 @@ class RealSenseCamera(Camera):
             if not ok:
                 failures += 1
                 self.stats["failed_waits"] += 1
-                if self.reconnect_after and failures >= self.reconnect_after and not self._stopping.is_set():
-                    if reconnects_in_a_row >= self.max_reconnects:
+                if (
+                    self.options.reconnect_after
+                    and failures >= self.options.reconnect_after
+                    and not self._stopping.is_set()
+                ):
+                    if reconnects_in_a_row >= self.options.max_reconnects:
                         self._give_up(
-                            f"no frames after {reconnects_in_a_row} reconnects; last: {failures} waits of {self.wait_timeout_s}s failed"
+                            f"no frames after {reconnects_in_a_row} reconnects; last: {failures} waits of {self.options.wait_timeout_s}s failed"
                         )
                         return
                     reconnects_in_a_row += 1
@@ -289,7 +280,7 @@ class RealSenseCamera(Camera):
             return
         image = np.asanyarray(color.get_data()).copy()
         depth = None
-        if self.depth:
+        if self.options.depth:
             d = frames.get_depth_frame()
             if d:
                 depth = np.asanyarray(d.get_data())
@@ -335,12 +326,12 @@ class RealSenseCamera(Camera):
                     dev.hardware_reset()
                     self.stats["hardware_resets"] += 1
                     break
-            deadline = time.monotonic() + self.reset_timeout_s
+            deadline = time.monotonic() + self.options.reset_timeout_s
             time.sleep(1.0)  # the camera drops off the bus, then re-enumerates
             while self.serial not in list_serials(ctx):
                 if time.monotonic() > deadline or self._stopping.is_set():
                     raise RuntimeError(
-                        f"camera {self.serial} did not come back within {self.reset_timeout_s}s of a hardware reset"
+                        f"camera {self.serial} did not come back within {self.options.reset_timeout_s}s of a hardware reset"
                     )
                 time.sleep(0.2)
         self._start_pipeline(rs)
@@ -353,7 +344,7 @@ class RealSenseCamera(Camera):
 
     # -- reading ------------------------------------------------------------------------------------
     def latest(self, max_age_s: float | None = None) -> Frame:
-        limit = self.max_age_s if max_age_s is None else max_age_s
+        limit = self.options.max_age_s if max_age_s is None else max_age_s
         with self._cond:
             frame, fault = self._latest, self._fault
         if fault is not None:
@@ -419,32 +410,39 @@ class RealSenseCamera(Camera):
 def probe_camera(
     serial: str = "",
     seconds: float = 3.0,
-    width: int = 640,
-    height: int = 480,
-    fps: int = 30,
-    depth: bool = False,
+    options: RealSenseOptions | None = None,
     playback_file: str | None = None,
     timeout_s: float = 10.0,
-):
+) -> ProbeReport:
     """Smoke-test one camera: opens, resolution/intrinsics, measured vs configured fps, frame age,
-    dropped frames over ``seconds``, USB type (a USB2 link cannot carry 640x480@30 color+depth)."""
-    from drivers.franka.probe import ProbeReport
+    dropped frames over ``seconds``, USB type (a USB2 link cannot carry 640x480@30 color+depth).
 
+    The camera streams with ``options`` (defaults without), but warms up on 5 frames and never restarts its
+    pipeline: a probe reports a stall rather than recovering from it."""
     report = ProbeReport(serial or str(playback_file))
+    options = (options or RealSenseOptions()).model_copy(update={"warmup_frames": 5, "reconnect_after": 0})
+    cam = _open_for_probe(report, serial, options, playback_file, timeout_s)
+    if cam is None:
+        return report
     try:
-        cam = RealSenseCamera(
-            serial,
-            width=width,
-            height=height,
-            fps=fps,
-            depth=depth,
-            playback_file=playback_file,
-            warmup_frames=5,
-            reconnect_after=0,
-        )
+        i = cam.intrinsics
+        report.add("resolution", True, f"{i.width}x{i.height} fx={i.fx:.1f} fy={i.fy:.1f} cx={i.cx:.1f} cy={i.cy:.1f}")
+        _probe_stream(report, cam, seconds)
+        _probe_usb(report, cam)
+    finally:
+        cam.close()
+    return report
+
+
+def _open_for_probe(
+    report: ProbeReport, serial: str, options: RealSenseOptions, playback_file: str | None, timeout_s: float
+) -> RealSenseCamera | None:
+    """The camera, open and streaming, with an ``open`` row; None (and a failed row) when it does not open."""
+    try:
+        cam = RealSenseCamera(serial, options, playback_file=playback_file)
     except ConfigError as e:
         report.add("open", False, str(e))
-        return report
+        return None
     t = time.perf_counter()
     try:
         cam.open(timeout_s=timeout_s)
@@ -455,39 +453,38 @@ def probe_camera(
             str(e),
             "check list_serials(), the USB cable (USB3 port), and that no other process holds the camera",
         )
-        return report
+        return None
+    report.add("open", True, f"streaming after {time.perf_counter() - t:.2f} s")
+    return cam
+
+
+def _probe_stream(report: ProbeReport, cam: RealSenseCamera, seconds: float) -> None:
+    """Rows ``fps``, ``dropped`` and ``frame_age`` from ``seconds`` of streaming."""
+    start = dict(cam.stats)
+    time.sleep(seconds)
+    n = cam.stats["frames"] - start["frames"]
+    dropped = cam.stats["dropped"] - start["dropped"]
+    measured = n / seconds
+    ok_fps = measured >= 0.9 * cam.fps
+    report.add(
+        "fps",
+        ok_fps,
+        f"{measured:.1f} measured vs {cam.fps:.0f} configured over {seconds:.1f} s",
+        "" if ok_fps else "low frame rate: check USB3, lighting (auto-exposure lowers fps in the dark), CPU load",
+    )
+    report.add("dropped", dropped == 0, f"{dropped} dropped of {n + dropped}")
     try:
-        report.add("open", True, f"streaming after {time.perf_counter() - t:.2f} s")
-        i = cam.intrinsics
-        report.add("resolution", True, f"{i.width}x{i.height} fx={i.fx:.1f} fy={i.fy:.1f} cx={i.cx:.1f} cy={i.cy:.1f}")
-        start = dict(cam.stats)
-        time.sleep(seconds)
-        n = cam.stats["frames"] - start["frames"]
-        dropped = cam.stats["dropped"] - start["dropped"]
-        measured = n / seconds
-        ok_fps = measured >= 0.9 * cam.fps
-        report.add(
-            "fps",
-            ok_fps,
-            f"{measured:.1f} measured vs {cam.fps:.0f} configured over {seconds:.1f} s",
-            "" if ok_fps else "low frame rate: check USB3, lighting (auto-exposure lowers fps in the dark), CPU load",
-        )
-        report.add("dropped", dropped == 0, f"{dropped} dropped of {n + dropped}")
-        try:
-            age = time.time() - cam.latest(max_age_s=None).timestamp
-            report.add("frame_age", age < 0.1, f"{age * 1e3:.0f} ms")
-        except RobotFault as e:
-            report.add("frame_age", False, str(e))
-        usb = cam.usb_type()
-        if usb is None:
-            report.add("usb", None, "n/a (playback or not reported)")
-        else:
-            report.add(
-                "usb",
-                not usb.startswith("2"),
-                f"USB {usb}",
-                "" if not usb.startswith("2") else "camera is on a USB2 link: use a USB3 port/cable",
-            )
-    finally:
-        cam.close()
-    return report
+        age = time.time() - cam.latest(max_age_s=None).timestamp
+        report.add("frame_age", age < 0.1, f"{age * 1e3:.0f} ms")
+    except RobotFault as e:
+        report.add("frame_age", False, str(e))
+
+
+def _probe_usb(report: ProbeReport, cam: RealSenseCamera) -> None:
+    """Row ``usb``: a live camera's link type (skipped for a recording or when the device does not say)."""
+    usb = cam.usb_type()
+    if usb is None:
+        report.add("usb", None, "n/a (playback or not reported)")
+        return
+    usb2 = usb.startswith("2")
+    report.add("usb", not usb2, f"USB {usb}", "camera is on a USB2 link: use a USB3 port/cable" if usb2 else "")

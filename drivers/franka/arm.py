@@ -29,9 +29,10 @@ import numpy as np
 
 from drivers.franka.replies import Reply
 from rlhw.errors import ConfigError, FaultKind, RobotFault, WorkerError
-from rlhw.hardware.types.franka import FrankaController
+from rlhw.hardware.types.franka import FrankaConfig, FrankaController
 from rlhw.network import FCI_PORT, tcp_connect_problem
 from rlhw.robot.arm import Arm, ArmState
+from rlhw.robot.build import ArmBuild
 from rlhw.robot.pose import Pose
 from rlhw.robot.registry import register_arm
 
@@ -83,6 +84,18 @@ class FrankaArm(Arm):
         self.robot_mode: str | None = None
         self._claim()
         self._finalizer = weakref.finalize(self, _kill_proc, None)
+
+    @classmethod
+    def from_plan(cls, build: ArmBuild) -> FrankaArm:
+        """The arm of the plan's Franka hardware entry, with its validated controller, as the entry says."""
+        hw = build.hardware
+        if not isinstance(hw, FrankaConfig):
+            raise ConfigError(
+                "env.driver",
+                "the franka driver needs a Franka hardware entry in the env component's node group "
+                "(cluster.node_groups[*].hardware with type: Franka); for a simulator set env.sim=mujoco",
+            )
+        return cls(hw.robot_ip, hw.controller, gripper=hw.gripper, timeout_s=build.env.driver_timeout_s)
 
     # -- ownership -----------------------------------------------------------------------------
     def _claim(self) -> None:

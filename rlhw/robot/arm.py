@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from rlhw.robot.build import ArmBuild, simulated_arm
 from rlhw.robot.pose import Pose
 
 #: Franka FR3 / Panda home posture (radians), the usual "ready" pose.
@@ -119,6 +120,13 @@ class Arm(abc.ABC):
             missing = [m for m in capability.methods if getattr(cls, m, None) is getattr(Arm, m)]
             if missing:
                 raise TypeError(f"{cls.__name__} declares {capability} but does not implement {', '.join(missing)}")
+
+    @classmethod
+    def from_plan(cls, build: ArmBuild) -> Arm:
+        """Build this driver for one env instance (`rlhw.robot.factory.build_arm` calls it). The default is a
+        simulator's (`rlhw.robot.build.simulated_arm`); a driver with hardware overrides it and reads its
+        validated hardware model, ``build.hardware``."""
+        return simulated_arm(cls, build)
 
     def has(self, capability: ArmCapability) -> bool:
         """Whether this driver declares ``capability``: ask before calling its methods."""

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rlhw.robot.build import CameraBuild, scene_camera
+
 
 @dataclass(frozen=True)
 class Intrinsics:
@@ -37,6 +39,13 @@ class Frame:
 
 class Camera(abc.ABC):
     serial: str = ""
+
+    @classmethod
+    def from_plan(cls, build: CameraBuild) -> Camera:
+        """Build this driver for one camera of an env (`rlhw.robot.factory.build_cameras` calls it). The
+        default is a simulated camera's (`rlhw.robot.build.scene_camera`); a driver with hardware overrides it
+        and reads its validated hardware model, ``build.hardware``."""
+        return scene_camera(cls, build)
 
     @abc.abstractmethod
     def open(self, timeout_s: float = 10.0) -> None:

@@ -10,35 +10,35 @@ Which drivers (``env.driver`` / ``env.camera_driver`` / ``env.sim``):
 - ``env.driver: auto``: ``franka`` when there is a hardware entry, else ``mujoco``;
 - ``env.camera_driver: auto``: ``realsense`` for the franka driver, else the arm's simulator.
 
-What each driver receives (keyword arguments; one that the driver's signature does not take is a
-ConfigError naming the config key it came from, never dropped):
+How each driver is built: the factory hands its class an `rlhw.robot.build.ArmBuild` / `CameraBuild` and
+calls ``from_plan``; the driver reads what it needs, and the factory never branches on a driver's name:
 
-- franka: ``robot_ip``, the entry's validated ``controller`` (`FrankaController`, the driver's one
-  options schema), ``gripper``, ``timeout_s`` (``env.driver_timeout_s``);
-- realsense: ``serial``, and ``width``/``height``/``fps``/``depth`` from a RealSense hardware entry
-  with that serial (any node group), when there is one;
-- mujoco cameras: ``serial`` and ``name`` (the name), ``arm`` (the simulated arm they render),
-  ``width``, ``height``, ``index``, ``meshes``; mock cameras: ``serial``, ``arm``, ``width``,
-  ``height``, ``faults`` (``env.mock_faults``), ``seed``;
-- mujoco/mock arms: ``name``, ``seed``, ``home_q``, plus the task's ``sim_arm_options`` (e.g. a cube);
-  the mock also gets ``faults`` (``env.mock_faults``) and ``timeout_s``.
+- franka: its Franka hardware entry (`FrankaConfig`: ``robot_ip``, the validated ``controller``, ``gripper``)
+  and ``env.driver_timeout_s``;
+- realsense: its serial, and the RealSense hardware entry that declares it (any node group) as its validated
+  `RealSenseOptions`, or the defaults;
+- simulators (mujoco, mock): name, seed, ``env.reset.home_q`` and the task's ``sim_arm_options``; their cameras
+  render the arm at ``env.image_size``; the mock also takes ``env.mock_faults``.
+
+A keyword argument that a driver's signature does not take is a ConfigError naming the config key it came
+from, never dropped (`rlhw.robot.build.construct_driver`).
 
 Cameras are only built when ``env.images`` is true.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlhw.config import ClusterConfig, ComponentRule, Config
 from rlhw.errors import ConfigError
+from rlhw.hardware.registry import HardwareEntry
 from rlhw.hardware.types.franka import FrankaConfig
-from rlhw.hardware.types.realsense import RealSenseConfig
 from rlhw.robot.arm import Arm
 from rlhw.robot.batch import BatchedEnv
+from rlhw.robot.build import ArmBuild, CameraBuild
 from rlhw.robot.camera import Camera
 from rlhw.robot.env import RobotEnv
 from rlhw.robot.registry import arm_class, camera_class
@@ -47,6 +47,9 @@ from rlhw.robot.tasks import make_task
 log = logging.getLogger(__name__)
 
 SIMULATORS = ("mujoco", "mock")  # the drivers whose arm (and cameras) a simulator stands in for
+#: What ``auto`` means: ``env.driver`` the real arm's driver when the env's node group declares a Franka, else
+#: the simulator; ``env.camera_driver`` the real cameras' driver beside a real arm, else the arm's simulator.
+AUTO_REAL_ARM, AUTO_SIMULATOR, AUTO_REAL_CAMERA = "franka", "mujoco", "realsense"
 
 
 @dataclass
@@ -73,7 +76,7 @@ class EnvPlan:
 def declares_real_arm(config: Config) -> bool:
     """Some node group of the config declares a Franka (whichever component it hosts)."""
     try:
-        return any(getattr(g.hardware, "type", None) == "Franka" for g in config.cluster.node_groups if g.hardware)
+        return any(g.hardware is not None and g.hardware.type == "Franka" for g in config.cluster.node_groups)
     except Exception:  # noqa: BLE001 - a config without a cluster section (tests, tools) declares none
         return False
 
@@ -102,31 +105,15 @@ def franka_entry(config: Config, robot_rank: int) -> FrankaConfig | None:
     return None
 
 
-#: The fields of a RealSense hardware entry that the realsense driver takes.
-_REALSENSE_SETTINGS = ("width", "height", "fps", "depth")
-
-
-def _realsense_entry(config: Config, serial: str) -> tuple[RealSenseConfig, str] | None:
-    """The RealSense hardware entry (any node group) that declares camera ``serial``, and its config path."""
-    for g, group in enumerate(config.cluster.node_groups):
-        hw = group.hardware
-        if hw is None or hw.type != "RealSense":
-            continue
-        for c, entry in enumerate(hw.configs):
-            if entry.serial == serial:
-                return entry, f"cluster.node_groups[{g}].hardware.configs[{c}]"
+def declared_entry(config: Config, identity: str) -> HardwareEntry | None:
+    """The hardware entry (any node group, any type) that declares the device named ``identity`` (a camera's
+    serial), or None: what a camera driver reads as its validated hardware model."""
+    for group in config.cluster.node_groups:
+        if group.hardware is not None:
+            for entry in group.hardware.configs:
+                if entry.identity() == identity:
+                    return entry
     return None
-
-
-def realsense_settings(config: Config, serial: str) -> dict[str, Any]:
-    """width/height/fps/depth of camera ``serial`` when a RealSense hardware entry declares it."""
-    found = _realsense_entry(config, serial)
-    return {} if found is None else {k: getattr(found[0], k) for k in _REALSENSE_SETTINGS}
-
-
-def _realsense_args(config: Config, serial: str) -> dict[str, DriverArg]:
-    found = _realsense_entry(config, serial)
-    return {} if found is None else {k: DriverArg(getattr(found[0], k), f"{found[1]}.{k}") for k in _REALSENSE_SETTINGS}
 
 
 def plan_env(config: Config, robot_rank: int = 0) -> EnvPlan:
@@ -138,19 +125,20 @@ def plan_env(config: Config, robot_rank: int = 0) -> EnvPlan:
     if env.sim is not None:
         arm_driver = env.sim
     elif env.driver == "auto":
-        arm_driver = "franka" if hw is not None else "mujoco"
+        arm_driver = AUTO_REAL_ARM if hw is not None else AUTO_SIMULATOR
     else:
         arm_driver = env.driver
-    if arm_driver == "franka" and hw is None:
+    real_arm = arm_driver not in SIMULATORS
+    if real_arm and hw is None:
         raise ConfigError(
             "env.driver",
-            "the franka driver needs a Franka hardware entry in the env component's node group "
+            f"the {arm_driver} driver needs a Franka hardware entry in the env component's node group "
             "(cluster.node_groups[*].hardware with type: Franka); for a simulator set env.sim=mujoco",
         )
     if env.sim is not None:
         camera_driver = env.sim
     elif env.camera_driver == "auto":
-        camera_driver = "realsense" if arm_driver == "franka" else arm_driver
+        camera_driver = AUTO_REAL_CAMERA if real_arm else arm_driver
     else:
         camera_driver = env.camera_driver
     if camera_driver in SIMULATORS and arm_driver != camera_driver:
@@ -159,17 +147,17 @@ def plan_env(config: Config, robot_rank: int = 0) -> EnvPlan:
             f"simulated {camera_driver} cameras render a {camera_driver} arm, but the arm driver is {arm_driver!r}; "
             f"use camera_driver: auto or the same simulator",
         )
-    if camera_driver == "realsense":
+    if camera_driver not in SIMULATORS:
         names = serials
         if env.images and not names:
             raise ConfigError(
                 "env.images",
-                f"images are on but Franka rank {robot_rank} lists no camera_serials for the realsense driver; "
+                f"images are on but Franka rank {robot_rank} lists no camera_serials for the {camera_driver} driver; "
                 "add camera_serials to the hardware entry or set env.images=false",
             )
     else:
         names = serials or tuple(env.sim_cameras)
-    robot = f"franka@{hw.robot_ip}" if arm_driver == "franka" else f"{arm_driver}-sim{robot_rank}"
+    robot = f"{arm_driver}@{hw.identity()}" if real_arm and hw is not None else f"{arm_driver}-sim{robot_rank}"
     beside_real = env.sim is None and env.driver == "auto" and declares_real_arm(config)
     return EnvPlan(
         arm_driver,
@@ -181,93 +169,41 @@ def plan_env(config: Config, robot_rank: int = 0) -> EnvPlan:
     )
 
 
-@dataclass(frozen=True)
-class DriverArg:
-    """One keyword argument for a driver, and the config key it comes from (named when it is refused)."""
-
-    value: Any
-    path: str
-
-
-def construct_driver(cls: type, driver: str, **args: DriverArg) -> Any:
-    """Construct driver ``cls`` with exactly ``args``.
-
-    Why refuse instead of dropping: a dropped argument is a setting the user believes in and the
-    driver never follows (a camera that ignores its resolution, an arm that ignores its scene).
-    """
-    params = inspect.signature(cls).parameters
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        unknown = sorted(k for k in args if k not in params)
-        if unknown:
-            key = unknown[0]
-            takes = [k for k, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
-            raise ConfigError(
-                args[key].path,
-                f"the {driver} driver ({cls.__name__}) takes no argument {key!r}; remove it, or pick a driver that "
-                f"takes it (the {driver} driver takes: {', '.join(takes)})",
-            )
-    return cls(**{k: a.value for k, a in args.items()})
-
-
 def build_arm(
     config: Config, plan: EnvPlan, *, seed: int, index: int = 0, sim_options: dict[str, Any] | None = None
 ) -> Arm:
     """Construct (not connect) the arm ``plan`` chose; ``sim_options`` are the task's scene options
     (simulators only). Also used alone, without a task (`rlhw record-pose`)."""
-    env_cfg = config.env
-    arm_cls = arm_class(plan.arm_driver)
-    if plan.arm_driver == "franka":
-        hw = plan.hardware
-        return arm_cls(hw.robot_ip, hw.controller, gripper=hw.gripper, timeout_s=env_cfg.driver_timeout_s)
-    name = f"{plan.robot}.{index}" if index else plan.robot
-    args = dict(
-        name=DriverArg(name, "env.driver"),
-        seed=DriverArg(seed, "env.seed"),
-        home_q=DriverArg(tuple(env_cfg.reset.home_q), "env.reset.home_q"),
+    build = ArmBuild(
+        driver=plan.arm_driver,
+        name=f"{plan.robot}.{index}" if index else plan.robot,
+        seed=seed,
+        env=config.env,
+        hardware=plan.hardware,
+        sim_options=dict(sim_options or {}),
     )
-    args.update(
-        {k: DriverArg(v, "env.task") for k, v in (sim_options or {}).items()}
-    )  # the task asks its scene for them
-    if plan.arm_driver == "mock":
-        args.update(
-            faults=DriverArg(env_cfg.mock_faults, "env.mock_faults"),
-            timeout_s=DriverArg(min(env_cfg.driver_timeout_s, 0.5), "env.driver_timeout_s"),
-        )
-    return construct_driver(arm_cls, plan.arm_driver, **args)
+    return arm_class(plan.arm_driver).from_plan(build)
 
 
 def build_cameras(config: Config, plan: EnvPlan, arm: Arm, seed: int) -> dict[str, Camera]:
     """Construct (not open) the cameras ``plan`` chose, by name; simulated ones render ``arm``."""
     if plan.camera_driver is None:
         return {}
-    env_cfg = config.env
-    driver = plan.camera_driver
-    cam_cls = camera_class(driver)
-    h, w = env_cfg.image_size
-    cameras = {}
-    for i, name in enumerate(plan.camera_names):
-        serial = DriverArg(name, "env.camera_driver")
-        if driver == "realsense":
-            cameras[name] = construct_driver(cam_cls, driver, serial=serial, **_realsense_args(config, name))
-            continue
-        args = dict(
-            serial=serial,
-            arm=DriverArg(arm, "env.camera_driver"),
-            width=DriverArg(w, "env.image_size"),
-            height=DriverArg(h, "env.image_size"),
+    cam_cls = camera_class(plan.camera_driver)
+    return {
+        name: cam_cls.from_plan(
+            CameraBuild(
+                driver=plan.camera_driver,
+                name=name,
+                index=i,
+                seed=seed,
+                env=config.env,
+                arm=arm,
+                hardware=declared_entry(config, name),
+            )
         )
-        if driver == "mock":
-            args.update(
-                faults=DriverArg(env_cfg.mock_faults, "env.mock_faults"), seed=DriverArg(seed + 17 * i, "env.seed")
-            )
-        else:
-            args.update(
-                name=serial,
-                index=DriverArg(i, "env.camera_driver"),
-                meshes=DriverArg(env_cfg.sim_camera_meshes, "env.sim_camera_meshes"),
-            )
-        cameras[name] = construct_driver(cam_cls, driver, **args)
-    return cameras
+        for i, name in enumerate(plan.camera_names)
+    }
 
 
 def make_env(config: Config, robot_rank: int = 0, *, index: int = 0, connect: bool = True) -> RobotEnv:

@@ -190,14 +190,18 @@ def _check_standalone_camera(config: Config, cam, options: SmokeOptions) -> list
     run = TargetRun(cam.node_rank, cam.name, options.timeout_s)
 
     def factory():
-        from rlhw.robot.factory import DriverArg, construct_driver
+        from rlhw.robot.build import CameraBuild
 
-        where = f"{cam.name} (its hardware entry in cluster.node_groups)"
-        given = dict(serial=cam.serial, width=cam.width, height=cam.height, fps=int(cam.fps), depth=cam.depth)
-        if cam.playback_file:
-            given["playback_file"] = cam.playback_file
-        args = {k: DriverArg(v, where) for k, v in given.items()}
-        return construct_driver(camera_class(cam.driver), cam.driver, **args)
+        build = CameraBuild(
+            driver=cam.driver,
+            name=cam.serial,
+            index=0,
+            seed=config.env.seed,
+            env=config.env,
+            hardware=cam.hardware,
+            playback_file=cam.playback_file,
+        )
+        return camera_class(cam.driver).from_plan(build)
 
     if cam.driver in SIMULATORS:
         run.note("open", skipped("a simulated camera renders its arm; it is checked with its robot"), required=False)

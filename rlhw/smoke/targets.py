@@ -21,6 +21,7 @@ from typing import Any
 from rlhw.config.root import Config
 from rlhw.errors import ConfigError
 from rlhw.hardware.types.franka import FrankaConfig
+from rlhw.hardware.types.realsense import RealSenseConfig, RealSenseOptions
 from rlhw.smoke.options import SmokeOptions
 
 
@@ -36,6 +37,7 @@ class CameraTarget:
     robot: str | None = None  # the robot target it observes (sim cameras render that arm)
     group: str | None = None
     playback_file: str | None = None  # check the pipeline on this recording instead of the device
+    hardware: RealSenseConfig | None = None  # the validated entry that declares it, which its driver builds from
 
     @property
     def name(self) -> str:
@@ -183,7 +185,7 @@ def select_targets(config: Config, options: SmokeOptions) -> Targets:
 
 
 def _real_targets(config: Config, options: SmokeOptions, targets: Targets) -> None:
-    from rlhw.robot.factory import realsense_settings
+    from rlhw.robot.factory import declared_entry
 
     cluster = config.cluster
     attached: set[str] = set()
@@ -198,7 +200,7 @@ def _real_targets(config: Config, options: SmokeOptions, targets: Targets) -> No
                 continue
             name = f"franka@{entry.robot_ip}"
             cams = tuple(
-                _camera(serial, entry.node_rank, cam_driver, realsense_settings(config, serial), name, g.label)
+                _camera(serial, entry.node_rank, cam_driver, declared_entry(config, serial), name, g.label)
                 for serial in entry.camera_serials
             )
             targets.robots.append(RobotTarget(name, entry.node_rank, rank, driver, g.label, entry, cams))
@@ -209,21 +211,24 @@ def _real_targets(config: Config, options: SmokeOptions, targets: Targets) -> No
             continue
         if options.node_group is not None and label != options.node_group:
             continue
-        settings = {k: getattr(entry, k) for k in ("width", "height", "fps", "depth")}
-        targets.cameras.append(_camera(serial, entry.node_rank, cam_driver, settings, None, label))
+        targets.cameras.append(_camera(serial, entry.node_rank, cam_driver, entry, None, label))
 
 
-def _camera(serial, node_rank, driver, settings, robot, group) -> CameraTarget:
+def _camera(serial, node_rank, driver, entry, robot, group) -> CameraTarget:
+    """A real camera's target; ``entry`` is the hardware entry that declares it (its stream settings), if any."""
+    hardware = entry if isinstance(entry, RealSenseConfig) else None
+    stream = hardware or RealSenseOptions()
     return CameraTarget(
         serial=serial,
         node_rank=node_rank,
         driver=driver,
-        width=int(settings.get("width", 640)),
-        height=int(settings.get("height", 480)),
-        fps=float(settings.get("fps", 30)),
-        depth=bool(settings.get("depth", False)),
+        width=stream.width,
+        height=stream.height,
+        fps=float(stream.fps),
+        depth=stream.depth,
         robot=robot,
         group=group,
+        hardware=hardware,
     )
 
 

@@ -11,10 +11,12 @@ import time
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from drivers.realsense import RealSenseCamera, list_serials, probe_camera
 from drivers.realsense_recording import write_synthetic_recording
 from rlhw.errors import ConfigError, RobotFault
+from rlhw.hardware.types.realsense import RealSenseConfig, RealSenseOptions
 from rlhw.robot.camera import Frame, Intrinsics
 from rlhw.robot.registry import camera_class
 
@@ -48,6 +50,11 @@ def gappy_recording(tmp_path_factory):
     )
 
 
+def camera(serial: str = "", *, playback_file=None, real_time: bool = True, **options) -> RealSenseCamera:
+    """A camera streaming with these `RealSenseOptions` (validated as a config's RealSense entry is)."""
+    return RealSenseCamera(serial, RealSenseOptions(**options), playback_file=playback_file, real_time=real_time)
+
+
 def drain(cam: RealSenseCamera, timeout_s: float = 0.5) -> list[Frame]:
     frames = []
     while True:
@@ -68,18 +75,44 @@ def test_list_serials_returns_the_attached_serials_as_strings():
 
 @pytest.mark.parametrize(
     "kwargs, field",
-    [
-        ({}, "serial"),
-        ({"serial": "1", "width": 0}, "width"),
-        ({"serial": "1", "fps": 2.5}, "fps"),
-        ({"serial": "1", "max_age_s": 0}, "max_age_s"),
-        ({"playback_file": "/nonexistent/cam.db3"}, "playback_file"),
-    ],
+    [({}, "serial"), ({"playback_file": "/nonexistent/cam.db3"}, "playback_file")],
 )
-def test_bad_settings_are_refused_naming_the_field(kwargs, field):
+def test_a_camera_without_a_source_is_refused_naming_the_argument(kwargs, field):
     with pytest.raises(ConfigError) as e:
         RealSenseCamera(**kwargs)
     assert e.value.path == field
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("width", 0), ("fps", 2.5), ("max_age_s", 0), ("wait_timeout_s", -1), ("reconnect_after", -1), ("speed", 1)],
+)
+def test_bad_stream_options_are_refused_by_the_one_schema_naming_the_field(field, value):
+    with pytest.raises(ValidationError) as e:
+        RealSenseOptions(**{field: value})
+    assert e.value.errors()[0]["loc"] == (field,)
+
+
+def test_the_driver_keeps_the_validated_options_it_was_given():
+    options = RealSenseOptions(width=320, height=240, fps=15, depth=True)
+    cam = RealSenseCamera("1", options)
+    assert cam.options is options and cam.fps == 15.0
+    assert RealSenseCamera("1").options == RealSenseOptions()
+
+
+def test_from_plan_builds_the_camera_from_the_hardware_entry_that_declares_it():
+    from rlhw.config import load_config
+    from rlhw.robot.build import CameraBuild
+    from rlhw.robot.factory import declared_entry
+
+    cfg = load_config("configs/workstation_franka.yaml")
+    entry = declared_entry(cfg, "000000000002")
+    assert isinstance(entry, RealSenseConfig)
+    build = CameraBuild(driver="realsense", name="000000000002", index=0, seed=0, env=cfg.env, hardware=entry)
+    cam = RealSenseCamera.from_plan(build)
+    assert cam.serial == "000000000002" and cam.options is entry
+    undeclared = RealSenseCamera.from_plan(CameraBuild("realsense", "42", 0, 0, cfg.env))
+    assert undeclared.serial == "42" and undeclared.options == RealSenseOptions()
 
 
 def test_recordings_must_be_db3_files(tmp_path):
@@ -89,7 +122,7 @@ def test_recordings_must_be_db3_files(tmp_path):
 
 @pytest.mark.timeout(30)
 def test_opening_an_absent_serial_raises_not_connected_and_lists_what_is_attached():
-    cam = RealSenseCamera("999999999999", warmup_frames=1)
+    cam = camera("999999999999", warmup_frames=1)
     t = time.monotonic()
     with pytest.raises(RobotFault) as e:
         cam.open(timeout_s=5)
@@ -101,10 +134,10 @@ def test_opening_an_absent_serial_raises_not_connected_and_lists_what_is_attache
 @pytest.mark.timeout(30)
 def test_a_failed_open_releases_the_serial_so_a_retry_is_not_taken_for_a_second_camera():
     # (Refusing a second camera object while the first streams needs a live camera: not covered here.)
-    first = RealSenseCamera("999999999997", warmup_frames=1)
+    first = camera("999999999997", warmup_frames=1)
     with pytest.raises(RobotFault):  # no such camera here; the serial was claimed while opening
         first.open(timeout_s=2)
-    second = RealSenseCamera("999999999997", warmup_frames=1)
+    second = camera("999999999997", warmup_frames=1)
     with pytest.raises(RobotFault, match="not_connected|attached"):
         second.open(timeout_s=2)
 
@@ -112,7 +145,7 @@ def test_a_failed_open_releases_the_serial_so_a_retry_is_not_taken_for_a_second_
 @pytest.mark.timeout(30)
 def test_playback_delivers_every_frame_in_order_with_indices_following_frame_numbers(recording):
     # real_time=False: the playback waits for the reader, so a loaded CI machine drops (almost) nothing.
-    cam = RealSenseCamera(playback_file=recording, depth=False, warmup_frames=1, reconnect_after=0, real_time=False)
+    cam = camera(playback_file=recording, depth=False, warmup_frames=1, reconnect_after=0, real_time=False)
     cam.open(timeout_s=5)
     try:
         frames = [cam.latest(max_age_s=None)] + drain(cam, 2.0)  # generous: a loaded machine may pause
@@ -135,9 +168,7 @@ def test_playback_delivers_every_frame_in_order_with_indices_following_frame_num
 
 @pytest.mark.timeout(30)
 def test_depth_is_aligned_to_color_in_millimetres(recording):
-    with RealSenseCamera(
-        playback_file=recording, depth=True, warmup_frames=1, reconnect_after=0, real_time=False
-    ) as cam:
+    with camera(playback_file=recording, depth=True, warmup_frames=1, reconnect_after=0, real_time=False) as cam:
         frames = [cam.latest(max_age_s=None)] + drain(cam, 2.0)
     assert len(frames) >= 5
     for f in frames:
@@ -152,14 +183,14 @@ def test_depth_is_aligned_to_color_in_millimetres(recording):
 
 @pytest.mark.timeout(30)
 def test_color_only_camera_has_no_depth(recording):
-    with RealSenseCamera(playback_file=recording, depth=False, warmup_frames=1, reconnect_after=0) as cam:
+    with camera(playback_file=recording, depth=False, warmup_frames=1, reconnect_after=0) as cam:
         f = cam.wait_frame(2.0)
     assert f.depth is None and f.color.shape == (H, W, 3)
 
 
 @pytest.mark.timeout(30)
 def test_intrinsics_and_fps_come_from_the_stream_profile(recording):
-    cam = RealSenseCamera(playback_file=recording, warmup_frames=1, reconnect_after=0)
+    cam = camera(playback_file=recording, warmup_frames=1, reconnect_after=0)
     with pytest.raises(RobotFault, match="open"):
         _ = cam.intrinsics
     with cam:
@@ -171,7 +202,7 @@ def test_intrinsics_and_fps_come_from_the_stream_profile(recording):
 
 @pytest.mark.timeout(30)
 def test_timestamps_are_wall_clock_capture_times(recording):
-    with RealSenseCamera(playback_file=recording, warmup_frames=1, reconnect_after=0) as cam:
+    with camera(playback_file=recording, warmup_frames=1, reconnect_after=0) as cam:
         a = cam.wait_frame(1.0)
         now = time.time()
         b = cam.wait_frame(1.0)
@@ -181,7 +212,7 @@ def test_timestamps_are_wall_clock_capture_times(recording):
 
 @pytest.mark.timeout(30)
 def test_latest_never_waits_and_refuses_a_stale_frame(recording):
-    with RealSenseCamera(playback_file=recording, warmup_frames=1, max_age_s=0.2, reconnect_after=0) as cam:
+    with camera(playback_file=recording, warmup_frames=1, max_age_s=0.2, reconnect_after=0) as cam:
         t = time.perf_counter()
         fresh = cam.latest()
         assert time.perf_counter() - t < 0.01
@@ -198,7 +229,7 @@ def test_latest_never_waits_and_refuses_a_stale_frame(recording):
 
 @pytest.mark.timeout(30)
 def test_wait_frame_returns_only_newer_frames_and_times_out_as_camera_stall(recording):
-    with RealSenseCamera(playback_file=recording, warmup_frames=1, reconnect_after=0) as cam:
+    with camera(playback_file=recording, warmup_frames=1, reconnect_after=0) as cam:
         a = cam.wait_frame(1.0)
         b = cam.wait_frame(1.0)
         assert b.index > a.index
@@ -213,7 +244,7 @@ def test_wait_frame_returns_only_newer_frames_and_times_out_as_camera_stall(reco
 
 @pytest.mark.timeout(30)
 def test_dropped_frames_show_as_gaps_in_the_index(gappy_recording):
-    with RealSenseCamera(playback_file=gappy_recording, warmup_frames=1, reconnect_after=0, real_time=True) as cam:
+    with camera(playback_file=gappy_recording, warmup_frames=1, reconnect_after=0, real_time=True) as cam:
         frames = [cam.latest(max_age_s=None)] + drain(cam, 0.4)
     offset = int(frames[0].color[0, 0, 0]) - frames[0].index  # 0 unless the very first frame was lost
     assert offset in (0, 1), "frame indices must count from the first frame after open"
@@ -226,7 +257,7 @@ def test_dropped_frames_show_as_gaps_in_the_index(gappy_recording):
 
 @pytest.mark.timeout(30)
 def test_warm_up_that_never_completes_fails_open_within_its_timeout(gappy_recording):
-    cam = RealSenseCamera(playback_file=gappy_recording, warmup_frames=500, reconnect_after=0)
+    cam = camera(playback_file=gappy_recording, warmup_frames=500, reconnect_after=0)
     t = time.monotonic()
     with pytest.raises(RobotFault) as e:
         cam.open(timeout_s=1.5)
@@ -238,9 +269,7 @@ def test_warm_up_that_never_completes_fails_open_within_its_timeout(gappy_record
 def test_failed_waits_trigger_a_reconnect_and_a_failed_reconnect_is_a_clear_stall(gappy_recording, tmp_path):
     source = tmp_path / "cam.db3"
     source.write_bytes(gappy_recording.read_bytes())
-    cam = RealSenseCamera(
-        playback_file=source, warmup_frames=1, wait_timeout_s=0.2, reconnect_after=2, max_reconnects=1
-    )
+    cam = camera(playback_file=source, warmup_frames=1, wait_timeout_s=0.2, reconnect_after=2, max_reconnects=1)
     with cam:
         first_run = [cam.latest(max_age_s=None)] + drain(cam, 0.3)
         # The stream stopped; after 2 failed waits (0.4 s) the driver restarts the pipeline (the
@@ -264,7 +293,7 @@ def test_failed_waits_trigger_a_reconnect_and_a_failed_reconnect_is_a_clear_stal
 
 @pytest.mark.timeout(30)
 def test_close_is_idempotent_and_the_camera_can_be_reopened(recording):
-    cam = RealSenseCamera(playback_file=recording, warmup_frames=1, reconnect_after=0)
+    cam = camera(playback_file=recording, warmup_frames=1, reconnect_after=0)
     cam.open(timeout_s=5)
     cam.close()
     cam.close()

@@ -113,13 +113,20 @@ def test_a_task_needing_a_simulator_hook_explains_itself_on_other_drivers(mock_e
     assert err.value.path == "env.task" and "object_pose" in str(err.value) and "env.sim=mujoco" in str(err.value)
 
 
-def test_realsense_stream_settings_come_from_the_matching_hardware_entry():
+def test_each_realsense_camera_builds_itself_from_the_hardware_entry_that_declares_it():
     from rlhw.config import load_config
-    from rlhw.robot.factory import realsense_settings
+    from rlhw.hardware.types.realsense import RealSenseConfig
+    from rlhw.robot.factory import declared_entry
 
-    cfg = load_config("configs/workstation_franka.yaml")
-    assert realsense_settings(cfg, "000000000002") == {"width": 640, "height": 480, "fps": 30, "depth": False}
-    assert realsense_settings(cfg, "999") == {}
+    cfg = load_config("configs/workstation_franka.yaml", ["env.images=true"])
+    env = make_env(cfg, connect=False)
+    try:
+        for serial, cam in env.cameras.items():
+            entry = declared_entry(cfg, serial)
+            assert isinstance(entry, RealSenseConfig) and cam.options is entry  # the validated model, as it is
+    finally:
+        env.close()
+    assert declared_entry(cfg, "999") is None
 
 
 @pytest.mark.parametrize(

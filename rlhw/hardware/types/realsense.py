@@ -13,22 +13,46 @@ from typing import ClassVar
 from pydantic import Field, field_validator
 
 from rlhw.hardware.registry import HardwareEntry, HardwareType, register_hardware
+from rlhw.schema import StrictModel, as_text
 
 
-class RealSenseConfig(HardwareEntry):
+class RealSenseOptions(StrictModel):
+    """How the realsense driver streams one camera: the ONE schema of its options.
+
+    Validated here, at the config edge (a RealSense entry under ``hardware.configs`` is one, see
+    `RealSenseConfig`); `drivers.realsense.RealSenseCamera` receives this object as it is and checks
+    nothing again. A camera no entry declares streams with these defaults.
+    """
+
+    width: int = Field(640, gt=0, le=4096, description="color (and aligned depth) width in pixels")
+    height: int = Field(480, gt=0, le=4096, description="color (and aligned depth) height in pixels")
+    fps: int = Field(30, gt=0, le=300, description="frames per second the camera is asked for")
+    depth: bool = Field(False, description="also stream depth aligned to color")
+    warmup_frames: int = Field(15, ge=0, le=1000, description="frames to wait for when the camera opens")
+    max_age_s: float | None = Field(
+        0.5, gt=0, allow_inf_nan=False, description="a newer frame than this is required by reads (s); null: any age"
+    )
+    wait_timeout_s: float = Field(1.0, gt=0, le=60, allow_inf_nan=False, description="bound on one wait for frames")
+    reconnect_after: int = Field(
+        3, ge=0, le=1000, description="restart the pipeline after this many failed waits in a row; 0 never"
+    )
+    max_reconnects: int = Field(3, ge=0, le=1000, description="give up after this many failed restarts in a row")
+    reset_timeout_s: float = Field(
+        10.0, gt=0, le=120, allow_inf_nan=False, description="bound on a camera's return after a hardware reset"
+    )
+
+
+class RealSenseConfig(HardwareEntry, RealSenseOptions):
+    """One declared camera: its node, its serial, and its `RealSenseOptions` (the entry is one: the
+    driver receives the entry itself)."""
+
     identity_field: ClassVar[str] = "serial"
     serial: str = Field(description="the camera's serial number (quote it: it is not a number)")
-    width: int = Field(640, gt=0, le=4096)
-    height: int = Field(480, gt=0, le=4096)
-    fps: int = Field(30, gt=0, le=300)
-    depth: bool = Field(False, description="also stream depth aligned to color")
 
     @field_validator("serial", mode="before")
     @classmethod
     def _serial(cls, value):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return str(value)
-        return value
+        return as_text(value)
 
 
 @register_hardware
