@@ -202,3 +202,93 @@ def test_an_unknown_mesh_choice_is_refused_naming_the_choices():
     arm = MujocoArm()
     with pytest.raises(ValueError, match=r"meshes: 'fine' is not one of \['visual', 'collision'\]"):
         MujocoCamera("front", arm, meshes="fine")
+
+
+def test_a_camera_opened_on_one_thread_renders_for_any_other_on_the_thread_that_owns_its_context():
+    """MuJoCo's GL context belongs to one thread (EGL refuses any other): a served env opens its cameras on
+    one thread and reads them from gRPC pool threads, so every render runs on the context's own thread."""
+    import threading
+
+    arm = MujocoArm(name="threads")
+    arm.connect()
+    opened: dict = {}
+    opener = threading.Thread(target=lambda: opened.setdefault("cam", MujocoCamera("front", arm, width=32, height=32)))
+    opener.start()
+    opener.join(30)
+    cam = opened["cam"]
+    on_opener = threading.Thread(target=cam.open)
+    on_opener.start()
+    on_opener.join(30)
+    frames, where = [], []
+
+    def read() -> None:
+        arm.advance(0.05)
+        frames.append(cam.latest().color)
+        where.append(cam._renderer.thread.call(lambda renderer: threading.current_thread()))
+
+    try:
+        for _ in range(3):  # a new thread each time, as a pool may pick any of its threads
+            reader = threading.Thread(target=read)
+            reader.start()
+            reader.join(30)
+        read()  # and the test's own thread
+        assert len(frames) == 4 and all(f.shape == (32, 32, 3) and f.std() > 10 for f in frames)
+        owner = cam._renderer.thread.thread
+        assert set(where) == {owner} and owner.name.startswith("rlhw-render-")
+    finally:
+        thread = cam._renderer.thread.thread
+        cam.close()
+        arm.close()
+    assert not thread.is_alive()  # the last user's close freed the context on its thread and ended it
+
+
+def test_a_render_that_overruns_its_timeout_is_a_camera_stall_and_the_next_frame_renders():
+    import threading
+
+    from rlhw.errors import FaultKind
+
+    arm = MujocoArm(name="stuck")
+    arm.connect()
+    cam = MujocoCamera("front", arm, width=24, height=24)
+    cam.open()
+    release = threading.Event()
+    try:
+        with pytest.raises(RobotFault) as stalled:
+            cam._renderer.thread.call(lambda renderer: release.wait(30), timeout_s=0.05)
+        assert stalled.value.kind is FaultKind.CAMERA_STALL and "took over 0.05 s" in str(stalled.value)
+        release.set()  # the stuck work ends; the thread goes on with the next frame
+        arm.advance(0.05)
+        assert cam.latest().color.std() > 10
+    finally:
+        release.set()
+        cam.close()
+        arm.close()
+
+
+def test_a_process_forked_after_rendering_is_refused_naming_spawn_and_the_parent_renders_on():
+    """Mesa cannot make a GL context in a child forked from a process that has one (it hangs holding the
+    GIL); the child is told so at once, for the parent's cameras and for new ones."""
+    import subprocess
+    import sys
+
+    script = (
+        "import os\n"
+        "from drivers.mujoco import MujocoArm, MujocoCamera\n"
+        "from rlhw.errors import RobotFault\n"
+        "a = MujocoArm(); a.connect(); a.advance(0.1)\n"
+        "c = MujocoCamera('front', a, width=16, height=16); c.open(); c.latest()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    a.advance(0.1)\n"
+        "    for make in (lambda: c, lambda: MujocoCamera('front', a, width=24, height=24)):\n"
+        "        try:\n"
+        "            cam = make(); cam.open(); cam.latest(); print('child rendered')\n"
+        "        except RobotFault as e:\n"
+        "            print('child refused', e.kind.value, 'spawn' in str(e))\n"
+        "    os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "a.advance(0.1); print('parent', c.latest().color.std() > 10)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == ["child refused not_connected True"] * 2 + ["parent True"]
