@@ -28,6 +28,7 @@ dm_env_rpc (issue 5). Issue 5's Step <= 1.3x echo on this bare FakeEnv is no lon
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import queue
@@ -67,9 +68,15 @@ def serve(cameras: int, h: int, w: int) -> None:
     from rlhw.config.server import ServerConfig
     from rlhw.env.fake_env import FakeEnv
     from rlhw.env.server import EnvServer
+    from rlhw.env.step_messages import StepWriter
 
+    config = ServerConfig(port=0, watchdog_s=60.0, max_workers=8, max_streams=4)
     env = FakeEnv(cameras=cameras, image_hw=(h or 1, w or 1), episode_length=10**9)
-    env_server = EnvServer(env, ServerConfig(port=0, watchdog_s=60.0, max_workers=8, max_streams=4)).start()
+    env_server = EnvServer(env, config).start()
+    # The same env and server, its writer declaring no observation: protobuf's fill for every field.
+    plain_env = FakeEnv(cameras=cameras, image_hw=(h or 1, w or 1), episode_length=10**9)
+    plain_server = EnvServer(plain_env, config).start()
+    plain_server.native.writer = StepWriter(dataclasses.replace(plain_env.spec, observations={}))
 
     payloads: dict[int, bytes] = {}
 
@@ -106,12 +113,18 @@ def serve(cameras: int, h: int, w: int) -> None:
     dm_server.add_generic_rpc_handlers((minimal.handler(),))
     dm_port = dm_server.add_insecure_port("127.0.0.1:0")
     dm_server.start()
-    addresses = {"env": env_server.address, "echo": f"127.0.0.1:{echo_port}", "dm_minimal": f"127.0.0.1:{dm_port}"}
+    addresses = {
+        "env": env_server.address,
+        "plain": plain_server.address,
+        "echo": f"127.0.0.1:{echo_port}",
+        "dm_minimal": f"127.0.0.1:{dm_port}",
+    }
     print(json.dumps(addresses), flush=True)
     sys.stdin.read()  # until the parent closes our stdin
     dm_server.stop(0)
     echo.stop(0)
     env_server.stop(0.5)
+    plain_server.stop(0.5)
 
 
 class MinimalDmEnv:
@@ -235,7 +248,7 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
         echo = EchoClient(addresses["echo"], request_size, response_size)
         unary_env = RemoteEnv(addresses["env"], use_session=False)
         unary_env.reset()
-        keys = ("echo_unary", "step_unary", "echo_stream", "step_session", "dm_env_rpc", "dm_minimal")
+        keys = ("echo_unary", "step_unary", "echo_stream", "step_session", "session_plain", "dm_env_rpc", "dm_minimal")
         results: dict[str, list[float]] = {k: [] for k in keys}
         cpu: dict[str, list[float]] = {k: [0.0, 0.0, 0] for k in keys}  # client s, server s, calls
 
@@ -265,6 +278,8 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
         secret = new_session_secret()
         session_env = RemoteEnv(addresses["env"], use_session=True, session_secret=secret)
         session_env.reset()
+        plain_env = RemoteEnv(addresses["plain"], use_session=True)
+        plain_env.reset()
         dm_channel = grpc.insecure_channel(addresses["env"], OPTIONS[:2])
         conn = dm_connection.Connection(dm_channel, metadata=[(SESSION_METADATA_KEY, secret)])
         world = conn.send(dm.CreateWorldRequest()).world_name
@@ -286,12 +301,14 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
 
         same = dm_step(minimal).keys() == dm_step().keys()
         assert same, "the minimal dm_env_rpc server's answer holds other observations"
-        for fn in (echo.stream_call, lambda: session_env.step(action), dm_step, lambda: dm_step(minimal)):
+        paths = (echo.stream_call, lambda: session_env.step(action), lambda: plain_env.step(action), dm_step)
+        for fn in (*paths, lambda: dm_step(minimal)):
             for _ in range(min(200, steps // 5)):
                 fn()
         for _ in range(steps // block):
             timed("echo_stream", echo.stream_call, block)
             timed("step_session", lambda: session_env.step(action), block)
+            timed("session_plain", lambda: plain_env.step(action), block)
             timed("dm_env_rpc", dm_step, block)
             timed("dm_minimal", lambda: dm_step(minimal), block)
         conn.send(dm.LeaveWorldRequest())
@@ -300,7 +317,9 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
         minimal_channel.close()
         # Server-side breakdown of the recent steps (native and dm_env_rpc alike), from GetStatus.
         phases = {k: v.p50_s * 1e6 for k, v in session_env.status().timing.items()}
+        plain_encode = plain_env.status().timing["encode"].p50_s * 1e6
         session_env.close()
+        plain_env.close()
         echo.close()
     finally:
         child.stdin.close()
@@ -315,6 +334,7 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
         "n": steps,
         "cpu_us": cpu_us,
         "server_phases_p50_us": phases,
+        "plain_encode_p50_us": plain_encode,
         **stats,
     }
 
@@ -348,6 +368,8 @@ def main(argv=None) -> int:
             ("Step unary", "step_unary", "echo_unary"),
             ("echo stream", "echo_stream", "echo_stream"),
             ("Session step", "step_session", "echo_stream"),
+            ("Session plain", "session_plain", "echo_stream"),
+            ("Session/plain", "step_session", "session_plain"),
             ("dm_env_rpc step", "dm_env_rpc", "echo_stream"),
             ("dm minimal", "dm_minimal", "echo_stream"),
             ("dm_env_rpc/min", "dm_env_rpc", "dm_minimal"),
@@ -365,6 +387,7 @@ def main(argv=None) -> int:
         print(
             f"  {r['scenario']:<13}"
             + "  ".join(f"{k} {ph[k]:.1f}" for k in ("validate", "env", "server", "encode") if k in ph)
+            + f"  (plain server: encode {r['plain_encode_p50_us']:.1f})"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))

@@ -1,34 +1,26 @@
 """A step on the wire, both ways: the server's `StepWriter`, the client's `StepReader`.
 
 Every message is protobuf's: the writer fills a StepResponse with protobuf's generated code (`fill_step`) and the
-reader parses it with protobuf's parser. One thing is declared once, from the spec, when the server starts:
-each observation the spec names goes on the wire as a `DeclaredTensor`, the bytes protobuf writes before that
-tensor's data (taken from protobuf's own serialisation of a message holding only that tensor, and checked there
-to end with the data), then the array's own bytes. Protobuf parses a message and the next one written after it as
-the two merged (a map gains the second's entries), so the answer is protobuf's serialisation of everything else,
-then one such piece per observation. Nothing is learned from the traffic: an observation that is not as the spec
-declares it (another dtype or shape, not C-contiguous, big-endian) goes through `fill_step` with the rest.
-
-Why: a camera frame set on a protobuf message is copied three times (`tobytes`, into the message's arena, into
-the serialised bytes), each into fresh pages; two 640x480 frames cost 1.7-3 ms to encode that way against about
-0.2 ms as declared pieces (docs/env_service.md, "The wire"). Requests, resets and everything else go through
-protobuf's generated code alone.
+reader parses it with protobuf's parser. One thing is declared once, from the spec, when the server starts: each
+observation the spec names goes on the wire as a `DeclaredTensor` (rlhw.env.declared), a StepResponse of its own
+holding only that observation, cut from protobuf's own bytes of it; the answer is protobuf's serialisation of
+everything else, then one such piece per observation, which protobuf parses as one message. Nothing is learned
+from the traffic: an observation that is not as the spec declares it (another dtype or shape, not C-contiguous,
+big-endian) goes through `fill_step` with the rest. Requests, resets and everything else go through protobuf's
+generated code alone.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 
 from rlhw.env import codec
+from rlhw.env.declared import DeclaredTensor
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.robot.spec import EnvSpec, TensorSpec
 from rlhw.robot.step import Step
-
-log = logging.getLogger("rlhw.env")
 
 _F4 = np.dtype("<f4")
 
@@ -77,48 +69,17 @@ def fill_step(
 # the server: DeclaredTensor and StepWriter
 
 
-@dataclass(frozen=True)
-class DeclaredTensor:
-    """One observation of the spec as the wire holds it: its dtype and shape (one instance's unbatched), and
-    ``prefix``, the bytes protobuf writes before its data in a StepResponse (``in_session``: SessionResponse)
-    holding only that tensor; ``prefix`` and an array's bytes are that message with the array."""
+def declare_observation(name: str, spec: TensorSpec, num_envs: int, in_session: bool) -> DeclaredTensor | None:
+    """Observation ``name`` as a StepResponse (``in_session``: SessionResponse{step}) holding only it, on the wire's
+    terms: little-endian, one instance's unbatched."""
+    dtype = codec.numpy_dtype(codec.dtype_code(spec.dtype))
+    shape = ((num_envs,) if num_envs > 1 else ()) + tuple(int(d) for d in spec.shape)
 
-    dtype: np.dtype
-    shape: tuple[int, ...]
-    prefix: bytes
+    def put(message, array: np.ndarray) -> None:
+        codec.fill_tensor((message.step if in_session else message).observation.tensors[name], array)
 
-    @classmethod
-    def declare(cls, name: str, spec: TensorSpec, num_envs: int, in_session: bool) -> DeclaredTensor | None:
-        """The declared tensor of observation ``name``; None (logged) where protobuf's bytes do not end with the
-        data (a protobuf that writes fields in another order) or there is no data (an empty tensor)."""
-        dtype = codec.numpy_dtype(codec.dtype_code(spec.dtype))  # little-endian, as the wire
-        shape = ((num_envs,) if num_envs > 1 else ()) + tuple(int(d) for d in spec.shape)
-        size = int(np.prod(shape)) * dtype.itemsize
-        if size == 0:
-            return None
-        data = bytes((37 * i + 11) % 251 for i in range(min(size, 4096))) * (size // 4096 + 1)
-        data = data[:size]  # no run of equal bytes that protobuf's framing could end with by chance
-        message = pb.SessionResponse() if in_session else pb.StepResponse()
-        codec.fill_tensor(
-            (message.step if in_session else message).observation.tensors[name],
-            np.frombuffer(data, dtype).reshape(shape),
-        )
-        serialized = message.SerializeToString()
-        if not serialized.endswith(data):
-            log.warning(
-                "observation %r goes through protobuf's fill: its serialisation does not end with its data", name
-            )
-            return None
-        return cls(dtype, shape, serialized[: -len(data)])
-
-    def fits(self, value) -> bool:
-        """Whether ``value``'s bytes as they are say what protobuf would write for it."""
-        return (
-            isinstance(value, np.ndarray)
-            and value.dtype == self.dtype
-            and value.shape == self.shape
-            and value.flags.c_contiguous
-        )
+    new = pb.SessionResponse if in_session else pb.StepResponse
+    return DeclaredTensor.declare(f"observation {name!r}", dtype, shape, new, put)
 
 
 class StepWriter:
@@ -129,7 +90,7 @@ class StepWriter:
         n = int(spec.num_envs)
         self.declared: dict[bool, dict[str, DeclaredTensor]] = {}  # in_session -> observation -> its piece
         for in_session in (False, True):
-            pieces = {name: DeclaredTensor.declare(name, s, n, in_session) for name, s in spec.observations.items()}
+            pieces = {name: declare_observation(name, s, n, in_session) for name, s in spec.observations.items()}
             self.declared[in_session] = {name: piece for name, piece in pieces.items() if piece is not None}
 
     def serialize(self, step: Step, timing: dict[str, float], action: np.ndarray, in_session: bool) -> bytes:
@@ -139,7 +100,7 @@ class StepWriter:
         for name, value in obs.items():
             piece = declared.get(name)
             if piece is not None and piece.fits(value):
-                pieces += (piece.prefix, value)  # the array itself: joined below, its one copy
+                pieces += piece.pieces(value)
             else:
                 rest[name] = value
         response = pb.SessionResponse() if in_session else pb.StepResponse()

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlhw.env.step_messages import DeclaredTensor, StepReader, StepWriter, fill_step, wire_observations
+from rlhw.env.declared import DeclaredTensor
+from rlhw.env.step_messages import StepReader, StepWriter, declare_observation, fill_step, wire_observations
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.errors import FaultKind
 from rlhw.robot.spec import EnvSpec, TensorSpec
@@ -135,7 +136,7 @@ def test_a_declared_prefix_is_what_protobuf_writes_before_the_tensors_data(in_se
     """The test that fails when protobuf writes a message's bytes in another order than the writer assumes."""
     rng = np.random.default_rng(0)
     for name, spec in _spec().observations.items():
-        declared = DeclaredTensor.declare(name, spec, num_envs, in_session)
+        declared = declare_observation(name, spec, num_envs, in_session)
         assert declared is not None, name
         for _ in range(3):
             value = (rng.normal(size=declared.shape) * 100).astype(declared.dtype)
@@ -143,11 +144,20 @@ def test_a_declared_prefix_is_what_protobuf_writes_before_the_tensors_data(in_se
             tensor = (message.step if in_session else message).observation.tensors[name]
             tensor.dtype, tensor.data = pb.FLOAT32 if spec.dtype == "float32" else pb.UINT8, value.tobytes()
             tensor.shape.extend(declared.shape)
-            assert declared.prefix + value.tobytes() == message.SerializeToString(), name
+            assert b"".join(declared.pieces(value)) == message.SerializeToString(), name
 
 
 def test_an_empty_tensor_is_not_declared():
-    assert DeclaredTensor.declare("nothing", TensorSpec("nothing", "float32", (0, 3)), 1, True) is None
+    assert declare_observation("nothing", TensorSpec("nothing", "float32", (0, 3)), 1, True) is None
+
+
+def test_a_payload_that_is_not_the_arrays_bytes_is_not_declared():
+    """int32 values written as varints: no run of the array's bytes in protobuf's, so nothing to declare."""
+
+    def put(message, array):
+        message.reward.extend(array.astype(np.float64).tolist())  # (a field whose bytes are not the array's)
+
+    assert DeclaredTensor.declare("rewards", np.int32, (5,), pb.StepResponse, put) is None
 
 
 def test_a_batch_is_written_and_read_like_one_instance():
