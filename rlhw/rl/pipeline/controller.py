@@ -291,7 +291,7 @@ class Controller:
             # Data-parallel ranks must hold identical weights; run.json records the evidence.
             session.status_extra["learner_weight_digests"] = pipe.learners.weights_digest().wait(CALL_TIMEOUT_S)
             session.status_extra["learner_devices"] = pipe.learners.device_name().wait(CALL_TIMEOUT_S)
-            session.status_extra["loop_health"] = pipe.envs.loop_health().wait(CALL_TIMEOUT_S)
+            session.status_extra["loop_health"] = pipe.envs.health(CALL_TIMEOUT_S)
             session.status_extra["cells"] = pipe.envs.report()
             if pipe.rollouts is not None:
                 session.status_extra["rollout_isolation"] = [

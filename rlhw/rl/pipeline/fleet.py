@@ -195,13 +195,19 @@ class Fleet:
         """Every cell in the run has handed over the eval episodes asked of it (a lost cell no longer counts)."""
         return all(c.eval_received >= c.eval_wanted for c in self.cells if c.in_run)
 
-    def health_row(self, timeout: float) -> dict[str, float]:
-        """The metrics row's loop columns: the worst cell's figures (`loop_metrics`) and each cell's own; a cell
-        that missed more than `DEADLINE_SHARE` of its deadlines since the previous row is named on stderr."""
+    def health(self, timeout: float) -> list[dict]:
+        """The loop health of every cell in the run (`EnvWorker.loop_health`, in rank order, each with its
+        ``rank``); each cell's figures are updated from it, and a cell that missed more than `DEADLINE_SHARE` of
+        its deadlines since the previous look is named on stderr."""
         summaries = self.loop_health().wait(timeout)
-        for rank, summary in zip(self.live, summaries, strict=False):
+        for rank, summary in zip(self.live, summaries, strict=True):
+            summary["rank"] = rank
             self._health(self.cells[rank], summary)
-        row = loop_metrics(summaries)
+        return summaries
+
+    def health_row(self, timeout: float) -> dict[str, float]:
+        """The metrics row's loop columns: the worst cell's figures (`loop_metrics`) and each cell's own."""
+        row = loop_metrics(self.health(timeout))
         for c in self.cells:
             row.update(c.row())
         return row
