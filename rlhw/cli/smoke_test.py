@@ -36,63 +36,39 @@ def _playback(text: str) -> tuple[str, str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
-    parser.add_argument("--node-group", metavar="G", help="only the robots, cameras and nodes of node group G")
-    parser.add_argument(
+    _add_selection_arguments(parser.add_argument_group("what to check"))
+    _add_motion_arguments(parser.add_argument_group("motion (off unless asked for)"))
+    _add_bound_arguments(parser.add_argument_group("time bounds"))
+    parser.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
+
+
+def _add_selection_arguments(group: argparse._ArgumentGroup) -> None:
+    """Which robots, cameras, nodes and env servers the run checks, and where."""
+    group.add_argument("--node-group", metavar="G", help="only the robots, cameras and nodes of node group G")
+    group.add_argument(
         "--robot",
         type=int,
         metavar="R",
         help="only Franka rank R (within its node group), with its cameras and env server",
     )
-    parser.add_argument(
-        "--allow-motion",
-        action="store_true",
-        help="also move each arm 1.5 cm and back, open/close its gripper, and reset/step real-arm env servers",
-    )
-    parser.add_argument(
-        "--yes",
-        action="store_true",
-        help="do not ask before moving (needed with --allow-motion when stdin is not a terminal)",
-    )
-    parser.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
-    parser.add_argument(
-        "--timeout",
-        type=positive_seconds("--timeout"),
-        default=10.0,
-        metavar="S",
-        help="bound on every single check, seconds (default 10)",
-    )
-    parser.add_argument(
-        "--window",
-        type=positive_seconds("--window"),
-        default=3.0,
-        metavar="S",
-        help="how long streaming checks watch: camera fps/drops, robot state (default 3)",
-    )
-    parser.add_argument(
+    group.add_argument(
         "--checks",
         type=_checks,
         default=CHECK_GROUPS,
         metavar="LIST",
         help=f"comma-separated groups to run (default all: {','.join(CHECK_GROUPS)})",
     )
-    parser.add_argument(
+    group.add_argument(
         "--env-server", metavar="HOST:PORT", help="check this running env server instead of starting one"
     )
-    parser.add_argument(
-        "--server-start-timeout",
-        type=positive_seconds("--server-start-timeout"),
-        default=60.0,
-        metavar="S",
-        help="bound on starting `rlhw serve-env` (default 60)",
-    )
-    parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster for multi-node configs (default: auto)")
-    parser.add_argument(
+    group.add_argument("--ray-address", metavar="ADDR", help="Ray cluster for multi-node configs (default: auto)")
+    group.add_argument(
         "--local-node",
         type=int,
         metavar="N",
         help="run only node N's checks, here, without Ray (e.g. on the robot PC of a larger cluster)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--camera-playback",
         action="append",
         type=_playback,
@@ -100,8 +76,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SERIAL=FILE",
         help="check camera SERIAL's pipeline on a recording (.db3) instead of the device (repeatable)",
     )
-    parser.add_argument(
+
+
+def _add_motion_arguments(group: argparse._ArgumentGroup) -> None:
+    """Motion happens only when asked for, and is confirmed unless ``--yes``."""
+    group.add_argument(
+        "--allow-motion",
+        action="store_true",
+        help="also move each arm 1.5 cm and back, open/close its gripper, and reset/step real-arm env servers",
+    )
+    group.add_argument(
+        "--yes",
+        action="store_true",
+        help="do not ask before moving (needed with --allow-motion when stdin is not a terminal)",
+    )
+    group.add_argument(
         "--motion-cm", type=float, default=1.5, metavar="CM", help="size of the test motion, 0.2-3 cm (default 1.5)"
+    )
+
+
+def _add_bound_arguments(group: argparse._ArgumentGroup) -> None:
+    """Every check is bounded: nothing in a smoke test waits without a limit."""
+    group.add_argument(
+        "--timeout",
+        type=positive_seconds("--timeout"),
+        default=10.0,
+        metavar="S",
+        help="bound on every single check, seconds (default 10)",
+    )
+    group.add_argument(
+        "--window",
+        type=positive_seconds("--window"),
+        default=3.0,
+        metavar="S",
+        help="how long streaming checks watch: camera fps/drops, robot state (default 3)",
+    )
+    group.add_argument(
+        "--server-start-timeout",
+        type=positive_seconds("--server-start-timeout"),
+        default=60.0,
+        metavar="S",
+        help="bound on starting `rlhw serve-env` (default 60)",
     )
 
 
