@@ -31,6 +31,7 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 
 from rlhw.env import codec
+from rlhw.env.declared import DeclaredTensor
 from rlhw.env.host import EnvHost
 from rlhw.env.limits import StreamRefused
 from rlhw.env.service import CallFailed, EnvService, abort, run_guarded, session_id
@@ -93,6 +94,14 @@ class DmEnvRpcService(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         # per call, then its tensor is copied into the response).
         dtypes = {uid: tensor_utils.data_type_to_np_type(s.dtype) for uid, s in specs.observations.items()}
         self.packers = {uid: (np.dtype(d), tensor_utils.get_packer(d)) for uid, d in dtypes.items()}
+        # Each observation whose payload is its array's raw bytes (floats, doubles, uint8s, int8s) goes after the
+        # rest of a Step's answer as a message of its own (rlhw.env.declared); the others through the packer.
+        self.declared = {}
+        for name, s in spec.observations.items() if self.supported else ():
+            uid = self.obs_uids[name]
+            declared = DeclaredTensor.declare(f"dm_env_rpc observation {name!r}", s.dtype, s.shape, *_one_tensor(uid))
+            if declared is not None:
+                self.declared[uid] = declared
         # A float action's payload field (dm_env_rpc's packer's name) and shape as a client usually sends them,
         # read as a list of values (`_Stream._action`); any other action goes through tensor_utils.
         action_dtype = np.dtype(a.dtype)
@@ -126,8 +135,8 @@ class DmEnvRpcService(dm_env_rpc_pb2_grpc.EnvironmentServicer):
                     response = dm.EnvironmentResponse()
                     answer = getattr(response, kind)
                     answer.SetInParent()  # (an empty answer is still this kind's)
-                    handler(getattr(request, kind), answer)
-                    yield response
+                    pieces = handler(getattr(request, kind), answer)  # (a Step's declared observations)
+                    yield b"".join((response.SerializeToString(), *pieces)) if pieces else response
                 except CallFailed as e:
                     yield dm.EnvironmentResponse(error=status(e))
                 except Exception as e:  # a bug here must not end the client's stream silently
@@ -150,10 +159,25 @@ class DmEnvRpcService(dm_env_rpc_pb2_grpc.EnvironmentServicer):
                 "Process": grpc.stream_stream_rpc_method_handler(
                     self.Process,
                     request_deserializer=dm.EnvironmentRequest.FromString,
-                    response_serializer=dm.EnvironmentResponse.SerializeToString,
+                    response_serializer=_serialized,
                 )
             },
         )
+
+
+def _serialized(response: dm.EnvironmentResponse | bytes) -> bytes:
+    return response if isinstance(response, bytes) else response.SerializeToString()
+
+
+def _one_tensor(uid: int):
+    """(new, put) for `DeclaredTensor.declare`: an EnvironmentResponse{step} holding only observation ``uid``."""
+
+    def put(message: dm.EnvironmentResponse, array: np.ndarray) -> None:
+        tensor = message.step.observations[uid]
+        tensor.shape.extend(array.shape)
+        tensor_utils.get_packer(array.dtype).pack(tensor, array)
+
+    return dm.EnvironmentResponse, put
 
 
 #: ErrorInfo.domain of the reasons this bridge attaches to its in-band errors.
@@ -294,7 +318,8 @@ class _Stream:
         self.need_start = True
         out.specs.CopyFrom(self.svc.specs)
 
-    def step(self, req: dm.StepRequest, out: dm.StepResponse) -> None:
+    def step(self, req: dm.StepRequest, out: dm.StepResponse) -> list:
+        """Fill ``out``; the declared observations are returned as pieces to append to the serialised answer."""
         self._require_joined("Step")
         requested = self._requested(req.requested_observations)
         if self.need_start:
@@ -317,6 +342,7 @@ class _Stream:
                 self.need_start = True
         out.state = state
         observations, packers, names, obs = out.observations, self.svc.packers, self.svc.uid_names, result.obs
+        declared, pieces = self.svc.declared, []
         for uid in requested:
             name = names[uid]
             if name == _REWARD:
@@ -325,12 +351,17 @@ class _Stream:
                 value = np.float32(discount)
             else:
                 value = obs[name][0]  # the one instance's row
+                piece = declared.get(uid)
+                if piece is not None and piece.fits(value):
+                    pieces += piece.pieces(value)
+                    continue
             dtype, packer = packers[uid]
             if value.dtype != dtype:  # (not the spec's dtype: pack it as it is, as pack_tensor would)
                 packer = tensor_utils.get_packer(value.dtype)
             tensor = observations[uid]
             tensor.shape.extend(value.shape)
             packer.pack(tensor, value)
+        return pieces
 
     def _requested(self, uids) -> list[int]:
         """The requested observations' uids, each once, in order; a request's list is checked once."""

@@ -172,3 +172,31 @@ def test_batched_servers_refuse_dm_env_rpc_joins_and_point_to_the_native_service
     finally:
         channel.close()
         server.stop(grace_s=0.2)
+
+
+def test_a_step_with_a_camera_says_what_dm_env_rpcs_own_packing_says():
+    """The camera frame and the float observations go after the rest of the answer as messages of their own
+    (rlhw.env.declared); a dm_env_rpc client reads the same tensors as if tensor_utils had packed them."""
+    env = FakeEnv(cameras=1, image_hw=(6, 5))
+    server = EnvServer(env, ServerConfig(port=0)).start()
+    channel = grpc.insecure_channel(server.address)
+    try:
+        conn = dm_connection.Connection(channel)
+        world = conn.send(dm_env_rpc_pb2.CreateWorldRequest()).world_name
+        specs = conn.send(dm_env_rpc_pb2.JoinWorldRequest(world_name=world)).specs
+        names = {uid: s.name for uid, s in specs.observations.items()}
+        action = {1: tensor_utils.pack_tensor(np.full(7, 0.5, np.float32))}
+        request = dm_env_rpc_pb2.StepRequest(requested_observations=list(names), actions=action)
+        conn.send(request)  # (starts the episode)
+        response = conn.send(request)
+        assert sorted(response.observations) == sorted(names)
+        twin = FakeEnv(cameras=1, image_hw=(6, 5))  # the same env, stepped here as the server stepped it
+        twin.reset()
+        obs = twin.step(np.full(7, 0.5, np.float32)).obs
+        for uid, tensor in response.observations.items():
+            if names[uid] in obs:
+                assert tensor == tensor_utils.pack_tensor(obs[names[uid]][0]), names[uid]
+        assert {names[uid] for uid in server.dm.declared} == set(obs)  # (each went as a message of its own)
+    finally:
+        channel.close()
+        server.stop(grace_s=0.2)
