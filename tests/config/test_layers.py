@@ -15,6 +15,7 @@ This file checks only the cycles named above; other packages' cycles are their o
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ import rlhw
 
 ROOT = Path(rlhw.__file__).parent
 #: The packages whose modules must sit on no import cycle, in the full module graph of rlhw.
-CHECKED = ("rlhw.config", "rlhw.hardware", "rlhw.placement", "rlhw.rl.sac")
+CHECKED = ("rlhw.config", "rlhw.hardware", "rlhw.placement", "rlhw.rl.sac", "rlhw.schema", "rlhw.drivers_registry")
 
 
 def _module_name(path: Path) -> str:
@@ -58,7 +59,9 @@ def _imports(source: str, here: str, is_package: bool, modules: set[str]) -> set
     return found - {here}
 
 
+@functools.cache
 def module_graph() -> dict[str, set[str]]:
+    """Module -> the rlhw modules it imports (read once per session; callers do not change it)."""
     files = sorted(ROOT.rglob("*.py"))
     modules = {_module_name(p) for p in files}
     return {_module_name(p): _imports(p.read_text(), _module_name(p), p.name == "__init__.py", modules) for p in files}
@@ -123,6 +126,18 @@ def test_the_config_hardware_and_placement_packages_depend_one_way():
     assert found == [], "package cycles through the checked layers: " + "; ".join(" <-> ".join(c) for c in found)
     assert "rlhw.config" not in graph["rlhw.hardware"] and "rlhw.config" not in graph["rlhw.placement"]
     assert "rlhw.hardware" not in graph["rlhw.placement"]
+
+
+def test_the_sac_package_reads_bottom_up_layout_networks_algorithm():
+    graph = module_graph()
+    assert graph["rlhw.rl.sac.obs_layout"] & {"rlhw.rl.sac.networks", "rlhw.rl.sac.algorithm"} == set()
+    assert "rlhw.rl.sac.algorithm" not in graph["rlhw.rl.sac.networks"]
+    assert not any(m.startswith("rlhw.rl.") and not m.startswith("rlhw.rl.sac") for m in graph["rlhw.rl.sac.algorithm"])
+
+
+def test_the_config_reads_the_driver_registry_not_the_robot_package():
+    graph = package_graph(module_graph())
+    assert "rlhw.robot" not in graph["rlhw.config"]
 
 
 @pytest.mark.parametrize(
