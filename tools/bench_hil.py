@@ -122,7 +122,7 @@ def fault_counts(run_dir: Path) -> dict:
     out = {}
     for kind in ("train", "eval"):
         files = episode_files(Path(run_dir) / "episodes", kind)
-        ended = Counter(str(k) for f in files for k in load_episode(f)["fault"] if k)
+        ended = Counter(str(k) for f in files if (ep := load_episode(f)) for k in ep.fault if k)
         out[kind] = {"episodes": len(files), **dict(sorted(ended.items()))}
     return out
 

@@ -188,9 +188,9 @@ def check_run(run_dir: Path, operator_log: Path | None) -> dict:
     every = [load_episode(p) for p in files]
     eps = [e for p, e in zip(files, every) if p.name.startswith("train-")]
     evals = [e for p, e in zip(files, every) if p.name.startswith("eval-")]
-    transitions = sum(len(e["action"]) for e in eps)
+    transitions = sum(e.length for e in eps)
     gaps = sum(int(not step_indices_whole(e)) for e in every)
-    intervened = int(sum(int(e["intervened"].sum()) for e in eps))
+    intervened = int(sum(int(e.intervened.sum()) for e in eps))
     out = {
         "run_dir": str(run_dir),
         "status": status.get("status"),
@@ -199,15 +199,13 @@ def check_run(run_dir: Path, operator_log: Path | None) -> dict:
         "episode_files": len(eps),
         "episode_transitions": transitions,
         "eval_episode_files": len(evals),
-        "eval_transitions": sum(len(e["action"]) for e in evals),
-        "eval_intervened_steps": int(sum(int(e["intervened"].sum()) for e in evals)),
+        "eval_transitions": sum(e.length for e in evals),
+        "eval_intervened_steps": int(sum(int(e.intervened.sum()) for e in evals)),
         "episodes_with_step_gaps": gaps,
         "intervened_steps": intervened,
         "intervention_rate": intervened / max(transitions, 1),
-        "episodes_with_intervention": sum(int(e["intervened"].any()) for e in eps),
-        "policy_version_minus1_on_intervened": bool(
-            all((e["policy_version"][e["intervened"]] == -1).all() for e in eps)
-        ),
+        "episodes_with_intervention": sum(int(e.intervened.any()) for e in eps),
+        "policy_version_minus1_on_intervened": bool(all((e.policy_version[e.intervened] == -1).all() for e in eps)),
         "loop_health": {
             k: health[k]
             for k in (
@@ -229,36 +227,32 @@ def check_run(run_dir: Path, operator_log: Path | None) -> dict:
 
 
 def step_indices_whole(ep) -> bool:
-    """Every per-step array has one entry per step 0..T-1 and the step times increase (no step missing or doubled)."""
-    n = len(ep["action"])
-    same = all(
-        len(ep[k]) == n
-        for k in ("reward", "terminated", "truncated", "success", "time", "intervened", "policy_version")
-    )
-    return same and bool(np.all(np.diff(ep["time"]) > 0))
+    """The step times increase (no step missing or doubled); `Episode` itself refuses a per-step array with
+    other than one entry per step."""
+    return bool(np.all(np.diff(ep.time) > 0))
 
 
 def compare_operator(eps: list, rows: list[dict]) -> dict:
     """Align the operator's readings with the stored steps (one read per step, in order) and compare."""
-    steps = [(e, t) for e in eps for t in range(len(e["action"]))]
+    steps = [(e, t) for e in eps for t in range(e.length)]
     mismatches, compared, active_not_intervened, intervened_not_active, step_index_mismatch = [], 0, 0, 0, 0
     last_gripper, episode = 1.0, None
     for (e, t), row in zip(steps, rows):
         if row["episode"] != episode:
             episode, last_gripper = row["episode"], 1.0  # an episode starts open (Takeover.start_episode)
         step_index_mismatch += int(row["step"] != t)
-        expected, last_gripper = operator_command(row, e["action"].shape[1:], last_gripper)
-        if not e["intervened"][t]:
+        expected, last_gripper = operator_command(row, e.action.shape[1:], last_gripper)
+        if not e.intervened[t]:
             active_not_intervened += int(row["active"])
             continue
         intervened_not_active += int(not row["active"])
         compared += 1
-        if not np.array_equal(expected, e["action"][t]):
+        if not np.array_equal(expected, e.action[t]):
             mismatches.append(
                 {
                     "episode": row["episode"],
                     "step": t,
-                    "executed": e["action"][t].tolist(),
+                    "executed": e.action[t].tolist(),
                     "operator": expected.tolist(),
                 }
             )
@@ -281,15 +275,15 @@ def check_demos(demos: Path, run_dir: Path) -> dict:
 
     files = episode_files(demos, "demo")
     first = load_episode(files[0])
-    observations = {k[4:]: first[k].shape[1:] for k in first if k.startswith("obs/")}
-    batches = load_demos([str(demos)], observations, first["action"].shape[1:], None)  # counts only; train checked
-    lengths = [len(load_episode(f)["action"]) for f in files]
+    observations = {k: v.shape[1:] for k, v in first.obs.items()}
+    batches = load_demos([str(demos)], observations, first.action.shape[1:], None)  # counts only; train checked
+    lengths = [load_episode(f).length for f in files]
     return {
         "demo_files": len(files),
         "demo_episodes_loaded": len(batches),
         "demo_steps_loaded": demo_steps(batches),
         "demo_lengths": lengths,
-        "demo_successes": int(sum(bool(load_episode(f)["success"][-1]) for f in files)),
+        "demo_successes": int(sum(bool(load_episode(f).success[-1]) for f in files)),
     }
 
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import glob
 
-import numpy as np
-
 
 def main() -> int:
     from rlhw.rl.episodes import load_episode
@@ -33,11 +31,11 @@ def main() -> int:
     used = 0
     for f in files:
         ep = load_episode(f)
-        if "judge_success" not in ep:
+        if ep is None or ep.judge_success is None:
             continue
         used += 1
-        truth = np.asarray(ep["judge_success"], dtype=bool)
-        said = model.probability({c: ep[f"obs/image_{c}"][1:] for c in model.spec.cameras}) >= threshold
+        truth = ep.judge_success
+        said = model.probability({c: ep.obs[f"image_{c}"][1:] for c in model.spec.cameras}) >= threshold
         counts["tp"] += int((said & truth).sum())
         counts["fp"] += int((said & ~truth).sum())
         counts["fn"] += int((~said & truth).sum())

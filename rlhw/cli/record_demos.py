@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
 def record(config: Config, args, overrides: list[str]) -> int:
     from rlhw.rl.demos import PROVENANCE_KEY, recorded_env
-    from rlhw.rl.episodes import EpisodeRecorder
+    from rlhw.rl.episodes import EpisodeKind, EpisodeRecorder
     from rlhw.robot import make_env
 
     out = Path(args.out)
@@ -99,7 +99,7 @@ def record(config: Config, args, overrides: list[str]) -> int:
                 obs, info = env.reset(seed=seed)
                 recorder.begin(
                     obs,
-                    kind="demo",
+                    kind=EpisodeKind.DEMO,
                     meta={
                         "seed": seed,
                         "task": config.env.task,
@@ -138,15 +138,15 @@ def record(config: Config, args, overrides: list[str]) -> int:
 
 def replay(config: Config, path: Path, tolerance: float) -> int:
     """Re-execute ``path``'s actions from its seed in sim; 0 when the final state is within ``tolerance``."""
-    from rlhw.rl.episodes import episode_meta, load_episode
+    from rlhw.rl.episodes import load_episode
     from rlhw.robot import make_env
 
     if not path.is_file():
         raise ConfigError("--replay", f"{path} is not a file; give a demo-NNNNNN.npz written by record-demos")
     episode = load_episode(path)
-    if not episode or "meta" not in episode:
+    if episode is None:
         raise ConfigError("--replay", f"{path} holds no recorded step")
-    meta = episode_meta(episode)
+    meta = episode.meta
     if "seed" not in meta:
         raise ConfigError("--replay", f"{path} has no seed in its meta; only episodes written by record-demos replay")
     env = make_env(config)
@@ -156,7 +156,7 @@ def replay(config: Config, path: Path, tolerance: float) -> int:
                 "--replay", "replay runs in simulation only (a real arm is not deterministic); add env.sim=mujoco"
             )
         obs, _ = env.reset(seed=int(meta["seed"]))
-        for action in episode["action"]:
+        for action in episode.action:
             step = env.step(action)
             if step.ended[0]:
                 break
@@ -164,13 +164,13 @@ def replay(config: Config, path: Path, tolerance: float) -> int:
         env.close()
     obs, steps = {k: v[0] for k, v in step.obs.items()}, step.extras[0]["episode_step"]
     deviation = max(
-        float(np.max(np.abs(obs[k] - episode[f"obs/{k}"][-1])))
+        float(np.max(np.abs(obs[k] - episode.obs[k][-1])))
         for k in obs
-        if not k.startswith("image_") and f"obs/{k}" in episode
+        if not k.startswith("image_") and k in episode.obs
     )
-    ok = deviation <= tolerance and len(episode["action"]) == steps
+    ok = deviation <= tolerance and episode.length == steps
     print(
-        f"replay of {path}: {steps} of {len(episode['action'])} steps, final deviation "
+        f"replay of {path}: {steps} of {episode.length} steps, final deviation "
         f"{deviation:.6f} (tolerance {tolerance}): {'reproduced' if ok else 'NOT reproduced'}"
     )
     return 0 if ok else 1

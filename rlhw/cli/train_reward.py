@@ -145,20 +145,20 @@ def read_episodes(paths: list[str], labels: str = "recorded") -> list:
             continue  # a live run's episode finished (renamed) between the listing and now
         except (OSError, ValueError) as e:
             raise ConfigError("EPISODES", f"cannot read episode {f}: {e}") from None
-        if not ep or "success" not in ep:
+        if ep is None:
             continue  # a reset with no step: nothing to label
-        meta = json.loads(bytes(ep["meta"]).decode()) if "meta" in ep else {}
-        images = {k[len("obs/image_") :]: v for k, v in ep.items() if k.startswith("obs/image_")}
-        success = np.asarray(ep["success"], dtype=bool)
+        meta = dict(ep.meta)
+        images = {k[len("image_") :]: v for k, v in ep.obs.items() if k.startswith("image_")}
+        success = ep.success
         given = None
         if labels in ("judge", "judge-negatives"):
-            if "judge_success" not in ep:
+            if ep.judge_success is None:
                 raise ConfigError(
                     "--judge-negatives" if labels == "judge-negatives" else "--labels",
                     f"episode {f} has no judge verdict (recorded on a real cell, or before "
                     "rehearsals existed); use --labels recorded",
                 )
-            success = np.asarray(ep["judge_success"], dtype=bool)
+            success = ep.judge_success
             meta = {k: v for k, v in meta.items() if k not in ("operator_success", "operator_marks")}
             if labels == "judge-negatives":  # frame t+1 follows step t; the reset frame has no verdict
                 given = np.concatenate([[-1], np.where(success, -1, 0)]).astype(np.int8)

@@ -24,6 +24,7 @@ import numpy as np
 
 from rlhw.cli.common import episode_paths
 from rlhw.errors import ConfigError
+from rlhw.rl.episodes import Episode, load_episode
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,8 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import rerun as rr
 
-    from rlhw.rl.episodes import load_episode
-
     paths = episode_paths(args.episodes)
     out = Path(args.out) if args.out else (None if args.serve else Path("episodes.rrd"))
     if out is not None and out.suffix != ".rrd":
@@ -52,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     steps = 0
     for path in paths:
         episode = load_episode(path)
-        if not episode:
+        if episode is None:
             print(f"skipped {path}: no recorded step")
             continue
         steps += log_episode(rec, path.name.split(".")[0], episode)
@@ -64,18 +63,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def log_episode(rec, name: str, episode: dict[str, np.ndarray]) -> int:
+def log_episode(rec, name: str, episode: Episode) -> int:
     """Log one episode under ``/<name>/``; returns its number of steps."""
     import rerun as rr
 
-    obs = {k[4:]: v for k, v in episode.items() if k.startswith("obs/")}
-    times = episode["time"]
-    n = len(episode["action"])
+    times = episode.time
+    n = episode.length
     for t in range(n + 1):
         rec.set_time("step", sequence=t)
         if t > 0:
             rec.set_time("time", timestamp=float(times[t - 1]))
-        for key, values in obs.items():
+        for key, values in episode.obs.items():
             value = values[t]
             if key.startswith("image_") and value.ndim == 3:
                 rec.log(f"{name}/camera/{key[len('image_') :]}", rr.Image(value))
@@ -84,11 +82,10 @@ def log_episode(rec, name: str, episode: dict[str, np.ndarray]) -> int:
         if t == 0:
             continue
         i = t - 1
-        rec.log(f"{name}/action", rr.Scalars(np.asarray(episode["action"][i], dtype=np.float64).ravel()))
-        rec.log(f"{name}/reward", rr.Scalars(float(episode["reward"][i])))
-        rec.log(f"{name}/success", rr.Scalars(float(episode["success"][i])))
-        if "intervened" in episode:
-            rec.log(f"{name}/intervened", rr.Scalars(float(episode["intervened"][i])))
+        rec.log(f"{name}/action", rr.Scalars(np.asarray(episode.action[i], dtype=np.float64).ravel()))
+        rec.log(f"{name}/reward", rr.Scalars(float(episode.reward[i])))
+        rec.log(f"{name}/success", rr.Scalars(float(episode.success[i])))
+        rec.log(f"{name}/intervened", rr.Scalars(float(episode.intervened[i])))
     return n
 
 

@@ -33,11 +33,11 @@ import numpy as np
 
 from rlhw.config.datasets import LeRobotDemoConfig
 from rlhw.errors import ConfigError
-from rlhw.rl.episodes import PROVENANCE_KEY, episode_files, episode_meta, episode_transitions, load_episode
+from rlhw.rl.episodes import PROVENANCE_KEY, Episode, EpisodeKind, episode_files, episode_transitions, load_episode
 from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
 from rlhw.rl.lerobot.format import is_lerobot_dataset
 
-DEMO_KINDS = ("demo", "train")
+DEMO_KINDS = (EpisodeKind.DEMO, EpisodeKind.TRAIN)
 
 
 class UncheckedDemoWarning(UserWarning):
@@ -106,16 +106,16 @@ def load_demos(
             loaded = read_lerobot_episodes(
                 path, entry or LeRobotDemoConfig(path=str(path)), where, observations, action_shape
             )
-            episodes = [(_dataset_episode_name(path, ep), ep) for ep in loaded if len(ep["action"])]
+            episodes = [(_dataset_episode_name(path, ep), ep) for ep in loaded if ep.length]
         else:
             files = episode_files(path, DEMO_KINDS)
-            episodes = [(f, ep) for f in files if (ep := load_episode(f)) and len(ep["action"])]
+            episodes = [(f, ep) for f in files if (ep := load_episode(f)) is not None and ep.length]
         if not episodes:
             raise ConfigError(where, f"{path} holds no demo-*/train-* episode with a step (searched recursively)")
         unrecorded = []
         for f, ep in episodes:
             _check_episode(where, f, ep, observations, action_shape)
-            if provenance is not None and not _check_provenance(where, f, episode_meta(ep), provenance):
+            if provenance is not None and not _check_provenance(where, f, ep.meta, provenance):
                 unrecorded.append(f.name)
             batches.append(episode_transitions(ep, fault_signal))
         if unrecorded:
@@ -137,9 +137,9 @@ def load_demos(
     return batches
 
 
-def _dataset_episode_name(root: Path, ep: Mapping[str, np.ndarray]) -> Path:
+def _dataset_episode_name(root: Path, ep: Episode) -> Path:
     """What errors call an episode of a LeRobotDataset: the rlhw episode file it was exported from, else its index."""
-    meta = episode_meta(ep)
+    meta = ep.meta
     return Path(meta.get("source") or f"{root.name}/episode-{meta.get('lerobot_episode', 0):06d}")
 
 
@@ -167,11 +167,11 @@ def _check_provenance(where: str, file: Path, meta: Mapping[str, Any], expected:
 def _check_episode(
     where: str,
     file: Path,
-    ep: Mapping[str, np.ndarray],
+    ep: Episode,
     observations: Mapping[str, tuple[int, ...]],
     action_shape: tuple[int, ...],
 ) -> None:
-    keys = {k[4:] for k in ep if k.startswith("obs/")}
+    keys = set(ep.obs)
     missing, extra = sorted(set(observations) - keys), sorted(keys - set(observations))
     if missing or extra:
         raise ConfigError(
@@ -183,14 +183,14 @@ def _check_episode(
             "demos must be recorded with the same task and observation config",
         )
     for name, shape in observations.items():
-        got = tuple(ep[f"obs/{name}"].shape[1:])
+        got = tuple(ep.obs[name].shape[1:])
         if got != tuple(shape):
             raise ConfigError(
                 where,
                 f"{file.name}: observation {name!r} has shape {got}, the env's has "
                 f"{tuple(shape)}; record the demos with the same task config",
             )
-    got = tuple(ep["action"].shape[1:])
+    got = tuple(ep.action.shape[1:])
     if got != tuple(action_shape):
         raise ConfigError(
             where,

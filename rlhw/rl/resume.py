@@ -9,7 +9,7 @@ the count of recorded train steps, not the checkpoint's.
 from __future__ import annotations
 
 from rlhw.rl.checkpoint import saved_counters
-from rlhw.rl.episodes import episode_transitions, recorded_episodes
+from rlhw.rl.episodes import EpisodeKind, episode_transitions, recorded_episodes
 from rlhw.rl.fault_signal import FaultSignal
 from rlhw.rl.replay import MixedReplay
 from rlhw.rl.rundir import RunDir
@@ -29,8 +29,8 @@ def resume_run(
         agent.load_state_dict(ckpt["sac"])
         counters = saved_counters(ckpt)
     counters.env_steps = 0
-    for i, ep in recorded_episodes(run_dir.episodes, "train"):
-        counters.env_steps += len(ep["action"])
+    for i, ep in recorded_episodes(run_dir.episodes, EpisodeKind.TRAIN):
+        counters.env_steps += ep.length
         if i % world_size == rank:
             replay.add_batch(episode_transitions(ep, fault_signal))
     return counters

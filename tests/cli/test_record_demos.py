@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -41,11 +40,11 @@ def test_record_demos_on_mujoco_writes_labelled_demo_episodes_of_the_executed_ac
     assert [f.name for f in files] == ["demo-000000.npz", "demo-000001.npz"]
     for index, path in enumerate(files):
         ep = load_episode(path)
-        meta = json.loads(ep["meta"].tobytes().decode())
+        meta = ep.meta
         assert meta["kind"] == "demo" and meta["complete"] and meta["seed"] == index and meta["teleop"] == "scripted"
-        assert ep["intervened"].all()  # the operator drove every step
-        assert np.abs(ep["action"]).max() > 0.5  # the executed actions, not the zeros the CLI sent as "client"
-        assert ep["success"][-1] and ep["terminated"][-1]  # reach ends on success
+        assert ep.intervened.all()  # the operator drove every step
+        assert np.abs(ep.action).max() > 0.5  # the executed actions, not the zeros the CLI sent as "client"
+        assert ep.success[-1] and ep.terminated[-1]  # reach ends on success
     assert "2 success(es)" in capsys.readouterr().out
     for path in files:  # the stored actions, re-executed from the seed, end where the demo ended
         assert main(["record-demos", SIM_REACH, "--replay", str(path), *FAST]) == 0
@@ -148,10 +147,10 @@ def test_record_demos_on_the_franka_driver_against_franky_sim(tmp_path, capsys):
     assert len(files) == 2
     for path in files:
         ep = load_episode(path)
-        assert len(ep["action"]) >= 1 and ep["intervened"].all()
-        start, end = ep["obs/to_target"][0], ep["obs/to_target"][-1]
+        assert ep.length >= 1 and ep.intervened.all()
+        start, end = ep.obs["to_target"][0], ep.obs["to_target"][-1]
         assert np.linalg.norm(end) < np.linalg.norm(start)  # the expert drove the real driver toward the target
-        assert json.loads(ep["meta"].tobytes().decode())["robot"].startswith("franka@")
+        assert ep.meta["robot"].startswith("franka@")
 
 
 def test_a_person_records_a_demo_at_the_keyboard_of_a_paced_simulated_arm_a_motion_then_a_success_label(tmp_path):
@@ -218,8 +217,8 @@ def test_a_person_records_a_demo_at_the_keyboard_of_a_paced_simulated_arm_a_moti
     assert "1 success(es)" in stdout.decode()
     [path] = episode_files(out, "demo")
     ep = load_episode(path)
-    assert ep["action"][:, 0].max() == pytest.approx(1.0)  # the "w" was executed...
-    assert ep["intervened"].all() and ep["terminated"][-1] and ep["success"][-1]  # ...and "y" ended it
-    assert len(ep["action"]) < 400
+    assert ep.action[:, 0].max() == pytest.approx(1.0)  # the "w" was executed...
+    assert ep.intervened.all() and ep.terminated[-1] and ep.success[-1]  # ...and "y" ended it
+    assert ep.length < 400
     # Paced: never faster than env.control_hz (a late step only slows it); unpaced, this arm ran ~150 steps/s.
-    assert len(ep["action"]) / elapsed <= 20 * 1.1, (len(ep["action"]), elapsed)
+    assert ep.length / elapsed <= 20 * 1.1, (ep.length, elapsed)

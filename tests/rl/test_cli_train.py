@@ -70,10 +70,10 @@ def test_a_short_local_run_on_the_default_config_writes_its_run_directory(tmp_pa
     # a run's episodes may be a later run's demos: each records the env config it was recorded with
     from rlhw.config import load_config
     from rlhw.rl.demos import PROVENANCE_KEY, recorded_env
-    from rlhw.rl.episodes import episode_files, episode_meta, load_episode
+    from rlhw.rl.episodes import episode_files, load_episode
 
     episode = load_episode(episode_files(run / "episodes", "train")[0])
-    assert episode_meta(episode)[PROVENANCE_KEY] == recorded_env(load_config(run / "config.yaml").env)
+    assert episode.meta[PROVENANCE_KEY] == recorded_env(load_config(run / "config.yaml").env)
 
 
 SMALL = (

@@ -4,7 +4,7 @@ recorded it load with a warning that says what was not checked."""
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -17,7 +17,7 @@ from rlhw.cli.main import main
 from rlhw.config import load_config
 from rlhw.errors import ConfigError
 from rlhw.rl.demos import PROVENANCE_KEY, UncheckedDemoWarning, env_provenance, load_demos, provenance_of
-from rlhw.rl.episodes import episode_files, episode_meta, load_episode
+from rlhw.rl.episodes import episode_files, load_episode
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM_REACH = str(ROOT / "configs" / "sim_reach.yaml")
@@ -49,7 +49,7 @@ def demos(tmp_path_factory) -> Path:
 
 def _shapes(demos: Path):
     ep = load_episode(episode_files(demos, "demo")[0])
-    return {k[4:]: ep[k].shape[1:] for k in ep if k.startswith("obs/")}, ep["action"].shape[1:]
+    return {k: v.shape[1:] for k, v in ep.obs.items()}, ep.action.shape[1:]
 
 
 def _provenance(*overrides: str) -> dict:
@@ -57,7 +57,7 @@ def _provenance(*overrides: str) -> dict:
 
 
 def test_a_recorded_demo_names_the_env_config_it_was_recorded_with(demos):
-    meta = episode_meta(load_episode(episode_files(demos, "demo")[0]))
+    meta = load_episode(episode_files(demos, "demo")[0]).meta
     recorded = meta[PROVENANCE_KEY]
     assert recorded["task"] == "reach"  # the whole env section, as `rlhw export-dataset` carries it on
     assert provenance_of(recorded) == _provenance()  # what a run with the same config expects, key for key
@@ -95,10 +95,9 @@ def test_demos_without_a_recorded_env_config_load_with_a_warning_naming_what_is_
     shutil.copytree(demos, old)
     path = episode_files(old, "demo")[0]
     ep = load_episode(path)
-    meta = episode_meta(ep)
-    del meta[PROVENANCE_KEY]  # as recorded before demos carried it
-    ep["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    np.savez(path, **ep)
+    meta = {k: v for k, v in ep.meta.items() if k != PROVENANCE_KEY}  # as recorded before demos carried it
+    ep = dataclasses.replace(ep, meta=meta)
+    np.savez(path, **ep.to_arrays())
     observations, action = _shapes(old)
     with pytest.warns(
         UncheckedDemoWarning,
@@ -106,7 +105,7 @@ def test_demos_without_a_recorded_env_config_load_with_a_warning_naming_what_is_
         r"env.action.scale_m.*NOT checked.*rlhw record-demos",
     ):
         batches = load_demos([str(old)], observations, action, _provenance())
-    assert batches and len(batches[0]["reward"]) == len(ep["action"])
+    assert batches and len(batches[0]["reward"]) == ep.length
 
 
 @pytest.mark.timeout(180)

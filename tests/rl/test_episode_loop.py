@@ -7,7 +7,6 @@ The env worker's part (its hooks, its in-process transport) is driven through `E
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -84,7 +83,7 @@ class Demand:
 
 
 def _meta(path) -> dict:
-    return json.loads(load_episode(path)["meta"].tobytes())
+    return dict(load_episode(path).meta)
 
 
 def _point_loop(tmp_path, env=None):
@@ -120,11 +119,11 @@ def test_each_recorded_step_is_what_the_arm_executed_with_the_intervened_flag_an
     loop.run(demand.hooks(action_value=0.5, version=7), seed=0)
     ep = load_episode(episode_files(tmp_path)[0])
     operator = np.arange(25) % 3 == 0
-    np.testing.assert_array_equal(ep["intervened"], operator)
-    np.testing.assert_array_equal(ep["policy_version"], np.where(operator, -1, 7))  # -1: an operator acted
-    assert np.all(ep["action"][~operator] == 0.5) and not np.all(ep["action"][operator] == 0.5)
+    np.testing.assert_array_equal(ep.intervened, operator)
+    np.testing.assert_array_equal(ep.policy_version, np.where(operator, -1, 7))  # -1: an operator acted
+    assert np.all(ep.action[~operator] == 0.5) and not np.all(ep.action[operator] == 0.5)
     sunk = np.concatenate([b["action"] for b in demand.transitions])
-    np.testing.assert_array_equal(sunk, ep["action"])  # the learner gets the executed actions too
+    np.testing.assert_array_equal(sunk, ep.action)  # the learner gets the executed actions too
     assert demand.reports[0][1][3] == operator.sum()
 
 
@@ -142,7 +141,7 @@ def test_stopping_ends_the_running_episode_where_it_is_and_reports_it(tmp_path):
     demand = Demand(2, unlimited=True)
     loop.run(demand.hooks(stopping=lambda: env.steps >= 5), seed=0)
     assert env.steps == 5 and demand.reports[0][1][2] == 5
-    assert len(load_episode(episode_files(tmp_path)[0])["action"]) == 5
+    assert load_episode(episode_files(tmp_path)[0]).length == 5
 
 
 def test_a_refused_step_truncates_the_running_episode_and_returns(tmp_path):
@@ -156,7 +155,7 @@ def test_a_refused_step_truncates_the_running_episode_and_returns(tmp_path):
     loop.run(demand.hooks(step=step), seed=0)
     assert env.steps == refuse_after and demand.reports[0][1][2] == refuse_after
     ep = load_episode(episode_files(tmp_path)[0])  # what was recorded stays on disk, as a finished episode
-    assert len(ep["action"]) == refuse_after and not ep["truncated"].any()
+    assert ep.length == refuse_after and not ep.truncated.any()
 
 
 # ------------------------------------------------------------------------------- n instances (batched simulators)
@@ -196,8 +195,8 @@ def test_an_autoreset_instance_learns_from_its_final_observation_and_goes_on_fro
     np.testing.assert_allclose(first_of_second["obs/joint_pos"], 0.0)  # the reset one
     for path in episode_files(tmp_path / "env0.0"):
         ep = load_episode(path)
-        np.testing.assert_allclose(ep["obs/joint_pos"][-1], 0.03, atol=1e-6)
-        assert len(ep["action"]) == 3 and ep["truncated"][-1]
+        np.testing.assert_allclose(ep.obs["joint_pos"][-1], 0.03, atol=1e-6)
+        assert ep.length == 3 and ep.truncated[-1]
 
 
 def test_idle_instances_of_a_batch_get_the_neutral_action_and_record_nothing(tmp_path):
@@ -248,8 +247,8 @@ def test_a_batch_records_each_instances_executed_action_and_flag(tmp_path):
     loop, demand = EpisodeLoop(BatchView(env, env.spec), 2, recorders), Demand(7, unlimited=True)
     loop.run(demand.hooks(action_value=0.5, version=4, stopping=lambda: env.steps >= 2), seed=0)
     ep0, ep1 = (load_episode(episode_files(tmp_path / f"env0.{i}")[0]) for i in range(2))
-    assert np.all(ep0["action"] == 0.5) and ep0["policy_version"].tolist() == [4, 4] and not ep0["intervened"].any()
-    assert np.all(ep1["action"] == -1.0) and ep1["policy_version"].tolist() == [-1, -1] and ep1["intervened"].all()
+    assert np.all(ep0.action == 0.5) and ep0.policy_version.tolist() == [4, 4] and not ep0.intervened.any()
+    assert np.all(ep1.action == -1.0) and ep1.policy_version.tolist() == [-1, -1] and ep1.intervened.all()
     assert [r[3] for _, r in demand.reports] == [0, 2, 0]  # instance by instance
     assert demand.transitions[0]["intervened"].tolist() == [0.0, 1.0, 0.0]
 
@@ -329,7 +328,7 @@ def test_a_simulated_env_worker_steps_its_env_in_process_without_a_server_child(
         assert puts[-1][0] is None and len(puts[-1][3]["reward"]) == 1  # the last step's transition goes alone
         assert sum(len(p[3]["reward"]) for p in puts if p[3] is not None) == 5
         [path] = episode_files(tmp_path / "episodes")
-        assert load_episode(path)["policy_version"].tolist() == [3] * 5 and _meta(path)["env_rank"] == 0
+        assert load_episode(path).policy_version.tolist() == [3] * 5 and _meta(path)["env_rank"] == 0
         assert w.loop_health()["steps"] == 5
     finally:
         w.env.close()

@@ -111,7 +111,7 @@ def test_eval_on_mujoco_prints_each_episode_writes_json_and_records_the_episodes
     files = episode_files(run / "episodes", "eval")
     assert len(files) == 4 and all(f.suffix == ".npz" for f in files)
     ep = load_episode(files[0])
-    assert len(ep["action"]) == episodes[0]["steps"] and bool(ep["success"][-1])
+    assert ep.length == episodes[0]["steps"] and bool(ep.success[-1])
     assert json.loads((run / "eval.json").read_text())["success_rate"] == 1.0
 
 
@@ -285,7 +285,7 @@ def test_an_operator_takeover_counts_as_a_failure(checkpoint, tmp_path):
     assert any(e.env_success for e in report.episodes)  # the operator reached it; the policy gets no credit
     assert report.success_rate == 0.0
     ep = load_episode(episode_files(tmp_path / "run" / "episodes", "eval")[0])
-    assert np.all(ep["intervened"]) and np.all(ep["policy_version"] == -1)
+    assert np.all(ep.intervened) and np.all(ep.policy_version == -1)
 
 
 def test_another_control_rate_is_allowed_with_a_warning(checkpoint):

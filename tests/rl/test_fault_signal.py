@@ -106,8 +106,8 @@ def test_a_contact_fault_step_is_stored_as_an_end_state_worth_standing_still_by_
     np.testing.assert_array_equal(stored["reward"][:-1], before)  # the clean steps are stored as reported
     assert not stored["terminated"][:-1].any()
     # The episode on disk keeps the env's report and the fault's kind ...
-    assert recorded["truncated"][-1] and not recorded["terminated"][-1]
-    assert recorded["fault"].tolist() == [""] * PRESS_AT + ["contact"]
+    assert recorded.truncated[-1] and not recorded.terminated[-1]
+    assert recorded.fault.tolist() == [""] * PRESS_AT + ["contact"]
     # ... and rebuilt from disk (demos, a resumed run) it is stored as the loop stored it live.
     rebuilt = episode_transitions(recorded, FaultSignal.from_config(cfg.train))
     np.testing.assert_array_equal(rebuilt["reward"], stored["reward"])

@@ -80,7 +80,7 @@ def ray_nodes():
         yield rc
 
 
-def cell_episodes(rd: RunDir, cell: int) -> list[dict]:
+def cell_episodes(rd: RunDir, cell: int) -> list:
     """The cell's train episodes on disk, the running one too (read while the run writes them)."""
     out = []
     for p in episode_files(rd.episodes / f"env{cell}", "train"):
@@ -94,11 +94,11 @@ def cell_episodes(rd: RunDir, cell: int) -> list[dict]:
 
 
 def recorded_steps(rd: RunDir, cell: int) -> int:
-    return sum(len(ep["action"]) for ep in cell_episodes(rd, cell))
+    return sum(ep.length for ep in cell_episodes(rd, cell))
 
 
 def acted_with_learned_weights(rd: RunDir, cell: int) -> bool:
-    return any((ep["policy_version"] > 0).any() for ep in cell_episodes(rd, cell))
+    return any((ep.policy_version > 0).any() for ep in cell_episodes(rd, cell))
 
 
 def start(ray_nodes, raw: dict, run_path, resume: bool = False):
@@ -137,8 +137,8 @@ def test_a_dead_cell_leaves_the_run_and_the_other_cell_goes_on_learning(ray_node
     assert cells[0]["in_run"] and cells[0]["lost_reason"] is None
     assert not cells[1]["in_run"] and "env:1" in cells[1]["lost_reason"]
     # The surviving cell's episodes kept flowing into the run after the other one died ...
-    after = [ep for ep in cell_episodes(rd, 0) if ep["time"][0] > killed_at]
-    assert after and sum(len(ep["action"]) for ep in after) >= 40
+    after = [ep for ep in cell_episodes(rd, 0) if ep.time[0] > killed_at]
+    assert after and sum(ep.length for ep in after) >= 40
     assert status["env_steps"] >= 700
     # ... and the dead cell's episodes are kept: on disk, loadable, counted.
     assert recorded_steps(rd, 1) >= steps_1 > 0
@@ -172,7 +172,7 @@ def test_when_the_learner_dies_every_arm_stops_and_the_run_resumes_with_every_re
     # Every arm stopped: no cell recorded a step after the controller stopped them, which it did at once.
     stopped_at = status["arms_stopped_at"]
     assert killed_at < stopped_at < killed_at + 60
-    last_step = max(float(ep["time"][-1]) for c in (0, 1) for ep in cell_episodes(rd, c))
+    last_step = max(float(ep.time[-1]) for c in (0, 1) for ep in cell_episodes(rd, c))
     assert last_step <= stopped_at
     assert all(c["in_run"] for c in status["cells"])
     recorded = recorded_steps(rd, 0) + recorded_steps(rd, 1)

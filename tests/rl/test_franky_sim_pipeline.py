@@ -55,9 +55,9 @@ def test_franky_sim_config_steps_through_the_pipeline_with_the_real_driver(sim, 
     assert stop.status in ("stopped", "finished"), stop.reason
     assert status["env_steps"] >= 20
     eps = [load_episode(p) for p in episode_files(rd.episodes, "train")]
-    assert sum(len(e["action"]) for e in eps) == status["env_steps"]
+    assert sum(e.length for e in eps) == status["env_steps"]
     # The hand moved under the policy's commands: positions differ along the episode.
-    moved = max(float(abs(e["obs/ee_position"][-1] - e["obs/ee_position"][0]).max()) for e in eps)
+    moved = max(float(abs(e.obs["ee_position"][-1] - e.obs["ee_position"][0]).max()) for e in eps)
     assert moved > 0.005
     server_log = (rd.path / "logs" / "env0-server.log").read_text()
     assert "franka" in server_log.lower() or "listening on" in server_log

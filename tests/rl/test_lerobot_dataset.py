@@ -147,8 +147,8 @@ def test_the_export_keeps_fps_task_every_flag_and_the_recording_config(exported)
     assert [Path(m["source"]).name for m in metas] == [p.name for p in episode_files(demos, "demo")]
     frames = pq.read_table(dataset / "data/chunk-000/file-000.parquet")
     first = load_episode(episode_files(demos, "demo")[0])
-    np.testing.assert_array_equal(frames.column("intervened").to_numpy()[:6], first["intervened"])
-    np.testing.assert_array_equal(frames.column("policy_version").to_numpy()[:6], first["policy_version"])
+    np.testing.assert_array_equal(frames.column("intervened").to_numpy()[:6], first.intervened)
+    np.testing.assert_array_equal(frames.column("policy_version").to_numpy()[:6], first.policy_version)
     assert frames.column("next.done").to_pylist()[:6] == [False] * 5 + [True]
     assert frames.column("fault").to_pylist()[-5:] == [""] * 4 + ["reflex"]
     np.testing.assert_allclose(frames.column("timestamp").to_numpy()[:6], np.arange(6) / 10, atol=1e-6)
@@ -196,26 +196,21 @@ def test_lerobots_own_loader_reads_the_export_offline(exported, tmp_path):
     assert got["video_keys"] == ["observation.images.front", "observation.images.wrist"]
     episodes = [load_episode(p) for p in episode_files(demos, "demo")]
     state = np.concatenate(
-        [
-            np.concatenate([ep[f"obs/{k}"][:-1].reshape(len(ep["action"]), -1) for k in ("goal", "grip", "pos")], 1)
-            for ep in episodes
-        ]
+        [np.concatenate([ep.obs[k][:-1].reshape(ep.length, -1) for k in ("goal", "grip", "pos")], 1) for ep in episodes]
     )
     np.testing.assert_array_equal(np.asarray(got["observation.state"], np.float32), state)
+    np.testing.assert_array_equal(np.asarray(got["action"], np.float32), np.concatenate([e.action for e in episodes]))
     np.testing.assert_array_equal(
-        np.asarray(got["action"], np.float32), np.concatenate([e["action"] for e in episodes])
+        np.asarray(got["next.reward"], np.float32).ravel(), np.concatenate([e.reward for e in episodes])
     )
-    np.testing.assert_array_equal(
-        np.asarray(got["next.reward"], np.float32).ravel(), np.concatenate([e["reward"] for e in episodes])
-    )
-    for key, field in (("intervened", "intervened"), ("success", "success"), ("policy_version", "policy_version")):
-        np.testing.assert_array_equal(np.asarray(got[key]).ravel(), np.concatenate([e[field] for e in episodes]))
+    for key in ("intervened", "success", "policy_version"):
+        np.testing.assert_array_equal(np.asarray(got[key]).ravel(), np.concatenate([getattr(e, key) for e in episodes]))
     assert got["fault"] == [""] * 18 + ["reflex"]
     assert np.asarray(got["next.done"]).ravel().tolist() == sum(
-        ([False] * (len(e["action"]) - 1) + [True] for e in episodes), []
+        ([False] * (e.length - 1) + [True] for e in episodes), []
     )
     for cam in ("front", "wrist"):
-        frames = np.concatenate([e[f"obs/image_{cam}"][:-1] for e in episodes])
+        frames = np.concatenate([e.obs[f"image_{cam}"][:-1] for e in episodes])
         assert _psnr(np.asarray(got[f"observation.images.{cam}"]), frames) > 30, cam
 
 
@@ -453,13 +448,13 @@ def test_record_demos_on_mujoco_then_export_keeps_the_recording_config_and_train
     recorded = meta[PROVENANCE_KEY]  # the whole env section the demos were recorded with
     assert recorded["control_hz"] == 20 and recorded["task"] == "reach" and recorded["max_episode_steps"] == 20
     first = load_episode(episode_files(tmp_path / "demos", "demo")[0])
-    shapes = {k[4:]: v.shape[1:] for k, v in first.items() if k.startswith("obs/")}
+    shapes = {k: v.shape[1:] for k, v in first.obs.items()}
     from rlhw.config import load_config
     from rlhw.rl.demos import env_provenance
 
     provenance = env_provenance(load_config(sim_reach, fast).env)
-    ours = load_demos([str(tmp_path / "demos")], shapes, first["action"].shape[1:], provenance)
-    back = load_demos([str(tmp_path / "lr")], shapes, first["action"].shape[1:], provenance)
+    ours = load_demos([str(tmp_path / "demos")], shapes, first.action.shape[1:], provenance)
+    back = load_demos([str(tmp_path / "lr")], shapes, first.action.shape[1:], provenance)
     for a, b in zip(ours, back, strict=True):
         for key in a:
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
@@ -554,7 +549,7 @@ def test_a_camera_stored_as_image_frames_in_the_parquet_maps_like_a_video(export
 
     demos, dataset = exported
     foreign = _foreign(dataset, tmp_path / "foreign")
-    frames = np.concatenate([load_episode(p)["obs/image_front"][:-1] for p in episode_files(demos, "demo")])
+    frames = np.concatenate([load_episode(p).obs["image_front"][:-1] for p in episode_files(demos, "demo")])
 
     def png(image: np.ndarray) -> bytes:
         buf = io.BytesIO()

@@ -88,7 +88,7 @@ def test_two_learner_processes_on_another_node_train_with_identical_weights(ray_
     # The placement gave the learners no accelerator, so CUDA is hidden from them: run.json says where they trained.
     assert status["learner_devices"] == ["cpu", "cpu"]
     assert (rd.checkpoints / "latest.pt").exists()
-    steps_on_disk = sum(len(load_episode(p)["action"]) for p in episode_files(rd.episodes, "train"))
+    steps_on_disk = sum(load_episode(p).length for p in episode_files(rd.episodes, "train"))
     assert steps_on_disk == status["env_steps"]  # every collected transition is on disk
     rows = rd.metrics()
     assert any(r["eval/success_rate"] is not None for r in rows)
@@ -152,8 +152,8 @@ def test_a_killed_env_worker_stops_the_run_cleanly_with_checkpoint_and_data(ray_
     assert status["status"] == "failed" and "env:0" in status["reason"]
     assert (rd.checkpoints / "latest.pt").exists()
     files = episode_files(rd.episodes, "train")
-    assert all(len(load_episode(p)["action"]) > 0 for p in files if p.suffix == ".npz")
-    recorded = sum(len(load_episode(p).get("action", [])) for p in files)
+    assert all(load_episode(p).length > 0 for p in files if p.suffix == ".npz")
+    recorded = sum(ep.length for p in files if (ep := load_episode(p)))
     assert recorded >= status["env_steps"] - 1  # at most the step in flight is missing from disk
     # ... and the run resumes from that checkpoint and those episodes.
     more = load_config_dict(two_node_config(max_env_steps=recorded + 50, eval_every_steps=100_000))
@@ -234,10 +234,10 @@ def test_every_learner_rank_loads_the_demos_again_on_resume_and_steps_carry_thei
     sizes = {r["train/demo_buffer_size"] for r in rd.metrics() if r.get("train/demo_buffer_size") is not None}
     assert sizes == {demo_steps}  # rank 0's demo buffer: all the demos (no operator in this run)
     eps = [load_episode(p) for p in episode_files(rd.episodes, "train")]
-    versions = [int(v) for ep in eps for v in ep["policy_version"]]
+    versions = [int(v) for ep in eps for v in ep.policy_version]
     assert versions[:50] == [-1] * 50  # uniform random warm-up: no policy acted
     assert versions[-1] >= 0 and versions[50:] == sorted(versions[50:])  # then the published weights' versions
-    assert not any(ep["intervened"].any() for ep in eps)
+    assert not any(ep.intervened.any() for ep in eps)
 
     more = load_config_dict(
         two_node_config(
@@ -281,7 +281,7 @@ def test_the_direct_lane_carries_every_step_between_raylets_and_loses_no_transit
     stop = train_pipeline(config, rd, cluster=cluster)
     assert stop.status in ("stopped", "finished"), stop.reason
     status = json.loads(rd.status_path.read_text())
-    recorded = sum(len(load_episode(p)["action"]) for p in episode_files(rd.episodes, "train"))
+    recorded = sum(load_episode(p).length for p in episode_files(rd.episodes, "train"))
     assert status["env_steps"] >= 200 and recorded == status["env_steps"]
     health = status["loop_health"][0]
     assert health["steps"] >= 200 and 0 < health["latency_p50_ms"] <= health["latency_p99_ms"]
@@ -304,7 +304,7 @@ def test_a_killed_rollout_worker_stops_the_run_cleanly_naming_the_lane_with_ever
     assert stop.status == "failed" and "rollout" in stop.reason, stop.reason
     assert (rd.checkpoints / "latest.pt").exists()
     status = json.loads(rd.status_path.read_text())
-    recorded = sum(len(load_episode(p).get("action", [])) for p in episode_files(rd.episodes, "train"))
+    recorded = sum(ep.length for p in episode_files(rd.episodes, "train") if (ep := load_episode(p)))
     assert recorded >= status["env_steps"] - 1  # at most the step in flight is missing from disk
 
 
@@ -326,7 +326,7 @@ def test_an_env_worker_that_acts_next_to_its_arm_learns_from_weights_sent_across
     status = json.loads(rd.status_path.read_text())
     assert status["updates"] > 0 and any(r["eval/success_rate"] is not None for r in rd.metrics())
     eps = [load_episode(p) for p in episode_files(rd.episodes, "train")]
-    versions = [int(v) for ep in eps for v in ep["policy_version"]]
+    versions = [int(v) for ep in eps for v in ep.policy_version]
     assert len(versions) == status["env_steps"]  # every transition on disk, with the version that acted
     assert versions[:100] == [-1] * 100  # warm-up: uniform random
     assert versions[-1] > 0 and versions[100:] == sorted(versions[100:])  # then the learner's weights, as they came

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 
 from rlhw.rl.episodes import (
+    EpisodeKind,
     EpisodeRecorder,
     episode_files,
     episode_transitions,
@@ -72,8 +72,8 @@ def test_a_finished_episode_becomes_one_npz_with_consistent_transitions(tmp_path
     path = rec.end()
     assert path.name == "train-000000.npz" and not list(tmp_path.glob("*.steps"))
     ep = load_episode(path)
-    assert ep["obs/pos"].shape == (4, 3) and ep["obs/image"].dtype == np.uint8
-    assert json.loads(ep["meta"].tobytes())["complete"] is True
+    assert ep.obs["pos"].shape == (4, 3) and ep.obs["image"].dtype == np.uint8
+    assert ep.complete and ep.kind is EpisodeKind.TRAIN
     tr = episode_transitions(ep)
     np.testing.assert_array_equal(tr["obs/pos"][:, 0], [0, 1, 2])
     np.testing.assert_array_equal(tr["next_obs/pos"][:, 0], [1, 2, 3])
@@ -116,10 +116,10 @@ def test_a_writer_killed_mid_episode_loses_no_written_step(tmp_path):
     (partial,) = episode_files(tmp_path)
     assert partial.suffix == ".steps"
     ep = load_episode(partial)
-    assert json.loads(ep["meta"].tobytes())["complete"] is False
-    n = len(ep["action"])
+    assert ep.complete is False
+    n = ep.length
     assert n >= last, f"{last} steps were reported written but only {n} were read back"
-    np.testing.assert_array_equal(ep["reward"], np.arange(1, n + 1))
+    np.testing.assert_array_equal(ep.reward, np.arange(1, n + 1))
     batches = list(iter_recorded_transitions(tmp_path))
     assert sum(len(b["reward"]) for b in batches) == n
 
@@ -134,4 +134,4 @@ def test_a_torn_last_record_is_dropped_and_the_rest_kept(tmp_path):
     data = path.read_bytes()
     path.write_bytes(data[:-50])  # cut into the last record
     ep = load_episode(path)
-    np.testing.assert_array_equal(ep["reward"], [1, 2, 3, 4])
+    np.testing.assert_array_equal(ep.reward, [1, 2, 3, 4])

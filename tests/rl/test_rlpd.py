@@ -186,16 +186,16 @@ def test_each_recorded_step_keeps_the_executed_action_the_intervened_flag_and_th
     assert length == 25 and interventions == 9  # steps 0, 3, ..., 24
     ep = load_episode(episode_files(tmp_path)[0])
     flags = np.arange(25) % 3 == 0
-    np.testing.assert_array_equal(ep["intervened"], flags)
-    np.testing.assert_array_equal(ep["policy_version"], np.where(flags, -1, 41))
+    np.testing.assert_array_equal(ep.intervened, flags)
+    np.testing.assert_array_equal(ep.policy_version, np.where(flags, -1, 41))
     # the stored action is the operator's where they took over: the expert's move from the previous obs
-    expert = np.stack([point_expert({"pos": ep["obs/pos"][t], "goal": ep["obs/goal"][t]}) for t in range(25)])
-    np.testing.assert_allclose(ep["action"][flags], expert[flags], atol=1e-6)
+    expert = np.stack([point_expert({"pos": ep.obs["pos"][t], "goal": ep.obs["goal"][t]}) for t in range(25)])
+    np.testing.assert_allclose(ep.action[flags], expert[flags], atol=1e-6)
     assert [bool(s["intervened"][0]) for s in seen] == flags.tolist()  # the learner gets the same flags...
-    np.testing.assert_allclose(np.concatenate([s["action"] for s in seen]), ep["action"])  # ...and executed actions
+    np.testing.assert_allclose(np.concatenate([s["action"] for s in seen]), ep.action)  # ...and executed actions
     warmup = EpisodeRecorder(tmp_path / "w")
     run_episode(PointReachEnv(), agent, np.random.default_rng(0), warmup, "train", random_actions=True)
-    assert (load_episode(episode_files(tmp_path / "w")[0])["policy_version"] == -1).all()
+    assert (load_episode(episode_files(tmp_path / "w")[0]).policy_version == -1).all()
 
 
 def test_the_stored_action_is_what_the_env_says_the_arm_executed_else_the_policys():
@@ -219,8 +219,8 @@ def test_episodes_written_before_the_audit_fields_load_as_nobody_intervened_and_
         old = {k: z[k] for k in z.files if k not in ("intervened", "policy_version")}
     np.savez(path, **old)
     ep = load_episode(path)
-    assert ep["intervened"].dtype == bool and not ep["intervened"].any()
-    assert ep["policy_version"].dtype == np.int64 and (ep["policy_version"] == -1).all()
+    assert ep.intervened.dtype == bool and not ep.intervened.any()
+    assert ep.policy_version.dtype == np.int64 and (ep.policy_version == -1).all()
 
 
 def test_a_crash_cut_episode_keeps_its_audit_fields(tmp_path):
@@ -233,7 +233,7 @@ def test_a_crash_cut_episode_keeps_its_audit_fields(tmp_path):
         rec.step(np.zeros(2), r, te, tr, obs, intervened=t == 1, policy_version=t * 10)
     rec.close()  # the process dies: only the .steps file is left
     ep = load_episode(episode_files(tmp_path)[0])
-    assert ep["intervened"].tolist() == [False, True, False] and ep["policy_version"].tolist() == [0, 10, 20]
+    assert ep.intervened.tolist() == [False, True, False] and ep.policy_version.tolist() == [0, 10, 20]
 
 
 # ------------------------------------------------------------------------------------------ the local runner
@@ -256,7 +256,7 @@ def _config(**train):
 def _intervened_steps_before(rd: RunDir, env_steps: int) -> int:
     """Intervention steps of the train episodes on disk that ended by ``env_steps`` (25-step episodes)."""
     eps = [load_episode(p) for p in episode_files(rd.episodes, "train")]
-    return int(sum(ep["intervened"].sum() for ep in eps[: env_steps // 25]))
+    return int(sum(ep.intervened.sum() for ep in eps[: env_steps // 25]))
 
 
 @pytest.mark.timeout(120)
@@ -292,8 +292,8 @@ def test_a_benchmarks_scripted_operator_can_be_kept_out_of_evaluation_with_an_ev
     )
     train_eps = [load_episode(p) for p in episode_files(rd.episodes, "train")]
     eval_eps = [load_episode(p) for p in episode_files(rd.episodes, "eval")]
-    assert eval_eps and not any(ep["intervened"].any() for ep in eval_eps)
-    assert all(ep["intervened"].sum() == 9 for ep in train_eps)
+    assert eval_eps and not any(ep.intervened.any() for ep in eval_eps)
+    assert all(ep.intervened.sum() == 9 for ep in train_eps)
 
 
 @pytest.mark.timeout(60)

@@ -232,7 +232,7 @@ def test_a_learner_rank_resumes_what_a_local_run_wrote_and_writes_the_same_check
     run_dir = RunDir(tmp_path / "run")
     train_local(config, run_dir, env_factory=lambda c, r: PointReachEnv(seed=0))
     written = run_dir.load_checkpoint()
-    recorded = [len(load_episode(p)["action"]) for p in episode_files(run_dir.episodes, "train")]
+    recorded = [load_episode(p).length for p in episode_files(run_dir.episodes, "train")]
 
     monkeypatch.setattr("rlhw.runtime.channel.Channel.connect", staticmethod(lambda name, timeout_s=60: _Channel()))
     learners = []

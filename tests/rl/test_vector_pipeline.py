@@ -294,15 +294,15 @@ def test_a_sync_run_with_four_instances_collects_exactly_its_budget_in_whole_epi
     assert sorted({p.parent.name for p in files}) == ["env0.0", "env0.1", "env0.2", "env0.3"]
     episodes = [load_episode(p) for p in files]
     assert all(p.suffix == ".npz" for p in files)
-    assert sum(len(ep["action"]) for ep in episodes) == status["env_steps"] == status["episodes"] * 25
+    assert sum(ep.length for ep in episodes) == status["env_steps"] == status["episodes"] * 25
     scale = config.env.reach.reward_scale_m
     for ep in episodes:
-        assert len(ep["obs/to_target"]) == len(ep["action"]) + 1
+        assert len(ep.obs["to_target"]) == ep.length + 1
         # each step's reward belongs to the observation that followed it in THIS instance's episode
-        np.testing.assert_allclose(ep["reward"], -np.linalg.norm(ep["obs/to_target"][1:], axis=1) / scale, rtol=1e-4)
-        assert np.all(ep["obs/target_position"] == ep["obs/target_position"][0])  # one target per episode
-        assert ep["truncated"][-1] or ep["terminated"][-1]
-        assert not ep["truncated"][:-1].any() and not ep["terminated"][:-1].any()
+        np.testing.assert_allclose(ep.reward, -np.linalg.norm(ep.obs["to_target"][1:], axis=1) / scale, rtol=1e-4)
+        assert np.all(ep.obs["target_position"] == ep.obs["target_position"][0])  # one target per episode
+        assert ep.truncated[-1] or ep.terminated[-1]
+        assert not ep.truncated[:-1].any() and not ep.terminated[:-1].any()
     assert status["loop_health"][0]["num_envs"] == 4
 
 
@@ -315,7 +315,7 @@ def test_an_evaluation_with_four_instances_returns_eval_episodes_results(vector_
     assert evals and evals[-1]["eval/episodes"] == config.train.eval_episodes == 3
     files = episode_files(rd.episodes, "eval")
     assert len(files) == 3 and len({p.parent.name for p in files}) == 3  # three instances evaluated at once
-    assert all(len(load_episode(p)["action"]) == 25 for p in files)
+    assert all(load_episode(p).length == 25 for p in files)
 
 
 @pytest.mark.ray
@@ -329,7 +329,7 @@ def test_a_resumed_run_reloads_every_instances_episodes_and_continues(ray_node, 
     stop = train_pipeline(more, rd, resume=True, cluster=Cluster(more, address=ray_node.address, probe_hardware=False))
     assert stop.status == "stopped", stop.reason
     status = json.loads(rd.status_path.read_text())
-    on_disk = sum(len(load_episode(p)["action"]) for p in episode_files(rd.episodes, "train"))
+    on_disk = sum(load_episode(p).length for p in episode_files(rd.episodes, "train"))
     # had the resume missed the env0.<i> directories it would have started from 0 and collected 300 more
     assert status["env_steps"] == on_disk == 300
 

@@ -15,17 +15,18 @@ from __future__ import annotations
 import io
 import json
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from rlhw.errors import ConfigError
-from rlhw.rl.episodes import PROVENANCE_KEY
+from rlhw.rl.episodes import PROVENANCE_KEY, Episode, load_episode
 from rlhw.rl.lerobot import format as F
 from rlhw.rl.lerobot.tables import feature_stats, image_sample, vector_column, write_json, write_tasks
 from rlhw.rl.lerobot.video import CODECS, VideoWriter, stream_info
+from rlhw.robot.env import IMAGE_PREFIX
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class ExportSummary:
     skipped: tuple[str, ...] = field(default_factory=tuple)
 
 
-def recording_env_config(path: Path, meta: dict) -> dict | None:
+def recording_env_config(path: Path, meta: Mapping) -> dict | None:
     """The whole env config section ``path`` was recorded with (see the module docstring), or None."""
     if isinstance(meta.get(PROVENANCE_KEY), dict):
         return meta[PROVENANCE_KEY]
@@ -69,7 +70,7 @@ def recording_env_config(path: Path, meta: dict) -> dict | None:
     return None
 
 
-def _recorded(meta: dict, env_config: dict | None, key: str):
+def _recorded(meta: Mapping, env_config: dict | None, key: str):
     """``env.<key>`` as the episode recorded it: its own meta, else the env config it was recorded with."""
     for value in (meta.get(key), (env_config or {}).get(key)):
         if value is not None:
@@ -139,25 +140,24 @@ def _png(image: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _frames(ep: dict, layout: F.RlhwLayout) -> dict[str, np.ndarray]:
+def _frames(ep: Episode, layout: F.RlhwLayout) -> dict[str, np.ndarray]:
     """One episode's per-frame feature columns (T rows)."""
-    T = len(ep["action"])
+    T = ep.length
     state = (
-        np.concatenate([ep[f"obs/{k}"][:T].reshape(T, -1) for k, _ in layout.state], axis=1)
+        np.concatenate([ep.obs[k][:T].reshape(T, -1) for k, _ in layout.state], axis=1)
         if layout.state
         else np.zeros((T, 0), np.float32)
     )
-    terminated, truncated = ep["terminated"].astype(bool), ep["truncated"].astype(bool)
     return {
         F.STATE: state.astype(np.float32),
-        F.ACTION: ep["action"].astype(np.float32).reshape(T, -1),
-        F.REWARD: ep["reward"].astype(np.float32),
-        F.DONE: terminated | truncated,
-        F.TRUNCATED: truncated,
-        F.SUCCESS: ep["success"].astype(bool),
-        F.INTERVENED: ep["intervened"].astype(bool),
-        F.POLICY_VERSION: ep["policy_version"].astype(np.int64),
-        F.FAULT: np.asarray(ep["fault"], str),
+        F.ACTION: ep.action.reshape(T, -1),
+        F.REWARD: ep.reward,
+        F.DONE: ep.terminated | ep.truncated,
+        F.TRUNCATED: ep.truncated,
+        F.SUCCESS: ep.success,
+        F.INTERVENED: ep.intervened,
+        F.POLICY_VERSION: ep.policy_version,
+        F.FAULT: np.asarray(ep.fault, str),
     }
 
 
@@ -197,8 +197,6 @@ def _features(layout: F.RlhwLayout, info: dict[str, dict]) -> dict:
 def export_episodes(paths: Sequence[Path], out: Path, options: ExportOptions = ExportOptions()) -> ExportSummary:
     """Write the episodes in ``paths`` (finished or interrupted rlhw episode files) as one LeRobotDataset at
     ``out``, which must not exist yet or be empty. ConfigError for a mixed or unexportable set of episodes."""
-    from rlhw.rl.episodes import load_episode
-
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError("--out", f"{out} already exists and is not empty; give a new directory")
     if options.codec not in CODECS:
@@ -211,7 +209,7 @@ def export_episodes(paths: Sequence[Path], out: Path, options: ExportOptions = E
     try:
         for path in paths:
             ep = load_episode(path)
-            if not ep or not len(ep["action"]):
+            if ep is None or not ep.length:
                 skipped.append(str(path))
                 continue
             writer.add(path, ep)
@@ -246,8 +244,8 @@ class _DatasetWriter:
         self.samples: dict[str, list[np.ndarray]] = {}
         self.episodes = self.frames = 0
 
-    def add(self, path: Path, ep: dict) -> None:
-        meta = json.loads(bytes(ep["meta"]).decode()) if "meta" in ep else {}
+    def add(self, path: Path, ep: Episode) -> None:
+        meta = dict(ep.meta)
         env_config = recording_env_config(path, meta)
         layout = F.RlhwLayout.of_episode(ep, str(path))
         rate = self.options.fps or _recorded(meta, env_config, "control_hz")
@@ -272,8 +270,8 @@ class _DatasetWriter:
         self._add_row(path, ep, frames, meta, env_config, task)
         self.episodes += 1
 
-    def _add_frames(self, ep: dict, task: str) -> dict[str, np.ndarray]:
-        T = len(ep["action"])
+    def _add_frames(self, ep: Episode, task: str) -> dict[str, np.ndarray]:
+        T = ep.length
         frames = _frames(ep, self.layout)
         frames.update(
             {
@@ -289,12 +287,12 @@ class _DatasetWriter:
         return frames
 
     def _add_row(
-        self, path: Path, ep: dict, frames: dict[str, np.ndarray], meta: dict, env_config: dict | None, task: str
+        self, path: Path, ep: Episode, frames: dict[str, np.ndarray], meta: dict, env_config: dict | None, task: str
     ) -> None:
         """The episode's row of meta/episodes: where its frames and video are, its statistics, its last
         observation and its recording metadata."""
-        T = len(ep["action"])
-        images = {cam: ep[f"obs/image_{cam}"] for cam, _ in self.layout.cameras}
+        T = ep.length
+        images = {cam: ep.obs[IMAGE_PREFIX + cam] for cam, _ in self.layout.cameras}
         row = {
             "episode_index": self.episodes,
             "tasks": [task],
@@ -314,7 +312,7 @@ class _DatasetWriter:
             stats[F.video_key(cam)]["count"] = [T]
         row.update({f"stats/{k}/{s}": v for k, st in stats.items() for s, v in st.items()})
         final_state = (
-            np.concatenate([ep[f"obs/{k}"][T].reshape(-1) for k, _ in self.layout.state])
+            np.concatenate([ep.obs[k][T].reshape(-1) for k, _ in self.layout.state])
             if self.layout.state
             else np.zeros(0)
         )

@@ -39,13 +39,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from rlhw.errors import ConfigError
+from rlhw.rl.episodes import Episode
 from rlhw.robot.env import IMAGE_PREFIX
 
 _NAME = re.compile(r"^(.+?)(?:\[(\d+)\])?$")
@@ -99,12 +100,12 @@ class RlhwLayout:
     action_shape: tuple[int, ...]
 
     @classmethod
-    def of_episode(cls, episode: Mapping[str, np.ndarray], source: str) -> RlhwLayout:
-        """The layout of one loaded episode (rlhw.rl.episodes.load_episode); ConfigError for an observation
-        that is neither a vector nor an H x W x 3 uint8 image."""
+    def of_episode(cls, episode: Episode, source: str) -> RlhwLayout:
+        """The layout of one recorded episode; ConfigError for an observation that is neither a vector nor an
+        H x W x 3 uint8 image."""
         from rlhw.rl.sac import ObsLayout
 
-        obs = {k[4:]: v for k, v in episode.items() if k.startswith("obs/")}
+        obs = episode.obs
         try:
             layout = ObsLayout.from_shapes(
                 {k: v.shape[1:] for k, v in obs.items()}, {k: v.dtype for k, v in obs.items()}
@@ -120,7 +121,7 @@ class RlhwLayout:
                     f"{IMAGE_PREFIX}<camera> H x W x 3 frame; only those export as video",
                 )
             cameras.append((key[len(IMAGE_PREFIX) :], tuple(shape)))
-        return cls(tuple(layout.proprio), tuple(cameras), tuple(episode["action"].shape[1:]))
+        return cls(tuple(layout.proprio), tuple(cameras), tuple(episode.action.shape[1:]))
 
     @property
     def state_dim(self) -> int:

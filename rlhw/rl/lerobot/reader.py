@@ -1,5 +1,4 @@
-"""A LeRobotDataset v3.0 directory -> rlhw episodes (the arrays rlhw.rl.episodes.load_episode returns), for
-`train.demos`.
+"""A LeRobotDataset v3.0 directory -> rlhw episodes (`rlhw.rl.episodes.Episode`), for `train.demos`.
 
 The map from the dataset's features to the env's observation and action keys comes from the config entry
 (rlhw.config.datasets.LeRobotDemoConfig) or, for an `rlhw export-dataset` export, from the layout the export
@@ -24,7 +23,7 @@ import numpy as np
 
 from rlhw.config.datasets import FeatureRef, LeRobotDemoConfig
 from rlhw.errors import ConfigError
-from rlhw.rl.episodes import FAULT_CHARS
+from rlhw.rl.episodes import Episode, EpisodeKind
 from rlhw.rl.lerobot import format as F
 from rlhw.rl.lerobot.tables import column_to_numpy
 from rlhw.rl.lerobot.video import read_frames
@@ -208,8 +207,8 @@ def read_lerobot_episodes(
     where: str,
     observations: Mapping[str, tuple[int, ...]],
     action_shape: tuple[int, ...],
-) -> list[dict[str, np.ndarray]]:
-    """Every episode of the dataset at ``root`` (but rlhw eval episodes) in rlhw's episode arrays."""
+) -> list[Episode]:
+    """Every episode of the dataset at ``root`` (but rlhw eval episodes) as rlhw episodes."""
     info = F.read_info(root, where)
     episodes = _table(root, F.EPISODES_DIR + "/*/*.parquet")
     fmap = resolve_map(info, root, entry, where, observations, action_shape, F.META in episodes.column_names)
@@ -221,12 +220,12 @@ def read_lerobot_episodes(
     out = []
     for row in sorted(episodes, key=lambda r: r["dataset_from_index"]):
         meta = json.loads(row.get(F.META) or "{}")
-        if meta.get("kind") == "eval":
+        if meta.get("kind") == EpisodeKind.EVAL:
             continue  # as for rlhw episode directories: eval episodes measured a policy, they do not teach
         lo, hi = np.searchsorted(starts, [row["dataset_from_index"], row["dataset_to_index"]])
-        ep = _episode(data.slice(lo, hi - lo), row, info, fmap, videos, observations)
+        meta["lerobot_episode"] = row["episode_index"]
+        ep = _episode(data.slice(lo, hi - lo), row, info, fmap, videos, observations, meta)
         if ep is not None:
-            ep["meta"] = np.frombuffer(json.dumps({**meta, "lerobot_episode": row["episode_index"]}).encode(), np.uint8)
             out.append(ep)
     return out
 
@@ -253,7 +252,7 @@ def _final(row: Mapping, ref: FeatureRef, info: dict) -> np.ndarray:
     return value if ref.start is None else value[ref.start : ref.stop]
 
 
-def _episode(frames, row, info, fmap: FeatureMap, videos: _Videos, shapes) -> dict[str, np.ndarray] | None:
+def _episode(frames, row, info, fmap: FeatureMap, videos: _Videos, shapes, meta: dict) -> Episode | None:
     T = len(frames)
 
     def flag(name: str) -> np.ndarray:
@@ -278,24 +277,25 @@ def _episode(frames, row, info, fmap: FeatureMap, videos: _Videos, shapes) -> di
         last = {k: v[T] for k, v in obs.items()} if T > 0 else {}
     if T <= 0:
         return None
-    ep = {
-        f"obs/{k}": np.concatenate([v[:T], last[k][None]])
-        .reshape(T + 1, *shapes[k])
-        .astype(np.uint8 if v.dtype == np.uint8 else np.float32)
-        for k, v in obs.items()
-    }
-    ep["action"] = _values(frames, fmap.action, info, row, videos).astype(np.float32)
-    ep["reward"] = _values(frames, fmap.reward, info, row, videos).reshape(T).astype(np.float32)
-    ep["terminated"], ep["truncated"] = done & ~truncated, truncated
-    ep["success"] = flag(fmap.extras["success"]) if "success" in fmap.extras else np.zeros(T, bool)
-    ep["intervened"] = flag(fmap.extras["intervened"]) if "intervened" in fmap.extras else np.zeros(T, bool)
-    ep["policy_version"] = (
-        column_to_numpy(frames.column(fmap.extras["policy_version"])).reshape(T).astype(np.int64)
-        if "policy_version" in fmap.extras
-        else np.full(T, -1, np.int64)
+    return Episode(
+        obs={
+            k: np.concatenate([v[:T], last[k][None]])
+            .reshape(T + 1, *shapes[k])
+            .astype(np.uint8 if v.dtype == np.uint8 else np.float32)
+            for k, v in obs.items()
+        },
+        action=_values(frames, fmap.action, info, row, videos),
+        reward=_values(frames, fmap.reward, info, row, videos).reshape(T),
+        terminated=done & ~truncated,
+        truncated=truncated,
+        success=flag(fmap.extras["success"]) if "success" in fmap.extras else np.zeros(T, bool),
+        intervened=flag(fmap.extras["intervened"]) if "intervened" in fmap.extras else np.zeros(T, bool),
+        policy_version=(
+            column_to_numpy(frames.column(fmap.extras["policy_version"])).reshape(T)
+            if "policy_version" in fmap.extras
+            else np.full(T, -1)
+        ),
+        fault=frames.column(fmap.extras["fault"]).to_pylist() if "fault" in fmap.extras else [""] * T,
+        time=column_to_numpy(frames.column("timestamp")),
+        meta=meta,
     )
-    ep["fault"] = np.asarray(
-        frames.column(fmap.extras["fault"]).to_pylist() if "fault" in fmap.extras else [""] * T, f"<U{FAULT_CHARS}"
-    )
-    ep["time"] = column_to_numpy(frames.column("timestamp")).astype(np.float64)
-    return ep
