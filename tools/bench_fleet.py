@@ -2,7 +2,8 @@
 
     PYTHONPATH=$PWD .venv/bin/python tools/bench_fleet.py [--cells 1 2 4] [--seeds 0 1] [--out runs/bench_fleet]
         [--config configs/sim_fleet.yaml] [--timeout-s 1200] [key=value ...]
-    PYTHONPATH=$PWD .venv/bin/python tools/bench_fleet.py --update-cost-only [--device cuda]
+    PYTHONPATH=$PWD .venv/bin/python tools/bench_fleet.py --update-cost-only [--save-probe probe.pkl]
+    PYTHONPATH=$PWD python3 tools/bench_fleet.py --update-cost-only --probe probe.pkl --device cuda   # a GPU box
 
 For each seed and N it writes the shipped config with N Franka entries (hardware ranks 0..N-1, one env worker
 each, all on node 0 of this machine), runs `rlhw train` on it as a subprocess, then `rlhw eval` of the run's
@@ -29,6 +30,7 @@ import argparse
 import json
 import math
 import os
+import pickle
 import subprocess
 import sys
 import time
@@ -37,7 +39,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-RLHW = [sys.executable, "-m", "rlhw.cli"]
+RLHW = [sys.executable, "-m", "rlhw.cli.main"]
 
 
 def fleet_config(base: Path, cells: int) -> dict:
@@ -49,19 +51,17 @@ def fleet_config(base: Path, cells: int) -> dict:
     return raw
 
 
-def update_cost(config_path: Path, overrides: list[str], device: str, updates: int = 300) -> dict:
-    """Seconds per SAC update of the learner on this task (its networks, batch size, one torch thread), on
-    transitions the task's env produced under random actions; no cell runs meanwhile."""
+def task_probe(config_path: Path, overrides: list[str]) -> dict:
+    """What the update cost depends on: the task's agent space, 1,000 of its transitions under random actions
+    (in a replay buffer), the SAC settings, control rate and UTD. Picklable, so that another machine (a GPU)
+    can time the same updates without the simulator (``--save-probe`` here, ``--probe`` there)."""
     import numpy as np
-    import torch
 
     from rlhw.config import load_config
     from rlhw.rl.replay import MixedReplay, transition_batch
-    from rlhw.rl.sac import SAC
     from rlhw.rl.spaces import AgentSpace
     from rlhw.robot.factory import make_env
 
-    torch.set_num_threads(1)
     config = load_config(config_path, [*overrides, "env.pace=free"])
     env = make_env(config, 0)
     space = AgentSpace.from_spec(env.spec)
@@ -77,28 +77,45 @@ def update_cost(config_path: Path, overrides: list[str], device: str, updates: i
         )
         obs = env.reset()[0] if terminated or truncated else nxt
     env.close()
-    agent = SAC(space.layout, space.low, space.high, config.train.sac, device=torch.device(device))
-    batch_size = config.train.sac.batch_size
+    return {
+        "space": space,
+        "replay": replay,
+        "sac": config.train.sac,
+        "hz": config.env.control_hz,
+        "utd": config.train.utd_ratio,
+    }
+
+
+def update_cost(probe: dict, device: str, updates: int = 300) -> dict:
+    """Seconds per SAC update of the learner on the probe's task (its networks, batch size, one torch thread as
+    the learner has), with no cell running meanwhile."""
+    import torch
+
+    from rlhw.rl.sac import SAC
+
+    torch.set_num_threads(1)
+    space, replay, sac = probe["space"], probe["replay"], probe["sac"]
+    agent = SAC(space.layout, space.low, space.high, sac, device=torch.device(device))
     for _ in range(20):  # warm-up (first calls allocate)
-        agent.update(replay.sample(batch_size))
+        agent.update(replay.sample(sac.batch_size))
     if device == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(updates):
-        agent.update(replay.sample(batch_size))
+        agent.update(replay.sample(sac.batch_size))
     if device == "cuda":
         torch.cuda.synchronize()
     per = (time.perf_counter() - t0) / updates
-    hz, utd = config.env.control_hz, config.train.utd_ratio
+    hz, utd = probe["hz"], probe["utd"]
     return {
-        "device": device,
+        "device": device if device == "cpu" else torch.cuda.get_device_name(0),
         "update_ms": round(per * 1e3, 3),
         "updates_per_s": round(1 / per, 1),
         "needed_per_cell": hz * utd,
         "cells_one_learner_keeps_up_with": round(1 / (per * hz * utd), 1),
-        "batch_size": batch_size,
-        "hidden_sizes": list(config.train.sac.hidden_sizes),
-        "critics": config.train.sac.critic_ensemble,
+        "batch_size": sac.batch_size,
+        "hidden_sizes": list(sac.hidden_sizes),
+        "critics": sac.critic_ensemble,
     }
 
 
@@ -123,6 +140,8 @@ def run_one(args, cells: int, seed: int, overrides: list[str]) -> dict:
     with open(out / "train.log", "w") as log:
         proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=args.timeout_s, check=False)
     process_s = time.monotonic() - t0
+    if not (run_dir / "run.json").exists():
+        raise SystemExit(f"{tag}: rlhw train wrote no run.json (exit {proc.returncode}); see {out / 'train.log'}")
     status = json.loads((run_dir / "run.json").read_text())
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     evals = [r for r in rows if r.get("eval/success_rate") is not None]
@@ -230,12 +249,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-episodes", type=int, default=20)
     p.add_argument("--target", type=float, default=0.9)
     p.add_argument("--update-cost-only", action="store_true")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="where --update-cost-only times the updates (cpu, cuda)")
+    p.add_argument("--save-probe", help="write the task's probe (space, transitions, SAC settings) to this file")
+    p.add_argument("--probe", help="time the updates of a saved probe (no simulator needed)")
     args, overrides = p.parse_known_args(argv)
     bad = [o for o in overrides if "=" not in o]
     if bad:
         p.error(f"unknown arguments {bad}: overrides are key=value")
-    cost = update_cost(Path(args.config), overrides, args.device)
+    if args.probe:
+        probe = pickle.loads(Path(args.probe).read_bytes())
+    else:
+        probe = task_probe(Path(args.config), overrides)
+    if args.save_probe:
+        Path(args.save_probe).write_bytes(pickle.dumps(probe))
+    cost = update_cost(probe, args.device)
     print(json.dumps({"update_cost": cost}), flush=True)
     if args.update_cost_only:
         return 0
