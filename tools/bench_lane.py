@@ -10,7 +10,8 @@ the lane of another checkout beside it, and what a peer that announces an oversi
   a pickle protocol 5, no tag, on the same kind of TCP stream: TCP_NODELAY, a selector loop on the echo side,
   the same Actions back); with ``--other-lane``, ``checkout`` is the direct lane of that checkout, both of its
   ends in processes that import that checkout's rlhw (its env end times its own round trips, told when by a
-  pipe), e.g. a ``git worktree add /tmp/lane_base HEAD`` of the code before a change.
+  pipe), e.g. a ``git worktree add /tmp/lane_base HEAD`` of the code before a change, and ``this`` is this
+  tree's lane in the same harness (compare ``this`` with ``checkout``: same processes, same pipes).
 - In process, per step (one `EnvStep` out, one `Actions` back): pickle dumps + loads of both, the codec's pack
   + unpack of both, and the tags' seal + check of both frames; also for the message a pipeline step sends,
   observations and transitions of 8 instances (about 20 arrays).
@@ -192,25 +193,25 @@ class Lanes:
         from rlhw.rl.pipeline.lane import DirectEnvEnd, LaneAddress
 
         ctx = mp.get_context("spawn")
-        sealed_q, pickle_q, other_q, token = ctx.Queue(), ctx.Queue(), ctx.Queue(), b"b" * 32
+        sealed_q, pickle_q, token = ctx.Queue(), ctx.Queue(), b"b" * 32
         self.echoes = [
             ctx.Process(target=echo_sealed, args=(sealed_q, token), daemon=True),
             ctx.Process(target=echo_pickle, args=(pickle_q,), daemon=True),
         ]
-        if self.other:
-            here, there = ctx.Pipe()
-            self.echoes.append(ctx.Process(target=echo_checkout, args=(other_q, token, self.other), daemon=True))
-            self.echoes.append(
-                ctx.Process(target=drive_checkout, args=(there, other_q, token, self.other), daemon=True)
-            )
+        pipes, self.queues = {}, []
+        if self.other:  # this tree's lane through the same harness as the other checkout's, for a fair pair
+            for name, root in (("this", str(ROOT)), ("checkout", self.other)):
+                port_q, (pipes[name], there) = ctx.Queue(), ctx.Pipe()
+                self.queues.append(port_q)  # held until the processes have started
+                self.echoes.append(ctx.Process(target=echo_checkout, args=(port_q, token, root), daemon=True))
+                self.echoes.append(ctx.Process(target=drive_checkout, args=(there, port_q, token, root), daemon=True))
         for p in self.echoes:
             p.start()
         self.ends = {
             "sealed": LocalLane(DirectEnvEnd(LaneAddress("127.0.0.1", sealed_q.get(timeout=60)), token, 0, 0, 30.0)),
             "pickle": LocalLane(PickleEnvEnd(pickle_q.get(timeout=60))),
         }
-        if self.other:
-            self.ends["checkout"] = CheckoutLane(here)
+        self.ends.update({name: CheckoutLane(conn) for name, conn in pipes.items()})
         return self.ends
 
     def __exit__(self, *exc) -> None:
@@ -229,6 +230,7 @@ def round_trips(ends: dict, msg, i: int) -> dict[str, float]:
 LANE_NAMES = {
     "sealed": "direct lane round trip alone (codec + GMAC)",
     "pickle": "old framing round trip alone (pickle, baseline)",
+    "this": "this tree's lane in --other-lane's harness, round trip alone",
     "checkout": "--other-lane checkout's lane round trip alone",
 }
 
