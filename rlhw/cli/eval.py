@@ -88,7 +88,7 @@ def print_episode(episode) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rlhw.rl.evaluate import evaluate
-    from rlhw.rl.rundir import RunDir, _strict_json
+    from rlhw.rl.rundir import RunDir, RunStatus, _strict_json
     from rlhw.runtime.stop_signals import sigterm_interrupts
 
     config, checkpoint = resolve(args)
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(text + "\n")
-    if report.status == "interrupted":
+    if report.status is RunStatus.INTERRUPTED:
         print(f"rlhw eval: {report.reason}; episodes in {run_dir.episodes}", file=sys.stderr)
         return 128 + int(report.signal)  # 130 after Ctrl-C, 143 after SIGTERM, as a shell reports them
     return 0

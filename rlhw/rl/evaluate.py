@@ -40,6 +40,7 @@ from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, RefusedSteps
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.instances import EVAL
 from rlhw.rl.pipeline.loop_health import LoopTimer
+from rlhw.rl.rundir import RunStatus
 from rlhw.robot.spec import EnvSpec
 from rlhw.runtime.stop_signals import cause_text, interrupt_cause
 
@@ -91,7 +92,7 @@ class EvalReport:
 
     episodes: list[EvalEpisode] = field(default_factory=list)
     loop_health: dict = field(default_factory=dict)
-    status: str = "finished"
+    status: RunStatus = RunStatus.FINISHED
     reason: str = ""
     signal: int | None = None  # what interrupted it: SIGINT (Ctrl-C) or SIGTERM
 
@@ -110,7 +111,7 @@ class EvalReport:
     def to_json(self, **extra) -> dict:
         rate = self.success_rate
         return {
-            "status": self.status,
+            "status": self.status.value,
             "reason": self.reason,
             "signal": self.signal,
             "success_rate": None if math.isnan(rate) else rate,
@@ -214,13 +215,13 @@ class Evaluation:
                 self._episode(k)
         except KeyboardInterrupt as e:
             cause = interrupt_cause(e)
-            self.report.status, self.report.signal = "interrupted", int(cause)
+            self.report.status, self.report.signal = RunStatus.INTERRUPTED, int(cause)
             self.report.reason = (
                 f"{cause_text(cause)} after {len(self.report.episodes)} of {episodes} episodes; the "
                 "arm was stopped and the running episode's steps kept on disk"
             )
         except BaseException as e:
-            self.report.status, self.report.reason = "failed", f"{type(e).__name__}: {e}"
+            self.report.status, self.report.reason = RunStatus.FAILED, f"{type(e).__name__}: {e}"
             raise
         finally:
             self.report.loop_health = self.timer.summary(1)

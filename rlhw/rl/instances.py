@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import numpy as np
 
-TRAIN, EVAL, IDLE = "train", "eval", "idle"
+from rlhw.rl.episodes import EpisodeKind
+
+#: An instance is in a train or an eval episode (recorded as that `EpisodeKind`), or idle (nothing recorded).
+TRAIN, EVAL, IDLE = EpisodeKind.TRAIN, EpisodeKind.EVAL, "idle"
 
 
 class Instances:

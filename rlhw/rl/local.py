@@ -18,13 +18,13 @@ from rlhw.config.root import Config
 from rlhw.rl.checkpoint import checked_init_from, checkpoint_state, policy_contract, warm_start
 from rlhw.rl.demos import PROVENANCE_KEY, env_provenance, load_demos, recorded_env
 from rlhw.rl.episode_loop import Act, BatchView, EpisodeLoop, EpisodeResult, LoopHooks
-from rlhw.rl.episodes import EpisodeRecorder
+from rlhw.rl.episodes import EpisodeKind, EpisodeRecorder
 from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
 from rlhw.rl.pipeline.utd_gate import updates_owed
 from rlhw.rl.policy import choose_actions
 from rlhw.rl.replay import MixedReplay, TransitionBatch
 from rlhw.rl.resume import resume_run
-from rlhw.rl.rundir import RunDir
+from rlhw.rl.rundir import RunDir, RunStatus
 from rlhw.rl.sac import SAC, resolve_device
 from rlhw.rl.seeds import episode_seed, seed_process
 from rlhw.rl.session import Counters, StopReason, TrainingSession, interrupted
@@ -64,7 +64,7 @@ def run_episode(
     agent: SAC,
     rng: np.random.Generator,
     recorder: EpisodeRecorder | None,
-    kind: str,
+    kind: EpisodeKind,
     random_actions: bool = False,
     on_step: Callable[[TransitionBatch], None] | None = None,
     fault_signal: FaultSignal = AS_REPORTED,
@@ -169,7 +169,7 @@ class LocalRun:
                 if session.eval_due():
                     started = time.perf_counter()
                     results = [
-                        run_episode(self.eval_env, self.agent, self.rng, self.recorder, "eval")
+                        run_episode(self.eval_env, self.agent, self.rng, self.recorder, EpisodeKind.EVAL)
                         for _ in range(self.cfg.eval_episodes)
                     ]
                     self.phases.eval_s += time.perf_counter() - started
@@ -193,7 +193,7 @@ class LocalRun:
         except BaseException as e:
             self._close_recorder()
             self._save()
-            session.finish(StopReason("failed", f"{type(e).__name__}: {e}"))
+            session.finish(StopReason(RunStatus.FAILED, f"{type(e).__name__}: {e}"))
             raise
         finally:
             self.gc_guard.stop()
@@ -213,7 +213,7 @@ class LocalRun:
             self.agent,
             self.rng,
             self.recorder,
-            "train",
+            EpisodeKind.TRAIN,
             random_actions=warmup,
             on_step=self._learn,
             fault_signal=self.fault_signal,

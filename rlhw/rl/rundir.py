@@ -1,7 +1,8 @@
 """The run directory: everything a training run leaves behind, written by the controller (and rank 0).
 
 <run_dir>/config.yaml          resolved config snapshot (what actually ran, overrides applied)
-<run_dir>/run.json             status: running / finished / stopped / interrupted / failed, reason, env steps
+<run_dir>/run.json             status (a `RunStatus`: running / finished / stopped / interrupted / failed),
+                               reason, env steps
 <run_dir>/metrics.jsonl        one JSON object per log step (env_steps, train/..., eval/..., losses/..., perf/...)
 <run_dir>/tb/                  TensorBoard events (same scalars)
 <run_dir>/checkpoints/         latest.pt (+ step-<N>.pt), written atomically
@@ -18,6 +19,7 @@ import os
 import time
 from collections.abc import Mapping
 from datetime import datetime
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,24 @@ import torch
 import yaml
 
 from rlhw.config.root import Config
+
+
+class RunStatus(str, Enum):
+    """Where a run stands, run.json's ``status``: read by tools (jq, dashboards), so the values stay as written."""
+
+    RUNNING = "running"
+    FINISHED = "finished"  # the target eval success was reached
+    STOPPED = "stopped"  # the step budget ran out
+    INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM: a person's or a scheduler's decision, resumable
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def ran_its_course(self) -> bool:
+        """The run ended as asked (the target or the budget), not cut short."""
+        return self in (RunStatus.FINISHED, RunStatus.STOPPED)
 
 
 def _strict_json(value: Any) -> Any:
@@ -64,8 +84,9 @@ class RunDir:
             data["server"]["token"] = None  # never a secret on disk (pydantic masks it anyway); use token_env
         _atomic_write_text(self.config_path, yaml.safe_dump(data, sort_keys=False))
 
-    def write_status(self, status: str, **fields: Any) -> None:
-        record = _strict_json({"status": status, "updated": time.time(), **fields})
+    def write_status(self, status: RunStatus, **fields: Any) -> None:
+        """run.json, replaced atomically; ValueError for a status that is not a `RunStatus`."""
+        record = _strict_json({"status": RunStatus(status).value, "updated": time.time(), **fields})
         _atomic_write_text(self.status_path, json.dumps(record, indent=2, default=str, allow_nan=False) + "\n")
 
     def read_status(self) -> dict:

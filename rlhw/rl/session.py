@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlhw.config.root import Config
-from rlhw.rl.rundir import MetricsLogger, RunDir, plot_learning_curve
+from rlhw.rl.rundir import MetricsLogger, RunDir, RunStatus, plot_learning_curve
 from rlhw.runtime.stop_signals import cause_text
 
 
@@ -31,23 +31,26 @@ class Counters:
 
 @dataclass
 class StopReason:
-    status: str  # "finished" (target reached), "stopped" (step budget), "interrupted" (Ctrl-C, SIGTERM), "failed"
+    status: RunStatus  # finished (target reached), stopped (step budget), interrupted (Ctrl-C, SIGTERM), failed
     reason: str
     signal: signal.Signals | None = None  # what interrupted the run (run.json's "signal")
+
+    def __post_init__(self) -> None:
+        self.status = RunStatus(self.status)
 
     @property
     def exit_code(self) -> int:
         """`rlhw train`'s exit status: 0 when it ran its course, 128 + the signal when interrupted, else 1."""
-        if self.status == "interrupted":
+        if self.status is RunStatus.INTERRUPTED:
             return 128 + int(self.signal or signal.SIGINT)
-        return 0 if self.status in ("finished", "stopped") else 1
+        return 0 if self.status.ran_its_course else 1
 
 
 def interrupted(env_steps: int, saved: bool, cause: signal.Signals = signal.SIGINT) -> StopReason:
     """Ctrl-C or SIGTERM is a user's (or a scheduler's) decision, not a failure: say where the run stands
     and how to go on."""
     return StopReason(
-        "interrupted",
+        RunStatus.INTERRUPTED,
         f"{cause_text(cause)} at {env_steps} env steps; "
         f"{'checkpoint saved' if saved else 'checkpoint NOT saved'}; "
         "continue with --resume and the same --run-dir",
@@ -88,7 +91,7 @@ class TrainingSession:
                 desc="train",
                 mininterval=0.5 if sys.stderr.isatty() else 10.0,
             )
-        run_dir.write_status("running", env_steps=self.c.env_steps, started=self._t0)
+        run_dir.write_status(RunStatus.RUNNING, env_steps=self.c.env_steps, started=self._t0)
 
     # ---- inputs from the runner
     def add_env_steps(self, n: int) -> None:
@@ -168,12 +171,12 @@ class TrainingSession:
         if self._bar is not None:
             self._bar.set_postfix(self._postfix())
         if successes and rate >= self.cfg.target_success:
-            self.stop = StopReason("finished", f"eval success {rate:.2f} >= target {self.cfg.target_success}")
+            self.stop = StopReason(RunStatus.FINISHED, f"eval success {rate:.2f} >= target {self.cfg.target_success}")
 
     def check_budget(self) -> None:
         if self.stop is None and self.c.env_steps >= self.cfg.max_env_steps:
             self.stop = StopReason(
-                "stopped",
+                RunStatus.STOPPED,
                 f"reached max_env_steps={self.cfg.max_env_steps} (best eval success {self.c.best_success:.2f})",
             )
 
@@ -209,7 +212,7 @@ class TrainingSession:
         return getattr(self, "_last_rate", 0.0)
 
     def finish(self, stop: StopReason | None = None) -> StopReason:
-        stop = stop or self.stop or StopReason("stopped", "ended")
+        stop = stop or self.stop or StopReason(RunStatus.STOPPED, "ended")
         self.stop = stop
         if self._bar is not None:
             self._bar.close()

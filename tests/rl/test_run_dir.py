@@ -11,7 +11,7 @@ import yaml
 from rlhw.config import load_config_dict
 from rlhw.rl.episodes import episode_files
 from rlhw.rl.local import train_local
-from rlhw.rl.rundir import RunDir
+from rlhw.rl.rundir import RunDir, RunStatus
 from tests.rl.point_env import PointReachEnv
 
 CLUSTER = {
@@ -118,7 +118,7 @@ def test_a_failing_env_marks_the_run_failed_and_still_saves_a_checkpoint(tmp_pat
 def test_run_json_is_strict_json_with_null_where_a_value_is_not_a_number_yet(tmp_path):
     rd = RunDir(tmp_path / "run")
     rd.write_status(
-        "running",
+        RunStatus.RUNNING,
         best_eval_success=float("nan"),
         loop_health={"p99_ms": float("inf"), "periods": [10.0, np.float64("nan")]},
     )
@@ -137,4 +137,26 @@ def test_an_eval_episode_an_operator_helped_in_counts_as_a_failure(tmp_path):
     assert row["eval/success_rate"] == 0.25 and row["eval/intervened_episodes"] == 0.5
     assert session.stop is None, "0.25 of unaided successes must not reach a 0.5 target"
     session.record_eval([(1.0, True, 10, 0), (1.0, True, 10, 0)])
-    assert session.stop is not None and session.stop.status == "finished"
+    assert session.stop is not None and session.stop.status is RunStatus.FINISHED
+
+
+def test_run_json_keeps_each_status_as_the_text_tools_read_and_refuses_one_that_is_not_a_run_status(tmp_path):
+    rd = RunDir(tmp_path / "run")
+    assert [s.value for s in RunStatus] == ["running", "finished", "stopped", "interrupted", "failed"]
+    for status in RunStatus:
+        rd.write_status(status, env_steps=3)
+        assert rd.read_status()["status"] == status.value and RunStatus(rd.read_status()["status"]) is status
+    with pytest.raises(ValueError, match="'done' is not a valid RunStatus"):
+        rd.write_status("done")
+    assert rd.read_status()["status"] == "failed"  # the refused write left run.json as it was
+
+
+def test_a_stop_reason_gives_the_exit_status_of_rlhw_train():
+    import signal
+
+    from rlhw.rl.session import StopReason
+
+    assert StopReason(RunStatus.FINISHED, "target").exit_code == 0
+    assert StopReason(RunStatus.STOPPED, "budget").exit_code == 0
+    assert StopReason(RunStatus.FAILED, "exploded").exit_code == 1
+    assert StopReason(RunStatus.INTERRUPTED, "Ctrl-C", signal.SIGTERM).exit_code == 143
