@@ -46,10 +46,15 @@ def rollout_end():
 
 @pytest.fixture
 def bystander(rollout_end):
-    """A legitimate env worker (rank 1) on the same rollout worker, which every misbehaving peer must leave served."""
+    """A legitimate env worker (rank 1) on this module's rollout end, which every misbehaving peer must leave served."""
     env = DirectEnvEnd(rollout_end.address, TOKEN, env_rank=1, rollout_rank=0, timeout_s=5.0)
     yield env
     env.close()
+
+
+def _dropped_saying(end: DirectRolloutEnd, rank: int, text: str) -> bool:
+    """Whether ``end`` dropped env worker ``rank`` with a `LaneError` naming it and saying ``text``."""
+    return any(why.startswith(f"env worker {rank} at 127.0.0.1") and text in why for why in end.closed)
 
 
 def _largest(k: int) -> EnvStep:
@@ -87,13 +92,8 @@ def test_a_length_injected_into_an_established_stream_is_refused_at_once_naming_
         lengths = (bound.header + 16, 16) if over == "header" else (16, bound.payload + 16)
         relay.up.sendall(PREFIX.pack(*lengths))
         assert rollout_end.receive(timeout=5.0) == [] and 0 not in rollout_end.streams  # the first read refuses it
-        assert any(
-            why.startswith("env worker 0 at 127.0.0.1")
-            and f"announced a frame of {lengths[0]} + {lengths[1]} bytes, over the {bound.header} + "
-            f"{bound.payload} that this run's messages can take"
-            in why
-            for why in rollout_end.closed
-        ), rollout_end.closed
+        said = f"announced a frame of {lengths[0]} + {lengths[1]} bytes, over the {bound.header} + {bound.payload}"
+        assert _dropped_saying(rollout_end, 0, f"{said} that this run's messages can take"), rollout_end.closed
         assert _served(rollout_end, bystander, 1, version=2)
     finally:
         env.close()
@@ -112,10 +112,7 @@ def test_a_frame_sent_slowly_holds_neither_memory_nor_the_loop_and_is_dropped_af
         _, peak = tracemalloc.get_traced_memory()
         assert peak < 2 << 20, f"{peak} bytes allocated for a frame of which 1 KiB arrived"
         assert _until_dropped(end, 0) == []
-        assert any(
-            why.startswith("env worker 0 at 127.0.0.1") and f"sent 1040 of a frame's {1 << 30} bytes in 1 s" in why
-            for why in end.closed
-        ), end.closed
+        assert _dropped_saying(end, 0, f"sent 1040 of a frame's {1 << 30} bytes in 1 s"), end.closed
         assert _served(end, bystander, 1, version=4)
     finally:
         tracemalloc.stop()
@@ -142,10 +139,7 @@ def test_whatever_checking_a_peers_frame_raises_drops_that_peer_alone_as_a_lane_
     try:
         env.send(_step(0, value=MARK))
         assert _until_dropped(rollout_end, 0) == []
-        assert any(
-            why.startswith("env worker 0 at 127.0.0.1") and f"could not be read ({error.__name__}" in why
-            for why in rollout_end.closed
-        ), rollout_end.closed
+        assert _dropped_saying(rollout_end, 0, f"could not be read ({error.__name__}"), rollout_end.closed
         assert _served(rollout_end, bystander, 1, version=5)
         with pytest.raises(LaneError, match="closed the step lane"):
             env.actions()
@@ -162,11 +156,8 @@ def test_a_message_for_another_env_rank_is_refused_and_only_its_connection_is_dr
     try:
         insider.send(_step(claimed, value=MARK))  # its observation, to be answered to env worker `claimed`'s arm
         assert _until_dropped(rollout_end, 0) == []  # never delivered
-        assert any(
-            why.startswith("env worker 0 at 127.0.0.1")
-            and f"sent a message for env rank {claimed}: its connection proved rank 0" in why
-            for why in rollout_end.closed
-        ), rollout_end.closed
+        said = f"sent a message for env rank {claimed}: its connection proved rank 0"
+        assert _dropped_saying(rollout_end, 0, said), rollout_end.closed
         assert sorted(rollout_end.streams) == [1] and _served(rollout_end, bystander, 1, version=6)
     finally:
         insider.close()
