@@ -98,7 +98,7 @@ def pipeline_rate(
 
         def train_flat_out() -> None:
             while not stop.is_set():
-                done = pipe.learners.train(50).wait(600)[0]["updates"]
+                done = pipe.learners.train(50).wait(600)[0].updates
                 updates[0] += done
                 if not done:
                     stop.wait(0.05)  # not enough data yet

@@ -6,7 +6,7 @@ A `Pipeline` launches the three worker groups and their channels; a `Controller`
                                         rollout workers --replay--> learner workers --weights--> rollout workers
 
 The controller never touches observations or transitions: those move on the step lanes
-(rlhw.rl.pipeline.lane, ``train.step_lane``) and through channels (payloads by object-store reference). It
+(rlhw.rl.pipeline.lane, a TCP stream per env worker) and through channels (payloads by object-store reference). It
 only decides how much to collect, how many updates to run, when to evaluate, log and checkpoint, and when to
 stop. ``train.mode``:
 
@@ -42,8 +42,6 @@ from rlhw.rl.pipeline.env_worker import EnvWorker, env_transport
 from rlhw.rl.pipeline.fleet import Fleet
 from rlhw.rl.pipeline.learner_worker import LearnerWorker
 from rlhw.rl.pipeline.messages import (
-    ACTION_CHANNEL,
-    OBS_CHANNEL,
     REPLAY_CHANNEL,
     WEIGHTS_CHANNEL,
     EnvProgress,
@@ -116,10 +114,7 @@ class Pipeline:
         # Next to the arm, the env workers act and no rollout worker is launched (even where one is placed).
         self.n_rollout = 0 if config.train.policy_at == "env" else len(placements["rollout"])
         prefix = f"{uuid.uuid4().hex[:8]}."
-        names = [REPLAY_CHANNEL, WEIGHTS_CHANNEL]
-        if config.train.step_lane == "channels":
-            names += [OBS_CHANNEL, ACTION_CHANNEL]
-        self.channels = [Channel.create(prefix + name) for name in names]
+        self.channels = [Channel.create(prefix + name) for name in (REPLAY_CHANNEL, WEIGHTS_CHANNEL)]
         self.groups = []
         try:
             self.learners = LearnerWorker.create_group(
@@ -359,17 +354,17 @@ class Controller:
         while owed > 0:
             n = min(owed, UPDATE_CHUNK) if cfg.mode == "async" else owed
             m = pipe.learners.train(n).wait(CALL_TIMEOUT_S + n)[0]
-            if m["updates"] == 0:  # a rank has no data yet: let the robots collect on rather than wait for it
+            if m.updates == 0:  # a rank has no data yet: let the robots collect on rather than wait for it
                 self.grant(floor=max(self.collected) + UPDATE_CHUNK)
                 return
-            session.add_losses({k: v for k, v in m.items() if k.startswith("losses/")}, m["updates"])
-            owed -= m["updates"]
+            session.add_losses(dict(m.losses), m.updates)
+            owed -= m.updates
             # A learner slower than the robots (high utd_ratio, async mode) owes updates: logged, never hidden.
             session.set_extra(
                 **{
-                    "losses/alpha": m["losses/alpha"],
-                    "train/replay_size": m["replay_size"],
-                    "train/demo_buffer_size": m["demo_buffer_size"],
+                    "losses/alpha": m.losses["losses/alpha"],
+                    "train/replay_size": m.replay_size,
+                    "train/demo_buffer_size": m.demo_buffer_size,
                     "perf/updates_behind": max(owed, 0),
                 }
             )

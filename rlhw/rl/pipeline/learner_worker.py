@@ -17,6 +17,8 @@ returns the metrics the controller logs and writes checkpoints.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -37,6 +39,18 @@ from rlhw.rl.spaces import AgentSpace
 from rlhw.robot.spec import EnvSpec
 from rlhw.runtime.isolation import apply_learner_threads
 from rlhw.runtime.worker import Worker
+
+
+@dataclass(frozen=True)
+class TrainStats:
+    """What one `LearnerWorker.train` call did: ``updates`` run (0: a rank had no data yet, nothing was trained),
+    the buffer sizes after them, and ``losses``, each ``losses/<name>`` metric of `SAC.update` averaged over the
+    updates (empty when none ran), as the controller logs them."""
+
+    updates: int
+    replay_size: int
+    demo_buffer_size: int
+    losses: Mapping[str, float] = field(default_factory=dict)
 
 
 class LearnerWorker(Worker):
@@ -93,7 +107,7 @@ class LearnerWorker(Worker):
                 self.replay.add_batch(batch)
                 added += len(batch["reward"])
 
-    def train(self, updates: int) -> dict:
+    def train(self, updates: int) -> TrainStats:
         """``updates`` SAC steps in lockstep with the other ranks (every rank gets the same call)."""
         self._drain()
         # All ranks must agree to train: one rank with an empty buffer would deadlock the all-reduce.
@@ -101,7 +115,7 @@ class LearnerWorker(Worker):
         if dist.is_initialized():
             dist.all_reduce(ready, op=dist.ReduceOp.MIN)
         if ready.item() < 1 or updates <= 0:
-            return {"updates": 0, "replay_size": len(self.replay)}
+            return TrainStats(0, len(self.replay), len(self.replay.demos))
         sums: dict[str, float] = {}
         for _ in range(updates):
             m = self.agent.update(self.replay.sample(self.cfg.sac.batch_size))
@@ -109,9 +123,8 @@ class LearnerWorker(Worker):
                 sums[k] = sums.get(k, 0.0) + v
             if self.agent.updates % self.cfg.weights_every_updates == 0:
                 self.publish_weights()
-        out = {k: v / updates for k, v in sums.items()}
-        out.update({"updates": updates, "replay_size": len(self.replay), "demo_buffer_size": len(self.replay.demos)})
-        return out
+        losses = {k: v / updates for k, v in sums.items()}
+        return TrainStats(updates, len(self.replay), len(self.replay.demos), losses)
 
     def publish_weights(self) -> None:
         """Rank 0 puts the policy weights on the weights channel, once per acting process (key = its rank); their
