@@ -66,8 +66,9 @@ def _wrap(module):
     read_ = module.ScriptedExpert.read
     def read(self, timeout_s=0.05):
         r = read_(self, timeout_s)
-        row = {"pid": os.getpid(), "in_episode": bool(self.env.episode_active and self.env.measured_state is not None),
-               "episode": int(self.env.episodes), "step": int(self.env.episode_step),
+        sight = self.view.look()
+        row = {"pid": os.getpid(), "in_episode": sight is not None,
+               "episode": -1 if sight is None else sight.episode, "step": -1 if sight is None else sight.step,
                "twist": [float(x) for x in r.twist], "gripper": None if r.gripper is None else float(r.gripper),
                "active": bool(r.active)}
         with open(os.environ["%(env)s"], "a") as f:

@@ -2,7 +2,7 @@
 
 One run measures:
 
-- the scripted expert (drivers/teleop/insert_expert.py): success rate, steps to success, contact
+- the scripted expert (rlhw/robot/tasks/insert.py, `insert_expert`): success rate, steps to success, contact
   faults, over N seeded episodes (seeds 0..N-1: reset(seed=i));
 - the cost of one env step and one reset, CPU seconds of this process (``time.process_time``) and
   wall seconds: insert (peg scene, contact wrench, contact zone) against reach on the plain scene
@@ -25,7 +25,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from drivers.teleop.insert_expert import insert_expert_action  # noqa: E402
+from drivers.teleop.scripted import expert_action  # noqa: E402
 from rlhw.config import load_config  # noqa: E402
 from rlhw.robot import make_env  # noqa: E402
 
@@ -35,7 +35,7 @@ def expert_episodes(env, episodes: int) -> dict:
     for seed in range(episodes):
         env.reset(seed=seed)
         for step in range(env.config.max_episode_steps):  # noqa: B007  (read after the loop)
-            _, _, terminated, truncated, info = env.step(insert_expert_action(env)).gym()
+            _, _, terminated, truncated, info = env.step(expert_action(env.operator_view)).gym()
             if info["fault"]:
                 faults.append(info["fault"])
             if terminated or truncated:
@@ -81,7 +81,10 @@ def main() -> None:
     try:
         result = {"expert": expert_episodes(insert, args.episodes)}
         rng = np.random.default_rng(0)
-        policies = {"insert": insert_expert_action, "reach": lambda env: rng.uniform(-1, 1, 3).astype(np.float32)}
+        policies = {
+            "insert": lambda env: expert_action(env.operator_view),
+            "reach": lambda env: rng.uniform(-1, 1, 3).astype(np.float32),
+        }
         envs = {"insert": insert, "reach": reach}
         totals = {name: [] for name in envs}
         for env in envs.values():

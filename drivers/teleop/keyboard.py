@@ -36,7 +36,7 @@ import numpy as np
 from drivers.teleop.base import ReaderThreadDevice
 from rlhw.config.env import TeleopConfig
 from rlhw.robot.registry import register_teleop
-from rlhw.robot.teleop import Operator, TeleopEvent, TeleopReading
+from rlhw.robot.teleop import Operator, OperatorView, TeleopEvent, TeleopReading
 
 #: key -> (axis, direction) of the hand's linear motion
 MOTION_KEYS = {"w": (0, 1.0), "s": (0, -1.0), "a": (1, 1.0), "d": (1, -1.0), "r": (2, 1.0), "f": (2, -1.0)}
@@ -67,7 +67,7 @@ class TerminalKeyboard(ReaderThreadDevice):
         self._reset_state()
 
     @classmethod
-    def from_config(cls, config: TeleopConfig, env: object = None) -> TerminalKeyboard:
+    def from_config(cls, config: TeleopConfig, view: OperatorView | None = None) -> TerminalKeyboard:
         return cls(hold_s=config.keyboard_hold_s, gain=config.gain)
 
     def _reset_state(self) -> None:

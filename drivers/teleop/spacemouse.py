@@ -30,7 +30,7 @@ from drivers.teleop.base import ReaderThreadDevice
 from rlhw.config.env import TeleopConfig
 from rlhw.errors import FaultKind, RobotFault
 from rlhw.robot.registry import register_teleop
-from rlhw.robot.teleop import Operator, TeleopEvent, TeleopReading
+from rlhw.robot.teleop import Operator, OperatorView, TeleopEvent, TeleopReading
 
 GRIPPER_BUTTONS = ("LEFT", "BTN_1")
 TAKEOVER_BUTTONS = ("RIGHT", "BTN_2")
@@ -83,7 +83,7 @@ class SpaceMouse(ReaderThreadDevice):
         self._reset_state()
 
     @classmethod
-    def from_config(cls, config: TeleopConfig, env: Any = None) -> SpaceMouse:
+    def from_config(cls, config: TeleopConfig, view: OperatorView | None = None) -> SpaceMouse:
         return cls(config.spacemouse_name, deadband=config.deadband, gain=config.gain)
 
     def _reset_state(self) -> None:

@@ -15,6 +15,10 @@ Contract used by the env service (rlhw.env) and the RL pipeline:
   (when a classifier judged) and ``fault_cause`` (when the env locked).
 - ``stop()`` halts the arm now; ``status()`` returns a JSON-able dict (read-only, never moves);
   ``close()`` stops and releases hardware.
+
+This module orchestrates; the seams are modules of their own: what the env observes and its spec
+(rlhw/robot/observation.py), how an episode starts (reset_procedure.py), what a fault does (fault_handling.py),
+and what the operator may see and do (operator_view.py, takeover.py).
 """
 
 from __future__ import annotations
@@ -22,20 +26,22 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from rlhw.config.env import EnvConfig
 from rlhw.errors import ErrorReason, FaultKind, RobotFault, SafetyViolation
-from rlhw.robot.arm import Arm, ArmCapability, ArmState
-from rlhw.robot.camera import Camera, Frame
+from rlhw.robot.arm import Arm, ArmState
+from rlhw.robot.camera import Camera
 from rlhw.robot.clock import SYSTEM_CLOCK, Clock
-from rlhw.robot.images import fit_image
+from rlhw.robot.fault_handling import FaultHandler
+from rlhw.robot.observation import IMAGE_PREFIX, Observer, env_spec, image_key
+from rlhw.robot.operator_view import EnvOperatorView
 from rlhw.robot.rehearsal import MeasuredArm, check_rehearsal
+from rlhw.robot.reset_procedure import ResetProcedure
 from rlhw.robot.safety import SafetyLayer
-from rlhw.robot.spec import EnvSpec, TensorSpec
 from rlhw.robot.step import Step
 from rlhw.robot.takeover import Choice, Takeover
 from rlhw.robot.tasks.base import Task
@@ -43,14 +49,7 @@ from rlhw.robot.teleop import Operator
 
 log = logging.getLogger(__name__)
 
-IMAGE_PREFIX = "image_"
-#: Fingers this close (m) to fully open count as open: a task that opens them at reset skips the move.
-GRIPPER_OPEN_M = 0.002
-
-
-def image_key(camera: str) -> str:
-    """Observation name of a camera's color image."""
-    return IMAGE_PREFIX + camera
+__all__ = ["IMAGE_PREFIX", "RobotEnv", "image_key"]
 
 
 class RobotEnv:
@@ -90,13 +89,11 @@ class RobotEnv:
         clock: Clock = SYSTEM_CLOCK,
     ):
         self.config = config
-        self.clock = clock  # paces real-time steps and times every phase (rlhw/robot/clock.py)
         self.task = task
         self.arm = arm
         self.cameras: dict[str, Camera] = dict(cameras or {})
         self.period = 1.0 / config.control_hz
         self.safety = SafetyLayer(arm, config.safety, self.period)
-        self.realtime = bool(arm.realtime)
         self.seed = config.seed if seed is None else seed
         self._rng = np.random.default_rng(self.seed)
         check_rehearsal(task, config)
@@ -107,35 +104,48 @@ class RobotEnv:
             from rlhw.vision.classifier import SuccessJudge  # torch only when a classifier is configured
 
             self.judge = SuccessJudge.from_config(config.reward, tuple(self.cameras))
+        # The seams: observation (rlhw/robot/observation.py), the reset procedure (reset_procedure.py) and fault
+        # handling (fault_handling.py); this class orchestrates them.
+        self.observer = Observer(task, arm, self.cameras, self.safety, config, clock)
+        self.resetter = ResetProcedure(task, arm, self.safety, self.observer, config, clock, bool(arm.realtime))
+        self.faults = FaultHandler(self.safety, self.cameras, config)
+        self.clock = clock  # paces real-time steps and times every phase (rlhw/robot/clock.py)
+        self.realtime = bool(arm.realtime)
         self.connected = False
         self.closed = False
         self.episode_active = False
         self.episode_step = 0
         self.episodes = 0
         self._ended_because = "call reset() first"
-        self._state: ArmState | None = None
-        self._obs: dict[str, np.ndarray] | None = None
-        self._observed_at = 0.0  # clock time of the last observation (its age is reported with each step)
-        self._stamps: dict[str, float] = {}
         self._deadline = 0.0
-        self.last_fault: dict[str, Any] | None = None
-        self._frame_index: dict[str, int] = {}
-        obs_specs = dict(task.observation_specs())
-        if config.images:
-            h, w = config.image_size
-            for cam in self.cameras:
-                obs_specs[image_key(cam)] = TensorSpec(image_key(cam), "uint8", (h, w, 3), 0, 255)
-        self.spec = EnvSpec(
-            observations=obs_specs,
-            action=task.action_spec(),
-            control_hz=config.control_hz,
-            num_envs=1,
-            robot=robot or arm.name,
-            cameras=tuple(self.cameras),
-            description=f"{task.name} on {type(arm).__name__}" + (" (simulated time)" if not self.realtime else ""),
-        )
-        # The operator's device (env.teleop; None = no operator). See rlhw/robot/takeover.py.
-        self.takeover: Takeover | None = Takeover.from_config(config.teleop, self)
+        self.spec = env_spec(task, arm, self.cameras, config, robot)
+        # What the operator at this cell may see and do (rlhw/robot/operator_view.py), and the operator's device
+        # (env.teleop; None = no operator), built from that view alone. See rlhw/robot/takeover.py.
+        self.operator_view = EnvOperatorView(task, arm, config, self.seed, self.spec.action.shape, self._moment)
+        self.takeover: Takeover | None = Takeover.from_config(config.teleop, self.operator_view)
+
+    @property
+    def clock(self) -> Clock:
+        """The clock the env paces and times on; a test may swap it (every part then uses the new one)."""
+        return self._clock
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None:
+        self._clock = self.observer.clock = self.resetter.clock = clock
+
+    @property
+    def realtime(self) -> bool:
+        """The arm keeps its own time (a real arm, franky-sim): the env sleeps, where a simulator is advanced."""
+        return self._realtime
+
+    @realtime.setter
+    def realtime(self, realtime: bool) -> None:
+        self._realtime = self.resetter.realtime = bool(realtime)
+
+    @property
+    def last_fault(self) -> dict[str, Any] | None:
+        """The latest fault handled, for ``status()``."""
+        return self.faults.last
 
     @property
     def paced(self) -> bool:
@@ -214,11 +224,11 @@ class RobotEnv:
         faults: list[str] = []
         while True:
             try:
-                timing = self._reset_once()
+                timing = self.resetter.run(self._rng)
                 break
             except RobotFault as fault:
                 faults.append(str(fault))
-                self._handle(fault)
+                self.faults.handle(fault)
                 self._raise_if_locked()
             except BaseException:
                 self._abort("reset failed with an unexpected error (see the exception); call reset()")
@@ -228,69 +238,9 @@ class RobotEnv:
         self.episodes += 1
         timing["total"] = self.clock.now() - t0
         self._deadline = self.clock.now()
-        info = self._info(timing, success=self.task.success(self._state))
+        info = self._info(timing, success=self.task.success(self.observer.state))
         info["reset_faults"] = faults
-        return self._copy_obs(), info
-
-    def _reset_once(self) -> dict[str, float]:
-        rc = self.config.reset
-        t0 = self.clock.now()
-        home = np.array(rc.home_q)
-        # Unchecked read: a joint parked at its limit must not block the move that takes it away.
-        state = self.arm.state()
-        if self.arm.has(ArmCapability.RESTORE_INITIAL_STATE) and not self.realtime and not state.errors:
-            # A simulator that can starts every episode from its initial state, bit for bit, so
-            # that reset(seed=s) does not depend on what the previous episode left (skipping the
-            # move when near home, or a move that stops within 5 mrad, left seeded resets
-            # millimetres apart). A latched fault is still handled below, as on a real arm.
-            self.arm.restore_initial_state()
-            state = self.arm.state()
-        self.safety.set_contact_zone(*(self.task.contact_zone or (None,)))  # slow out of it too
-        state = self._follow(self.task.retreat_path(state), state)
-        if state.errors or np.max(np.abs(state.q - home)) > rc.at_home_tolerance_rad:
-            self.safety.move_home(home, rc.speed_factor, rc.timeout_s)
-            state = self._read_state()
-        else:
-            self.safety.check_state(state)
-        if rc.randomize_radius_m > 0:
-            direction = self._rng.normal(size=3)
-            offset = (
-                direction
-                / max(np.linalg.norm(direction), 1e-9)
-                * rc.randomize_radius_m
-                * self._rng.uniform() ** (1 / 3)
-            )
-            target = np.clip(state.ee_position + offset, self.safety.low, self.safety.high)
-            self.arm.command_pose(state.pose.with_position(target))
-            self._wait(rc.settle_s)
-            state = self._read_state()
-        if self.config.action.gripper or (
-            self.task.opens_gripper_at_reset and state.gripper_width < self.arm.max_gripper_width - GRIPPER_OPEN_M
-        ):
-            self.arm.open_gripper()
-            self._wait(min(rc.settle_s, self.arm.max_gripper_width / self.config.safety.gripper_max_speed_mps))
-            state = self._read_state()
-        self.safety.sync_gripper(state)
-        t1 = self.clock.now()
-        self.task.reset(state, self._rng)
-        self.safety.set_contact_zone(*(self.task.contact_zone or (None,)))
-        state = self._follow(self.task.approach_path(state), state)
-        frames = self._read_frames()
-        self._observe(state, frames)
-        return {"move_home": t1 - t0, "observe": self.clock.now() - t1}
-
-    def _follow(self, path, state: ArmState) -> ArmState:
-        """A task's reset path: slow straight moves through the safety layer (checked reads)."""
-        for pose in path:
-            state = self.safety.approach(
-                pose,
-                state,
-                self._read_state,
-                self._wait,
-                self.task.path_speed_mps,
-                timeout_s=self.config.reset.timeout_s,
-            )
-        return state
+        return self.observer.copy(), info
 
     def step(self, action) -> Step:
         self._raise_if_locked()
@@ -302,15 +252,15 @@ class RobotEnv:
         t0 = self.clock.now()
         timing: dict[str, float] = {}
         if self.paced:  # how old the observation this action answers is, as the action arrives
-            timing["obs_age"] = t0 - self._observed_at
+            timing["obs_age"] = t0 - self.observer.observed_at
         clipped = False
         choice = None
         try:
             if self.takeover is not None:
                 choice = self.takeover.choose(action)  # the operator's action replaces the client's while active
                 action = choice.action
-            cmd = self.task.command(action, self._state)
-            report = self.safety.move_to(cmd.position, self._state, self.task.orientation)
+            cmd = self.task.command(action, self.observer.state)
+            report = self.safety.move_to(cmd.position, self.observer.state, self.task.orientation)
             clipped = report.clipped
             if cmd.gripper_width is not None:
                 clipped = self.safety.set_gripper(cmd.gripper_width) or clipped
@@ -319,9 +269,7 @@ class RobotEnv:
             timing["late"] = self._wait_period()
             t2 = self.clock.now()
             timing["wait"] = t2 - t1
-            state = self._read_state()
-            frames = self._read_frames()
-            self._observe(state, frames)
+            state = self.observer.take()
             timing["observe"] = self.clock.now() - t2
         except RobotFault as fault:
             sent = None if self.takeover is not None and choice is None else action  # None: the device died first
@@ -348,7 +296,8 @@ class RobotEnv:
         reward = float(self.task.reward(state))
         success = bool(self.task.success(state))
         terminated = bool(self.task.terminated(state))
-        verdict = self.judge.judge({c: self._obs[image_key(c)] for c in self.judge.cameras}) if self.judge else None
+        obs = self.observer.obs
+        verdict = self.judge.judge({c: obs[image_key(c)] for c in self.judge.cameras}) if self.judge else None
         if verdict is not None:  # the classifier decides success (and the sparse reward when configured)
             timing["classifier"], success = verdict.seconds, verdict.success
             terminated = terminated or (success and self.config.reward.terminate_on_success)
@@ -378,41 +327,6 @@ class RobotEnv:
         peak = max(max(values), -min(values)) if values else 0.0
         return a if peak <= 1.0 else np.clip(a, -1.0, 1.0)
 
-    def _read_state(self) -> ArmState:
-        state = self.arm.state()
-        self.safety.check_state(state)
-        return state
-
-    def _read_frames(self) -> dict[str, Frame]:
-        if not self.config.images:
-            return {}
-        max_age = self.config.safety.camera_max_age_s
-        frames = {name: cam.latest(max_age_s=max_age) for name, cam in self.cameras.items()}
-        # Index gaps between observations are normal (a 30 fps camera under a 10 Hz policy); the
-        # driver, which sees every frame, is the one that can count real drops.
-        self._frame_index = {name: frame.index for name, frame in frames.items()}
-        return frames
-
-    def _observe(self, state: ArmState, frames: Mapping[str, Frame]) -> None:
-        obs = self.task.observe(state, frames)
-        stamps = dict.fromkeys(obs, state.timestamp)
-        h, w = self.config.image_size
-        for name, frame in frames.items():
-            key = image_key(name)
-            obs[key] = fit_image(frame.color, h, w)
-            stamps[key] = frame.timestamp
-        self._state, self._obs, self._stamps = state, obs, stamps
-        self._observed_at = self.clock.now()
-
-    def _copy_obs(self) -> dict[str, np.ndarray]:
-        return {k: v.copy() for k, v in self._obs.items()}
-
-    def _wait(self, seconds: float) -> None:
-        if self.realtime:
-            self.clock.sleep(seconds)
-        else:
-            self.arm.advance(seconds)
-
     def _wait_period(self) -> float:
         """Paced: sleep to the end of this control period (a simulated arm advances by the period first);
         returns how late the step was (s)."""
@@ -429,30 +343,6 @@ class RobotEnv:
         self.clock.sleep_until(self._deadline)
         return 0.0
 
-    def _recovery_for(self, fault: RobotFault) -> Callable[[], bool] | None:
-        if fault.kind is FaultKind.TELEOP:
-            return lambda: True  # the arm is stopped and fine; the device is reopened at the next reset
-        if fault.kind is not FaultKind.CAMERA_STALL:
-            return None
-
-        def reopen() -> bool:
-            for cam in self.cameras.values():
-                cam.close()
-                cam.open(timeout_s=self.config.connect_timeout_s)
-            return True
-
-        return reopen
-
-    def _handle(self, fault: RobotFault) -> None:
-        record = self.safety.handle_fault(fault, self._recovery_for(fault))
-        self.last_fault = {
-            "kind": fault.kind,
-            "message": str(fault),
-            "time": record.time,
-            "recovered": record.recovered,
-            "attempts": record.attempts,
-        }
-
     def _fault_step(
         self,
         fault: RobotFault,
@@ -461,25 +351,23 @@ class RobotEnv:
         executed: np.ndarray | None = None,
         choice: Choice | None = None,
     ):
-        self._handle(fault)
+        self.faults.handle(fault)
         self.episode_active = False
         self._ended_because = f"the episode was truncated by fault {fault.kind}; call reset()"
         timing["total"] = self.clock.now() - t0
-        extras: dict[str, Any] = {"clipped": False}
-        kind, message = fault.kind, str(fault)
-        if self.safety.locked:
-            kind, message, extras["fault_cause"] = FaultKind.LOCKED, self.safety.lock_reason, fault.kind
+        kind, message, cause = self.faults.reported(fault)
+        extras: dict[str, Any] = {"clipped": False, **cause}
         # A fault before anything was chosen (the teleop device died) sent nothing: executed = zeros.
         executed = np.zeros(self.spec.action.shape, np.float32) if executed is None else executed
         return self._result(
-            float(self.task.reward(self._state)),
+            float(self.task.reward(self.observer.state)),
             False,
             True,
             False,
             timing,
             executed,
             choice,
-            self._state,
+            self.observer.state,
             extras,
             kind,
             message,
@@ -503,19 +391,19 @@ class RobotEnv:
         step), and on a simulator the evaluation judge's verdict, apart from everything the learner reads."""
         extras.update(
             episode_step=self.episode_step,
-            frame_index=dict(self._frame_index),
+            frame_index=dict(self.observer.frame_index),
             teleop_events=[e.value for e in choice.events] if choice is not None else [],
             operator_label=choice.label if choice is not None else None,
         )
         return Step.one(
-            self._copy_obs(),
+            self.observer.copy(),
             reward,
             terminated,
             truncated,
             success=bool(success),
             executed=executed,
             intervened=bool(choice is not None and choice.intervened),
-            stamps=self._stamps,
+            stamps=self.observer.stamps,
             timing=timing,
             fault=fault,
             fault_message=message,
@@ -525,19 +413,26 @@ class RobotEnv:
 
     def _info(self, timing: dict[str, float], *, success: bool) -> dict[str, Any]:
         return {
-            "timestamps": dict(self._stamps),
+            "timestamps": dict(self.observer.stamps),
             "timing": timing,
             "success": bool(success),
             "fault": None,
             "fault_message": None,
             "episode_step": self.episode_step,
-            "frame_index": dict(self._frame_index),
+            "frame_index": dict(self.observer.frame_index),
         }
+
+    def _moment(self) -> tuple[int, int, ArmState] | None:
+        """Where the episode is, for the operator's view: None between episodes."""
+        state = self.observer.state
+        if not self.episode_active or state is None:
+            return None
+        return self.episodes, self.episode_step, state
 
     @property
     def measured_state(self) -> ArmState | None:
-        """The last measured arm state (privileged: for scripted experts, never the policy's observation)."""
-        return self._state
+        """The last measured arm state (for tools and tests; an operator sees it through ``operator_view``)."""
+        return self.observer.state
 
     def _raise_if_locked(self) -> None:
         if self.safety.locked:
@@ -548,7 +443,7 @@ class RobotEnv:
     # -- read-only -----------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """JSON-able facts; reads nothing from the driver (the last measured state is reported)."""
-        st = self._state
+        st = self.observer.state
         arm = None
         if st is not None:
             arm = {

@@ -21,17 +21,13 @@ Rules:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rlhw.config.env import TeleopConfig
 from rlhw.errors import FaultKind, RobotFault
 from rlhw.robot.registry import teleop_class
-from rlhw.robot.teleop import TeleopDevice, TeleopEvent
-
-if TYPE_CHECKING:
-    from rlhw.robot.env import RobotEnv
+from rlhw.robot.teleop import OperatorView, TeleopDevice, TeleopEvent
 
 LABELS = {TeleopEvent.SUCCESS: "success", TeleopEvent.FAILURE: "failure", TeleopEvent.END_EPISODE: None}
 
@@ -58,13 +54,13 @@ class Takeover:
         self.opened = False
 
     @classmethod
-    def from_config(cls, config: TeleopConfig, env: RobotEnv) -> Takeover | None:
+    def from_config(cls, config: TeleopConfig, view: OperatorView) -> Takeover | None:
         """None for ``device: none``; else the device registered under that name (its module is imported
-        only now, through the driver registry)."""
+        only now, through the driver registry), built for the operator at ``view`` (what a person may see and do)."""
         if config.device == "none":
             return None
-        device = teleop_class(config.device).from_config(config, env)
-        return cls(device, config, env.spec.action.shape)
+        device = teleop_class(config.device).from_config(config, view)
+        return cls(device, config, view.action_shape)
 
     @property
     def operator(self):

@@ -9,20 +9,26 @@ A device is read once per control step by whoever acts for the operator (the env
 device has reported, and raises ``RobotFault(FaultKind.TELEOP, ...)`` when the device has gone away (unplugged,
 its reader thread died, no report within the device's own liveness bound), so a dead device stops the
 arm instead of freezing the operator's last command.
+
+A device is built from ``env.teleop`` and an `OperatorView`: what a person at the cell may see and do, and
+nothing more. A person's device (SpaceMouse, keyboard) ignores it: the person has eyes. The scripted expert, a
+program standing in for the person in simulation, sees through it: a `Sight` per step (the measured hand, the
+task's goal as an operator knows it, the scene's objects a person would see) and the task's `Expert`. Neither
+reads the env, its task or its simulator; the policy, the replay and the reward never see what a `Sight` holds.
 """
 
 from __future__ import annotations
 
 import abc
 import enum
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
     from rlhw.config.env import TeleopConfig
-    from rlhw.robot.env import RobotEnv
 
 
 class Operator(enum.Enum):
@@ -68,6 +74,69 @@ class TeleopReading:
     timestamp: float
 
 
+@dataclass(frozen=True)
+class Sight:
+    """What an operator at the cell sees at one step of an episode.
+
+    ``hand``: the measured hand (TCP) position (m, base frame), as the arm last reported it. ``goal``: the task's
+    goal position as an operator knows it (the reach target, the tape on the table, the hole). ``objects``: the
+    positions of the scene's objects a person sees (push_cube: the cube), read from the simulator for a scripted
+    stand-in; empty where the task names none. ``sees_success``: the operator sees the task done
+    (`Task.operator_sees_success`, a person's eyes, which no sensor of a real cell would give the policy).
+    ``episode`` counts the env's episodes (a new number: a new episode) and ``step`` the steps of this one.
+    """
+
+    episode: int
+    step: int
+    hand: np.ndarray
+    goal: np.ndarray
+    objects: Mapping[str, np.ndarray] = field(default_factory=dict)
+    sees_success: bool = False
+
+
+@dataclass(frozen=True)
+class Aim:
+    """Where an operator moves the hand now: a target position (m, base frame) and the gripper (-1 closes, +1 opens)."""
+
+    target: np.ndarray
+    gripper: float = 1.0
+
+
+@dataclass(frozen=True)
+class Expert:
+    """A task's scripted stand-in for a person: where it aims the hand, and how it judges a policy's progress (intervene
+    mode: higher is better), both from a `Sight` alone. Each task registers its own (rlhw/robot/tasks)."""
+
+    aim: Callable[[Sight], Aim]
+    progress: Callable[[Sight], float]
+
+
+class OperatorView(Protocol):
+    """What a person or a scripted stand-in may see and do at one env: the only thing a device is built with.
+
+    ``seed``: the env's seed (the instances of a batched env differ). ``rehearsal``: a simulator rehearses a real
+    cell (``env.sim_state: hidden``), where an operator marks success as a person presses a key. The command
+    channel: a device's reading, whose twist of 1 moves the hand ``action_scale_m`` in a step; ``action_shape`` is
+    the action's. ``look()``: the `Sight` now, None between episodes. ``expert()``: the task's `Expert`
+    (ConfigError naming ``env.teleop.device`` when the task has none)."""
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def rehearsal(self) -> bool: ...
+
+    @property
+    def action_scale_m(self) -> float: ...
+
+    @property
+    def action_shape(self) -> tuple[int, ...]: ...
+
+    def look(self) -> Sight | None: ...
+
+    def expert(self) -> Expert: ...
+
+
 class TeleopDevice(abc.ABC):
     """A 6-DoF input device with a gripper command and buttons."""
 
@@ -77,9 +146,9 @@ class TeleopDevice(abc.ABC):
     operator: Operator = Operator.HUMAN
 
     @classmethod
-    def from_config(cls, config: TeleopConfig, env: RobotEnv) -> TeleopDevice:
-        """The device that ``env.teleop`` describes, for ``env`` (the registry's constructor: a device
-        registered with ``@register_teleop`` implements it; it reads its own fields of ``config``)."""
+    def from_config(cls, config: TeleopConfig, view: OperatorView) -> TeleopDevice:
+        """The device that ``env.teleop`` describes, for the operator at ``view`` (the registry's constructor: a
+        device registered with ``@register_teleop`` implements it; it reads its own fields of ``config``)."""
         raise NotImplementedError(f"{cls.__qualname__} cannot be built from env.teleop; implement from_config")
 
     @abc.abstractmethod
@@ -102,4 +171,4 @@ class TeleopDevice(abc.ABC):
         self.close()
 
 
-__all__ = ["Operator", "TeleopDevice", "TeleopEvent", "TeleopReading"]
+__all__ = ["Aim", "Expert", "Operator", "OperatorView", "Sight", "TeleopDevice", "TeleopEvent", "TeleopReading"]

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from drivers.teleop.insert_expert import insert_expert_action
+from drivers.teleop.scripted import expert_action
 from rlhw.cli.main import main
 from rlhw.config import load_config
 from rlhw.robot import make_env
@@ -105,7 +105,7 @@ def test_record_pose_then_insert_against_franky_sim(tmp_path, capsys):
             assert env.arm.state().external_wrench.shape == (6,)
             start = np.linalg.norm(obs["to_goal"])
             for _ in range(10):
-                obs, reward, terminated, truncated, info = env.step(insert_expert_action(env)).gym()
+                obs, reward, terminated, truncated, info = env.step(expert_action(env.operator_view)).gym()
                 assert info["fault"] is None, info["fault_message"]
                 if terminated or truncated:  # franky-sim has no hole: the expert may arrive within 10 steps
                     assert terminated and info["success"] and reward == 1.0

@@ -9,7 +9,7 @@ import pytest
 
 import drivers.mujoco  # noqa: F401  (chooses the GL backend before mujoco is imported)
 from drivers.mujoco import scene
-from drivers.teleop.insert_expert import insert_expert_action
+from drivers.teleop.scripted import expert_action
 from rlhw.config import load_config
 from rlhw.robot import make_env
 
@@ -27,7 +27,7 @@ def env():
 
 def run_expert(env, steps=50):
     for _ in range(steps):
-        obs, reward, terminated, truncated, info = env.step(insert_expert_action(env)).gym()
+        obs, reward, terminated, truncated, info = env.step(expert_action(env.operator_view)).gym()
         if terminated or truncated:
             return obs, reward, terminated, truncated, info
     raise AssertionError("the expert did not finish within the episode")
@@ -95,7 +95,7 @@ def test_the_real_cell_config_rehearses_on_mujoco_with_sim(tmp_path):
         assert type(e.arm).__name__ == "MujocoArm" and e.spec.cameras == ("000000000001", "000000000002")
         obs, info = e.reset(seed=0)
         assert obs["image_000000000001"].shape == (32, 32, 3) and info["fault"] is None
-        obs, *_ = e.step(insert_expert_action(e)).gym()
+        obs, *_ = e.step(expert_action(e.operator_view)).gym()
         assert obs["to_goal"].shape == (3,)
     finally:
         e.close()

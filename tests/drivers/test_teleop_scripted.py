@@ -1,14 +1,16 @@
-"""The scripted expert: a simulated operator that reads privileged simulator state, never the policy's observations."""
+"""The scripted expert: a simulated operator that sees what a person at the cell sees (its `OperatorView`), never
+the policy's observations; each task's expert is written beside the task."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from drivers.teleop import ScriptedExpert, expert_for, register_expert
+from drivers.teleop import ScriptedExpert, expert_action
 from rlhw.errors import ConfigError
 from rlhw.robot import make_env
-from rlhw.robot.teleop import TeleopEvent
+from rlhw.robot.tasks import expert_for, register_expert
+from rlhw.robot.teleop import Aim, Expert, Sight, TeleopEvent
 from tests.robot.conftest import make_config
 
 
@@ -87,19 +89,66 @@ def test_the_intervention_probability_decays_over_the_run():
 
 
 def test_a_task_gets_an_expert_with_one_register_call_and_an_unknown_task_is_a_clear_error():
-    with pytest.raises(ConfigError, match="no scripted expert for task 'stack'"):
-        expert_for("stack")
-    from drivers.teleop import scripted
+    stack = type("Stack", (), {"name": "stack"})()
+    with pytest.raises(ConfigError, match="no scripted expert for task 'stack'") as err:
+        expert_for(stack)
+    assert err.value.path == "env.teleop.device"
 
+    @register_expert("stack")
+    def stack_expert(task) -> Expert:
+        return Expert(aim=lambda sight: Aim(sight.goal), progress=lambda sight: 0.0)
+
+    sight = Sight(episode=1, step=0, hand=np.zeros(3), goal=np.ones(3))
+    assert expert_for(stack).aim(sight).target.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_the_expert_sees_the_hand_the_goal_and_the_objects_a_person_sees_and_nothing_between_episodes():
+    env = make_env(make_config({"sim": "mujoco", "task": "push_cube", "safety": {"workspace_low": [0.25, -0.3, 0.02]}}))
     try:
-        register_expert("stack", lambda env: np.zeros(3, np.float32))
-        assert expert_for("stack")(None).shape == (3,)
+        view = env.operator_view
+        assert view.look() is None and not expert_action(view).any()  # between episodes: nothing to see or do
+        env.reset(seed=3)
+        sight = view.look()
+        assert sight.episode == 1 and sight.step == 0
+        np.testing.assert_allclose(sight.hand, env.measured_state.ee_position)
+        np.testing.assert_allclose(sight.goal, env.task.goal)
+        np.testing.assert_allclose(sight.objects["cube"], env.arm.object_pose("cube").position)
+        assert set(sight.objects) == {"cube"} and not sight.sees_success
+        assert view.action_shape == env.spec.action.shape and view.seed == env.seed
+        env.step(expert_action(view))
+        assert view.look().step == 1
     finally:
-        scripted._EXPERTS.pop("stack", None)
+        env.close()
 
 
 def test_an_unknown_mode_is_a_config_error_naming_the_field():
     with pytest.raises(ConfigError, match=r"env\.teleop\.mode"):
         make_config({"teleop": {"device": "scripted", "mode": "nudge"}})
-    with pytest.raises(ConfigError, match="demo or intervene"):
-        ScriptedExpert(type("E", (), {"task": type("T", (), {"name": "reach"})()})(), mode="nudge")
+    env = make_env(make_config({"sim": "mujoco"}))
+    try:
+        with pytest.raises(ConfigError, match="demo or intervene"):
+            ScriptedExpert(env.operator_view, mode="nudge")
+    finally:
+        env.close()
+
+
+class Window:
+    """An operator view with no env behind it: a hand 10 cm short of a reach goal, seen once per read."""
+
+    seed, rehearsal, action_scale_m, action_shape = 0, False, 0.025, (3,)
+
+    def __init__(self):
+        self.episode = 1
+
+    def look(self) -> Sight:
+        return Sight(episode=self.episode, step=0, hand=np.array([0.4, 0.0, 0.3]), goal=np.array([0.5, 0.0, 0.3]))
+
+    def expert(self) -> Expert:
+        return Expert(aim=lambda sight: Aim(sight.goal), progress=lambda sight: 0.0)
+
+
+def test_the_expert_needs_nothing_but_an_operator_view():
+    expert = ScriptedExpert(Window(), mode="demo", noise=0.0, hesitation=0.0)
+    reading = expert.read()
+    assert reading.active and reading.twist.tolist() == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]  # full deflection: 4 scales
+    assert expert_action(Window()).tolist() == [1.0, 0.0, 0.0]

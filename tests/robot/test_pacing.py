@@ -81,7 +81,7 @@ def test_without_a_person_a_simulated_arm_runs_as_fast_as_it_can(mock_env):
     env.clock = FakeClock()
     assert not env.paced  # no operator
     env.takeover = Takeover(
-        ScriptedExpert(env), TeleopConfig(device="scripted", always_active=True), env.spec.action.shape
+        ScriptedExpert(env.operator_view), TeleopConfig(device="scripted", always_active=True), env.spec.action.shape
     )
     assert ScriptedExpert.operator is Operator.PROGRAM and not env.paced  # a program reads the simulator
     env.reset(seed=0)

@@ -12,6 +12,7 @@ from rlhw.config.env import TeleopConfig
 from rlhw.errors import ConfigError
 from rlhw.robot import registry
 from rlhw.robot.teleop import TeleopDevice
+from tests.config.test_layers import cycles, module_graph
 
 
 def test_every_registered_device_is_accepted_by_the_config_and_registered_under_that_name():
@@ -48,3 +49,9 @@ def test_the_takeover_reaches_devices_only_through_the_registry():
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not any(m and m.split(".")[0] == "drivers" for m in imported), imported
+
+
+def test_the_env_its_operator_and_the_teleop_interface_sit_on_no_import_cycle():
+    """A device is built from an operator view, not the env: no module of the robot layer imports back."""
+    found = [c for c in cycles(module_graph()) if any(m.startswith("rlhw.robot") for m in c)]
+    assert found == [], "import cycles in the robot layer: " + "; ".join(" <-> ".join(c) for c in found)

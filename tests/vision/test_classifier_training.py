@@ -95,7 +95,7 @@ def test_train_reward_reaches_95_percent_held_out_accuracy_on_push_cube_frames(p
             stager = PushCubeStager(env, np.random.default_rng(i), succeed, 2, 1)
             for t in range(2):
                 *_, info = env.step(stager.before_step(t)).gym()
-                agree += info["success"] == env.task.success(env._state)
+                agree += info["success"] == env.task.success(env.measured_state)
                 assert 0 <= info["reward_classifier"]["p"] <= 1 and info["timing"]["classifier"] > 0
         assert agree >= 3  # 4 judged steps, the classifier's held-out error rate allows one miss at most
     finally:

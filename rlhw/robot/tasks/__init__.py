@@ -2,6 +2,11 @@
 
 Add a task: write ``rlhw/robot/tasks/<name>.py`` with ``@register_task("<name>")`` on a `Task`
 subclass, and add the name to ``TASK_MODULES`` (or import the module yourself before make_task).
+
+A task's scripted expert (the program that stands in for a person in simulation, ``env.teleop.device:
+scripted``) is written beside it, in the task's module, as ``@register_expert("<name>")`` on ``fn(task) ->
+Expert``: it reads the task's settings once (a hole's depth, a reward scale) and then only what an operator
+sees (`rlhw.robot.teleop.Sight`). ``expert_for(task)`` builds it.
 """
 
 from __future__ import annotations
@@ -13,8 +18,10 @@ from typing import TypeVar
 from rlhw.config.env import EnvConfig
 from rlhw.errors import ConfigError
 from rlhw.robot.tasks.base import Command, Task
+from rlhw.robot.teleop import Expert
 
 T = TypeVar("T", bound=type)
+ExpertFactory = Callable[[Task], Expert]
 
 TASK_MODULES: dict[str, str] = {
     "reach": "rlhw.robot.tasks.reach",
@@ -22,6 +29,7 @@ TASK_MODULES: dict[str, str] = {
     "insert": "rlhw.robot.tasks.insert",
 }
 _TASKS: dict[str, type] = {}
+_EXPERTS: dict[str, ExpertFactory] = {}
 
 
 def register_task(name: str) -> Callable[[T], T]:
@@ -31,6 +39,27 @@ def register_task(name: str) -> Callable[[T], T]:
         return cls
 
     return deco
+
+
+def register_expert(name: str) -> Callable[[ExpertFactory], ExpertFactory]:
+    """Decorator on ``fn(task) -> Expert``: the scripted stand-in for a person at task ``name`` (last one wins)."""
+
+    def deco(fn: ExpertFactory) -> ExpertFactory:
+        _EXPERTS[name] = fn
+        return fn
+
+    return deco
+
+
+def expert_for(task: Task) -> Expert:
+    """The scripted expert of ``task``; a ConfigError naming ``env.teleop.device`` when the task has none."""
+    if task.name not in _EXPERTS:
+        raise ConfigError(
+            "env.teleop.device",
+            f"no scripted expert for task {task.name!r} (experts: {', '.join(sorted(_EXPERTS))}); write one "
+            "beside the task with @register_expert, or choose another teleop device",
+        )
+    return _EXPERTS[task.name](task)
 
 
 def known_tasks() -> list[str]:
@@ -56,4 +85,14 @@ def make_task(name: str, config: EnvConfig, options=None) -> Task:
     return task_class(name)(config, options)
 
 
-__all__ = ["Command", "Task", "register_task", "make_task", "known_tasks", "task_class", "TASK_MODULES"]
+__all__ = [
+    "Command",
+    "Task",
+    "register_task",
+    "make_task",
+    "known_tasks",
+    "task_class",
+    "TASK_MODULES",
+    "register_expert",
+    "expert_for",
+]

@@ -203,6 +203,14 @@ class Task(abc.ABC):
         whose judge's boundary a camera can barely resolve asks for a clear case here. Default: the judge."""
         return self.judge(sim, state)
 
+    #: Objects of the scene an operator sees and a scripted stand-in reads from the simulator (`Sight.objects`).
+    operator_objects: tuple[str, ...] = ()
+
+    def operator_goal(self) -> np.ndarray:
+        """The goal position (m, base frame) as an operator at the cell knows it (`Sight.goal`): a target, a
+        taped square, a hole. A task without one cannot have a scripted expert."""
+        raise ConfigError("env.teleop.device", f"task {self.name!r} does not tell an operator its goal")
+
     def describe(self) -> dict[str, Any]:
         """JSON-able facts for status() (e.g. the current goal)."""
         return {"name": self.name}

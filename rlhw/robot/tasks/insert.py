@@ -30,6 +30,11 @@ and the task never moves the fingers (opening them would drop it).
 In MuJoCo (``sim_arm_options``: the peg scene, drivers/mujoco/scene.py), the hole block is placed
 under the recorded goal at every reset, ``insertion_depth_m`` deep, so the config that runs a real
 cell rehearses its layout with ``--sim``.
+
+Its scripted expert (``env.teleop.device: scripted``; demos in sim and a baseline for the learned policy) does
+what an operator does: line the peg up over the hole at a safe height (the peg's tip above the hole's top), then
+go down the hole's axis, correcting x and y on the way. It reads the measured hand and the recorded goal (what
+an operator sees), never the policy's observations; the safety layer bounds its steps as any policy's.
 """
 
 from __future__ import annotations
@@ -47,8 +52,9 @@ from rlhw.robot.camera import Frame
 from rlhw.robot.pose import Pose
 from rlhw.robot.poses import RecordedPose, load_pose
 from rlhw.robot.spec import TensorSpec
-from rlhw.robot.tasks import register_task
+from rlhw.robot.tasks import register_expert, register_task
 from rlhw.robot.tasks.base import Command, Task
+from rlhw.robot.teleop import Aim, Expert, Sight
 
 #: The task's options that name pose files (`rlhw record-pose CONFIG NAME` writes them).
 POSE_OPTIONS = ("goal_pose",)
@@ -71,6 +77,10 @@ START_MARGIN_M = 0.005
 #: The reset paths move along the base frame's z: the hole's axis (the hand's approach axis at the
 #: goal) may lean this far from vertical (rad) before they would scrape its walls.
 MAX_TILT_RAD = 0.1
+#: The expert counts the peg lined up when its axis is this close to the hole's (m): under half the 2 mm clearance.
+EXPERT_ALIGNED_M = 0.001
+#: Height of the peg's tip above the hole's top while the expert lines it up (m).
+EXPERT_CLEARANCE_M = 0.008
 
 
 @register_task("insert")
@@ -263,3 +273,25 @@ class Insert(Task):
             "success_m": self.success_m,
             "success_rad": self.success_rad,
         }
+
+    def operator_goal(self) -> np.ndarray:
+        return self.goal.position.copy()
+
+
+@register_expert("insert")
+def insert_expert(task: Insert) -> Expert:
+    """Over the hole at a safe height, then down its axis; progress: minus the scaled distance to the goal."""
+    top, scale = task.depth + EXPERT_CLEARANCE_M, task.reward_scale
+
+    def aim(sight: Sight) -> Aim:
+        goal, hand = sight.goal, sight.hand
+        target = goal.copy()
+        if np.linalg.norm(goal[:2] - hand[:2]) > EXPERT_ALIGNED_M:
+            # not over the hole: stay (or rise) to where the peg's tip clears the hole's top
+            target[2] = max(hand[2], goal[2] + top)
+        return Aim(target)
+
+    def progress(sight: Sight) -> float:
+        return -float(np.linalg.norm(sight.goal - sight.hand)) / scale
+
+    return Expert(aim=aim, progress=progress)

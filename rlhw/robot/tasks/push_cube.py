@@ -38,6 +38,10 @@ Under ``env.sim_state: hidden`` the task never reads the cube: its success is no
 an operator decides), it does not truncate on a cube out of reach, and ``judge`` (the simulator's verdict)
 is the only reader of the cube's pose. The safety workspace must let the hand down to the
 cube: ``env.safety.workspace_low`` z <= 0.04 (e.g. ``[0.25, -0.3, 0.02]``).
+
+Its scripted expert (``env.teleop.device: scripted``) sees the cube as a person does (the simulator's, read for
+it by the env's operator view, never by the policy): it goes behind the cube on the cube-goal line, above it,
+descends, and pushes along the line.
 """
 
 from __future__ import annotations
@@ -53,9 +57,10 @@ from rlhw.robot.arm import ArmCapability, ArmState
 from rlhw.robot.camera import Frame
 from rlhw.robot.pose import Pose
 from rlhw.robot.spec import TensorSpec
-from rlhw.robot.tasks import register_task
+from rlhw.robot.tasks import register_expert, register_task
 from rlhw.robot.tasks.base import Command, Task
 from rlhw.robot.tasks.reach import GRIPPER_WIDTH_MAX, gripper_width_observation
+from rlhw.robot.teleop import Aim, Expert, Sight
 
 CUBE_HALF_SIZE = 0.025
 #: The highest hand (TCP) floor that still lets the fingertips touch a 5 cm cube's side.
@@ -67,6 +72,20 @@ PUSH_OFFSET_M = 0.015
 PUSH_HEIGHT_M = 0.03
 #: Where the floating goal sphere waits when tape marks a fixed goal: out of every camera's view.
 MARKER_PARKED = np.array([0.0, 1.5, 0.3])
+#: The expert's hand (TCP) height while pushing (fingertips at the cube's mid-height), and moving around the cube.
+EXPERT_PUSH_Z = 0.03
+EXPERT_CLEAR_Z = 0.10
+#: The expert starts a push this far behind the cube's centre, on the goal line, within this lateral tolerance.
+EXPERT_BEHIND_M = 0.06
+EXPERT_ALIGNED_M = 0.015
+
+
+def shaping(hand, cube, goal, scale: float) -> float:
+    """The dense reward of a hand and a cube position: ``-(d(cube, goal) + 0.5 d(hand, push point)) / scale``."""
+    cube = np.asarray(cube, dtype=float)
+    to_goal = float(np.linalg.norm(cube[:2] - goal[:2]))
+    to_push = float(np.linalg.norm(np.asarray(hand, dtype=float) - push_point(cube, goal)))
+    return -(to_goal + 0.5 * to_push) / scale
 
 
 def push_point(cube, goal) -> np.ndarray:
@@ -80,6 +99,7 @@ def push_point(cube, goal) -> np.ndarray:
 class PushCube(Task):
     drivers = ("mujoco",)
     sim_arm_options = {"cube": True}
+    operator_objects = ("cube",)  # a person sees the cube; a scripted stand-in reads it from the simulator
     success_measured = False  # a cube in place: no sensor of a real cell says so
 
     def __init__(self, config: EnvConfig, options: Mapping[str, Any] | None = None):
@@ -321,11 +341,8 @@ class PushCube(Task):
         return push_point(self.cube, self.goal)
 
     def shaping(self, hand, cube) -> float:
-        """The dense reward of a hand and a cube position: ``-(d(cube, goal) + 0.5 d(hand, push point)) / scale``."""
-        cube = np.asarray(cube, dtype=float)
-        to_goal = float(np.linalg.norm(cube[:2] - self.goal[:2]))
-        to_push = float(np.linalg.norm(np.asarray(hand, dtype=float) - push_point(cube, self.goal)))
-        return -(to_goal + 0.5 * to_push) / self.reward_scale
+        """The dense reward of a hand and a cube position (`shaping`) towards this episode's goal."""
+        return shaping(hand, cube, self.goal, self.reward_scale)
 
     def reward(self, state: ArmState) -> float:
         if self.sparse_reward:
@@ -358,6 +375,9 @@ class PushCube(Task):
     def truncated(self, state: ArmState) -> bool:
         return self._object_pose is not None and self.cube_out_of_reach()
 
+    def operator_goal(self) -> np.ndarray:
+        return self.goal.copy()
+
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -365,3 +385,31 @@ class PushCube(Task):
             "cube_position": self.cube.tolist(),
             "success_m": self.success_m,
         }
+
+
+@register_expert("push_cube")
+def push_cube_expert(task: PushCube) -> Expert:
+    """Behind the cube on the cube-goal line (above it), down, push along the line; progress: the dense shaping
+    of what it sees (the hand and the cube), whatever reward the policy learns from."""
+    scale = task.reward_scale
+
+    def aim(sight: Sight) -> Aim:
+        hand, cube, goal = sight.hand, np.asarray(sight.objects["cube"], dtype=float), sight.goal
+        line = goal[:2] - cube[:2]
+        u = line / max(float(np.linalg.norm(line)), 1e-6)
+        rel = hand[:2] - cube[:2]
+        along = float(rel @ u)
+        lateral = rel - along * u
+        behind = cube[:2] - u * EXPERT_BEHIND_M
+        low = hand[2] < EXPERT_PUSH_Z + 0.02
+        if along < -0.03 and float(np.linalg.norm(lateral)) < EXPERT_ALIGNED_M and low:
+            target = np.array([*(hand[:2] + u * 0.03 - lateral), EXPERT_PUSH_Z])  # pushing, pulled back onto the line
+        elif float(np.linalg.norm(hand[:2] - behind)) < EXPERT_ALIGNED_M:
+            target = np.array([*behind, EXPERT_PUSH_Z])  # above the start of the push: descend
+        elif hand[2] < EXPERT_CLEAR_Z - 0.02 and float(np.linalg.norm(rel)) < EXPERT_BEHIND_M + 0.03:
+            target = np.array([*hand[:2], EXPERT_CLEAR_Z])  # near the cube and low: rise before crossing
+        else:
+            target = np.array([*behind, EXPERT_CLEAR_Z])
+        return Aim(target, gripper=-1.0)
+
+    return Expert(aim=aim, progress=lambda sight: shaping(sight.hand, sight.objects["cube"], sight.goal, scale))

@@ -8,6 +8,8 @@ Kept small and well scaled on purpose, so SAC learns it in minutes:
   of ``action * env.action.scale_m`` from the measured position (the safety layer bounds it);
 - reward: ``-distance / env.reach.reward_scale_m`` per step (dense, about -1 at 10 cm);
 - success: distance < ``env.reach.success_m`` (3 cm); terminates the episode by default.
+
+Its scripted expert (``env.teleop.device: scripted``) moves the hand straight at the target it sees.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from rlhw.config.env import EnvConfig
 from rlhw.robot.arm import ArmCapability, ArmState
 from rlhw.robot.camera import Frame
 from rlhw.robot.spec import TensorSpec
-from rlhw.robot.tasks import register_task
+from rlhw.robot.tasks import register_expert, register_task
 from rlhw.robot.tasks.base import Command, Task
+from rlhw.robot.teleop import Aim, Expert, Sight
 
 #: The gripper_width observation's bound (m): the Franka hand's opening. Measured widths can read a
 #: hair above it (MuJoCo's finger joints settle at 0.0800002), so observations are clipped to it.
@@ -138,5 +141,19 @@ class Reach(Task):
     def terminated(self, state: ArmState) -> bool:
         return self.terminate_on_success and self.success(state)
 
+    def operator_goal(self) -> np.ndarray:
+        return self.target.copy()
+
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "target_position": self.target.tolist(), "success_m": self.success_m}
+
+
+@register_expert("reach")
+def reach_expert(task: Reach) -> Expert:
+    """Straight to the target, gripper open; progress as the task's reward sees it (minus the scaled distance)."""
+    scale = task.reward_scale
+
+    def progress(sight: Sight) -> float:
+        return -float(np.linalg.norm(sight.goal - sight.hand)) / scale
+
+    return Expert(aim=lambda sight: Aim(sight.goal), progress=progress)
