@@ -127,3 +127,10 @@ def test_an_episode_is_read_only():
         ep.reward = np.zeros(3)
     with pytest.raises(TypeError):
         ep.obs["pos"] = np.zeros((4, 3))
+
+
+def test_the_commands_that_read_episodes_offer_every_kind_of_episode():
+    """`rlhw export-dataset --kind` and the EPISODES argument spell the kinds out (the CLI stays light to import)."""
+    from rlhw.cli.common import EPISODE_KINDS
+
+    assert EPISODE_KINDS == tuple(k.value for k in EpisodeKind)

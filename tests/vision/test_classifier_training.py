@@ -250,27 +250,25 @@ def test_the_split_is_by_episode_and_stratified():
 def test_a_runs_frames_given_as_judge_negatives_teach_only_not_done(tmp_path):
     """HIL-SERL's fix for a fooled classifier: a run's frames the judge saw not done become negatives; the frames
     it saw done are left out, so the judge's own boundary (3 cm) is never taught against the operator's (1.5 cm)."""
-    judge = np.array([0, 0, 1, 1, 0], bool)  # the verdict of each step; frame t+1 follows step t
-    np.savez(
-        tmp_path / "train-000000.npz",
-        action=np.zeros((5, 3), np.float32),
-        success=np.zeros(5, bool),
-        judge_success=judge,
-        **{"obs/image_front": np.zeros((6, 4, 4, 3), np.uint8)},
-    )
+    _write_blank_episode(tmp_path, judge=[False, False, True, True, False])  # frame t+1 follows step t
     (episode,) = read_episodes([str(tmp_path)], "judge-negatives")
     assert frame_labels(episode).tolist() == [-1, 0, 0, -1, -1, 0]
     (plain,) = read_episodes([str(tmp_path)], "judge")  # the judge's verdicts as labels: its boundary taught
     assert frame_labels(plain, LabelRules(positive_last_k=1, ambiguous_gap=0)).tolist()[:5] == [0, 0, 0, 1, 1]
 
 
+def _write_blank_episode(directory, judge: list[bool] | None = None, steps: int = 2) -> None:
+    """A train episode of blank frames, with the judge's verdict on each step when ``judge`` is given."""
+    rec = EpisodeRecorder(directory)
+    frame = {"image_front": np.zeros((4, 4, 3), np.uint8)}
+    rec.begin(frame)
+    for verdict in judge if judge is not None else [None] * steps:
+        rec.step(np.zeros(3, np.float32), 0.0, False, False, frame, judge_success=verdict)
+    rec.end()
+
+
 def test_judge_negatives_from_episodes_without_a_judge_are_refused_naming_the_flag(tmp_path):
-    np.savez(
-        tmp_path / "train-000000.npz",
-        action=np.zeros((2, 3), np.float32),
-        success=np.zeros(2, bool),
-        **{"obs/image_front": np.zeros((3, 4, 4, 3), np.uint8)},
-    )
+    _write_blank_episode(tmp_path)
     with pytest.raises(ConfigError) as e:
         read_episodes([str(tmp_path)], "judge-negatives")
     assert e.value.path == "--judge-negatives" and "no judge verdict" in e.value.message
