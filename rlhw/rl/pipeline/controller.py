@@ -53,7 +53,7 @@ from rlhw.rl.pipeline.messages import (
 )
 from rlhw.rl.pipeline.rollout_worker import RolloutWorker
 from rlhw.rl.pipeline.utd_gate import step_allowance, updates_owed
-from rlhw.rl.rundir import RunDir
+from rlhw.rl.rundir import RunDir, RunStatus
 from rlhw.rl.session import StopReason, TrainingSession, interrupted
 from rlhw.rl.spaces import observation_shapes
 from rlhw.rl.verdicts import VerdictTally
@@ -226,11 +226,13 @@ def train_pipeline(config: Config, run_dir: RunDir, resume: bool = False, cluste
     except KeyboardInterrupt as e:
         cause = interrupt_cause(e)
         run_dir.write_status(
-            "interrupted", reason=f"{cause_text(cause)} while the pipeline started; nothing trained", signal=cause.name
+            RunStatus.INTERRUPTED,
+            reason=f"{cause_text(cause)} while the pipeline started; nothing trained",
+            signal=cause.name,
         )
         raise
     except BaseException as e:
-        run_dir.write_status("failed", reason=f"the pipeline did not start: {str(e).splitlines()[0]}")
+        run_dir.write_status(RunStatus.FAILED, reason=f"the pipeline did not start: {str(e).splitlines()[0]}")
         raise
     try:
         return Controller(config, run_dir, pipe).run()
@@ -304,7 +306,7 @@ class Controller:
             return self._interrupted(interrupt_cause(e))
         except BaseException as e:
             _try(self.checkpoint)
-            session.finish(StopReason("failed", f"{type(e).__name__}: {e}"))
+            session.finish(StopReason(RunStatus.FAILED, f"{type(e).__name__}: {e}"))
             raise
 
     def _collect_and_train(self) -> None:
@@ -463,7 +465,7 @@ class Controller:
         saved = _try(self.checkpoint)
         return self.session.finish(
             StopReason(
-                "failed",
+                RunStatus.FAILED,
                 f"{who} failed: {reason}; "
                 f"{'checkpoint saved' if saved else 'checkpoint NOT saved'}, "
                 f"episodes on disk in {self.run_dir.episodes}",
