@@ -7,7 +7,10 @@ augmentation SERL uses for real-arm vision RL.
 How: the batch is padded once (two concatenations of edge views), then each sample's window is one
 contiguous slice copy. On CPU that measured faster than any single advanced-indexing gather of the
 whole batch (tools/bench_vision.py; uint8 gathers with a trailing channel axis are slow in torch), so
-the loop over the batch is deliberate: it only issues B memcpy-like copies. dtype is kept (uint8).
+the loop over the batch is deliberate there: it only issues B memcpy-like copies. On a GPU the same loop is B
+kernel launches per call, the learner's largest host cost on an H200 (docs/benchmarks.md, "The GPU path"), so
+a batch on a GPU is cropped by one gather instead. Both forms take the same offsets from the same generator and
+give the same pixels (tests/vision/test_augment.py). dtype is kept (uint8).
 """
 
 from __future__ import annotations
@@ -35,11 +38,22 @@ def random_shift(images: torch.Tensor, pad: int = 4, generator: torch.Generator 
         return images
     b, h, w, _ = images.shape
     padded = replicate_pad(images, pad)
-    offsets = torch.randint(0, 2 * pad + 1, (b, 2), generator=generator).tolist()
+    offsets = torch.randint(0, 2 * pad + 1, (b, 2), generator=generator)
+    if images.is_cuda:
+        return crop_by_gather(padded, offsets.to(images.device), h, w)
     out = torch.empty_like(images)
-    for i, (dy, dx) in enumerate(offsets):
+    for i, (dy, dx) in enumerate(offsets.tolist()):
         out[i] = padded[i, dy : dy + h, dx : dx + w]
     return out
+
+
+def crop_by_gather(padded: torch.Tensor, offsets: torch.Tensor, h: int, w: int) -> torch.Tensor:
+    """Each sample's ``h`` x ``w`` window at its (dy, dx) in ``offsets`` [B, 2], as one advanced-indexing gather."""
+    b = padded.shape[0]
+    rows = offsets[:, :1] + torch.arange(h, device=padded.device)  # [B, h]
+    cols = offsets[:, 1:] + torch.arange(w, device=padded.device)  # [B, w]
+    batch = torch.arange(b, device=padded.device)[:, None, None]
+    return padded[batch, rows[:, :, None], cols[:, None, :]]
 
 
 class RandomShift:

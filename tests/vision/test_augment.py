@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rlhw.vision.augment import RandomShift, random_shift, replicate_pad
+from rlhw.vision.augment import RandomShift, crop_by_gather, random_shift, replicate_pad
 
 
 def _images(b=16, h=64, w=64, seed=0) -> torch.Tensor:
@@ -29,6 +29,15 @@ def test_each_sample_is_the_padded_image_cropped_at_its_own_offset():
     for i, (dy, dx) in enumerate(offsets.tolist()):
         assert torch.equal(y[i], padded[i, dy : dy + 32, dx : dx + 40])
     assert len({tuple(o) for o in offsets.tolist()}) > 1  # offsets differ between samples
+
+
+def test_the_gather_a_gpu_batch_takes_gives_the_loop_s_pixels():
+    # A batch on a GPU is cropped by one gather instead of one copy per sample; same offsets, same pixels.
+    x = _images(b=32, h=24, w=20)
+    looped = random_shift(x, 4, torch.Generator().manual_seed(9))
+    offsets = torch.randint(0, 9, (32, 2), generator=torch.Generator().manual_seed(9))
+    gathered = crop_by_gather(replicate_pad(x, 4), offsets, 24, 20)
+    assert gathered.dtype == torch.uint8 and torch.equal(gathered, looped)
 
 
 def test_the_same_seed_gives_the_same_shifts_and_another_seed_others():
