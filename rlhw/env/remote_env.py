@@ -141,7 +141,10 @@ class RemoteEnv(gym.Env):
         return self._parse_session(self._receive_bytes(timeout_s))
 
     def _parse_session(self, response: bytes):
-        message = pb.SessionResponse.FromString(response)
+        return self._kind_of(pb.SessionResponse.FromString(response))
+
+    def _kind_of(self, message: pb.SessionResponse):
+        """(kind, head message) of a parsed SessionResponse; errors raised."""
         kind = message.WhichOneof("kind")
         if kind == "error":
             err = error_from_message(self.address, message.error)
@@ -250,8 +253,8 @@ class RemoteEnv(gym.Env):
     def _decode_step(self, data: bytes, action: np.ndarray, session: bool) -> Step:
         """The Step of a StepResponse (or, with ``session``, a SessionResponse{step}) of ``action`` (errors
         raised)."""
-        response = self._parse_session(data)[1] if session else pb.StepResponse.FromString(data)
-        return self._reader.read(response, action)
+        message, views = self._reader.parse(data, session)
+        return self._reader.read(self._kind_of(message)[1] if session else message, action, views)
 
     def _reset_of(self, response: pb.ResetResponse) -> Reset:
         obs, stamps = codec.observations_of(response).get("observation", ({}, {}))

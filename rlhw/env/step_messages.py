@@ -1,11 +1,12 @@
 """A step on the wire, both ways: the server's `StepWriter`, the client's `StepReader`.
 
 Every message is protobuf's: the writer fills a StepResponse with protobuf's generated code (`fill_step`) and the
-reader parses it with protobuf's parser. One thing is declared once, from the spec, when the server starts: each
-observation the spec names goes on the wire as a `DeclaredTensor` (rlhw.env.declared), a StepResponse of its own
-holding only that observation, cut from protobuf's own bytes of it; the answer is protobuf's serialisation of
-everything else, then one such piece per observation, which protobuf parses as one message. Nothing is learned
-from the traffic: an observation that is not as the spec declares it (another dtype or shape, not C-contiguous,
+reader parses it with protobuf's parser. One thing is declared once, from the spec, at both ends (the server when
+it starts, the client when it has the spec): each observation the spec names goes on the wire as a `DeclaredTensor`
+(rlhw.env.declared), a StepResponse of its own holding only that observation, cut from protobuf's own bytes of it;
+the answer is protobuf's serialisation of everything else, then one such piece per observation, which protobuf
+parses as one message, and which the reader reads as views of the received bytes. Nothing is learned from the
+traffic: an observation that is not as the spec declares it (another dtype or shape, not C-contiguous,
 big-endian) goes through `fill_step` with the rest. Requests, resets and everything else go through protobuf's
 generated code alone.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from rlhw.env import codec
 from rlhw.env.declared import DeclaredTensor
@@ -96,13 +98,12 @@ class StepWriter:
     def serialize(self, step: Step, timing: dict[str, float], action: np.ndarray, in_session: bool) -> bytes:
         """A StepResponse (``in_session``: a SessionResponse{step}) of ``step``, the step of ``action``."""
         obs, stamps = wire_observations(step.obs, step.stamps, step.num_envs)
-        declared, pieces, rest = self.declared[in_session], [], {}
-        for name, value in obs.items():
-            piece = declared.get(name)
-            if piece is not None and piece.fits(value):
+        pieces, rest = [], dict(obs)
+        for name, piece in self.declared[in_session].items():  # (in the spec's order: the reader's, backwards)
+            value = obs.get(name)
+            if piece.fits(value):
                 pieces += piece.pieces(value)
-            else:
-                rest[name] = value
+                del rest[name]
         response = pb.SessionResponse() if in_session else pb.StepResponse()
         fill_step(response.step if in_session else response, step, timing, action, rest, stamps)
         data = response.SerializeToString()
@@ -114,20 +115,54 @@ class StepWriter:
 
 
 class StepReader:
-    """Reads a parsed StepResponse of one server (``num_envs`` instances) into a `Step`."""
+    """Reads a StepResponse of one server (``num_envs`` instances) into a `Step`: the observations the spec declares
+    where the message ends with them (`split`), everything else from protobuf's parse."""
 
     def __init__(self, spec: EnvSpec):
         n = self.num_envs = spec.num_envs
         self.action_shape = (n, *spec.action.shape)
         self._no_faults, self._no_messages = (None,) * n, ("",) * n
+        self.declared: dict[bool, tuple[tuple[str, DeclaredTensor], ...]] = {}  # backwards: the last piece first
+        for in_session in (False, True):
+            pieces = ((name, declare_observation(name, s, n, in_session)) for name, s in spec.observations.items())
+            self.declared[in_session] = tuple((name, piece) for name, piece in pieces if piece is not None)[::-1]
 
-    def read(self, message: pb.StepResponse, action: np.ndarray) -> Step:
-        """The Step of any StepResponse to ``action``: the server sends the executed actions and intervention flags
-        only where they differ from what the client knows (``action``, no operator)."""
+    def split(self, data: bytes, in_session: bool) -> tuple[bytes | memoryview, dict[str, np.ndarray]]:
+        """``data`` (a StepResponse; ``in_session``: a SessionResponse) as (the bytes for protobuf's parse, the
+        declared observations it ends with as views of ``data``). Protobuf's reading of the whole is the parse of
+        the first merged with the second, where the parse ends exactly where the second begins."""
+        end, views = len(data), {}
+        for name, piece in self.declared[in_session]:
+            view = piece.view_before(data, end)
+            if view is not None:
+                views[name] = view
+                end -= piece.size
+        return (memoryview(data)[:end] if views else data), views
+
+    def parse(self, data: bytes, in_session: bool) -> tuple[pb.StepResponse | pb.SessionResponse, dict]:
+        """(the parsed message, the declared observations it ends with as views) of ``data``; where the bytes before
+        them are not a whole message of the same kind, all of ``data`` parsed (protobuf's errors raised)."""
+        kind = pb.SessionResponse if in_session else pb.StepResponse
+        head, views = self.split(data, in_session)
+        if views:
+            try:
+                message = kind.FromString(head)
+            except DecodeError:  # (the bytes before them ended inside a field: they were no declared pieces)
+                message = None
+            if message is not None and (not in_session or message.WhichOneof("kind") == "step"):
+                return message, views
+        return kind.FromString(data), {}
+
+    def read(self, message: pb.StepResponse, action: np.ndarray, views: Mapping | None = None) -> Step:
+        """The Step of any StepResponse to ``action`` with the declared observations ``views`` read after it
+        (`split`): the server sends the executed actions and intervention flags only where they differ from what the
+        client knows (``action``, no operator)."""
         n = self.num_envs
         observations = codec.observations_of(message)
         executed = self.requested(action)
         obs, stamps = observations.get("observation", ({}, {}))
+        if views:
+            obs = {**obs, **views}  # (protobuf's merge: a map entry read later replaces an earlier one)
         final_obs = final_mask = None
         if message.final_mask:
             final_obs = observations.get("final_observation", ({}, {}))[0] or None

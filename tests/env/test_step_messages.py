@@ -105,7 +105,13 @@ def _server_timing(step: Step) -> dict:
 
 
 def _read(reader: StepReader, data: bytes, action: np.ndarray, in_session: bool) -> Step:
-    """As `RemoteEnv` reads an answer: protobuf's parse, then the reader."""
+    """As `RemoteEnv` reads an answer: the declared observations it ends with as views, the rest parsed."""
+    message, views = reader.parse(data, in_session)
+    return reader.read(message.step if in_session else message, action, views)
+
+
+def _parsed(reader: StepReader, data: bytes, action: np.ndarray, in_session: bool) -> Step:
+    """Protobuf's parse of the whole answer, then the reader."""
     message = pb.SessionResponse.FromString(data).step if in_session else pb.StepResponse.FromString(data)
     return reader.read(message, action)
 
@@ -118,7 +124,7 @@ def test_every_kind_of_step_in_any_order_says_what_protobufs_serialisation_says(
         timing = _server_timing(step)
         data, plain = writer.serialize(step, timing, action, in_session), _plain(step, timing, action, in_session)
         assert parse.FromString(data) == parse.FromString(plain), what
-        _assert_same(_read(reader, data, action, in_session), _read(reader, plain, action, in_session))
+        _assert_same(_read(reader, data, action, in_session), _parsed(reader, plain, action, in_session))
 
 
 def test_every_observation_of_the_spec_is_declared_and_its_bytes_appended():
@@ -147,6 +153,49 @@ def test_a_declared_prefix_is_what_protobuf_writes_before_the_tensors_data(in_se
             assert b"".join(declared.pieces(value)) == message.SerializeToString(), name
 
 
+@pytest.mark.parametrize("in_session", [True, False])
+def test_the_reader_reads_declared_observations_as_views_of_the_received_bytes(in_session):
+    spec = _spec()
+    writer, reader, step = StepWriter(spec), StepReader(spec), _one(1)
+    data = writer.serialize(step, _server_timing(step), ACTION, in_session)
+    message, views = reader.parse(data, in_session)
+    assert views.keys() == spec.observations.keys()
+    assert all(np.shares_memory(v, np.frombuffer(data, np.uint8)) for v in views.values())
+    assert not (message.step if in_session else message).observation.tensors  # (protobuf parsed none of them)
+
+
+def test_any_byte_changed_is_read_as_protobufs_parse_of_the_whole_reads_it():
+    """Each byte of an answer, set to each of a few values: the reader gives what protobuf's parse of the whole
+    message gives, or the same kind of error."""
+    spec = _spec()
+    writer, reader, step = StepWriter(spec), StepReader(spec), _one(1)
+    data = writer.serialize(step, _server_timing(step), ACTION, True)
+    for at in range(len(data)):
+        for value in (0, data[at] ^ 1):
+            changed = data[:at] + bytes([value]) + data[at + 1 :]
+            outcomes = []
+            for read in (_read, _parsed):
+                try:
+                    outcomes.append(read(reader, changed, ACTION, True))
+                except Exception as e:  # (DecodeError, or a tensor whose bytes do not fit its shape)
+                    outcomes.append(type(e))
+            got, want = outcomes
+            if isinstance(want, Step) and isinstance(got, Step):
+                _assert_same(got, want)
+            else:
+                assert got == want, (at, value)
+
+
+def test_bytes_that_look_like_a_declared_observation_inside_another_field_are_parsed_as_protobuf_parses_them():
+    spec = _spec()
+    writer, reader, step = StepWriter(spec), StepReader(spec), _one(1)
+    tail = writer.serialize(step, {}, ACTION, False)[-200:]  # ends with the declared camera frame's message
+    data = pb.StepResponse(final_observation=pb.Observation(tensors={"x": pb.Tensor(data=tail)})).SerializeToString()
+    assert reader.split(data, False)[1]  # the frame's message seems to end it...
+    message, views = reader.parse(data, False)
+    assert views == {} and message == pb.StepResponse.FromString(data)  # ...but it lies inside final_observation
+
+
 def test_an_empty_tensor_is_not_declared():
     assert declare_observation("nothing", TensorSpec("nothing", "float32", (0, 3)), 1, True) is None
 
@@ -170,7 +219,7 @@ def test_a_batch_is_written_and_read_like_one_instance():
         data, plain = writer.serialize(step, timing, action, False), _plain(step, timing, action, False)
         assert pb.StepResponse.FromString(data) == pb.StepResponse.FromString(plain)
         got = _read(reader, data, action, False)
-        _assert_same(got, _read(reader, plain, action, False))
+        _assert_same(got, _parsed(reader, plain, action, False))
         assert got.terminated.shape == (3,) and got.reward.dtype == np.float64 and got.obs["wrist"].shape[0] == 3
 
 
@@ -213,7 +262,7 @@ def test_random_specs_are_written_as_protobuf_writes_them():
             timing = _server_timing(step)
             data, plain = writer.serialize(step, timing, action, True), _plain(step, timing, action, True)
             assert pb.SessionResponse.FromString(data) == pb.SessionResponse.FromString(plain), case
-            _assert_same(_read(reader, data, action, True), _read(reader, plain, action, True))
+            _assert_same(_read(reader, data, action, True), _parsed(reader, plain, action, True))
 
 
 def _assert_same(a: Step, b: Step) -> None:
