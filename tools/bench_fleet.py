@@ -185,6 +185,7 @@ def run_one(args, cells: int, seed: int, overrides: list[str]) -> dict:
         "env_wait_s": utd.get("env_wait_s"),
         "updates_per_s": round(updates / wall, 2) if wall and wall == wall else None,
         "updates_needed_per_s": cells * args.control_hz * (utd.get("configured") or float("nan")),
+        "env_steps_per_s": round(status.get("env_steps", 0) / wall, 2) if wall and wall == wall else None,
         "per_cell": cells_out,
         "held_out": held_out,
         "load_after": os.getloadavg(),
@@ -217,7 +218,7 @@ def held_out_eval(args, cfg_path: Path, run_dir: Path, out: Path, overrides: lis
     if not result.exists():
         return None
     got = json.loads(result.read_text())
-    return {"success_rate": got.get("success_rate"), "ci95": got.get("ci95"), "episodes": got.get("episodes")}
+    return {"success_rate": got.get("success_rate"), "ci95": got.get("ci95"), "episodes": len(got.get("episodes", []))}
 
 
 def table(results: list[dict]) -> str:
@@ -252,7 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu", help="where --update-cost-only times the updates (cpu, cuda)")
     p.add_argument("--save-probe", help="write the task's probe (space, transitions, SAC settings) to this file")
     p.add_argument("--probe", help="time the updates of a saved probe (no simulator needed)")
+    p.add_argument("--report", help="print the tables of a summary.json this tool wrote, and exit")
     args, overrides = p.parse_known_args(argv)
+    if args.report:
+        report(json.loads(Path(args.report).read_text())["runs"])
+        return 0
     bad = [o for o in overrides if "=" not in o]
     if bad:
         p.error(f"unknown arguments {bad}: overrides are key=value")
@@ -275,6 +280,12 @@ def main(argv: list[str] | None = None) -> int:
             results.append(r)
             print(json.dumps(r), flush=True)
             summary_path.write_text(json.dumps({"update_cost": cost, "runs": results}, indent=1))
+    report(results)
+    return 0
+
+
+def report(results: list[dict]) -> None:
+    """The table of every run, and each N's means against the smallest N's."""
     print(table(results))
     by_n: dict[int, list[dict]] = {}
     for r in results:
@@ -291,7 +302,6 @@ def main(argv: list[str] | None = None) -> int:
                     f"N={n}: wall to target {_mean(walls) / _mean(base_walls):.2f} x N={min(by_n)}, "
                     f"env steps {_mean(steps) / _mean(base_steps):.2f} x (means over {len(rs)} seed(s))"
                 )
-    return 0
 
 
 def _mean(xs: list[float]) -> float:
