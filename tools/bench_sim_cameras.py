@@ -86,7 +86,10 @@ class Served(InProcess):
     """One `rlhw serve-env` child and a `RemoteEnv` in this process on it; CPU time counts both processes."""
 
     def __init__(self, overrides: list[str], log: Path):
-        self.child = EnvServerProcess(load_config(CONFIG, overrides), 0, log_path=log)
+        # The client is silent while the in-process repeat runs (tens of seconds on a loaded machine): the
+        # server's silence watchdog would stop the arm in between.
+        config = load_config(CONFIG, [*overrides, "server.watchdog_s=600"])
+        self.child = EnvServerProcess(config, 0, log_path=log)
         self.env = RemoteEnv(self.child.start(), reset_timeout_s=120.0, timeout_s=30.0)
         self.processes = [psutil.Process(), psutil.Process(self.child.proc.pid)]
 
