@@ -383,6 +383,15 @@ class _Stream:
             self.svc._requested[key] = requested
         return requested
 
+    def _usual_values(self, tensor: dm.Tensor) -> list | None:
+        """The values of a float action sent as clients usually send it (the spec's payload field, shape and number
+        of values), read as a list; None for any other, which tensor_utils unpacks (one value may fill a shape)."""
+        payload = tensor.WhichOneof("payload")
+        if payload != self.svc.action_payload or tensor.shape[:] != self.svc.action_shape:
+            return None
+        values = getattr(tensor, payload).array[:]
+        return values if len(values) == self.host.checker.size else None
+
     def _action(self, actions) -> np.ndarray:
         checker = self.host.checker
         for uid in actions:
@@ -397,14 +406,12 @@ class _Stream:
             return self.last_action
         tensor = actions[ACTION_UID]
         field = f"actions[{ACTION_UID}]"
-        payload = tensor.WhichOneof("payload")
-        if payload == self.svc.action_payload and tensor.shape[:] == self.svc.action_shape:  # the usual action
-            values = getattr(tensor, payload).array[:]
-            if len(values) == checker.size:  # (one value may also fill the shape: the general path below)
-                try:
-                    return checker.from_values(values, field)
-                except InvalidRequest as e:
-                    raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, str(e), e.reason, e.field) from None
+        values = self._usual_values(tensor)
+        if values is not None:
+            try:
+                return checker.from_values(values, field)
+            except InvalidRequest as e:
+                raise CallFailed(grpc.StatusCode.INVALID_ARGUMENT, str(e), e.reason, e.field) from None
         try:
             got = tensor_utils.get_tensor_type(tensor)
         except Exception as e:
