@@ -10,6 +10,7 @@ paced.
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import numpy as np
 import pytest
@@ -21,8 +22,10 @@ from rlhw.rl.pipeline.env_worker import EnvWorker
 from rlhw.rl.pipeline.messages import Actions, EnvProgress, EnvStep, JudgeReport, pack, unpack
 from rlhw.rl.verdicts import VerdictTally
 from rlhw.robot import make_env
+from tests.rl.test_utd_gate import Running
 from tests.robot.fake_clock import FakeClock
 from tests.vision.test_classifier_env import constant_classifier
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -320,3 +323,26 @@ def test_a_simulator_keeping_real_time_waits_for_the_learner_only_between_episod
         assert health["timed_steps"] == 5 and health["late_steps"] == 0 and health["obs_age_p99_ms"] is not None
     finally:
         w.env.close()
+
+
+def test_an_env_in_process_is_opened_by_the_loop_thread_so_its_driver_threads_inherit_the_loops_priority(tmp_path):
+    """The loop runs at ``loop_priority``; a thread a driver starts (a simulated camera's render thread) inherits
+    the scheduling of the thread that opens the env, so that must be the loop thread."""
+    config = load_config_dict({"cluster": CLUSTER, "env": {"sim": "mock", "max_episode_steps": 2}})
+    w = worker_on_the_wire(config, tmp_path)
+    opened_on, connect = [], w.env.connect
+
+    def connect_noting_the_thread():
+        opened_on.append(threading.current_thread())
+        connect()
+
+    w.env.connect = connect_noting_the_thread
+    assert not w.env.connected  # built, not opened
+    w.collect(2)
+    run = Running(w)
+    try:
+        assert wait_until(lambda: w.train_steps == 2 and w.status == "idle", timeout_s=30)
+    finally:
+        run.stop()
+        w.env.close()
+    assert opened_on == [run.thread]

@@ -166,11 +166,17 @@ class EnvWorker(Worker):
 
     # ---- the env behind its transport
     def _start_env(self) -> None:
-        """The env and the episode loop over it: in this process (a simulator), or a server child's client."""
+        """The env and the episode loop over it: in this process (a simulator), or a server child's client.
+
+        In process the env is built here but opened by its first reset, in the loop thread: the threads its
+        drivers start then (a simulated camera's render thread, Mesa's rasteriser threads) inherit the loop's
+        scheduling (``loop_priority``). Opened here, at Ray's nice 15, they rendered every observation the
+        SCHED_FIFO loop waited for behind every ordinary process (the rehearsal's late steps, "mostly observe")."""
         if self.transport == "in_process":
             from rlhw.robot.factory import make_batched_env, make_env
 
-            self.env = (make_env if self.num_envs == 1 else make_batched_env)(self.config, self.robot_rank)
+            make = make_env if self.num_envs == 1 else make_batched_env
+            self.env = make(self.config, self.robot_rank, connect=False)
             view = BatchView(self.env, self.env.spec)
         else:
             self._start_server()
