@@ -1,12 +1,13 @@
 """Pipeline throughput against an in-process loop, and real-robot loop health against franky-sim.
 
-    .venv/bin/python tools/bench_pipeline.py [--seconds 30] [--num-envs 1,8] [--lanes direct,channels,next-to-arm]
+    .venv/bin/python tools/bench_pipeline.py [--seconds 30] [--num-envs 1,8] [--lanes direct,next-to-arm]
         [--parts throughput,latency,phases,across-nodes,franky,franky-loaded] [--franky-steps 300] [--franky-hz 10,30]
         [--realtime 0,80] [--sim-realtime 90]
 
-Every figure is measured for each obs->action path in the same run: the step lanes (``train.step_lane``:
-``direct``, the TCP stream between env and rollout worker; ``channels``, the relay through two channel
-actors, the older baseline) and ``next-to-arm`` (``train.policy_at=env``: the env worker runs the policy).
+Every figure is measured for each obs->action path in the same run: ``direct``, the step lane (the TCP stream
+between env and rollout worker), and ``next-to-arm`` (``train.policy_at=env``: the env worker runs the policy).
+The ``channels`` rows of earlier runs (the relay through two channel actors, ``train.step_lane: channels``) are
+history: that lane is gone (issue 37: a benchmark's baseline is no product mode).
 
 Part 1 (sim only, one run, same machine, same env and policy): env steps/s of
   - an in-process loop: `make_env` (MuJoCo reach) + the SAC policy network in one Python loop;
@@ -49,8 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 #: The obs->action paths compared, as config overrides.
 LANES = {
-    "direct": ["train.step_lane=direct"],
-    "channels": ["train.step_lane=channels"],
+    "direct": [],
     "next-to-arm": ["train.policy_at=env"],
 }
 
@@ -417,8 +417,8 @@ def main() -> int:
     )
     ap.add_argument(
         "--lanes",
-        default="direct,channels,next-to-arm",
-        help="obs->action paths to compare: direct, channels (train.step_lane) or next-to-arm "
+        default="direct,next-to-arm",
+        help="obs->action paths to compare: direct (the step lane to the rollout worker) or next-to-arm "
         "(train.policy_at=env: the env worker acts itself)",
     )
     ap.add_argument(

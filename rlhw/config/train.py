@@ -205,12 +205,6 @@ class TrainConfig(StrictModel):
         "and action; for small policies or a robot node with a GPU); the rollout group is "
         "then not launched",
     )
-    step_lane: Literal["direct", "channels"] = Field(
-        "direct",
-        description="how observations reach the rollout worker and actions come back: direct = one TCP "
-        "stream per env worker (rlhw.rl.pipeline.lane); channels = the relay through the obs "
-        "and actions channels (the older, slower lane, kept as the benchmark's baseline)",
-    )
     env_restarts: int = Field(1, ge=0, description="restart a dead env worker this many times, then stop cleanly")
     env_transport: Literal["auto", "in_process", "server"] = Field(
         "auto",

@@ -193,7 +193,6 @@ def test_the_local_runner_refuses_several_env_instances_naming_num_envs_and_both
 @pytest.mark.parametrize(
     "key, bad, allowed",
     [
-        ("step_lane", "tcp", ["direct", "channels"]),
         ("policy_at", "gpu", ["rollout", "env"]),
         ("env_transport", "grpc", ["auto", "in_process", "server"]),
     ],

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 
-from rlhw.rl.pipeline.lane import ChannelEnvEnd, DirectEnvEnd, DirectRolloutEnd, LaneAddress, LaneError
+from rlhw.rl.pipeline.lane import DirectEnvEnd, DirectRolloutEnd, LaneAddress, LaneError
 from rlhw.rl.pipeline.messages import Actions, EnvStep, MessageTypeError
 from tests.waiting import wait_until
 
@@ -141,21 +141,6 @@ def test_the_lane_carries_only_its_messages(rollout_end):
             env.actions()
     finally:
         env.close()
-
-
-def test_the_channel_lane_refuses_an_answer_that_is_not_actions():
-    class _Channel:
-        def __init__(self, item):
-            self.item = item
-
-        def get(self, key=None, timeout=None):
-            return self.item
-
-    end = ChannelEnvEnd.__new__(ChannelEnvEnd)
-    end.prefix, end.env_rank, end.timeout_s = "run1.", 0, 1.0
-    end.act_ch = _Channel((np.zeros((1, 3)), np.zeros(1)))
-    with pytest.raises(MessageTypeError, match="run1.rlhw.train.actions carries Actions messages"):
-        end.actions()
 
 
 # ------------------------------------------------------------------------------- a peer process killed

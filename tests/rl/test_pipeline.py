@@ -272,7 +272,7 @@ def across_nodes_config(**train) -> dict:
 
 @pytest.mark.timeout(300)
 def test_the_direct_lane_carries_every_step_between_raylets_and_loses_no_transition(ray_nodes, tmp_path):
-    config = load_config_dict(across_nodes_config(step_lane="direct"))
+    config = load_config_dict(across_nodes_config())
     cluster = Cluster(config, address=ray_nodes.address, probe_hardware=False)
     env_node, rollout_node = cluster.placements["env"][0].node_rank, cluster.placements["rollout"][0].node_rank
     assert cluster.node_id(env_node) != cluster.node_id(rollout_node)  # two raylets
@@ -291,7 +291,7 @@ def test_the_direct_lane_carries_every_step_between_raylets_and_loses_no_transit
 def test_a_killed_rollout_worker_stops_the_run_cleanly_naming_the_lane_with_every_step_on_disk(ray_nodes, tmp_path):
     rd, t, result = start_run_in_background(
         ray_nodes,
-        across_nodes_config(max_env_steps=100_000, mode="async", step_lane="direct"),
+        across_nodes_config(max_env_steps=100_000, mode="async"),
         tmp_path / "run",
         min_episodes=3,
     )

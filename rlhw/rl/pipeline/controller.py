@@ -6,7 +6,7 @@ A `Pipeline` launches the three worker groups and their channels; a `Controller`
                                         rollout workers --replay--> learner workers --weights--> rollout workers
 
 The controller never touches observations or transitions: those move on the step lanes
-(rlhw.rl.pipeline.lane, ``train.step_lane``) and through channels (payloads by object-store reference). It
+(rlhw.rl.pipeline.lane, a TCP stream per env worker) and through channels (payloads by object-store reference). It
 only decides how much to collect, how many updates to run, when to evaluate, log and checkpoint, and when to
 stop. ``train.mode``:
 
@@ -42,8 +42,6 @@ from rlhw.rl.pipeline.env_worker import EnvWorker, env_transport
 from rlhw.rl.pipeline.fleet import Fleet
 from rlhw.rl.pipeline.learner_worker import LearnerWorker
 from rlhw.rl.pipeline.messages import (
-    ACTION_CHANNEL,
-    OBS_CHANNEL,
     REPLAY_CHANNEL,
     WEIGHTS_CHANNEL,
     EnvProgress,
@@ -116,10 +114,7 @@ class Pipeline:
         # Next to the arm, the env workers act and no rollout worker is launched (even where one is placed).
         self.n_rollout = 0 if config.train.policy_at == "env" else len(placements["rollout"])
         prefix = f"{uuid.uuid4().hex[:8]}."
-        names = [REPLAY_CHANNEL, WEIGHTS_CHANNEL]
-        if config.train.step_lane == "channels":
-            names += [OBS_CHANNEL, ACTION_CHANNEL]
-        self.channels = [Channel.create(prefix + name) for name in names]
+        self.channels = [Channel.create(prefix + name) for name in (REPLAY_CHANNEL, WEIGHTS_CHANNEL)]
         self.groups = []
         try:
             self.learners = LearnerWorker.create_group(
@@ -130,9 +125,9 @@ class Pipeline:
             lanes = None
             self.rollouts = None
             if self.n_rollout:
-                self.rollouts = RolloutWorker.create_group(
-                    config, self.n_learner, self.n_env, prefix, lane_token
-                ).launch(self.cluster, component="rollout", ready_timeout_s=CALL_TIMEOUT_S)
+                self.rollouts = RolloutWorker.create_group(config, self.n_learner, prefix, lane_token).launch(
+                    self.cluster, component="rollout", ready_timeout_s=CALL_TIMEOUT_S
+                )
                 self.groups.append(self.rollouts)
                 lanes = self.rollouts.lane_address().wait(CALL_TIMEOUT_S)
             start_s = config.train.env_start_timeout_s + 30

@@ -39,7 +39,7 @@ from rlhw.rl.fault_signal import FaultSignal
 from rlhw.rl.instances import EVAL, TRAIN, Instances
 from rlhw.rl.pipeline.acting import PolicyNextToArm
 from rlhw.rl.pipeline.env_server import EnvServerError, EnvServerProcess, open_remote_env
-from rlhw.rl.pipeline.lane import ChannelEnvEnd, EnvLaneEnd, LaneAddress, join
+from rlhw.rl.pipeline.lane import EnvLaneEnd, LaneAddress, join
 from rlhw.rl.pipeline.lane_frames import actions_bound
 from rlhw.rl.pipeline.loop_health import LoopTimer
 from rlhw.rl.pipeline.messages import Actions, EnvProgress, EnvStep, EpisodeResult, JudgeReport
@@ -88,9 +88,7 @@ class EnvWorker(Worker):
                 self.spec(), config, self.rank, num_learner, channel_prefix, resolve_device(self.cfg.device)
             )
         else:
-            self.lane = open_env_lane(
-                config, self.rank, self.rollout_rank, lane_addresses, lane_token, channel_prefix, self.spec()
-            )
+            self.lane = open_env_lane(config, self.rank, self.rollout_rank, lane_addresses, lane_token, self.spec())
         self.thread = threading.Thread(target=self._loop, daemon=True, name=f"env-loop-{self.rank}")
         self.thread.start()
 
@@ -443,23 +441,18 @@ def open_env_lane(
     rollout_rank: int,
     addresses: list[LaneAddress | None] | None,
     token: bytes | None,
-    channel_prefix: str,
     spec: EnvSpec,
 ) -> EnvLaneEnd:
-    """The env end of ``train.step_lane``: a direct stream to rollout worker ``rollout_rank`` (joined again while
-    it is refused for a flood or a timeout, within ``train.env_start_timeout_s``; its answers bounded by what
-    ``spec`` allows), or the channels."""
-    timeout = config.train.step_timeout_s
-    if config.train.step_lane == "direct":
-        if not addresses or addresses[rollout_rank] is None or token is None:
-            raise ValueError(
-                "a direct step lane needs its rollout worker's lane address and the run's lane token "
-                "(the Pipeline passes both)"
-            )
-        bound = actions_bound(spec, config.env.num_envs)
-        within_s = config.train.env_start_timeout_s
-        return join(addresses[rollout_rank], token, rank, rollout_rank, timeout, within_s, bound)
-    return ChannelEnvEnd(channel_prefix, rank, rollout_rank, timeout)
+    """The env end of the step lane: a stream to rollout worker ``rollout_rank`` (joined again while it is
+    refused for a flood or a timeout, within ``train.env_start_timeout_s``; its answers bounded by what ``spec``
+    allows)."""
+    if not addresses or addresses[rollout_rank] is None or token is None:
+        raise ValueError(
+            "a step lane needs its rollout worker's lane address and the run's lane token (the Pipeline passes both)"
+        )
+    bound = actions_bound(spec, config.env.num_envs)
+    within_s, timeout = config.train.env_start_timeout_s, config.train.step_timeout_s
+    return join(addresses[rollout_rank], token, rank, rollout_rank, timeout, within_s, bound)
 
 
 def env_transport(config: Config, robot_rank: int) -> str:

@@ -1,24 +1,22 @@
 """The step lane: how an env worker's `EnvStep` reaches its rollout worker and the `Actions` come back.
 
-This is the step-critical path of a robot (observation in hand -> action back), so it has its own lane,
-chosen with ``train.step_lane``:
-
-- ``direct`` (default): one TCP stream per env worker, straight to its rollout worker. A frame is the message
-  in a typed codec (`rlhw.rl.pipeline.messages.pack`: a header naming each array's dtype and shape, then the
-  raw arrays; no pickle) and an AES-GCM tag (`rlhw.rl.pipeline.lane_wire`): round trip alone p50 0.18-0.49 ms
-  in runs where the pickle lane it replaced took 0.21-0.56, p99 within noise of it (tools/bench_lane.py,
-  tools/bench_pipeline.py --parts phases). Measured before that on the 2-core VM (tools/bench_pipeline.py,
-  docs/training.md): the round trip alone p50 0.5-1.6 ms (busier runs), and obs->action with the policy
-  2.6-3.1 ms, against 17-29 ms through the two relay channel actors of ``channels`` (each message is a Ray
-  actor call in, and one out). The same message through a Ray Compiled Graph took p50 1.0-1.2 ms and p99
-  2.5-3.2 ms in the runs where the stream took 0.5-1.1 and 0.7-1.8. It works across nodes: the rollout worker
-  listens on its node's IP. A dead peer is seen at once (the kernel closes its socket), and
-  ``train.step_timeout_s`` bounds a peer that stops answering (a lost node sends nothing).
-- ``channels``: the older relay through the ``obs`` and ``actions`` channels, kept as the baseline.
+This is the step-critical path of a robot (observation in hand -> action back), so it has its own lane: one
+TCP stream per env worker, straight to its rollout worker. A frame is the message in a typed codec
+(`rlhw.rl.pipeline.messages.pack`: a header naming each array's dtype and shape, then the raw arrays; no pickle)
+and an AES-GCM tag (`rlhw.rl.pipeline.lane_frames`): round trip alone p50 0.18-0.49 ms in runs where the pickle
+lane it replaced took 0.21-0.56, p99 within noise of it (tools/bench_lane.py, tools/bench_pipeline.py --parts
+phases). Measured before that on the 2-core VM (tools/bench_pipeline.py, docs/training.md): the round trip alone
+p50 0.5-1.6 ms (busier runs), and obs->action with the policy 2.6-3.1 ms, against 17-29 ms through the relay of
+two channel actors it replaced (each message a Ray actor call in, and one out; that relay, once
+``train.step_lane: channels``, is gone: a benchmark's baseline is no product mode). The same message through a
+Ray Compiled Graph took p50 1.0-1.2 ms and p99 2.5-3.2 ms in the runs where the stream took 0.5-1.1 and
+0.7-1.8. It works across nodes: the rollout worker listens on its node's IP. A dead peer is seen at once (the
+kernel closes its socket), and ``train.step_timeout_s`` bounds a peer that stops answering (a lost node sends
+nothing).
 
 Replay batches and weights stay on their channels (bulk data, no deadline).
 
-Who may talk on a direct lane (the threat model is in docs/training.md): both ends prove they hold the run's
+Who may talk on the lane (the threat model is in docs/training.md): both ends prove they hold the run's
 lane token, each over a nonce the other has just drawn (the token never crosses the lane), so a captured handshake is
 worthless on another connection; every frame after it carries a tag under keys drawn from that handshake and
 its sequence number, so without the token nobody on the robot network can join, inject, change, replay or
@@ -53,26 +51,15 @@ from rlhw.rl.pipeline.lane_wire import (
     LaneBusy,
     env_handshake,
 )
-from rlhw.rl.pipeline.messages import (
-    ACTION_CHANNEL,
-    OBS_CHANNEL,
-    Actions,
-    EnvStep,
-    decode_env_step,
-    encode_env_step,
-    expect,
-)
+from rlhw.rl.pipeline.messages import Actions, EnvStep, expect
 
 __all__ = [
     "LaneError",
     "LaneBusy",
     "LaneAddress",
     "EnvLaneEnd",
-    "RolloutLaneEnd",
     "DirectEnvEnd",
     "DirectRolloutEnd",
-    "ChannelEnvEnd",
-    "ChannelRolloutEnd",
     "join",
 ]
 
@@ -100,21 +87,6 @@ class EnvLaneEnd(Protocol):
     def close(self) -> None: ...
 
 
-class RolloutLaneEnd(Protocol):
-    """The rollout worker's end: every `EnvStep` waiting (none after ``timeout``), and one answer per env."""
-
-    address: LaneAddress | None
-
-    def receive(self, timeout: float) -> list[EnvStep]: ...
-
-    def answer(self, env: int, actions: Actions) -> None: ...
-
-    def limit(self, bound: FrameBound) -> None: ...
-
-    def close(self) -> None: ...
-
-
-# ---- direct: one TCP stream per env worker
 class DirectEnvEnd:
     """An env worker's direct lane to its rollout worker (connected and authenticated in the constructor, each
     step of the handshake within ``handshake_timeout_s``); the `Actions` it reads are bounded by ``bound``
@@ -316,58 +288,3 @@ class DirectRolloutEnd:
             new, self._new = self._new, []
         for _, stream in new:
             stream.close()
-
-
-# ---- channels: the relay through two channel actors (the older lane, the baseline)
-class ChannelEnvEnd:
-    """An env worker's end of the channel relay: ``obs`` (key = rollout rank) out, ``actions`` (key = env rank) in."""
-
-    def __init__(self, prefix: str, env_rank: int, rollout_rank: int, timeout_s: float):
-        from rlhw.runtime.channel import Channel
-
-        self.prefix, self.env_rank, self.rollout_rank, self.timeout_s = prefix, env_rank, rollout_rank, timeout_s
-        self.obs_ch = Channel.connect(prefix + OBS_CHANNEL, timeout_s=60)
-        self.act_ch = Channel.connect(prefix + ACTION_CHANNEL, timeout_s=60)
-
-    def send(self, msg: EnvStep) -> None:
-        self.obs_ch.put(encode_env_step(msg), key=self.rollout_rank, timeout=self.timeout_s)
-
-    def actions(self) -> Actions:
-        return expect(self.act_ch.get(key=self.env_rank, timeout=self.timeout_s), Actions, self.prefix + ACTION_CHANNEL)
-
-    def close(self) -> None:
-        pass
-
-
-class ChannelRolloutEnd:
-    """A rollout worker's end of the channel relay."""
-
-    address = None
-
-    def __init__(self, prefix: str, rank: int, serves_several: bool, timeout_s: float):
-        from rlhw.runtime.channel import Channel
-
-        self.rank, self.serves_several, self.timeout_s = rank, serves_several, timeout_s
-        self.obs_ch = Channel.connect(prefix + OBS_CHANNEL, timeout_s=60)
-        self.act_ch = Channel.connect(prefix + ACTION_CHANNEL, timeout_s=60)
-
-    def receive(self, timeout: float) -> list[EnvStep]:
-        from rlhw.runtime.channel import ChannelTimeout
-
-        try:
-            msgs = [decode_env_step(self.obs_ch.get(key=self.rank, timeout=timeout))]
-        except ChannelTimeout:
-            return []
-        waiting = self.obs_ch.qsize(key=self.rank) if self.serves_several else 0
-        if waiting:
-            msgs += map(decode_env_step, self.obs_ch.get_batch(count=waiting, key=self.rank, timeout=1.0))
-        return msgs
-
-    def answer(self, env: int, actions: Actions) -> None:
-        self.act_ch.put(actions, key=env, timeout=self.timeout_s)
-
-    def limit(self, bound: FrameBound) -> None:
-        """Nothing: the channels' messages come through Ray, not from the robot network."""
-
-    def close(self) -> None:
-        pass

@@ -1,7 +1,7 @@
 """Rollout worker (placement component ``rollout``): batched policy inference for a set of env workers.
 
-Its loop takes every `EnvStep` waiting for it on its step lane (rlhw.rl.pipeline.lane: a direct stream from
-each of its env workers, or the ``obs`` channel; the messages are defined in rlhw.rl.pipeline.messages: each
+Its loop takes every `EnvStep` waiting for it on its step lane (rlhw.rl.pipeline.lane: a stream from each of
+its env workers; the messages are defined in rlhw.rl.pipeline.messages: each
 carries the observations of all the env instances of one env worker that want an action), runs the policy
 once for all of them (on its GPU when it has one), answers ONE `Actions` per env worker (with the version of
 the weights that chose each action, -1 for a uniform random one, recorded with the step for audits) and
@@ -29,7 +29,7 @@ import torch
 
 from rlhw.config.root import Config
 from rlhw.rl.pipeline.acting import ActingPolicy, Feeder, ReplayForwarder, WeightsFollower
-from rlhw.rl.pipeline.lane import ChannelRolloutEnd, DirectRolloutEnd, LaneAddress, LaneError, RolloutLaneEnd
+from rlhw.rl.pipeline.lane import DirectRolloutEnd, LaneAddress, LaneError
 from rlhw.rl.pipeline.lane_frames import env_step_bound
 from rlhw.rl.pipeline.messages import Actions, EnvStep, RolloutProgress
 from rlhw.rl.sac import resolve_device
@@ -44,18 +44,14 @@ class RolloutWorker(Worker):
         self,
         config: Config,
         num_learner_ranks: int,
-        num_env: int,
         channel_prefix: str = "",
         lane_token: bytes | None = None,
     ):
         torch.set_num_threads(1)
         self.config, self.cfg = config, config.train
         self.channel_prefix = channel_prefix
-        # Env rank e is served by rollout rank e % num_rollout; batching only helps with several.
-        self.serves_several = len(range(self.rank, num_env, self.world_size)) > 1
-        self.lane: RolloutLaneEnd = open_rollout_lane(
-            config, self.rank, self.info.node_ip, lane_token, channel_prefix, self.serves_several
-        )
+        # Env rank e is served by rollout rank e % num_rollout, each on a stream of its own.
+        self.lane = open_rollout_lane(config, self.info.node_ip, lane_token)
         self.replay = ReplayForwarder(channel_prefix, num_learner_ranks, self.cfg.step_timeout_s)
         self.weights = WeightsFollower(channel_prefix, key=self.rank)
         self.device = resolve_device(self.cfg.device)
@@ -79,8 +75,8 @@ class RolloutWorker(Worker):
         self.thread = threading.Thread(target=self._loop, daemon=True, name=f"rollout-{self.rank}")
         self.thread.start()
 
-    def lane_address(self) -> LaneAddress | None:
-        """Where its env workers connect their direct lanes (None: the channel lane)."""
+    def lane_address(self) -> LaneAddress:
+        """Where its env workers connect their step lanes."""
         return self.lane.address
 
     def set_exploration(self, random_actions: bool) -> None:
@@ -145,13 +141,8 @@ class RolloutWorker(Worker):
         self.batches += 1
 
 
-def open_rollout_lane(
-    config: Config, rank: int, node_ip: str, token: bytes | None, channel_prefix: str, serves_several: bool
-) -> RolloutLaneEnd:
-    """The rollout end of ``train.step_lane``: a direct lane listening on this node's IP, or the channel relay."""
-    timeout = config.train.step_timeout_s
-    if config.train.step_lane == "direct":
-        if token is None:
-            raise ValueError("a direct step lane needs the run's lane token (the Pipeline passes it)")
-        return DirectRolloutEnd(node_ip or "127.0.0.1", token, timeout)
-    return ChannelRolloutEnd(channel_prefix, rank, serves_several, timeout)
+def open_rollout_lane(config: Config, node_ip: str, token: bytes | None) -> DirectRolloutEnd:
+    """The rollout end of the step lane, listening on this node's IP."""
+    if token is None:
+        raise ValueError("a step lane needs the run's lane token (the Pipeline passes it)")
+    return DirectRolloutEnd(node_ip or "127.0.0.1", token, config.train.step_timeout_s)
