@@ -211,14 +211,51 @@ class EchoClient:
         self.channel.close()
 
 
-def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int = 50) -> dict:
+def _dm_clients(addresses: dict, secret: str, action: np.ndarray):
+    """dm_env_rpc clients of rlhw's server and of the minimal one, which is taught rlhw's answer to the step request
+    both are sent: (step(connection), rlhw's connection, the minimal server's, close)."""
     import grpc
     from dm_env_rpc.v1 import connection as dm_connection
     from dm_env_rpc.v1 import dm_env_rpc_pb2 as dm
     from dm_env_rpc.v1 import tensor_utils
 
+    from rlhw.env.auth import SESSION_METADATA_KEY
+
+    dm_channel = grpc.insecure_channel(addresses["env"], OPTIONS[:2])
+    conn = dm_connection.Connection(dm_channel, metadata=[(SESSION_METADATA_KEY, secret)])
+    world = conn.send(dm.CreateWorldRequest()).world_name
+    specs = conn.send(dm.JoinWorldRequest(world_name=world)).specs
+    uids, dm_action = list(specs.observations), {1: tensor_utils.pack_tensor(action)}
+    step_request = dm.StepRequest(requested_observations=uids, actions=dm_action)
+    minimal_channel = grpc.insecure_channel(addresses["dm_minimal"], OPTIONS[:2])
+    minimal = dm_connection.Connection(minimal_channel)
+    minimal.send(dm.JoinWorldRequest(world_name=minimal.send(dm.CreateWorldRequest()).world_name))
+    conn.send(step_request)  # (the first step of an episode starts it)
+    teach = minimal_channel.unary_unary(f"/{DM_SERVICE}/Teach")
+    teach(conn.send(step_request).SerializeToString(), timeout=10)
+
+    def dm_step(connection=conn):
+        # What a dm_env_rpc client does per step: send, then unpack every observation.
+        response = connection.send(dm.StepRequest(requested_observations=uids, actions=dm_action))
+        return {uid: tensor_utils.unpack_tensor(t) for uid, t in response.observations.items()}
+
+    def close():
+        conn.send(dm.LeaveWorldRequest())
+        conn.send(dm.DestroyWorldRequest(world_name=world))
+        dm_channel.close()
+        minimal_channel.close()
+
+    assert dm_step(minimal).keys() == dm_step().keys(), (
+        "the minimal dm_env_rpc server's answer holds other observations"
+    )
+    return dm_step, conn, minimal, close
+
+
+def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int = 50) -> dict:
+    import grpc
+
     from rlhw.env import codec
-    from rlhw.env.auth import SESSION_METADATA_KEY, new_session_secret
+    from rlhw.env.auth import new_session_secret
     from rlhw.env.client import RemoteEnv
     from rlhw.env.v1 import env_pb2 as pb
     from rlhw.env.v1 import env_pb2_grpc
@@ -280,27 +317,7 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
         session_env.reset()
         plain_env = RemoteEnv(addresses["plain"], use_session=True)
         plain_env.reset()
-        dm_channel = grpc.insecure_channel(addresses["env"], OPTIONS[:2])
-        conn = dm_connection.Connection(dm_channel, metadata=[(SESSION_METADATA_KEY, secret)])
-        world = conn.send(dm.CreateWorldRequest()).world_name
-        specs = conn.send(dm.JoinWorldRequest(world_name=world)).specs
-        uids = list(specs.observations)
-        dm_action = {1: tensor_utils.pack_tensor(action)}
-        minimal_channel = grpc.insecure_channel(addresses["dm_minimal"], OPTIONS[:2])
-        minimal = dm_connection.Connection(minimal_channel)
-        minimal.send(dm.JoinWorldRequest(world_name=minimal.send(dm.CreateWorldRequest()).world_name))
-        step_request = dm.StepRequest(requested_observations=uids, actions=dm_action)
-        conn.send(step_request)  # (the first step of an episode starts it)
-        teach = minimal_channel.unary_unary(f"/{DM_SERVICE}/Teach")
-        teach(conn.send(step_request).SerializeToString(), timeout=10)
-
-        def dm_step(connection=conn):
-            # What a dm_env_rpc client does per step: send, then unpack every observation.
-            response = connection.send(dm.StepRequest(requested_observations=uids, actions=dm_action))
-            return {uid: tensor_utils.unpack_tensor(t) for uid, t in response.observations.items()}
-
-        same = dm_step(minimal).keys() == dm_step().keys()
-        assert same, "the minimal dm_env_rpc server's answer holds other observations"
+        dm_step, conn, minimal, dm_close = _dm_clients(addresses, secret, action)
         paths = (echo.stream_call, lambda: session_env.step(action), lambda: plain_env.step(action), dm_step)
         for fn in (*paths, lambda: dm_step(minimal)):
             for _ in range(min(200, steps // 5)):
@@ -311,10 +328,7 @@ def run_scenario(name: str, cameras: int, h: int, w: int, steps: int, block: int
             timed("session_plain", lambda: plain_env.step(action), block)
             timed("dm_env_rpc", dm_step, block)
             timed("dm_minimal", lambda: dm_step(minimal), block)
-        conn.send(dm.LeaveWorldRequest())
-        conn.send(dm.DestroyWorldRequest(world_name=world))
-        dm_channel.close()
-        minimal_channel.close()
+        dm_close()
         # Server-side breakdown of the recent steps (native and dm_env_rpc alike), from GetStatus.
         phases = {k: v.p50_s * 1e6 for k, v in session_env.status().timing.items()}
         plain_encode = plain_env.status().timing["encode"].p50_s * 1e6
