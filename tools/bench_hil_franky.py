@@ -3,7 +3,7 @@ franky-sim on loopback. Loop health at 10 Hz, the executed action against the op
 
     # configs/franky_sim.yaml's layout: the policy next to the arm, the loop at SCHED_FIFO 80
     PYTHONPATH=$PWD .venv/bin/python tools/bench_hil_franky.py [--steps 500] [--demos 5] [--seed 0] [--no-baseline]
-    # the layout before it was the default (docs/training.md, "Real-arm default layout"): rollout worker, no priority
+    # the layout before it was the default (docs/robot_loop.md, "Real-arm default layout"): rollout worker, no priority
     PYTHONPATH=$PWD .venv/bin/python tools/bench_hil_franky.py --set train.policy_at=rollout \
         --set 'cluster.node_groups[0].env_configs=[]'
 

@@ -36,7 +36,7 @@ class SacConfig(StrictModel):
         "and the actor",
     )
     # The critics (RLPD's defaults; plain SAC is critic_ensemble=2, critic_subset=2, critic_layer_norm=false,
-    # actor_q=min; see docs/training.md for the measured comparison).
+    # actor_q=min; see docs/history.md for the measured comparison).
     critic_ensemble: int = Field(10, ge=1, description="N: number of critics (one batched module)")
     critic_subset: int = Field(
         2, ge=1, description="M: the Bellman target is the minimum over a random subset of M of the N target critics"
@@ -93,7 +93,7 @@ POLICY_FAULTS = (FaultKind.CONTACT, FaultKind.LIMIT, FaultKind.REFLEX)
 
 
 class FaultSignalConfig(StrictModel):
-    """What a safety fault teaches the critic (docs/training.md, "Faults that teach").
+    """What a safety fault teaches the critic (docs/learning.md, "Safety faults that teach").
 
     A fault stops the arm and ends the episode; the env reports the step as truncated, with the last good
     observation. Stored like that, the critic bootstraps from where the arm stopped and pressing on an obstacle

@@ -6,8 +6,8 @@ Why: glibc serves an allocation of 128 KiB or more with a fresh ``mmap`` and ret
 time it is allocated. An image update allocates many of them (a 64 px batch of 128 is 1.5 MB as uint8
 and 6 MB as float; the first conv's output is 7.9 MB), and the faults are kernel time: measured with
 tools/bench_sac_vision.py on the 2-core VM (one thread, cnn, batch 128), a median 57 ms of CPU per
-update with glibc's defaults against 42 ms with freed memory kept (docs/training.md, "The image update
-made 2.2x faster"). A learner's working set is the same at every update, so the memory kept is memory
+update with glibc's defaults against 42 ms with freed memory kept (docs/learning.md, "What an image
+update costs"). A learner's working set is the same at every update, so the memory kept is memory
 it will use again.
 
 How: ``mallopt`` (glibc only; elsewhere nothing changes): allocations up to 32 MiB (glibc's ceiling for

@@ -5,7 +5,7 @@ TCP stream per env worker, straight to its rollout worker. A frame is the messag
 (`rlhw.rl.pipeline.messages.pack`: a header naming each array's dtype and shape, then the raw arrays; no pickle)
 and an AES-GCM tag (`rlhw.rl.pipeline.lane_frames`): round trip alone p50 0.18-0.49 ms in runs where the pickle
 lane it replaced took 0.21-0.56, p99 within noise of it (tools/bench_lane.py, tools/bench_pipeline.py --parts
-phases). Measured before that on the 2-core VM (tools/bench_pipeline.py, docs/training.md): the round trip alone
+phases). Measured before that on the 2-core VM (tools/bench_pipeline.py, docs/history.md): the round trip alone
 p50 0.5-1.6 ms (busier runs), and obs->action with the policy 2.6-3.1 ms, against 17-29 ms through the relay of
 two channel actors it replaced (each message a Ray actor call in, and one out; that relay, once
 ``train.step_lane: channels``, is gone: a benchmark's baseline is no product mode). The same message through a
