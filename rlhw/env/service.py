@@ -283,6 +283,9 @@ class EnvService:
             watchdog_s=self.watchdog_s,
             stopped=host.stopped,
             uptime_s=time.time() - host.started,
+            declared_observations=list(self.writer.declared[True]),
+            declared_written=self.writer.written,
+            declared_filled=self.writer.filled,
         )
 
     # -- Session stream -------------------------------------------------------------------------

@@ -90,6 +90,9 @@ class StepWriter:
 
     def __init__(self, spec: EnvSpec):
         n = int(spec.num_envs)
+        self.written = self.filled = (
+            0  # declared observations written as declared / through protobuf's fill (GetStatus)
+        )
         self.declared: dict[bool, dict[str, DeclaredTensor]] = {}  # in_session -> observation -> its piece
         for in_session in (False, True):
             pieces = {name: declare_observation(name, s, n, in_session) for name, s in spec.observations.items()}
@@ -98,12 +101,15 @@ class StepWriter:
     def serialize(self, step: Step, timing: dict[str, float], action: np.ndarray, in_session: bool) -> bytes:
         """A StepResponse (``in_session``: a SessionResponse{step}) of ``step``, the step of ``action``."""
         obs, stamps = wire_observations(step.obs, step.stamps, step.num_envs)
-        pieces, rest = [], dict(obs)
-        for name, piece in self.declared[in_session].items():  # (in the spec's order: the reader's, backwards)
+        pieces, rest, declared = [], dict(obs), self.declared[in_session]
+        for name, piece in declared.items():  # (in the spec's order: the reader's, backwards)
             value = obs.get(name)
             if piece.fits(value):
                 pieces += piece.pieces(value)
                 del rest[name]
+        filled = len(declared) - (len(obs) - len(rest))
+        self.written += len(declared) - filled
+        self.filled += filled
         response = pb.SessionResponse() if in_session else pb.StepResponse()
         fill_step(response.step if in_session else response, step, timing, action, rest, stamps)
         data = response.SerializeToString()

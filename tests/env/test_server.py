@@ -198,3 +198,14 @@ def test_probe_reports_health_spec_and_status_without_taking_control(serve):
         free = s.getsockname()[1]
     with pytest.raises(EnvServerUnavailable):
         probe_env_server(f"127.0.0.1:{free}", timeout_s=1.0)
+
+
+def test_get_status_says_which_observations_went_as_declared_tensors_and_how_often(serve, clients):
+    server = serve(FakeEnv(cameras=1, image_hw=(6, 5), episode_length=100))
+    env = clients(RemoteEnv(server.address, use_session=True))
+    env.reset()
+    for _ in range(4):
+        env.step(np.zeros(7, np.float32))
+    status = env.status()
+    assert list(status.declared_observations) == ["joint_pos", "ee_pose", "gripper", "cam0"]
+    assert (status.declared_written, status.declared_filled) == (16, 0)

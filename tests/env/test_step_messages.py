@@ -299,3 +299,11 @@ def test_a_long_run_of_steps_holds_no_memory_that_grows():
     for _ in range(40_000):
         writer.serialize(step, {}, ACTION, True)
     assert _rss_mb() - before < 32  # MB
+
+
+def test_the_writer_counts_observations_written_as_declared_and_those_protobuf_filled():
+    writer = StepWriter(_spec())
+    writer.serialize(_one(1), {}, ACTION, True)  # three declared observations
+    writer.serialize(_retyped(_one(2), "gripper", np.float64), {}, ACTION, True)  # not as declared: filled
+    writer.serialize(_strided(_one(3)), {}, ACTION, False)  # the frame not C-contiguous: filled
+    assert (writer.written, writer.filled) == (7, 2)

@@ -311,7 +311,7 @@ class PhaseTiming(_message.Message):
     def __init__(self, mean_s: _Optional[float] = ..., p50_s: _Optional[float] = ..., p99_s: _Optional[float] = ..., max_s: _Optional[float] = ..., count: _Optional[int] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("controller", "controller_since", "controller_last_seen", "steps", "resets", "faults", "timing", "env_status_json", "watchdog_s", "stopped", "uptime_s")
+    __slots__ = ("controller", "controller_since", "controller_last_seen", "steps", "resets", "faults", "timing", "env_status_json", "watchdog_s", "stopped", "uptime_s", "declared_observations", "declared_written", "declared_filled")
     class TimingEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -330,6 +330,9 @@ class GetStatusResponse(_message.Message):
     WATCHDOG_S_FIELD_NUMBER: _ClassVar[int]
     STOPPED_FIELD_NUMBER: _ClassVar[int]
     UPTIME_S_FIELD_NUMBER: _ClassVar[int]
+    DECLARED_OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
+    DECLARED_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    DECLARED_FILLED_FIELD_NUMBER: _ClassVar[int]
     controller: str
     controller_since: float
     controller_last_seen: float
@@ -341,4 +344,7 @@ class GetStatusResponse(_message.Message):
     watchdog_s: float
     stopped: bool
     uptime_s: float
-    def __init__(self, controller: _Optional[str] = ..., controller_since: _Optional[float] = ..., controller_last_seen: _Optional[float] = ..., steps: _Optional[int] = ..., resets: _Optional[int] = ..., faults: _Optional[_Iterable[str]] = ..., timing: _Optional[_Mapping[str, PhaseTiming]] = ..., env_status_json: _Optional[str] = ..., watchdog_s: _Optional[float] = ..., stopped: _Optional[bool] = ..., uptime_s: _Optional[float] = ...) -> None: ...
+    declared_observations: _containers.RepeatedScalarFieldContainer[str]
+    declared_written: int
+    declared_filled: int
+    def __init__(self, controller: _Optional[str] = ..., controller_since: _Optional[float] = ..., controller_last_seen: _Optional[float] = ..., steps: _Optional[int] = ..., resets: _Optional[int] = ..., faults: _Optional[_Iterable[str]] = ..., timing: _Optional[_Mapping[str, PhaseTiming]] = ..., env_status_json: _Optional[str] = ..., watchdog_s: _Optional[float] = ..., stopped: _Optional[bool] = ..., uptime_s: _Optional[float] = ..., declared_observations: _Optional[_Iterable[str]] = ..., declared_written: _Optional[int] = ..., declared_filled: _Optional[int] = ...) -> None: ...
