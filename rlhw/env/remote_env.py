@@ -7,7 +7,8 @@ because the arm may already have moved: it raises `EnvServerUnavailable` and the
 (usually: reset). Steps go over the `Session` stream by default (one round trip, no per-call
 setup); ``use_session=False`` uses unary calls.
 
-Observations are read-only numpy views of the parsed tensors' bytes; copy them to modify.
+Observations are read-only numpy views: of the received bytes for the observations the spec declares
+(rlhw.env.step_messages), of the parsed tensors' bytes for any other; copy them to modify.
 """
 
 from __future__ import annotations
