@@ -340,15 +340,24 @@ def test_a_resumed_run_reloads_every_instances_episodes_and_continues(ray_node, 
 def test_an_async_run_with_four_instances_gets_every_evaluation_it_asks_for(ray_node, tmp_path):
     # Async mode polls the env workers from two places (evaluation and training); an eval result must
     # count whichever poll brings it in, or the evaluation waits forever while the robots keep stepping.
+    # Two evaluations are asked for whatever the machine's load: the UTD gate (utd_slack 2, i.e. 8 steps)
+    # keeps the robots within about 61 train steps of what the controller has seen (8 + 3 of a batched tick,
+    # or a 50-step grant while the learner has no data), so the first eval starts by about 100 + 2 * 61
+    # steps, and while it runs (at most 2 episodes of 10 ticks of 4 instances) the run gains at most 80 more
+    # plus 61 before the controller sees it end: about 363 < 400, so the budget cannot end the run inside
+    # the first evaluation, and reaching it (or 200, 300) asks for another one.
+    # (With the default utd_slack of 100, i.e. 400 steps, a loaded machine let one eval run past the budget.)
     config = load_config_dict(
         {
             **VECTOR_RUN,
+            "env": {**VECTOR_RUN["env"], "max_episode_steps": 10},
             "train": {
                 **VECTOR_RUN["train"],
                 "mode": "async",
-                "max_env_steps": 300,
+                "max_env_steps": 400,
                 "eval_every_steps": 100,
                 "learning_starts": 50,
+                "utd_slack": 2,
             },
         }
     )
