@@ -4,7 +4,6 @@ be claimed by naming it, refusals come back promptly, with the right code and bo
 from __future__ import annotations
 
 import queue
-import time
 
 import grpc
 import numpy as np
@@ -77,10 +76,9 @@ def test_stop_is_served_even_when_idle_streams_fill_the_handler_pool(serve):
         for s in refused:
             assert s.call.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "server.max_stream" in s.call.details()
         stub = env_pb2_grpc.EnvStub(channels[0])
-        t0 = time.perf_counter()
-        assert stub.Stop(pb.StopRequest(), timeout=1.0).stopped
-        assert stub.GetStatus(pb.GetStatusRequest(), timeout=1.0).stopped
-        assert time.perf_counter() - t0 < 1.0
+        # A pool held by idle streams would keep these waiting for ever: their deadlines are the bound.
+        assert stub.Stop(pb.StopRequest(), timeout=5.0).stopped
+        assert stub.GetStatus(pb.GetStatusRequest(), timeout=5.0).stopped
     finally:
         for s in held:
             s.close()

