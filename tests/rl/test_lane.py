@@ -90,20 +90,23 @@ def test_a_wrong_token_is_refused_before_anything_is_read_and_a_fake_rollout_wor
         impostor.close()
 
 
-def test_a_silent_or_garbage_connection_does_not_keep_the_env_workers_out(rollout_end):
+def test_a_silent_or_garbage_connection_does_not_keep_the_env_workers_out():
+    # The silent connection's handshake may stay unfinished for 60 s: a doorman that waited for it would keep
+    # the env worker out past its own handshake timeout.
+    rollout_end = DirectRolloutEnd("127.0.0.1", TOKEN, timeout_s=5.0, handshake_timeout_s=60.0)
     silent = socket.create_connection((rollout_end.address.host, rollout_end.address.port))
     garbage = socket.create_connection((rollout_end.address.host, rollout_end.address.port))
     garbage.sendall(os.urandom(4096))
     try:
-        t0 = time.monotonic()
         env = DirectEnvEnd(rollout_end.address, TOKEN, env_rank=0, rollout_rank=0, timeout_s=5.0)
-        assert time.monotonic() - t0 < 2.0  # joined while the silent connection still holds its handshake
+        assert rollout_end.refused <= 1  # joined while the silent connection still holds its handshake
         env.send(_step(0))
         assert [m.env for m in _receive_until(rollout_end, 1)] == [0]
         env.close()
     finally:
         silent.close()
         garbage.close()
+        rollout_end.close()
 
 
 def test_a_rollout_worker_that_does_not_answer_fails_the_step_after_the_step_timeout(rollout_end):
@@ -113,7 +116,7 @@ def test_a_rollout_worker_that_does_not_answer_fails_the_step_after_the_step_tim
         t0 = time.monotonic()
         with pytest.raises(LaneError, match="sent nothing for 0.3 s"):
             env.actions()
-        assert 0.25 < time.monotonic() - t0 < 2.0
+        assert 0.25 < time.monotonic() - t0 < 0.3 + 5.0  # waited its timeout, then gave up (room for load)
     finally:
         env.close()
 
@@ -185,11 +188,9 @@ def test_a_killed_rollout_worker_is_reported_to_the_env_worker_at_once_not_after
         waiting: dict = {}
         t = threading.Thread(target=lambda: _catch(env.actions, waiting), daemon=True)
         t.start()
-        killed_at = time.monotonic()
         proc.send_signal(signal.SIGKILL)
-        t.join(10)
+        t.join(10)  # well inside the 30 s step timeout: the closed lane, not the timeout, ended the wait
         assert not t.is_alive(), "the env worker still waits for a dead rollout worker"
-        assert time.monotonic() - killed_at < 5.0  # well inside the 30 s step timeout
         assert isinstance(waiting["error"], LaneError) and "closed the step lane" in str(waiting["error"])
         with pytest.raises(LaneError):
             env.send(_step(0))

