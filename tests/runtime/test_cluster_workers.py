@@ -163,6 +163,17 @@ class Probe(Worker):
         time.sleep(seconds)  # the long call itself
         return seconds
 
+    def meet(self, folder: str, n: int, timeout_s: float) -> bool:
+        """Mark this rank present in ``folder`` and wait for ``n`` ranks there: True once all are, False after
+        ``timeout_s`` (calls run one after another would never all be present at once)."""
+        open(os.path.join(folder, str(self.rank)), "w").close()
+        deadline = time.monotonic() + timeout_s
+        while len(os.listdir(folder)) < n:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
     def fail(self) -> None:
         raise ValueError(f"boom from rank {self.rank}")
 
@@ -269,10 +280,9 @@ def test_group_call_reaches_every_rank_and_execute_on_narrows_the_next_call(grou
         agent.execute_on([5])
 
 
-def test_group_calls_run_in_parallel(groups):
-    t = time.monotonic()
-    assert groups["agent"].sleep(1.0).wait(30) == [1.0, 1.0, 1.0]
-    assert time.monotonic() - t < 2.5
+def test_group_calls_run_in_parallel(groups, tmp_path):
+    # Each rank's call waits inside for the other two to arrive: only calls running at once all meet.
+    assert groups["agent"].meet(str(tmp_path), 3, 20.0).wait(60) == [True, True, True]
 
 
 def test_group_call_can_be_awaited(groups):
