@@ -119,6 +119,13 @@ class FrankaArm(Arm):
     def connected(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def driver_pid(self) -> int | None:
+        """The driver process's id (None before connect): the one a hang report names, and an operator's
+        handle on a stuck driver."""
+        proc = self._proc
+        return None if proc is None else proc.pid
+
     def connect(self, timeout_s: float = 10.0) -> None:
         with self._lock:
             self._claim()

@@ -331,19 +331,17 @@ def test_state_from_another_thread_answers_during_a_blocking_joint_move_and_show
     target = q0.copy()
     target[0] += 0.3  # about 3 s at this speed
     t, outcome = move_in_background(arm, target, timeout_s=60)
-    reads, latencies = [], []
+    reads = []
     try:
         assert wait_until(lambda: arm.state().q[0] - q0[0] > 0.005, timeout_s=10, period_s=0.05)  # under way
         for _ in range(3):
-            started = time.monotonic()
             reads.append(arm.state())  # the mover holds the command line; this goes over the read line
-            latencies.append(time.monotonic() - started)
             time.sleep(0.3)  # reads spread over the move, so that they can show it progressing
         move_still_running = t.is_alive()
     finally:
         t.join(timeout=60 + STOP_TIMEOUT_S + CALL_TIMEOUT_S)
+    # Every read came back while the move still ran: a state() that waited for the move could not have.
     assert move_still_running, "the move ended before the reads: they did not overlap it"
-    assert max(latencies) < 1.0, f"state() waited for the blocking move: {latencies}"
     assert reads[-1].q[0] - reads[0].q[0] > 0.01, "the reads do not show the arm moving toward the target"
     assert all(r.errors == () for r in reads)
     assert not t.is_alive() and outcome["result"] == "finished", outcome
@@ -451,7 +449,7 @@ def test_probe_of_an_unreachable_robot_points_at_the_network():
 
 @pytest.mark.timeout(120)
 def test_a_hung_driver_process_is_killed_reported_as_hang_and_replaced_on_reconnect(arm):
-    pid = arm._proc.pid
+    pid = arm.driver_pid
     os.kill(pid, signal.SIGSTOP)  # franky stuck inside libfranka looks like this from outside
     t = time.monotonic()
     try:
@@ -466,7 +464,7 @@ def test_a_hung_driver_process_is_killed_reported_as_hang_and_replaced_on_reconn
     assert time.monotonic() - t < CALL_TIMEOUT_S + 2.0
     assert not arm.connected
     assert arm.recover(timeout_s=30) is True  # restarts the driver process, then recovers
-    assert arm.connected and arm._proc.pid != pid
+    assert arm.connected and arm.driver_pid != pid
     assert arm.state().errors == ()
 
 
@@ -477,7 +475,7 @@ def test_a_read_line_that_does_not_answer_during_a_blocking_move_is_a_hang_withi
     target[0] += 0.5
     t, outcome = move_in_background(arm, target, timeout_s=60)
     assert wait_until(lambda: abs(arm.state().q[0] - q0[0]) > 0.005, timeout_s=10, period_s=0.05)  # under way
-    pid = arm._proc.pid
+    pid = arm.driver_pid
     os.kill(pid, signal.SIGSTOP)  # the driver process stops answering on every line
     started = time.monotonic()
     try:
@@ -498,7 +496,7 @@ def test_a_read_line_that_does_not_answer_during_a_blocking_move_is_a_hang_withi
     assert outcome["ended"] - started < CALL_TIMEOUT_S + 5.0
     assert not arm.connected
     assert arm.recover(timeout_s=30) is True
-    assert arm.connected and arm._proc.pid != pid
+    assert arm.connected and arm.driver_pid != pid
     assert arm.state().errors == ()
     arm.move_joints(q0, speed_factor=0.3, timeout_s=30)
 
@@ -548,7 +546,7 @@ arm.command_pose(start.translated((0.0, 0.25, 0.0)))
 deadline = time.monotonic() + 10
 while np.linalg.norm(arm.state().ee_position - start.position) < 0.002 and time.monotonic() < deadline:
     time.sleep(0.05)  # polling for the motion to start, bounded by the deadline
-print(arm._proc.pid, flush=True)  # the arm is moving: the test may kill this controller now
+print(arm.driver_pid, flush=True)  # the arm is moving: the test may kill this controller now
 time.sleep(60)  # a controller that lives until the test kills it
 """
 
