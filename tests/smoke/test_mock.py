@@ -76,13 +76,10 @@ FAULTS = [
 @pytest.mark.parametrize("fault, target, check, reason", FAULTS, ids=[f[0]["kind"] for f in FAULTS])
 def test_an_injected_fault_fails_its_check_with_the_reason_and_a_nonzero_exit(fault, target, check, reason):
     spec = json.dumps([fault])  # JSON is YAML, and keeps the key "on" a string
-    t = time.monotonic()
     report = smoke(SIM_CONFIG, ["env.sim=mock", f"env.mock_faults={spec}"], checks=("robots", "cameras"), timeout_s=3.0)
-    elapsed = time.monotonic() - t
     row = rows(report, target)[check]
     assert row.status == FAIL and reason in row.detail
     assert row.required and report.exit_code == 1
-    assert elapsed < 20
 
 
 @pytest.mark.timeout(60)
