@@ -233,6 +233,12 @@ class MujocoCamera(Camera):
 
     # ------------------------------------------------------------------ properties
     @property
+    def render_thread(self) -> RenderThread | None:
+        """The render thread that holds this camera's GL context (None while closed). It is one per model and
+        image size, shared by every camera that draws them: N arms with cameras cost one context, not N."""
+        return None if self._renderer is None else self._renderer.thread
+
+    @property
     def intrinsics(self) -> Intrinsics:
         """Pinhole intrinsics from the scene camera's vertical field of view (square pixels)."""
         fovy = np.deg2rad(self.arm.model.cam_fovy[self._camera_id])

@@ -133,7 +133,7 @@ def test_cameras_of_many_arms_share_one_gl_context_yet_show_their_own_arm():
     try:
         for c in cams:
             c.open()
-        assert cams[0]._renderer is cams[1]._renderer  # one context (~100 MiB in software GL), not two
+        assert cams[0].render_thread is cams[1].render_thread is not None  # one context (~100 MiB in software GL)
         target = Pose(moving.state().ee_position + [0.1, 0.15, -0.2], DOWN)
         for _ in range(10):
             moving.command_pose(target)
@@ -144,7 +144,7 @@ def test_cameras_of_many_arms_share_one_gl_context_yet_show_their_own_arm():
     finally:
         for c in cams:
             c.close()
-    assert cams[0]._renderer is None
+    assert cams[0].render_thread is None
 
 
 def test_camera_renders_even_when_mujoco_was_imported_before_the_driver_chose_a_backend():
@@ -177,7 +177,7 @@ def test_collision_meshes_draw_the_same_scene_with_the_arm_coarser():
     try:
         for c in cams:
             c.open()
-        assert cams[0]._renderer is cams[1]._renderer  # one GL context: the choice is per render
+        assert cams[0].render_thread is cams[1].render_thread is not None  # one GL context: the choice is per render
         arm.advance(0.1)
         visual, collision = (c.latest().color for c in cams)
         assert visual.shape == collision.shape == (64, 64, 3) and collision.dtype == np.uint8
@@ -224,7 +224,7 @@ def test_a_camera_opened_on_one_thread_renders_for_any_other_on_the_thread_that_
     def read() -> None:
         arm.advance(0.05)
         frames.append(cam.latest().color)
-        where.append(cam._renderer.thread.call(lambda renderer: threading.current_thread()))
+        where.append(cam.render_thread.call(lambda renderer: threading.current_thread()))
 
     try:
         for _ in range(3):  # a new thread each time, as a pool may pick any of its threads
@@ -233,10 +233,10 @@ def test_a_camera_opened_on_one_thread_renders_for_any_other_on_the_thread_that_
             reader.join(30)
         read()  # and the test's own thread
         assert len(frames) == 4 and all(f.shape == (32, 32, 3) and f.std() > 10 for f in frames)
-        owner = cam._renderer.thread.thread
+        owner = cam.render_thread.thread
         assert set(where) == {owner} and owner.name.startswith("rlhw-render-")
     finally:
-        thread = cam._renderer.thread.thread
+        thread = cam.render_thread.thread
         cam.close()
         arm.close()
     assert not thread.is_alive()  # the last user's close freed the context on its thread and ended it
@@ -254,7 +254,7 @@ def test_a_render_that_overruns_its_timeout_is_a_camera_stall_and_the_next_frame
     release = threading.Event()
     try:
         with pytest.raises(RobotFault) as stalled:
-            cam._renderer.thread.call(lambda renderer: release.wait(30), timeout_s=0.05)
+            cam.render_thread.call(lambda renderer: release.wait(30), timeout_s=0.05)
         assert stalled.value.kind is FaultKind.CAMERA_STALL and "took over 0.05 s" in str(stalled.value)
         release.set()  # the stuck work ends; the thread goes on with the next frame
         arm.advance(0.05)

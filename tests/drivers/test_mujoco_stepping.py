@@ -58,9 +58,9 @@ def test_state_after_advance_reports_the_kinematics_of_the_new_state():
         state = arm.state()
         check = fresh_copy(arm)
         mujoco.mj_kinematics(arm.model, check)
-        np.testing.assert_array_equal(state.pose.position, check.site_xpos[arm._tcp])
+        np.testing.assert_array_equal(state.pose.position, check.site_xpos[arm.layout.tcp])
         quat = np.zeros(4)
-        mujoco.mju_mat2Quat(quat, check.site_xmat[arm._tcp])
+        mujoco.mju_mat2Quat(quat, check.site_xmat[arm.layout.tcp])
         np.testing.assert_array_equal(state.pose.quaternion, [*quat[1:], quat[0]])  # MuJoCo's w-first, flipped once
         np.testing.assert_array_equal(state.q, check.qpos[:7])
 
