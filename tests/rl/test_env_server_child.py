@@ -9,11 +9,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from rlhw.errors import ConfigError
 from rlhw.rl.pipeline.env_server import EnvServerError, EnvServerProcess
+
+ROOT = Path(__file__).resolve().parents[2]
 
 _FD = "fd = int(sys.argv[sys.argv.index('--address-fd') + 1])\n"
 
@@ -96,16 +98,14 @@ def test_serve_env_refuses_an_address_fd_that_is_not_open_before_touching_hardwa
     assert "--address-fd" in proc.stderr and "not an open file descriptor" in proc.stderr
 
 
-def test_the_address_fd_check_names_the_option():
-    from rlhw.cli.serve_env import _check_address_fd
+def test_a_closed_address_fd_is_a_config_error_naming_the_option_before_any_env_starts(capsys):
+    from rlhw.cli.serve_env import main
 
-    assert _check_address_fd(None) is None
-    read_fd, write_fd = os.pipe()
-    os.close(read_fd)
-    os.close(write_fd)
-    with pytest.raises(ConfigError) as e:
-        _check_address_fd(write_fd)
-    assert e.value.path == "--address-fd"
+    closed = os.sysconf("SC_OPEN_MAX") - 1  # descriptors are handed out lowest first: the top one is not open
+    config = str(ROOT / "configs" / "sim_reach.yaml")
+    assert main([config, "--address-fd", str(closed), "--env", "no.such.module:factory"]) == 2
+    err = capsys.readouterr().err
+    assert "config error" in err and "--address-fd" in err and "no.such.module" not in err
 
 
 def test_the_real_env_server_takes_its_nodes_robot_loop_isolation_and_reports_what_took_effect(tmp_path, monkeypatch):
