@@ -154,7 +154,7 @@ class WorkerGroup:
         master_addr = cluster.node_ip(records[0].node_rank)
         master_port = cluster.free_port(records[0].node_rank)
         remote_cls = ray.remote(concurrency_groups=CONCURRENCY_GROUPS, max_restarts=0)(self.worker_cls)
-        gpu_share = _gpu_shares(records, [r for recs in cluster.placements.values() for r in recs])
+        gpu_share = gpu_shares(records, [r for recs in cluster.placements.values() for r in recs])
         for rec in records:
             python = cluster.cluster_config.node_env(rec.node_rank).python_interpreter_path
             if python:
@@ -273,7 +273,7 @@ class WorkerGroup:
         self.actors, self.addresses, self.placements = [], [], []
 
 
-def _gpu_shares(records: list[Placement], plan_records: list[Placement]) -> dict[int, float]:
+def gpu_shares(records: list[Placement], plan_records: list[Placement]) -> dict[int, float]:
     """Ray GPU request per record: 1/k of each accelerator shared by k processes of the whole plan.
 
     Counted over every component, not just this launch: rollout and actor sharing the one GPU of a

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rlhw.config import load_config_dict
 from rlhw.placement import plan
-from rlhw.runtime.group import _gpu_shares
+from rlhw.runtime.group import gpu_shares
 
 
 def _workstation_plan():
@@ -24,7 +24,7 @@ def test_components_sharing_one_gpu_each_ask_for_their_share_of_it():
     p = _workstation_plan()
     everything = [r for recs in p.values() for r in recs]
     for component in ("rollout", "learner"):
-        assert _gpu_shares(list(p[component]), everything) == {0: 0.5}
+        assert gpu_shares(list(p[component]), everything) == {0: 0.5}
 
 
 def test_a_gpu_used_by_one_process_is_requested_whole():
@@ -38,4 +38,4 @@ def test_a_gpu_used_by_one_process_is_requested_whole():
         }
     )
     p = plan(cfg.cluster)
-    assert _gpu_shares(list(p["learner"]), list(p["learner"])) == {0: 1.0, 1: 1.0}
+    assert gpu_shares(list(p["learner"]), list(p["learner"])) == {0: 1.0, 1: 1.0}
