@@ -81,7 +81,7 @@ def test_all_critics_and_the_actor_read_one_encoder_per_camera_and_the_target_ha
 
 def test_the_actor_loss_does_not_reach_the_encoder_while_the_critic_loss_trains_it():
     sac, batch = _sac(), _batch()
-    action, log_prob, _ = sac.actor.sample(sac._batch_obs(batch, "obs/"))
+    action, log_prob, _ = sac.actor.sample(sac.batch_obs(batch, "obs/"))
     (action.sum() + log_prob.sum()).backward()
     assert all(p.grad is None for p in sac.encoder.parameters()), "the actor's gradient stops at the features"
     assert all(p.grad is not None for p in sac.actor.trunk.parameters())
@@ -152,7 +152,7 @@ def test_the_update_shifts_training_images_with_its_own_seeded_generator():
 
 def test_augmentation_changes_images_but_not_their_shape_or_dtype():
     sac, batch = _sac(), _batch()
-    shifted = sac._batch_obs(batch, "obs/")["image_front"]
+    shifted = sac.batch_obs(batch, "obs/")["image_front"]
     assert shifted.shape == (8, *SIZE) and shifted.dtype == torch.uint8
     assert not torch.equal(shifted, torch.as_tensor(batch["obs/image_front"]))
 
@@ -219,7 +219,7 @@ def _plain_update(sac: SAC, batch: dict[str, np.ndarray]) -> dict[str, float]:
     """One SAC step written the straightforward way: a separate encoder pass per use (the next action through the
     online encoder, the target Q through the target critics' own copy), the normalisation written out, and the
     actor's loss backpropagated everywhere. Same random draws, in the same order, as `SAC.update`."""
-    obs, next_obs = sac._batch_obs(batch, "obs/"), sac._batch_obs(batch, "next_obs/")
+    obs, next_obs = sac.batch_obs(batch, "obs/"), sac.batch_obs(batch, "next_obs/")
     actions, rewards = torch.as_tensor(batch["action"]), torch.as_tensor(batch["reward"]).view(-1, 1)
     alpha = sac.log_alpha.exp().detach()
     with torch.no_grad():

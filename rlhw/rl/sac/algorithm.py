@@ -122,7 +122,7 @@ class SAC:
             return self.critic_target.q(online_features, actions, members=subset).min(dim=0).values
         return self.critic_target(obs, actions, members=subset).min(dim=0).values
 
-    def _batch_obs(self, batch: Mapping[str, np.ndarray], prefix: str) -> dict[str, torch.Tensor]:
+    def batch_obs(self, batch: Mapping[str, np.ndarray], prefix: str) -> dict[str, torch.Tensor]:
         """The ``prefix`` observations of a batch as tensors, camera images randomly shifted (DrQ) when
         augmentation is on; obs and next_obs draw their shifts independently."""
         t = obs_to_tensors(
@@ -148,7 +148,7 @@ class SAC:
 
     def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
         """One SAC step on a batch dict with obs/<k>, next_obs/<k>, action, reward, terminated."""
-        obs, next_obs = self._batch_obs(batch, "obs/"), self._batch_obs(batch, "next_obs/")
+        obs, next_obs = self.batch_obs(batch, "obs/"), self.batch_obs(batch, "next_obs/")
         actions = torch.as_tensor(batch["action"], device=self.device)
         rewards = torch.as_tensor(batch["reward"], dtype=torch.float32, device=self.device).view(-1, 1)
         not_done = 1.0 - torch.as_tensor(batch["terminated"], dtype=torch.float32, device=self.device).view(-1, 1)
