@@ -113,7 +113,7 @@ def test_placement_command_imports_neither_ray_nor_torch():
 
 
 def test_compact_rows_describe_every_process_exactly():
-    from rlhw.cli.placement import _share, compact_rows
+    from rlhw.cli.placement import compact_rows
     from rlhw.config import load_config_dict
     from rlhw.placement import plan
 
@@ -133,7 +133,9 @@ def test_compact_rows_describe_every_process_exactly():
         rows = compact_rows(records)
         assert [p for row in rows for p in row] == records
         for row in rows:
-            first, share, k = row[0], _share(row), len(row[0].hardware_ranks)
+            first, k = row[0], len(row[0].hardware_ranks)
+            # how many processes in a row share the first one's resources, before the next resource starts
+            share = next((j for j, p in enumerate(row) if p.hardware_ranks != first.hardware_ranks), len(row))
             assert len(row) % share == 0 or len(row) < share
             for j, p in enumerate(row):
                 offset = (j // share) * k if first.node_group != "node" else 0
