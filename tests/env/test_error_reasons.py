@@ -23,7 +23,7 @@ from rlhw.env.client import (
     RemoteEnv,
     SafetyLocked,
 )
-from rlhw.env.errors import _error
+from rlhw.env.errors import error_from_message
 from rlhw.env.fake_env import FakeEnv
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.env.v1 import env_pb2_grpc
@@ -62,6 +62,14 @@ def test_a_robot_fault_takes_only_a_fault_kind():
 def test_an_unknown_fault_value_from_a_newer_server_is_not_taken_for_no_fault():
     with pytest.raises(ValueError, match="FaultKind value 99"):
         codec.fault_from_wire(99)
+
+
+def _error(address, code: grpc.StatusCode, message: str, field: str = "", reason: ErrorReason | None = None):
+    """The client's exception for an in-band Session ``Error`` with these fields."""
+    wire = pb.Error(
+        code=code.value[0], message=message, field=field, reason=codec.REASON_TO_WIRE[reason] if reason else 0
+    )
+    return error_from_message(address, wire)
 
 
 def test_the_client_picks_the_class_from_code_and_reason_not_from_the_message():
