@@ -98,6 +98,12 @@ class FrankaArm(Arm):
         return cls(hw.robot_ip, hw.controller, gripper=hw.gripper, timeout_s=build.env.driver_timeout_s)
 
     # -- ownership -----------------------------------------------------------------------------
+    @staticmethod
+    def controlling(robot_ip: str) -> FrankaArm | None:
+        """The FrankaArm of this process that controls ``robot_ip`` (one controller per arm), or None."""
+        with _owners_lock:
+            return _owners.get(robot_ip)
+
     def _claim(self) -> None:
         with _owners_lock:
             other = _owners.get(self.robot_ip)

@@ -103,7 +103,7 @@ def test_an_unreachable_robot_fails_within_seconds_with_the_cable_and_fci_hint()
 @pytest.mark.timeout(120)
 def test_killing_franky_sim_mid_check_fails_the_state_check_within_the_timeout(sim):
     """Last in this file on purpose: it kills the module's simulator (saves starting another)."""
-    from drivers.franka import arm as franka_arm
+    from drivers.franka import FrankaArm
 
     result = {}
 
@@ -117,7 +117,7 @@ def test_killing_franky_sim_mid_check_fails_the_state_check_within_the_timeout(s
 
     # wait until the smoke test's driver is connected, then until its state check reads, then pull the plug
     def connected_driver():
-        owner = franka_arm._owners.get(sim.host)
+        owner = FrankaArm.controlling(sim.host)
         return owner if owner is not None and owner.connected and owner.info else None
 
     owner = wait_until(connected_driver, timeout_s=60, period_s=0.05)
