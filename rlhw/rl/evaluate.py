@@ -130,7 +130,7 @@ class OpenEnv:
     instance; ``close`` stops the arm (a `RobotEnv` stops it, a server child stops it on SIGTERM)."""
 
     def __init__(self, config: Config, robot_rank: int, log_dir: Path):
-        from rlhw.rl.pipeline.env_worker import env_transport
+        from rlhw.rl.pipeline.env_transport import env_transport
 
         self.server = None
         self.typed_step = None  # the env's own step returns the typed Step: None; a RemoteEnv's is step_typed

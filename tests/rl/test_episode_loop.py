@@ -1,8 +1,8 @@
 """The one episode loop (`rlhw.rl.episode_loop`): what it does with one env instance and with a batch of n.
 
 No Ray, no server and no sleeps: a point-mass env and the fake env stand in for arms, a function for the policy.
-The env worker's part (its hooks, its in-process transport) is driven through `EnvWorker._setup` and
-`_run_episodes` with the rollout worker's two lanes (`_put`, `_actions`) replaced by the test.
+The env worker's part (its hooks, its in-process transport) is driven through `EnvWorker.detached` and
+`run_episodes`, its step lane the test's.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from rlhw.rl import episode_loop
 from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks
 from rlhw.rl.episodes import EpisodeRecorder, episode_files, load_episode
 from rlhw.rl.instances import EVAL, IDLE, TRAIN
-from rlhw.rl.pipeline.env_worker import EnvWorker, env_transport
+from rlhw.rl.pipeline.env_transport import env_transport
+from rlhw.rl.pipeline.env_worker import EnvWorker
 from rlhw.rl.pipeline.messages import Actions
 from rlhw.robot.step import Step
 from tests.rl.point_env import PointReachEnv, TakeoverPointEnv
@@ -276,30 +277,30 @@ def test_a_batched_env_in_this_process_reads_like_the_env_server(tmp_path):
 
 
 class Lanes:
-    """The rollout worker as the env worker sees it: `_put` takes observations and transitions, `_actions`
-    answers every row that asked."""
+    """The rollout worker as the env worker sees it, as its step lane: `send` takes observations and
+    transitions (``puts``), `actions` answers every row that asked."""
 
-    def __init__(self, worker: EnvWorker):
-        self.puts, self.worker = [], worker
-        worker._put = self.put
-        worker._actions = self.actions
+    def __init__(self, action_shape):
+        self.puts, self.action_shape = [], action_shape
 
-    def put(self, obs, rows, evaluating, transitions):
-        self.puts.append((obs, tuple(rows), np.asarray(evaluating).tolist(), transitions))
+    def send(self, msg):
+        self.puts.append((msg.obs, tuple(msg.rows), np.asarray(msg.evaluating).tolist(), msg.transitions))
 
     def actions(self):
         k = len(self.puts[-1][1])
-        self.worker.timer.actions_received()
-        return Actions(np.zeros((k, *self.worker.spec().action.shape), np.float32), np.full(k, 3, np.int64))
+        return Actions(np.zeros((k, *self.action_shape), np.float32), np.full(k, 3, np.int64))
+
+    def close(self):
+        pass
 
 
 def _worker(tmp_path, *overrides) -> EnvWorker:
-    """An env worker without Ray or lanes: its env (in process), episode loop and counters."""
+    """An env worker without Ray, a rollout worker or a loop thread: its env (in process), episode loop and
+    counters, its lane a `Lanes`."""
     raw = {"cluster": CLUSTER, "env": {"sim": "mock", "max_episode_steps": 5}, "train": {"progress": False}}
     config = load_config_dict(raw, overrides=list(overrides))
-    w = EnvWorker.__new__(EnvWorker)
-    w._setup(config, str(tmp_path), 1, "")
-    Lanes(w)
+    w = EnvWorker.detached(config, str(tmp_path))
+    w.attach_lane(Lanes(w.spec().action.shape))
     return w
 
 
@@ -320,11 +321,11 @@ def test_a_simulated_env_worker_steps_its_env_in_process_without_a_server_child(
     before = _children()
     w = _worker(tmp_path)
     try:
-        assert w.transport == "in_process" and w.server_pid() is None and _children() == before
+        assert w.transport.kind == "in_process" and w.server_pid() is None and _children() == before
         w.collect(5)
-        w._run_episodes()
-        assert w.train_steps == 5 and w.poll().episodes[0][2] == 5
-        puts = w._put.__self__.puts
+        w.run_episodes()
+        assert w.work.train_steps == 5 and w.poll().episodes[0][2] == 5
+        puts = w.lane.puts
         assert puts[-1][0] is None and len(puts[-1][3]["reward"]) == 1  # the last step's transition goes alone
         assert sum(len(p[3]["reward"]) for p in puts if p[3] is not None) == 5
         [path] = episode_files(tmp_path / "episodes")
@@ -352,12 +353,12 @@ def test_the_env_worker_ends_the_episode_on_a_refused_step_and_fails_on_the_four
         w.env.step = refuse
         w.collect(100)
         for _ in range(3):
-            w._run_episodes()
-        assert len(w.faults) == 3 and "step refused, episode truncated: " in w.faults[0]
-        assert len(w.episodes) == 3  # each cut-short episode was reported
+            w.run_episodes()
+        assert len(w.outbox.faults) == 3 and "step refused, episode truncated: " in w.outbox.faults[0]
+        assert len(w.outbox.episodes) == 3  # each cut-short episode was reported
         with pytest.raises(type(refusal)):
-            w._run_episodes()
-        assert len(w.episodes) == 4  # ...the fourth too, before the loop gave up
+            w.run_episodes()
+        assert len(w.outbox.episodes) == 4  # ...the fourth too, before the loop gave up
     finally:
         w.env.close()
 
@@ -376,7 +377,7 @@ def test_the_env_worker_and_the_local_runner_run_the_same_loop(tmp_path, monkeyp
     w = _worker(tmp_path)
     try:
         w.collect(5)
-        w._run_episodes()
+        w.run_episodes()
     finally:
         w.env.close()
     env = PointReachEnv()
@@ -384,7 +385,7 @@ def test_the_env_worker_and_the_local_runner_run_the_same_loop(tmp_path, monkeyp
 
     agent = make_agent(SimpleNamespace(train=TrainConfig(sac=SacConfig(hidden_sizes=(8,)))), env.spec, "cpu")
     run_episode(env, agent, np.random.default_rng(0), None, "train")
-    assert calls == ["EnvWorker._act", "agent_policy.<locals>.act"]
+    assert calls == ["EnvLoopHooks.act", "agent_policy.<locals>.act"]
 
 
 # ---------------------------------------------------------------------------------------------- the transport

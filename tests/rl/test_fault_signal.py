@@ -212,8 +212,8 @@ def test_the_env_worker_hands_the_learner_a_fault_step_as_configured(tmp_path):
 
         w.env.step = step
         w.collect(5)
-        w._run_episodes()
-        sent = [p[3] for p in w._put.__self__.puts if p[3] is not None]
+        w.run_episodes()
+        sent = [p[3] for p in w.lane.puts if p[3] is not None]
         reward = np.concatenate([b["reward"] for b in sent])
         terminated = np.concatenate([b["terminated"] for b in sent])
         assert reported[-1].fault == (FaultKind.CONTACT,) and len(reward) == 3

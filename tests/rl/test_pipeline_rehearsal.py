@@ -71,17 +71,13 @@ class WireLane:
         k = self._wanted
         return Actions(np.zeros((k, *self.action_shape), np.float32), np.full(k, 7, np.int64))
 
-    def set_exploration(self, random_actions: bool) -> None:
-        pass
-
     def close(self) -> None:
         pass
 
 
 def worker_on_the_wire(config, tmp_path) -> EnvWorker:
-    w = EnvWorker.__new__(EnvWorker)
-    w._setup(config, str(tmp_path / "run"), 1, "")
-    w.lane = WireLane(w.spec().action.shape)
+    w = EnvWorker.detached(config, str(tmp_path / "run"))
+    w.attach_lane(WireLane(w.spec().action.shape))
     return w
 
 
@@ -92,10 +88,10 @@ def test_the_judges_verdict_reaches_the_controller_and_nothing_the_learner_reads
     w = worker_on_the_wire(rehearsal_config(tmp_path), tmp_path)
     try:
         w.collect(10)
-        w._run_episodes()  # two 5-step train episodes
-        w._run_episodes()
+        w.run_episodes()  # two 5-step train episodes
+        w.run_episodes()
         w.evaluate(1)
-        w._run_episodes()
+        w.run_episodes()
         progress = w.poll()
     finally:
         w.env.close()
@@ -138,8 +134,8 @@ def test_an_eval_episode_ending_after_a_poll_took_its_steps_is_still_counted_as_
     w.hooks.stepped = poll_after_each_step
     try:
         w.evaluate(2)
-        w._run_episodes()
-        w._run_episodes()
+        w.run_episodes()
+        w.run_episodes()
         polls.append(w.poll())
     finally:
         w.env.close()
@@ -154,7 +150,7 @@ def test_a_real_arm_has_no_judge_and_its_progress_no_judge_report(tmp_path):
     w.env.clock = FakeClock()
     try:
         w.collect(3)
-        w._run_episodes()
+        w.run_episodes()
         progress = w.poll()
     finally:
         w.env.close()
@@ -311,14 +307,15 @@ def test_a_simulator_keeping_real_time_waits_for_the_learner_only_between_episod
     w = worker_on_the_wire(config, tmp_path)
     w.env.clock = FakeClock()
     try:
-        assert w.transport == "in_process" and w.env.paced and not w.wait_inside
+        assert w.transport.kind == "in_process" and w.env.paced and not w.transport.wait_inside
         held = []
-        w.gate.wait = lambda collected, stopping: held.append(collected)  # the gate may only be asked between episodes
+        # the gate may only be asked between episodes
+        w.work.gate.wait = lambda collected, stopping: held.append(collected)
         w.allow(2)
         w.run_async()
-        w._run_episodes()
-        assert held == [] and w.train_steps == 5  # the whole episode ran past its allowance of 2
-        assert w._wait_for_work() and held == [5]
+        w.run_episodes()
+        assert held == [] and w.work.train_steps == 5  # the whole episode ran past its allowance of 2
+        assert w.wait_for_work() and held == [5]
         health = w.loop_health()
         assert health["timed_steps"] == 5 and health["late_steps"] == 0 and health["obs_age_p99_ms"] is not None
     finally:
@@ -341,7 +338,7 @@ def test_an_env_in_process_is_opened_by_the_loop_thread_so_its_driver_threads_in
     w.collect(2)
     run = Running(w)
     try:
-        assert wait_until(lambda: w.train_steps == 2 and w.status == "idle", timeout_s=30)
+        assert wait_until(lambda: w.work.train_steps == 2 and w.work.status == "idle", timeout_s=30)
     finally:
         run.stop()
         w.env.close()

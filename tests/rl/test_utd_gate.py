@@ -52,13 +52,11 @@ class Running:
 
     def __init__(self, worker):
         self.w = worker
-        self.thread = threading.Thread(target=worker._loop, daemon=True)
+        self.thread = threading.Thread(target=worker.run_loop, daemon=True)
         self.thread.start()
 
     def stop(self):
-        with self.w.lock:
-            self.w.stopping = True
-            self.w.lock.notify_all()
+        self.w.work.stop()
         self.thread.join(10)
         assert not self.thread.is_alive()
         assert self.w.error is None, self.w.error
@@ -66,31 +64,31 @@ class Running:
 
 def spy_on_waits(w) -> list[tuple[int, list[int]]]:
     """(train steps, instances in an episode) at every wait that held the loop."""
-    seen, real = [], w.gate.wait
+    seen, real = [], w.work.gate.wait
 
     def wait(collected, stopping):
-        if w.gate.blocks(collected):
+        if w.work.gate.blocks(collected):
             seen.append((collected, list(w.episode_loop.book.rows())))
         return real(collected, stopping)
 
-    w.gate.wait = wait
+    w.work.gate.wait = wait
     return seen
 
 
 def test_a_simulator_waits_for_the_learner_before_its_next_step_inside_an_episode(tmp_path):
     w = _worker(tmp_path)  # the mock simulator in process, 5-step episodes
     waits = spy_on_waits(w)
-    assert w.wait_inside
+    assert w.transport.wait_inside
     w.allow(7)
     w.run_async()
     run = Running(w)
     try:
         assert wait_until(lambda: waits, timeout_s=10), "the loop never waited"
         assert waits == [(7, [0])]  # held mid-episode, before step 3 of the second episode
-        assert w.train_steps == 7 and w.episode_loop.book.length[0] == 2
+        assert w.work.train_steps == 7 and w.episode_loop.book.length[0] == 2
         w.allow(12)  # the learner caught up: it steps on to the new allowance and waits again
         assert wait_until(lambda: len(waits) == 2, timeout_s=10)
-        assert waits[1] == (12, [0]) and w.train_steps == 12
+        assert waits[1] == (12, [0]) and w.work.train_steps == 12
     finally:
         run.stop()
         w.env.close()
@@ -125,7 +123,7 @@ def test_a_real_arm_or_a_person_waits_for_the_learner_only_between_episodes(tmp_
     w = _worker(tmp_path)
     w.env.clock = FakeClock()  # paced steps sleep on the test's time
     flag(w.env)
-    assert w.env.paced and not w.wait_inside
+    assert w.env.paced and not w.transport.wait_inside
     waits = spy_on_waits(w)
     w.allow(7)
     w.run_async()
@@ -133,10 +131,10 @@ def test_a_real_arm_or_a_person_waits_for_the_learner_only_between_episodes(tmp_
     try:
         # The second episode starts with 5 of 7 steps used and runs to its end: 10 steps, then the arm waits.
         assert wait_until(lambda: waits, timeout_s=10), "the loop never waited"
-        assert waits == [(10, [])] and w.status == "waiting"
+        assert waits == [(10, [])] and w.work.status == "waiting"
         assert [length for _, _, length, _ in w.poll().episodes] == [5, 5]
         w.evaluate(1)  # an eval episode is not held back: it teaches the learner nothing
-        assert wait_until(lambda: len(w.eval_results) == 1 and len(waits) == 2, timeout_s=10)
+        assert wait_until(lambda: len(w.outbox.eval_results) == 1 and len(waits) == 2, timeout_s=10)
         assert waits[1] == (10, [])  # ...after which the arm waits again for the learner
         w.allow(11)
         assert wait_until(lambda: len(waits) == 3, timeout_s=10)

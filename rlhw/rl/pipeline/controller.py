@@ -38,7 +38,8 @@ from rlhw.config.root import Config
 from rlhw.errors import ConfigError, WorkerError
 from rlhw.rl.checkpoint import checked_init_from
 from rlhw.rl.demos import env_provenance, load_demos
-from rlhw.rl.pipeline.env_worker import EnvWorker, env_transport
+from rlhw.rl.pipeline.env_transport import env_transport
+from rlhw.rl.pipeline.env_worker import EnvWorker
 from rlhw.rl.pipeline.fleet import Fleet
 from rlhw.rl.pipeline.learner_worker import LearnerWorker
 from rlhw.rl.pipeline.messages import (

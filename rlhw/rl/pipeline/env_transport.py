@@ -1,0 +1,109 @@
+"""Where an env worker's env runs (``train.env_transport``): in its own process (a simulator: no server child, no
+serialisation) or behind a `rlhw serve-env` child and a `RemoteEnv` client to it (a real arm: a hung or crashed
+driver cannot take the worker down, and the worker restarts a dead child)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlhw.config.root import Config
+from rlhw.errors import ConfigError
+from rlhw.rl.episode_loop import BatchView
+from rlhw.rl.pipeline.env_server import EnvServerProcess, open_remote_env
+
+
+def env_transport(config: Config, robot_rank: int) -> str:
+    """``in_process`` or ``server``: where env worker ``robot_rank``'s env runs (``train.env_transport``; auto:
+    in this process when it is simulated). A real arm runs in a server child, so that a hung or crashed driver
+    cannot take the worker down and the worker can restart it."""
+    from rlhw.robot.factory import plan_env
+
+    choice = config.train.env_transport
+    simulated = plan_env(config, robot_rank).simulated
+    if choice == "in_process" and not simulated:
+        raise ConfigError(
+            "train.env_transport",
+            "is in_process, but this run drives a real arm, which runs only "
+            "behind its env server child (a hung driver must not stall the "
+            "robot loop, and the worker restarts a dead server); set "
+            "train.env_transport=auto or server, or env.sim=mujoco to rehearse",
+        )
+    if choice == "auto":
+        return "in_process" if simulated else "server"
+    return choice
+
+
+class EnvTransport:
+    """Env worker ``rank``'s env (arm ``robot_rank``, ``env.num_envs`` instances) behind its transport (``kind``),
+    and the restarts of its server child. ``env`` is the env or the server's client; `open` gives the episode
+    loop's view of it."""
+
+    def __init__(self, config: Config, rank: int, robot_rank: int, run_dir: Path):
+        self.config, self.rank, self.robot_rank = config, rank, robot_rank
+        self.kind = env_transport(config, robot_rank)
+        self.log = Path(run_dir) / "logs" / f"env{rank}-server.log"
+        self.server: EnvServerProcess | None = None
+        self.env = None
+        self.restarts = 0
+
+    def open(self) -> BatchView:
+        """The env, in this process or behind a new server child.
+
+        In process the env is built here but opened by its first reset, in the loop thread: the threads its
+        drivers start then (a simulated camera's render thread, Mesa's rasteriser threads) inherit the loop's
+        scheduling (``loop_priority``). Opened here, at Ray's nice 15, they rendered every observation the
+        SCHED_FIFO loop waited for behind every ordinary process (the rehearsal's late steps, "mostly observe")."""
+        if self.kind == "in_process":
+            from rlhw.robot.factory import make_batched_env, make_env
+
+            make = make_env if self.config.env.num_envs == 1 else make_batched_env
+            self.env = make(self.config, self.robot_rank, connect=False)
+            return BatchView(self.env, self.env.spec)
+        self.server, self.env = open_remote_env(self.config, self.robot_rank, self.log, f"rlhw-train-env{self.rank}")
+        return BatchView(self.env, self.env.env_spec, self.env.step_typed)
+
+    @property
+    def dead(self) -> bool:
+        """The server child has exited (never in process)."""
+        return self.server is not None and not self.server.alive()
+
+    def may_restart(self) -> bool:
+        """A dead server child, and restarts left (``train.env_restarts``)."""
+        return self.dead and self.restarts < self.config.train.env_restarts
+
+    def restart(self) -> BatchView:
+        """A dead server child replaced by a new one (only the server transport has a child to restart)."""
+        self.restarts += 1
+        try:
+            self.env.close()
+        except Exception:  # noqa: BLE001 - the old client may be broken already
+            pass
+        self.server.stop()
+        return self.open()
+
+    @property
+    def wait_inside(self) -> bool:
+        """Where the UTD gate may hold the loop: before any train step of a simulator in this process; only
+        between episodes for a real arm (behind its server) and for a simulation that keeps real time as a real
+        arm does (``env.pace: real_time``) or that a person drives (`RobotEnv.paced`)."""
+        return self.kind == "in_process" and not self.env.paced
+
+    def exit_note(self) -> str:
+        """Why a failure may be the server's: its last output, where it has exited."""
+        return f" (env server exited; its last output: {self.server.tail()})" if self.dead else ""
+
+    def server_pid(self) -> int | None:
+        """Process id of the env server child (tests kill it to check the restart); None in process."""
+        return self.server.proc.pid if self.server is not None and self.server.proc is not None else None
+
+    def server_isolation(self) -> dict | None:
+        """What took effect in the server child's loop (None in process)."""
+        return self.server.loop_isolation if self.server is not None else None
+
+    def close(self) -> None:
+        try:
+            if self.env is not None:
+                self.env.close()
+        finally:
+            if self.server is not None:
+                self.server.stop()
