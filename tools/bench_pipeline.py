@@ -267,7 +267,7 @@ def phase_rows(steps: int) -> list[tuple]:
     interleaved step by step with the pickle framing it replaced (the baseline, `tools/bench_lane.py`), the
     policy's forward pass alone (the rollout worker's network, one thread, CPU), and the wire's costs per step
     in process (pickle, codec, tags)."""
-    from rlhw.rl.pipeline.acting import ActingPolicy
+    from rlhw.rl.acting import ActingPolicy
     from rlhw.rl.pipeline.messages import EnvStep, PolicyWeights
     from tools.bench_lane import LANE_NAMES, Lanes, round_trips, wire_cost_rows, with_transitions
 

@@ -39,7 +39,7 @@ import psutil  # noqa: E402
 from drivers.mujoco import MujocoArm, MujocoCamera, _gl  # noqa: E402  (chooses the GL backend first)
 from rlhw.config import load_config  # noqa: E402
 from rlhw.env.client import RemoteEnv  # noqa: E402
-from rlhw.rl.pipeline.env_server import EnvServerProcess  # noqa: E402
+from rlhw.env.server_process import EnvServerProcess  # noqa: E402
 from rlhw.robot import make_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -66,8 +66,8 @@ def _default_config_path(path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlhw.cli.trainer import train
     from rlhw.rl.rundir import RunDir, default_run_dir
-    from rlhw.rl.trainer import train
 
     config = resolve_config(args)
     run_dir = RunDir(args.run_dir or default_run_dir(args.config))

@@ -1,6 +1,6 @@
-"""RL pipeline: SAC, replay, episodes on disk, the run directory, and the env/rollout/learner pipeline.
-
-    from rlhw.rl import train          # train(config, RunDir(path), resume=False) -> StopReason
+"""RL: SAC, replay, episodes on disk, the run directory, the episode loop and the local runner. The
+env/rollout/learner pipeline (`rlhw.rl.pipeline`) builds on this package, never the other way round; `rlhw train`
+picks the runner (`rlhw.cli.trainer.train`).
 
 Names are imported lazily so that importing rlhw.rl does not pull in torch or Ray.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 from rlhw._lazy import lazy_getattr
 
 _LAZY = {
-    "train": "rlhw.rl.trainer",
     "SAC": "rlhw.rl.sac",
     "ObsLayout": "rlhw.rl.sac",
     "ReplayBuffer": "rlhw.rl.replay",
@@ -20,8 +19,6 @@ _LAZY = {
     "load_episode": "rlhw.rl.episodes",
     "RunDir": "rlhw.rl.rundir",
     "train_local": "rlhw.rl.local",
-    "train_pipeline": "rlhw.rl.pipeline.controller",
-    "Pipeline": "rlhw.rl.pipeline.controller",
 }
 
 __all__ = list(_LAZY)

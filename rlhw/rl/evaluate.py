@@ -39,7 +39,7 @@ from rlhw.rl.demos import PROVENANCE_KEY, recorded_env
 from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks, RefusedSteps
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.instances import EVAL
-from rlhw.rl.pipeline.loop_health import LoopTimer
+from rlhw.rl.loop_health import LoopTimer
 from rlhw.rl.rundir import RunStatus
 from rlhw.robot.spec import EnvSpec
 from rlhw.runtime.stop_signals import cause_text, interrupt_cause
@@ -130,7 +130,7 @@ class OpenEnv:
     instance; ``close`` stops the arm (a `RobotEnv` stops it, a server child stops it on SIGTERM)."""
 
     def __init__(self, config: Config, robot_rank: int, log_dir: Path):
-        from rlhw.rl.pipeline.env_transport import env_transport
+        from rlhw.rl.env_transport import env_transport
 
         self.server = None
         self.typed_step = None  # the env's own step returns the typed Step: None; a RemoteEnv's is step_typed
@@ -140,7 +140,7 @@ class OpenEnv:
             self.env = make_env(config, robot_rank)
             self.spec: EnvSpec = self.env.spec
         else:
-            from rlhw.rl.pipeline.env_server import open_remote_env
+            from rlhw.env.server_process import open_remote_env
 
             self.server, self.env = open_remote_env(
                 config, robot_rank, log_dir / f"env{robot_rank}-server.log", f"rlhw-eval-env{robot_rank}"
@@ -164,8 +164,8 @@ class OpenEnv:
 def deterministic_policy(checkpoint: PolicyCheckpoint, spec: EnvSpec, sac_fallback, device):
     """An `ActingPolicy` (the rollout workers' and env workers' acting network) holding the checkpoint's weights,
     acting on its mean: the same forward pass as training's eval episodes."""
-    from rlhw.rl.pipeline.acting import ActingPolicy
-    from rlhw.rl.pipeline.messages import PolicyWeights
+    from rlhw.rl.acting import ActingPolicy
+    from rlhw.rl.policy import PolicyWeights
 
     policy = ActingPolicy(spec, checkpoint.sac(sac_fallback), device, seed=0)
     policy.random_actions = False
@@ -285,7 +285,7 @@ def evaluate(
     from rlhw.robot.factory import declares_real_arm
     from rlhw.runtime.isolation import GcGuard, apply_loop_isolation
 
-    torch.set_num_threads(1)  # one small forward pass per step; see rlhw.rl.trainer
+    torch.set_num_threads(1)  # one small forward pass per step; see rlhw.cli.trainer
     run_dir.write_config(config)
     env = OpenEnv(config, robot_rank, run_dir.path / "logs")
     recorder = None

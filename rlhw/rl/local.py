@@ -20,7 +20,6 @@ from rlhw.rl.demos import PROVENANCE_KEY, env_provenance, load_demos, recorded_e
 from rlhw.rl.episode_loop import Act, BatchView, EpisodeLoop, EpisodeResult, LoopHooks
 from rlhw.rl.episodes import EpisodeKind, EpisodeRecorder
 from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
-from rlhw.rl.pipeline.utd_gate import updates_owed
 from rlhw.rl.policy import choose_actions
 from rlhw.rl.replay import MixedReplay, TransitionBatch
 from rlhw.rl.resume import resume_run
@@ -29,6 +28,7 @@ from rlhw.rl.sac import SAC, resolve_device
 from rlhw.rl.seeds import episode_seed, seed_process
 from rlhw.rl.session import Counters, StopReason, TrainingSession, interrupted
 from rlhw.rl.spaces import AgentSpace
+from rlhw.rl.utd_gate import updates_owed
 from rlhw.rl.verdicts import VerdictTally
 from rlhw.robot.step import Step
 from rlhw.runtime.isolation import GcGuard, apply_learner_threads, apply_loop_isolation
@@ -200,7 +200,7 @@ class LocalRun:
 
     def _isolate(self) -> None:
         """The loop and the learner are this one thread: node 0's loop_cpus and loop_priority apply to both,
-        learner_threads to torch (else what is set: `rlhw.rl.trainer` sets 1); recorded in run.json."""
+        learner_threads to torch (else what is set: `rlhw.cli.trainer` sets 1); recorded in run.json."""
         record = apply_loop_isolation(self.isolation)
         record["learner_threads"] = apply_learner_threads(self.isolation, default=torch.get_num_threads())
         self.session.status_extra["loop_isolation"] = record

@@ -1,6 +1,6 @@
 """How a policy answers a batch of observations: one rule for every process that acts, the local runner
 (`rlhw.rl.local.agent_policy`), the rollout workers and the env workers next to their arms
-(`rlhw.rl.pipeline.acting.ActingPolicy`), so that warm-up, exploration and evaluation cannot drift apart.
+(`rlhw.rl.acting.ActingPolicy`) and `rlhw eval`, so that warm-up, exploration and evaluation cannot drift apart.
 
 - Warm-up (``explore_at_random``, or no weights yet: ``version`` -1): uniform random actions within the action
   bounds, version -1. Deterministic (eval) rows still act on the weights' mean once there are weights.
@@ -12,8 +12,32 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class Actions:
+    """A policy's answer to k observations, one row each, in their order (on the pipeline: the answer to one
+    `rlhw.rl.pipeline.messages.EnvStep` with k > 0, in the order of its ``rows``).
+
+    ``actions``: float32 (k, ...), within the action bounds.
+    ``versions``: int64 (k,), the version of the policy weights that chose each action (the number of SAC
+    updates behind them; -1 for a uniform random action). The recorder stores it with the step.
+    """
+
+    actions: np.ndarray
+    versions: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyWeights:
+    """The policy network's weights (`SAC.policy_state`, numpy), and their version (updates behind them)."""
+
+    version: int
+    state: dict[str, np.ndarray]
+
 
 #: One forward pass of the policy network for the whole batch: (SAC's sample, its mean), float32 (k, ...).
 Forward = Callable[[], tuple[np.ndarray, np.ndarray]]

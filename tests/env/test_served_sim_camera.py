@@ -18,7 +18,7 @@ import pytest
 import drivers.mujoco  # noqa: F401  (chooses the GL backend before mujoco is imported)
 from rlhw.config import load_config
 from rlhw.env.client import RemoteEnv
-from rlhw.rl.pipeline.env_server import EnvServerProcess
+from rlhw.env.server_process import EnvServerProcess
 from rlhw.robot.factory import make_env
 
 pytestmark = pytest.mark.timeout(180)

@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from rlhw.config.train import SacConfig, TrainConfig
+from rlhw.rl.acting import ActingPolicy
 from rlhw.rl.pipeline import acting
-from rlhw.rl.pipeline.acting import ActingPolicy, FeederError, PolicyNextToArm
+from rlhw.rl.pipeline.acting import FeederError, PolicyNextToArm
 from rlhw.rl.pipeline.lane import LaneError
 from rlhw.rl.pipeline.messages import EnvStep, PolicyWeights
 from rlhw.rl.replay import transition_batch

@@ -63,7 +63,7 @@ def test_a_short_local_run_on_the_default_config_writes_its_run_directory(tmp_pa
     assert r.returncode == 0, r.stderr[-2000:]
     status = json.loads((run / "run.json").read_text())
     assert status["status"] == "stopped" and status["env_steps"] >= 60
-    assert status["loop_isolation"]["learner_threads"] == 1  # rlhw.rl.trainer's default; no env_configs here
+    assert status["loop_isolation"]["learner_threads"] == 1  # rlhw.cli.trainer's default; no env_configs here
     assert status["loop_isolation"]["affinity"] and status["loop_isolation"]["policy"] == "SCHED_OTHER"
     assert (run / "config.yaml").exists() and (run / "learning_curve.png").exists()
     assert "run directory" in r.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rlhw.rl.pipeline.env_server import EnvServerError, EnvServerProcess
+from rlhw.env.server_process import EnvServerError, EnvServerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 

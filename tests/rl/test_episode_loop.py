@@ -19,10 +19,10 @@ from rlhw.env.client import EnvServiceError
 from rlhw.env.fake_env import FakeEnv
 from rlhw.errors import ConfigError, FaultKind, SafetyViolation
 from rlhw.rl import episode_loop
+from rlhw.rl.env_transport import env_transport
 from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks
 from rlhw.rl.episodes import EpisodeRecorder, episode_files, load_episode
 from rlhw.rl.instances import EVAL, IDLE, TRAIN
-from rlhw.rl.pipeline.env_transport import env_transport
 from rlhw.rl.pipeline.env_worker import EnvWorker
 from rlhw.rl.pipeline.messages import Actions
 from rlhw.robot.step import Step

@@ -10,10 +10,10 @@ import pytest
 
 from rlhw.config import load_config
 from rlhw.placement import plan
+from rlhw.rl.loop_health import LoopTimer
 from rlhw.rl.pipeline.fleet import Fleet
-from rlhw.rl.pipeline.loop_health import LoopTimer
 from rlhw.rl.pipeline.messages import EnvProgress
-from rlhw.rl.pipeline.utd_gate import step_allowance, updates_owed
+from rlhw.rl.utd_gate import step_allowance, updates_owed
 
 FLEET_YAML = Path(__file__).resolve().parents[2] / "configs" / "sim_fleet.yaml"
 

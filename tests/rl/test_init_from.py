@@ -37,7 +37,7 @@ def same_networks(a: dict, b: dict) -> bool:
 
 @pytest.mark.timeout(120)
 def test_a_local_run_starts_from_the_checkpoints_actor_critics_and_encoder(checkpoint, tmp_path):
-    from rlhw.rl.trainer import train
+    from rlhw.cli.trainer import train
 
     config = load_config(
         ROOT / "configs/sim_reach.yaml",
@@ -53,7 +53,7 @@ def test_a_local_run_starts_from_the_checkpoints_actor_critics_and_encoder(check
 
 @pytest.mark.timeout(240)
 def test_a_pipeline_run_starts_from_the_checkpoint(checkpoint, tmp_path):
-    from rlhw.rl.trainer import train
+    from rlhw.cli.trainer import train
 
     config = load_config(
         ROOT / "configs/sim_reach.yaml", [*SMALL, *NO_UPDATES, "env.sim=mock", f"train.init_from={checkpoint}"]
@@ -65,7 +65,7 @@ def test_a_pipeline_run_starts_from_the_checkpoint(checkpoint, tmp_path):
 
 @pytest.mark.timeout(120)
 def test_a_checkpoint_of_another_env_is_refused_naming_init_from_and_the_key(checkpoint, tmp_path):
-    from rlhw.rl.trainer import train
+    from rlhw.cli.trainer import train
 
     config = load_config(
         ROOT / "configs/sim_reach.yaml",

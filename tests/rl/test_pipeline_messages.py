@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlhw.rl.pipeline.loop_health import LoopTimer, loop_metrics
+from rlhw.rl.loop_health import LoopTimer, loop_metrics
 from rlhw.rl.pipeline.messages import (
     WIRE_DTYPES,
     Actions,

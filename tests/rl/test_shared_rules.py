@@ -10,14 +10,12 @@ import pytest
 import torch
 
 from rlhw.config.train import SacConfig
+from rlhw.rl.acting import ActingPolicy
 from rlhw.rl.checkpoint import checkpoint_state, policy_contract, saved_counters
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.fault_signal import AS_REPORTED
 from rlhw.rl.local import agent_policy
-from rlhw.rl.pipeline.acting import ActingPolicy
-from rlhw.rl.pipeline.messages import PolicyWeights
-from rlhw.rl.pipeline.utd_gate import step_allowance, updates_owed
-from rlhw.rl.policy import choose_actions
+from rlhw.rl.policy import PolicyWeights, choose_actions
 from rlhw.rl.replay import MixedReplay
 from rlhw.rl.resume import resume_run
 from rlhw.rl.rundir import RunDir
@@ -25,6 +23,7 @@ from rlhw.rl.sac import SAC
 from rlhw.rl.seeds import TRAIN_SEEDS_BELOW, SeedStream, episode_seed, rank_seed
 from rlhw.rl.session import Counters
 from rlhw.rl.spaces import AgentSpace
+from rlhw.rl.utd_gate import step_allowance, updates_owed
 from tests.rl.point_env import PointReachEnv
 
 LOW, HIGH = np.array([-1.0, -2.0], np.float32), np.array([1.0, 2.0], np.float32)

@@ -1,4 +1,4 @@
-"""Async mode holds ``train.utd_ratio``: env workers wait for the learner (rlhw.rl.pipeline.utd_gate).
+"""Async mode holds ``train.utd_ratio``: env workers wait for the learner (rlhw.rl.utd_gate).
 
 A simulator waits before its next step; a real arm, or a simulated one that a person drives, waits only
 between episodes. The env worker is driven without Ray here (its loop thread on the mock simulator, the
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rlhw.config.env import TeleopConfig
-from rlhw.rl.pipeline.utd_gate import UtdGate, step_allowance
+from rlhw.rl.utd_gate import UtdGate, step_allowance
 from rlhw.robot.takeover import Takeover
 from rlhw.robot.teleop import Operator, TeleopDevice, TeleopReading
 from tests.rl.test_episode_loop import _worker

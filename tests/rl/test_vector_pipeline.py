@@ -125,7 +125,8 @@ def _bare_rollout_worker(weights_version: int) -> RolloutWorker:
     import torch
 
     from rlhw.config.train import SacConfig
-    from rlhw.rl.pipeline.acting import ActingPolicy, Feeder, ReplayForwarder
+    from rlhw.rl.acting import ActingPolicy
+    from rlhw.rl.pipeline.acting import Feeder, ReplayForwarder
     from rlhw.robot.spec import EnvSpec, TensorSpec
 
     spec = EnvSpec(

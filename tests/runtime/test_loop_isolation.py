@@ -15,7 +15,7 @@ import pytest
 from rlhw.config import load_config_dict
 from rlhw.config.isolation import LoopIsolation
 from rlhw.errors import ConfigError
-from rlhw.rl.pipeline.loop_health import LoopTimer
+from rlhw.rl.loop_health import LoopTimer
 from rlhw.runtime import isolation
 from rlhw.runtime.isolation import GcGuard, OsScheduling, apply_learner_threads, apply_loop_isolation
 

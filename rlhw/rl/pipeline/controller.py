@@ -15,7 +15,7 @@ stop. ``train.mode``:
 - ``async``: the robots step continuously while the controller runs updates in chunks as data arrives; the
   controller grants each env worker the steps the updates done so far pay for (``utd_ratio``, plus
   ``utd_slack`` updates' worth ahead), so a robot faster than the learner waits: a simulator before its next
-  step, a real arm before its next episode (rlhw.rl.pipeline.utd_gate).
+  step, a real arm before its next episode (rlhw.rl.utd_gate).
 
 Either way the achieved UTD (updates per env step after ``learning_starts``) is logged as ``train/utd`` and
 recorded in ``run.json`` (``utd``), with the seconds the env workers waited for the learner.
@@ -38,7 +38,7 @@ from rlhw.config.root import Config
 from rlhw.errors import ConfigError, WorkerError
 from rlhw.rl.checkpoint import checked_init_from
 from rlhw.rl.demos import env_provenance, load_demos
-from rlhw.rl.pipeline.env_transport import env_transport
+from rlhw.rl.env_transport import env_transport
 from rlhw.rl.pipeline.env_worker import EnvWorker
 from rlhw.rl.pipeline.fleet import Fleet
 from rlhw.rl.pipeline.learner_worker import LearnerWorker
@@ -51,10 +51,10 @@ from rlhw.rl.pipeline.messages import (
     expect,
 )
 from rlhw.rl.pipeline.rollout_worker import RolloutWorker
-from rlhw.rl.pipeline.utd_gate import step_allowance, updates_owed
 from rlhw.rl.rundir import RunDir, RunStatus
 from rlhw.rl.session import StopReason, TrainingSession, interrupted
 from rlhw.rl.spaces import observation_shapes
+from rlhw.rl.utd_gate import step_allowance, updates_owed
 from rlhw.rl.verdicts import VerdictTally
 from rlhw.runtime.stop_signals import cause_text, interrupt_cause
 
@@ -378,7 +378,7 @@ class Controller:
 
     def grant(self, floor: int = 0) -> None:
         """Async mode: tell the env workers how many train steps each may have collected, from the updates done
-        (`step_allowance`); they wait for the learner beyond it (rlhw.rl.pipeline.utd_gate)."""
+        (`step_allowance`); they wait for the learner beyond it (rlhw.rl.utd_gate)."""
         cfg = self.cfg
         steps = max(
             floor,

@@ -10,8 +10,8 @@ from collections.abc import Callable
 import numpy as np
 
 from rlhw.rl.episode_loop import LoopHooks
+from rlhw.rl.loop_health import LoopTimer
 from rlhw.rl.pipeline.lane import EnvLaneEnd
-from rlhw.rl.pipeline.loop_health import LoopTimer
 from rlhw.rl.pipeline.messages import EnvStep
 from rlhw.rl.pipeline.work_budget import Outbox, WorkBudget
 from rlhw.rl.replay import TransitionBatch

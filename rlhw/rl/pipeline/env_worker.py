@@ -31,19 +31,19 @@ from pathlib import Path
 import numpy as np
 
 from rlhw.config.root import Config
+from rlhw.env.server_process import EnvServerError
 from rlhw.errors import RlhwError
 from rlhw.rl.demos import PROVENANCE_KEY, recorded_env
+from rlhw.rl.env_transport import EnvTransport
 from rlhw.rl.episode_loop import BatchView, EpisodeLoop, RefusedSteps
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.fault_signal import FaultSignal
 from rlhw.rl.instances import TRAIN
+from rlhw.rl.loop_health import LoopTimer
 from rlhw.rl.pipeline.acting import PolicyNextToArm
 from rlhw.rl.pipeline.env_hooks import EnvLoopHooks
-from rlhw.rl.pipeline.env_server import EnvServerError
-from rlhw.rl.pipeline.env_transport import EnvTransport
 from rlhw.rl.pipeline.lane import EnvLaneEnd, LaneAddress, join
 from rlhw.rl.pipeline.lane_frames import actions_bound
-from rlhw.rl.pipeline.loop_health import LoopTimer
 from rlhw.rl.pipeline.messages import EnvProgress
 from rlhw.rl.pipeline.work_budget import Outbox, WorkBudget
 from rlhw.rl.sac import resolve_device

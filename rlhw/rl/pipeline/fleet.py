@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 import ray
 
 from rlhw.errors import WorkerError
-from rlhw.rl.pipeline.loop_health import loop_metrics
+from rlhw.rl.loop_health import loop_metrics
 from rlhw.rl.pipeline.messages import EnvProgress
 
 #: A cell that misses more than this share of its deadlines between two log rows is named in the log

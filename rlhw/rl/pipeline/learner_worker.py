@@ -55,7 +55,7 @@ class TrainStats:
 
 class LearnerWorker(Worker):
     def __init__(self, config: Config, run_dir: str, num_acting: int, channel_prefix: str = ""):
-        # learner_threads of this node's env_configs, else 1 (small MLPs on shared cores: see rlhw.rl.trainer)
+        # learner_threads of this node's env_configs, else 1 (small MLPs on shared cores: see rlhw.cli.trainer)
         self.learner_threads = apply_learner_threads(config.cluster.node_env(self.info.node_rank).isolation)
         from rlhw.runtime.channel import Channel
 

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from rlhw.rl.policy import Actions as Actions  # the acting policy's answer (rlhw.rl.acting), shared with eval
+from rlhw.rl.policy import PolicyWeights as PolicyWeights  # what the weights channel carries
 from rlhw.rl.replay import TransitionBatch  # the transitions an EnvStep carries, in the replay buffer's fields
 from rlhw.rl.verdicts import VerdictTally
 
@@ -82,27 +84,6 @@ class EnvStep:
 
 
 @dataclass(frozen=True, slots=True)
-class Actions:
-    """The rollout worker's answer to one `EnvStep` with k > 0: one row per instance in the order of its ``rows``.
-
-    ``actions``: float32 (k, ...), within the action bounds.
-    ``versions``: int64 (k,), the version of the policy weights that chose each action (the number of SAC
-    updates behind them; -1 for a uniform random action). The recorder stores it with the step.
-    """
-
-    actions: np.ndarray
-    versions: np.ndarray
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyWeights:
-    """The policy network's weights (`SAC.policy_state`, numpy), and their version (updates behind them)."""
-
-    version: int
-    state: dict[str, np.ndarray]
-
-
-@dataclass(frozen=True, slots=True)
 class JudgeReport:
     """A simulator's evaluation judge (`Task.judge`, rlhw/robot/rehearsal.py) on what one env worker ran since
     its last poll: the field of a simulated arm only (`EnvProgress.judge` is None where no judge saw a step, as on
@@ -129,7 +110,7 @@ class EnvProgress:
     ``status``: idle, waiting (for the learner, between episodes), episode or failed; ``restarts``: env server
     children restarted; ``faults``: robot faults and refused steps since the last poll, as text for the log;
     ``eval_pending``: eval episodes still wanted; ``utd_wait_s``: seconds the loop has waited for the learner
-    (async mode's UTD gate, rlhw.rl.pipeline.utd_gate) since the worker started; ``judge``: a simulator judge's
+    (async mode's UTD gate, rlhw.rl.utd_gate) since the worker started; ``judge``: a simulator judge's
     report (`JudgeReport`), None without one.
     """
 

@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 from rlhw.config.root import Config
-from rlhw.rl.pipeline.acting import ActingPolicy, Feeder, ReplayForwarder, WeightsFollower
+from rlhw.rl.acting import ActingPolicy
+from rlhw.rl.pipeline.acting import Feeder, ReplayForwarder, WeightsFollower
 from rlhw.rl.pipeline.lane import DirectRolloutEnd, LaneAddress, LaneError
 from rlhw.rl.pipeline.lane_frames import env_step_bound
 from rlhw.rl.pipeline.messages import Actions, EnvStep, RolloutProgress

@@ -3,7 +3,7 @@ what the controller's next poll takes (`Outbox`).
 
 The controller's calls (``collect``, ``run_async``, ``allow``, ``evaluate``, ``poll``) and the robot loop
 meet on one condition, the budget's ``lock``; none of the controller's calls waits for the loop. The UTD gate
-(`rlhw.rl.pipeline.utd_gate`) shares that condition, so a grant wakes a loop held by it.
+(`rlhw.rl.utd_gate`) shares that condition, so a grant wakes a loop held by it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import threading
 
 from rlhw.rl.instances import EVAL, TRAIN, Instances
 from rlhw.rl.pipeline.messages import EpisodeResult, JudgeReport
-from rlhw.rl.pipeline.utd_gate import UtdGate
+from rlhw.rl.utd_gate import UtdGate
 from rlhw.rl.verdicts import VerdictTally
 from rlhw.robot.step import Step
 

@@ -1,4 +1,4 @@
-"""Start `rlhw serve-env` as a child process of an env worker and wait until it serves.
+"""Start `rlhw serve-env` as a child process of an env worker or `rlhw eval` and wait until it serves.
 
 The child reports where it listens on a dedicated pipe (``--address-fd``: one JSON line
 ``{"address": "HOST:PORT"}``, read by `rlhw.env.server_child`, as the smoke test does), never in its log

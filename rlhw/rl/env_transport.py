@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlhw.config.root import Config
+from rlhw.env.server_process import EnvServerProcess, open_remote_env
 from rlhw.errors import ConfigError
 from rlhw.rl.episode_loop import BatchView
-from rlhw.rl.pipeline.env_server import EnvServerProcess, open_remote_env
 
 
 def env_transport(config: Config, robot_rank: int) -> str:
