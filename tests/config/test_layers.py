@@ -3,7 +3,8 @@
 Layers, bottom up: ``rlhw.placement`` (the placement grammar and planner, reading a cluster through its own
 `rlhw.placement.view` protocols) <- ``rlhw.hardware`` (the hardware registry, its types, the live-node
 inventory) <- ``rlhw.config`` (which validates ``hardware`` sections through the registry). Inside
-``rlhw.rl.sac``: ``obs_layout`` <- ``networks`` <- ``algorithm``.
+``rlhw.rl.sac``: ``obs_layout`` <- ``networks`` <- ``algorithm``. ``rlhw.rl`` (what eval, the local runner and
+the pipeline share: the env transport, the acting policy, the loop timer, the UTD rule) <- ``rlhw.rl.pipeline``.
 
 Every import counts: at module level, inside a function (a lazy import is still a dependency, only hidden)
 and under ``if TYPE_CHECKING:`` (a type-only import still couples the two). Importing ``a.b.c`` runs the
@@ -133,6 +134,21 @@ def test_the_sac_package_reads_bottom_up_layout_networks_algorithm():
     assert graph["rlhw.rl.sac.obs_layout"] & {"rlhw.rl.sac.networks", "rlhw.rl.sac.algorithm"} == set()
     assert "rlhw.rl.sac.algorithm" not in graph["rlhw.rl.sac.networks"]
     assert not any(m.startswith("rlhw.rl.") and not m.startswith("rlhw.rl.sac") for m in graph["rlhw.rl.sac.algorithm"])
+
+
+def test_the_pipeline_builds_on_the_rl_package_which_never_imports_it():
+    """What eval, the local runner and the pipeline share lives in ``rlhw.rl``; nothing there reaches into
+    ``rlhw.rl.pipeline``, not lazily (the runner is picked above both, in `rlhw.cli.trainer`), and no package
+    cycle runs through the pipeline by way of a third package."""
+    graph = package_graph(module_graph())
+    assert "rlhw.rl" in graph["rlhw.rl.pipeline"]
+    assert "rlhw.rl.pipeline" not in graph["rlhw.rl"], [
+        m
+        for m, targets in module_graph().items()
+        if _package(m, set(graph)) == "rlhw.rl" and any(t.startswith("rlhw.rl.pipeline") for t in targets)
+    ]
+    found = [c for c in cycles(graph) if "rlhw.rl.pipeline" in c]
+    assert found == [], "package cycles through rlhw.rl.pipeline: " + "; ".join(" <-> ".join(c) for c in found)
 
 
 def test_the_config_reads_the_driver_registry_not_the_robot_package():
