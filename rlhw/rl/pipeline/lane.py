@@ -16,7 +16,7 @@ nothing).
 
 Replay batches and weights stay on their channels (bulk data, no deadline).
 
-Who may talk on the lane (the threat model is in docs/training.md): both ends prove they hold the run's
+Who may talk on the lane (the threat model is in docs/lane_security.md): both ends prove they hold the run's
 lane token, each over a nonce the other has just drawn (the token never crosses the lane), so a captured handshake is
 worthless on another connection; every frame after it carries a tag under keys drawn from that handshake and
 its sequence number, so without the token nobody on the robot network can join, inject, change, replay or
