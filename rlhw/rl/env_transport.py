@@ -34,14 +34,15 @@ def env_transport(config: Config, robot_rank: int) -> str:
 
 
 class EnvTransport:
-    """Env worker ``rank``'s env (arm ``robot_rank``, ``env.num_envs`` instances) behind its transport (``kind``),
-    and the restarts of its server child. ``env`` is the env or the server's client; `open` gives the episode
-    loop's view of it."""
+    """Arm ``robot_rank``'s env behind its transport (``kind``): an env worker's (``env.num_envs`` instances) or
+    `rlhw eval`'s (``single``: one instance), and the restarts of its server child (``name`` names the child's
+    process, ``log`` its output). ``env`` is the env or the server's client; `open` gives the episode loop's view
+    of it."""
 
-    def __init__(self, config: Config, rank: int, robot_rank: int, run_dir: Path):
-        self.config, self.rank, self.robot_rank = config, rank, robot_rank
+    def __init__(self, config: Config, robot_rank: int, log: Path, name: str, single: bool = False):
+        self.config, self.robot_rank, self.log, self.name = config, robot_rank, Path(log), name
         self.kind = env_transport(config, robot_rank)
-        self.log = Path(run_dir) / "logs" / f"env{rank}-server.log"
+        self.single = single or config.env.num_envs == 1
         self.server: EnvServerProcess | None = None
         self.env = None
         self.restarts = 0
@@ -56,10 +57,10 @@ class EnvTransport:
         if self.kind == "in_process":
             from rlhw.robot.factory import make_batched_env, make_env
 
-            make = make_env if self.config.env.num_envs == 1 else make_batched_env
+            make = make_env if self.single else make_batched_env
             self.env = make(self.config, self.robot_rank, connect=False)
             return BatchView(self.env, self.env.spec)
-        self.server, self.env = open_remote_env(self.config, self.robot_rank, self.log, f"rlhw-train-env{self.rank}")
+        self.server, self.env = open_remote_env(self.config, self.robot_rank, self.log, self.name)
         return BatchView(self.env, self.env.env_spec, self.env.step_typed)
 
     @property

@@ -130,23 +130,12 @@ class OpenEnv:
     instance; ``close`` stops the arm (a `RobotEnv` stops it, a server child stops it on SIGTERM)."""
 
     def __init__(self, config: Config, robot_rank: int, log_dir: Path):
-        from rlhw.rl.env_transport import env_transport
+        from rlhw.rl.env_transport import EnvTransport
 
-        self.server = None
-        self.typed_step = None  # the env's own step returns the typed Step: None; a RemoteEnv's is step_typed
-        if env_transport(config, robot_rank) == "in_process":
-            from rlhw.robot.factory import make_env
-
-            self.env = make_env(config, robot_rank)
-            self.spec: EnvSpec = self.env.spec
-        else:
-            from rlhw.env.server_process import open_remote_env
-
-            self.server, self.env = open_remote_env(
-                config, robot_rank, log_dir / f"env{robot_rank}-server.log", f"rlhw-eval-env{robot_rank}"
-            )
-            self.spec = self.env.env_spec
-            self.typed_step = self.env.step_typed
+        log = log_dir / f"env{robot_rank}-server.log"
+        self.transport = EnvTransport(config, robot_rank, log, f"rlhw-eval-env{robot_rank}", single=True)
+        self.view: BatchView = self.transport.open()
+        self.env, self.server, self.spec = self.transport.env, self.transport.server, self.view.spec
 
     def close(self) -> None:
         """Close the env (a `RobotEnv` stops the arm; a `RemoteEnv` ends its session, and the server stops the
@@ -188,7 +177,7 @@ class Evaluation:
     ):
         self.env, self.policy, self.on_episode, self.gc_guard = env, policy, on_episode, gc_guard
         self.loop = EpisodeLoop(
-            BatchView(env.env, env.spec, env.typed_step),
+            env.view,
             max_episode_steps,
             [recorder] if recorder is not None else None,
             meta=meta,
@@ -196,13 +185,9 @@ class Evaluation:
         self.timer = LoopTimer()
         self.report = EvalReport()
         self._faults: list[str] = []
-        server = env.server
         # a refused step ends the episode there (truncated), as in the env worker; a dead server raises
-        self.refused = RefusedSteps(
-            self.loop.view.step,
-            lambda: server is not None and not server.alive(),
-            lambda text: self._faults.append(text),
-        )
+        transport = env.transport
+        self.refused = RefusedSteps(self.loop.view.step, lambda: transport.dead, self._faults.append)
         self._first = True
 
     def run(self, episodes: int, first_index: int = 0) -> EvalReport:

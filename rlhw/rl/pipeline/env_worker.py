@@ -137,7 +137,8 @@ class EnvWorker(Worker):
         self.isolation = config.cluster.node_env(self.info.node_rank).isolation
         self.loop_isolation: dict | None = None  # what took effect in the loop thread (its start sets it)
         self.gc_guard = GcGuard()
-        self.transport = EnvTransport(config, self.rank, self.robot_rank, self.run_dir)
+        log = self.run_dir / "logs" / f"env{self.rank}-server.log"
+        self.transport = EnvTransport(config, self.robot_rank, log, f"rlhw-train-env{self.rank}")
         self.recorders = episode_recorders(config, self.run_dir, self.rank)
         # a refused step (the server's refusal, or in process what the server would refuse) ends the running
         # episode(s) there; the view changes when the server is restarted, hence the lambda
