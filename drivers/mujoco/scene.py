@@ -154,13 +154,26 @@ def look_at(position, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
 
 
 def _build_spec(options: SceneOptions) -> mujoco.MjSpec:
+    """The FR3 asset with its hand's TCP site, on a table with a goal marker, the task's objects, and the
+    cameras. Built in one fixed order: the compiled model (and its disk cache) depends on it."""
     spec = mujoco.MjSpec.from_file(ARM_XML)
     spec.meshdir = MESH_DIR  # the asset says "assets", relative to itself; meshes live in assets/meshes
     spec.modelname = "rlhw_fr3" + ("_cube" if options.cube else "") + ("_peg" if options.peg else "")
     spec.option.timestep = options.timestep
     spec.visual.global_.offwidth = 640
     spec.visual.global_.offheight = 480
+    hand = _tune_arm(spec)
+    _add_table_and_target(spec)
+    if options.cube:
+        _add_cube_and_floor_mark(spec.worldbody)
+    if options.peg:
+        _add_peg_in_hole(spec, hand)
+    _add_cameras(spec.worldbody, hand)
+    return spec
 
+
+def _tune_arm(spec: mujoco.MjSpec):
+    """Gravity-compensated links, frictionless fingers, and the TCP site on the hand (returned)."""
     for name in ARM_BODIES:
         spec.body(name).gravcomp = 1.0
     # The finger joints inherit the arm's friction loss (1.137 N) from the asset's class default,
@@ -169,7 +182,11 @@ def _build_spec(options: SceneOptions) -> mujoco.MjSpec:
         spec.joint(name).frictionloss = 0.0
     hand = spec.body("hand")
     hand.add_site(name="tcp", pos=[0.0, 0.0, TCP_OFFSET], size=[0.005, 0.005, 0.005], group=4)
+    return hand
 
+
+def _add_table_and_target(spec: mujoco.MjSpec) -> None:
+    """A checkered table plane under a top light, and the reach target: a mocap sphere no contact sees."""
     spec.add_texture(
         name="grid",
         type=mujoco.mjtTexture.mjTEXTURE_2D,
@@ -191,7 +208,6 @@ def _build_spec(options: SceneOptions) -> mujoco.MjSpec:
         material="table",
         friction=[1.0, 0.005, 0.0001],
     )
-
     target = world.add_body(name="target", mocap=True, pos=[0.5, 0.0, 0.3])
     target.add_geom(
         name="target",
@@ -203,31 +219,33 @@ def _build_spec(options: SceneOptions) -> mujoco.MjSpec:
         group=0,
     )
 
-    if options.cube:
-        cube = world.add_body(name="cube", pos=list(CUBE_PARKED))
-        cube.add_freejoint(name="cube")
-        cube.add_geom(
-            name="cube",
-            type=mujoco.mjtGeom.mjGEOM_BOX,
-            size=[CUBE_HALF_SIZE] * 3,
-            mass=0.1,
-            rgba=[0.85, 0.15, 0.1, 1.0],
-            friction=[1.0, 0.005, 0.0001],
-        )
-        mark = world.add_body(name="floor_mark", mocap=True, pos=list(FLOOR_MARK_PARKED))
-        mark.add_geom(
-            name="floor_mark",
-            type=mujoco.mjtGeom.mjGEOM_BOX,
-            size=[FLOOR_MARK_HALF_SIZE, FLOOR_MARK_HALF_SIZE, FLOOR_MARK_HALF_HEIGHT],
-            rgba=[0.1, 0.3, 0.95, 1.0],
-            contype=0,
-            conaffinity=0,
-            group=0,
-        )
 
-    if options.peg:
-        _add_peg_in_hole(spec, hand)
+def _add_cube_and_floor_mark(world) -> None:
+    """push_cube's free cube and its taped goal mark (a mocap box no contact sees), both parked out of view."""
+    cube = world.add_body(name="cube", pos=list(CUBE_PARKED))
+    cube.add_freejoint(name="cube")
+    cube.add_geom(
+        name="cube",
+        type=mujoco.mjtGeom.mjGEOM_BOX,
+        size=[CUBE_HALF_SIZE] * 3,
+        mass=0.1,
+        rgba=[0.85, 0.15, 0.1, 1.0],
+        friction=[1.0, 0.005, 0.0001],
+    )
+    mark = world.add_body(name="floor_mark", mocap=True, pos=list(FLOOR_MARK_PARKED))
+    mark.add_geom(
+        name="floor_mark",
+        type=mujoco.mjtGeom.mjGEOM_BOX,
+        size=[FLOOR_MARK_HALF_SIZE, FLOOR_MARK_HALF_SIZE, FLOOR_MARK_HALF_HEIGHT],
+        rgba=[0.1, 0.3, 0.95, 1.0],
+        contype=0,
+        conaffinity=0,
+        group=0,
+    )
 
+
+def _add_cameras(world, hand) -> None:
+    """The scene's cameras, in the order sim-only configs map camera serials onto them."""
     world.add_camera(name="front", pos=[1.15, 0.0, 0.6], quat=look_at([1.15, 0.0, 0.6], [0.45, 0.0, 0.15]), fovy=50.0)
     # Wrist camera: on the hand, beside the fingers, looking down the gripper's approach axis.
     hand.add_camera(
@@ -239,7 +257,6 @@ def _build_spec(options: SceneOptions) -> mujoco.MjSpec:
     world.add_camera(name="side", pos=[0.45, -1.0, 0.6], quat=look_at([0.45, -1.0, 0.6], [0.45, 0.0, 0.1]), fovy=50.0)
     # Task camera: in front of the work area, looking back at the arm, so a pushed cube faces it.
     world.add_camera(name="table", pos=[0.74, 0.0, 0.22], quat=look_at([0.74, 0.0, 0.22], [0.52, 0.0, 0.0]), fovy=58.0)
-    return spec
 
 
 _CACHE: dict[SceneOptions, mujoco.MjModel] = {}
