@@ -20,7 +20,7 @@ from rlhw.rl.episodes import EpisodeRecorder, episode_files, iter_recorded_trans
 from rlhw.rl.instances import EVAL, IDLE, TRAIN, Instances
 from rlhw.rl.pipeline.controller import Pipeline, train_pipeline
 from rlhw.rl.pipeline.env_worker import episode_dir
-from rlhw.rl.pipeline.messages import EnvStep, decode_env_step, encode_env_step
+from rlhw.rl.pipeline.messages import EnvStep, pack, unpack
 from rlhw.rl.pipeline.rollout_worker import RolloutWorker
 from rlhw.rl.rundir import RunDir
 from rlhw.runtime.cluster import Cluster
@@ -161,17 +161,11 @@ def _message(env: int, k: int, evaluating: list[bool], transitions: int) -> EnvS
             "reward": np.full(transitions, -1.0, np.float32),
             "terminated": np.zeros(transitions, np.float32),
         }
-    return decode_env_step(
-        encode_env_step(
-            EnvStep(
-                env=env,
-                obs=obs if k else None,
-                rows=tuple(range(k)),
-                evaluating=np.array(evaluating, bool),
-                transitions=tr,
-            )
-        )
+    sent = EnvStep(
+        env=env, obs=obs if k else None, rows=tuple(range(k)), evaluating=np.array(evaluating, bool), transitions=tr
     )
+    buf, header_len, payload_len = pack(sent)
+    return unpack(buf, 0, header_len, payload_len, EnvStep)  # as the rollout worker receives it from the lane
 
 
 def test_the_rollout_worker_answers_each_env_worker_with_one_action_array_and_the_policy_versions():

@@ -1,17 +1,17 @@
 """The messages of the training pipeline, one frozen dataclass each: the contract between its processes.
 
-    env worker --EnvStep (obs channel, key = rollout rank)--> rollout worker
-    rollout worker --Actions (actions channel, key = env rank)--> env worker
+    env worker --EnvStep (the direct step lane, rlhw.rl.pipeline.lane)--> rollout worker
+    rollout worker --Actions (the same lane, back)--> env worker
     rollout worker --transition batch (replay channel, key = learner rank)--> learner worker
     learner worker rank 0 --PolicyWeights (weights channel, key = rollout rank)--> rollout worker
     env worker --EnvProgress, rollout worker --RolloutProgress (``poll()``, Ray calls)--> controller
         (a simulated arm's EnvProgress also carries its judge's JudgeReport: to the controller, nowhere else)
 
-Why dataclasses: these cross process boundaries (pickled through Ray channels), so a field renamed on one
-side would otherwise surface as a ``KeyError`` deep in the other process. A receiver checks the type of
+Why dataclasses: these cross process boundaries (the lane's codec, Ray channels and calls), so a field renamed
+on one side would otherwise surface as a ``KeyError`` deep in the other process. A receiver checks the type of
 what it got with `expect`, which names the channel and both types.
 
-`EnvStep` and `Actions` also cross the robot network on the direct step lane, so they have a wire codec of
+`EnvStep` and `Actions` cross the robot network on the direct step lane, so they have a wire codec of
 their own (`pack` / `unpack`): a typed header (kind, then each array's group, name, dtype and shape) and the
 arrays' raw bytes. Decoding builds numpy arrays of a fixed list of dtypes and nothing else, so no byte string
 can make the receiver run code (a pickle can), and every size is checked against the header before use.
@@ -36,8 +36,6 @@ from rlhw.rl.policy import PolicyWeights as PolicyWeights  # what the weights ch
 from rlhw.rl.replay import TransitionBatch  # the transitions an EnvStep carries, in the replay buffer's fields
 from rlhw.rl.verdicts import VerdictTally
 
-OBS_CHANNEL = "rlhw.train.obs"
-ACTION_CHANNEL = "rlhw.train.actions"
 REPLAY_CHANNEL = "rlhw.train.replay"
 WEIGHTS_CHANNEL = "rlhw.train.weights"
 
@@ -164,7 +162,9 @@ WIRE_DTYPES = tuple(
 """The dtypes an array may have on the wire (its code there: index + 1), little-endian whatever the host."""
 MAX_ARRAYS = 256  # arrays in one message (a reach EnvStep with transitions has about 20)
 MAX_NDIM = 8
-MAX_PAYLOAD_BYTES = 1 << 31  # of all arrays of a message together (the lane's frame bound)
+MAX_PAYLOAD_BYTES = (
+    1 << 31
+)  # the largest array the codec describes (numpy's); a lane frame is bounded by its spec (lane_frames.py)
 _DTYPE_CODE = {dt: i + 1 for i, dt in enumerate(WIRE_DTYPES)}
 _KINDS = (EnvStep, Actions)  # a message's kind on the wire: index + 1
 _ALIGN = 16  # the header and every array start at a multiple of this in the payload (aligned numpy views)
@@ -354,34 +354,3 @@ def _check_fields(expected: type, fields: dict[str, tuple[np.dtype, tuple[int, .
     first, second = (fields[n][1][0] for n in specs)
     if first != second:
         raise FrameError(f"{expected.__name__}: {first} {list(specs)[0]} with {second} {list(specs)[1]}")
-
-
-_CHANNEL_PREFIX = struct.Struct("<QQ")  # header and payload lengths of an obs-channel message
-
-
-def encode_env_step(msg: EnvStep) -> bytes:
-    """An env message as one bytes object for the obs channel (the wire codec, behind its two lengths). Why:
-    Ray serializes a message of ~20 small numpy arrays field by field, and the channel actor decodes and
-    re-encodes it on the way through; for an 8-instance reach message one bytes object measured ~1.2 ms
-    less per put and ~0.7 ms less per get on the 2-core VM. Large messages (camera images) still go through
-    the object store: the channel wraps big bytes like any other large payload."""
-    buf, header_len, payload_len = pack(expect(msg, EnvStep, OBS_CHANNEL), front=_CHANNEL_PREFIX.size)
-    _CHANNEL_PREFIX.pack_into(buf, 0, header_len, payload_len)
-    return bytes(buf)
-
-
-def decode_env_step(data: bytes) -> EnvStep:
-    """The `EnvStep` in ``data``; `MessageTypeError` when the obs channel brought anything else."""
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        return expect(data, EnvStep, OBS_CHANNEL)  # not even encoded: still a clear error
-    buf = bytearray(data)  # writable arrays, as the lane's
-    try:
-        header_len, payload_len = _CHANNEL_PREFIX.unpack_from(buf)
-        if _CHANNEL_PREFIX.size + header_len + payload_len != len(buf):
-            raise FrameError(f"lengths {header_len} + {payload_len} do not add up to the {len(buf)} bytes received")
-        return unpack(buf, _CHANNEL_PREFIX.size, header_len, payload_len, EnvStep)
-    except (FrameError, struct.error) as e:
-        raise MessageTypeError(
-            f"{OBS_CHANNEL} carries EnvStep messages in the step codec, but received bytes that "
-            f"do not decode ({e}); are both ends of the pipeline running the same rlhw version?"
-        ) from None
