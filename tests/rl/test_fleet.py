@@ -24,7 +24,6 @@ from rlhw.rl.episodes import episode_files, load_episode
 from rlhw.rl.pipeline.controller import train_pipeline
 from rlhw.rl.rundir import RunDir
 from rlhw.runtime.cluster import Cluster
-from tests.ray_nodes import ray_cluster
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -71,14 +70,6 @@ def fleet_config(**train) -> dict:
             **train,
         },
     }
-
-
-@pytest.fixture(scope="module")
-def ray_nodes():
-    with ray_cluster(
-        {"num_cpus": 2, "labels": {"rlhw.node_rank": "0"}}, {"num_cpus": 2, "labels": {"rlhw.node_rank": "1"}}
-    ) as rc:
-        yield rc
 
 
 def cell_episodes(rd: RunDir, cell: int) -> list:

@@ -20,7 +20,6 @@ from rlhw.rl.episodes import episode_files, load_episode
 from rlhw.rl.pipeline.controller import train_pipeline
 from rlhw.rl.rundir import RunDir
 from rlhw.runtime.cluster import Cluster
-from tests.ray_nodes import ray_cluster
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -51,14 +50,6 @@ def two_node_config(**train) -> dict:
         "env": {"max_episode_steps": 25},
         "train": {**FAST_TRAIN, **train},
     }
-
-
-@pytest.fixture(scope="module")
-def ray_nodes():
-    with ray_cluster(
-        {"num_cpus": 2, "labels": {"rlhw.node_rank": "0"}}, {"num_cpus": 2, "labels": {"rlhw.node_rank": "1"}}
-    ) as rc:
-        yield rc
 
 
 @pytest.mark.timeout(300)

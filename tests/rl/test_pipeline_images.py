@@ -21,7 +21,6 @@ from rlhw.rl.episodes import episode_files, load_episode
 from rlhw.rl.pipeline.controller import train_pipeline
 from rlhw.rl.rundir import RunDir
 from rlhw.runtime.cluster import Cluster
-from tests.ray_nodes import ray_cluster
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -55,14 +54,6 @@ def images_config(transport: str):
         "sac": {"hidden_sizes": [32, 32], "batch_size": 8},
     }
     return load_config_dict(raw)
-
-
-@pytest.fixture(scope="module")
-def ray_nodes():
-    with ray_cluster(
-        {"num_cpus": 2, "labels": {"rlhw.node_rank": "0"}}, {"num_cpus": 2, "labels": {"rlhw.node_rank": "1"}}
-    ) as rc:
-        yield rc
 
 
 @pytest.mark.timeout(300)
