@@ -32,8 +32,6 @@ import time
 import traceback
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -45,24 +43,12 @@ def _sync(device) -> None:
 
 
 def image_agent(batch: int, device, size: int = 64):
-    """SAC with train.sac's defaults and the cnn encoder, and one batch of random frames for it."""
-    from rlhw.config.train import SacConfig
-    from rlhw.config.vision import ImageEncoderConfig
-    from rlhw.rl.sac import SAC, ObsLayout
+    """SAC with train.sac's defaults and the cnn encoder, and one batch of random frames for it: the "cnn"
+    preset of tools/bench_sac_vision.py, on ``device``."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from bench_sac_vision import make
 
-    rng = np.random.default_rng(0)
-    shapes = {"proprio": (9,), "image_front": (size, size, 3)}
-    layout = ObsLayout.from_shapes(shapes, {"proprio": "float32", "image_front": "uint8"})
-    cfg = SacConfig(batch_size=batch, image_encoder=ImageEncoderConfig(kind="cnn"))
-    b = {
-        "action": rng.uniform(-1, 1, (batch, 4)).astype(np.float32),
-        "reward": rng.random(batch, np.float32),
-        "terminated": np.zeros(batch, np.float32),
-    }
-    for prefix in ("obs/", "next_obs/"):
-        b[prefix + "proprio"] = rng.random((batch, 9), np.float32)
-        b[prefix + "image_front"] = rng.integers(0, 256, (batch, size, size, 3), dtype=np.uint8)
-    return SAC(layout, -np.ones(4), np.ones(4), cfg, device=device, augment_seed=0), b
+    return make({"kind": "cnn"}, size, batch, device)
 
 
 def _timed(fn, device, blocks: int, per_block: int) -> float:

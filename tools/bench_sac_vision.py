@@ -37,7 +37,8 @@ PRESETS = {
 }
 
 
-def make(encoder: dict | None, size: int, batch: int) -> tuple[SAC, dict[str, np.ndarray]]:
+def make(encoder: dict | None, size: int, batch: int, device="cpu") -> tuple[SAC, dict[str, np.ndarray]]:
+    """A preset's agent on ``device`` (tools/bench_gpu.py times it on CUDA) and one random batch for it."""
     rng = np.random.default_rng(0)
     shapes, dtypes = {"proprio": (9,)}, {"proprio": "float32"}
     if encoder is not None:
@@ -58,7 +59,7 @@ def make(encoder: dict | None, size: int, batch: int) -> tuple[SAC, dict[str, np
                 if len(shape) == 3
                 else rng.random((batch, *shape), np.float32)
             )
-    return SAC(layout, -np.ones(4), np.ones(4), cfg, augment_seed=0), b
+    return SAC(layout, -np.ones(4), np.ones(4), cfg, device=device, augment_seed=0), b
 
 
 def main() -> None:
