@@ -102,6 +102,12 @@ class ScriptedExpert(TeleopDevice):
         self.interventions = 0
         self._open = False
 
+    def verdict(self) -> bool | None:
+        """What a person watching would say of a success the classifier called: what it sees (`Sight.sees_success`,
+        the same eyes that end a demo), None between episodes."""
+        sight = self.view.look()
+        return None if sight is None else sight.sees_success
+
     @classmethod
     def from_config(cls, config: TeleopConfig, view: OperatorView) -> ScriptedExpert:
         return cls(

@@ -72,5 +72,12 @@ class RewardConfig(StrictModel):
         True,
         description="a success judged by the classifier ends the episode (the task's own termination rules still apply)",
     )
+    retrain_after_rejections: int = Field(
+        5,
+        ge=0,
+        description="train: after this many train episodes that the classifier ended as a success and the operator "
+        "said were not (env.teleop's verdict), retrain the classifier in the background with their frames as "
+        "negatives and use it from the next episode (rlhw/rl/classifier_refresh.py); 0 = never",
+    )
 
     _classifier = field_validator("classifier")(classmethod(lambda cls, v: _file_path(v)))

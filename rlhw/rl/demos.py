@@ -63,8 +63,10 @@ def provenance_of(recorded: Mapping[str, Any]) -> dict[str, Any]:
     tree = {key: recorded.get(key) for key in ("task", "task_options", "action", "reward", "control_hz", "reach")}
     if isinstance(tree["reward"], Mapping):
         # Which judge says "success" (the operator's mark while recording, a classifier trained on those very
-        # demos later: HIL-SERL's order) is not what a demo's transitions mean; the reward's form is.
-        tree["reward"] = {k: v for k, v in tree["reward"].items() if k not in ("classifier", "threshold")}
+        # demos later: HIL-SERL's order), and when it is retrained, is not what a demo's transitions mean; the
+        # reward's form is.
+        judge = ("classifier", "threshold", "retrain_after_rejections")
+        tree["reward"] = {k: v for k, v in tree["reward"].items() if k not in judge}
     return _flatten(json.loads(json.dumps(tree)), "env.")
 
 

@@ -248,10 +248,15 @@ class EpisodeRecorder:
         policy_version: int = -1,
         fault: FaultKind | None = None,
         judge_success: bool | None = None,
+        operator_verdict: bool | None = None,
     ) -> None:
-        """Record one step; ``action`` is what the arm executed (see the module docstring for the flags)."""
+        """Record one step; ``action`` is what the arm executed (see the module docstring for the flags).
+        ``operator_verdict``: the operator's word on a success the classifier called at this step; it becomes
+        the episode's ``operator_success`` (meta), which its frames' labels follow (rlhw/vision/labels.py)."""
         if self._f is None:
             raise RuntimeError("EpisodeRecorder.step before begin()")
+        if operator_verdict is not None:
+            self._meta["operator_success"] = bool(operator_verdict)
         rec = {
             "reward": float(reward),
             "terminated": bool(terminated),

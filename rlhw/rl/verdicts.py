@@ -22,6 +22,7 @@ class VerdictTally:
     false_negatives: int = 0  # the judge saw success, the classifier did not
     judged_positive: int = 0
     false_success_episodes: int = 0  # train episodes the classifier ended as a success the judge did not see
+    operator_rejections: int = 0  # classifier-called successes the operator said were not (its retraining data)
 
     def add(self, classifier: bool, judge: bool, ended: bool) -> None:
         self.steps += 1
@@ -40,6 +41,7 @@ class VerdictTally:
             if "reward_classifier" in extras:
                 success = bool(step.success[i])
                 self.add(success, bool(step.judge_success[i]), success)
+                self.operator_rejections += extras.get("operator_verdict") is False
 
     def merge(self, other: VerdictTally) -> None:
         """Add ``other``'s counts (the controller sums its env workers' tallies)."""
@@ -48,6 +50,7 @@ class VerdictTally:
         self.false_negatives += other.false_negatives
         self.judged_positive += other.judged_positive
         self.false_success_episodes += other.false_success_episodes
+        self.operator_rejections += other.operator_rejections
 
     def row(self) -> dict[str, float]:
         """The period's figures for metrics.jsonl (rates over the judge's negatives / positives; NaN when none)."""
@@ -61,4 +64,5 @@ class VerdictTally:
                 self.false_negatives / self.judged_positive if self.judged_positive else float("nan")
             ),
             "reward/classifier_false_success_episodes": self.false_success_episodes,
+            "reward/operator_rejections": self.operator_rejections,
         }

@@ -12,7 +12,8 @@ Contract used by the env service (rlhw.env) and the RL pipeline:
   evaluation judge's ground truth (`Task.judge`), which no observation, reward or done flag reads
   (``env.sim_state: hidden``, rlhw/robot/rehearsal.py). Its ``extras`` hold ``clipped``, ``episode_step``,
   ``frame_index``, ``teleop_events``, ``operator_label`` (see rlhw/robot/takeover.py), ``reward_classifier``
-  (when a classifier judged) and ``fault_cause`` (when the env locked).
+  (when a classifier judged), ``operator_verdict`` (the operator's word on a success the classifier called:
+  `TeleopDevice.verdict`) and ``fault_cause`` (when the env locked).
 - ``stop()`` halts the arm now; ``status()`` returns a JSON-able dict (read-only, never moves);
   ``close()`` stops and releases hardware.
 
@@ -283,14 +284,23 @@ class RobotEnv:
         self.safety.note_clean_step()
         self.episode_step += 1
         reward, success, terminated, truncated, verdict = self._outcome(state, choice, timing)
+        extras: dict[str, Any] = {"clipped": clipped}
+        if verdict is not None:
+            extras["reward_classifier"] = verdict.info()
+            if verdict.success and self.takeover is not None:  # asked while the episode is still the operator's
+                extras["operator_verdict"] = self.takeover.verdict()
         if terminated or truncated:
             self.episode_active = False
             self._ended_because = "the episode ended; call reset()"
         timing["total"] = self.clock.now() - t0
-        extras: dict[str, Any] = {"clipped": clipped}
-        if verdict is not None:
-            extras["reward_classifier"] = verdict.info()
         return self._result(reward, terminated, truncated, success, timing, action, choice, state, extras)
+
+    def use_classifier(self, path: str) -> None:
+        """Judge success with the classifier in ``path`` from the next step on (a retrained one, between episodes:
+        rlhw/rl/classifier_refresh.py)."""
+        from rlhw.vision.classifier import SuccessJudge
+
+        self.judge = SuccessJudge.from_config(self.config.reward, tuple(self.cameras), path=path)
 
     def _outcome(self, state: ArmState, choice: Choice | None, timing: dict[str, float]):
         """(reward, success, terminated, truncated, classifier verdict) of a clean step: the task's, then the

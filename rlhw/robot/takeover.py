@@ -97,6 +97,10 @@ class Takeover:
     def close(self) -> None:
         self.device.close()
 
+    def verdict(self) -> bool | None:
+        """The operator's verdict on a success the classifier called (`TeleopDevice.verdict`)."""
+        return self.device.verdict()
+
     def choose(self, client_action: np.ndarray) -> Choice:
         reading = self.device.read(timeout_s=self.config.read_timeout_s)
         events = tuple(sorted(reading.events, key=lambda e: e.value))

@@ -163,6 +163,12 @@ class TeleopDevice(abc.ABC):
     def read(self, timeout_s: float = 0.05) -> TeleopReading:
         """The newest state, within ``timeout_s``. Raises RobotFault(FaultKind.TELEOP) when the device is gone."""
 
+    def verdict(self) -> bool | None:
+        """The operator's verdict on the episode the success classifier has just called done: True (it is), False
+        (it is not: a false success, whose frames become the classifier's negatives, `rlhw.rl.classifier_refresh`)
+        or None (no verdict given, the default: a device that cannot answer within the step)."""
+        return None
+
     def __enter__(self) -> TeleopDevice:
         self.open()
         return self

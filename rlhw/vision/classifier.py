@@ -192,6 +192,12 @@ def save_classifier(
     return path
 
 
+def classifier_training(path: str | os.PathLike) -> dict[str, Any]:
+    """How the classifier in ``path`` was trained (its episodes, frames and options), as `save_classifier` wrote it."""
+    blob = torch.load(Path(path), map_location="cpu", weights_only=True)
+    return dict(blob.get("training", {}))
+
+
 def load_classifier(path: str | os.PathLike, field: str = "env.reward.classifier") -> tuple[SuccessClassifier, dict]:
     """(classifier in eval mode, the file's held-out metrics); a ConfigError naming ``field`` when the file
     is missing, unreadable, not a classifier file, or its weights do not fit its spec."""
@@ -244,15 +250,21 @@ class SuccessJudge:
 
     @classmethod
     def from_config(
-        cls, reward: RewardConfig, env_cameras: Sequence[str], field: str = "env.reward.classifier"
+        cls,
+        reward: RewardConfig,
+        env_cameras: Sequence[str],
+        field: str = "env.reward.classifier",
+        path: str | os.PathLike | None = None,
     ) -> SuccessJudge:
-        """Load ``reward.classifier`` and check that the env has every camera it was trained on."""
-        classifier, _ = load_classifier(reward.classifier, field)
+        """Load ``reward.classifier`` (or ``path``, a retrained one) and check that the env has every camera it was
+        trained on."""
+        path = reward.classifier if path is None else str(path)
+        classifier, _ = load_classifier(path, field)
         missing = [c for c in classifier.spec.cameras if c not in env_cameras]
         if missing:
             raise ConfigError(
                 field,
-                f"{reward.classifier!r} was trained on cameras {list(classifier.spec.cameras)} but this env "
+                f"{path!r} was trained on cameras {list(classifier.spec.cameras)} but this env "
                 f"has {list(env_cameras)} (missing {missing}); use the same camera names "
                 "(env.sim_cameras or the arm's camera_serials) or retrain with --cameras",
             )

@@ -127,3 +127,28 @@ def gather_frames(
 
 def count(labels: np.ndarray) -> Mapping[str, int]:
     return {"positive": int(np.sum(labels == 1)), "negative": int(np.sum(labels == 0))}
+
+
+def frame_sources(
+    episodes: Sequence[EpisodeFrames], labels: Sequence[np.ndarray], which: Sequence[int]
+) -> dict[str, int]:
+    """Where the labelled frames of episodes ``which`` come from: what a held-out accuracy covers (and, by what is
+    absent, what it does not). Keys: ``success`` (frames labelled 1), ``before_success`` (0s of an episode that
+    succeeded), ``failed`` (0s of an episode that failed by its own record), ``operator_rejected`` (0s of an episode
+    the classifier called done and the operator rejected), ``given`` (0s a reader fixed, e.g. judge negatives);
+    and per episode kind (``kind_demo``...), the episodes."""
+    out = dict.fromkeys(("success", "before_success", "failed", "operator_rejected", "given"), 0)
+    for i in which:
+        ep, lab = episodes[i], labels[i]
+        out["success"] += int(np.sum(lab == 1))
+        negatives = int(np.sum(lab == 0))
+        if ep.given is not None:
+            source = "given"
+        elif ep.meta.get("operator_success") is False:
+            source = "operator_rejected"
+        else:
+            source = "before_success" if ep.succeeded else "failed"
+        out[source] += negatives
+        kind = f"kind_{ep.meta.get('kind', 'unknown')}"
+        out[kind] = out.get(kind, 0) + 1
+    return out

@@ -28,7 +28,15 @@ from rlhw.config.vision import ImageEncoderConfig
 from rlhw.errors import ConfigError
 from rlhw.vision.augment import random_shift
 from rlhw.vision.classifier import ClassifierSpec, SuccessClassifier
-from rlhw.vision.labels import EpisodeFrames, LabelRules, count, frame_labels, gather_frames, split_by_episode
+from rlhw.vision.labels import (
+    EpisodeFrames,
+    LabelRules,
+    count,
+    frame_labels,
+    frame_sources,
+    gather_frames,
+    split_by_episode,
+)
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,18 @@ class TrainOptions:
     seed: int = 0
     rules: LabelRules = field(default_factory=LabelRules)
     each_camera: bool = False  # one classifier per camera, success when all agree (ClassifierSpec)
+
+
+def options_from_dict(d: dict[str, Any]) -> TrainOptions:
+    """The `TrainOptions` a classifier file's ``training["options"]`` records (the inverse of the dict it saves)."""
+    tuples = {k: tuple(d[k]) for k in ("input_size", "crop") if k in d}
+    cameras = None if d.get("cameras") is None else tuple(d["cameras"])
+    plain = {k: v for k, v in d.items() if k not in ("encoder", "rules")}
+    return TrainOptions(
+        **{**plain, **tuples, "cameras": cameras},
+        encoder=ImageEncoderConfig(**d.get("encoder", {})),
+        rules=LabelRules(**d.get("rules", {})),
+    )
 
 
 @dataclass
@@ -174,6 +194,10 @@ def train_success_classifier(episodes: Sequence[EpisodeFrames], opts: TrainOptio
     training = {
         "episodes": {"train": [episodes[i].name for i in train_eps], "held_out": [episodes[i].name for i in held_eps]},
         "frames": {"train": count(y_train), "held_out": count(y_held)},
+        "sources": {
+            "train": frame_sources(episodes, labels, train_eps),
+            "held_out": frame_sources(episodes, labels, held_eps),
+        },
         "train_accuracy": train["accuracy"],
         "loss_per_epoch": losses,
         "options": {**asdict(opts), "encoder": opts.encoder.model_dump()},

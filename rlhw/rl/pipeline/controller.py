@@ -337,6 +337,8 @@ class Controller:
             for fault in res.faults:
                 session.increment("robot/faults")
                 _note(f"{self.pipe.envs.addresses[res.rank]}: {fault}")
+            for text in res.notices:
+                _note(f"{self.pipe.envs.addresses[res.rank]}: {text}")
             self.collected[res.rank] = res.train_steps
             self.restarts[res.rank] = res.restarts
             self.env_wait_s[res.rank] = res.utd_wait_s

@@ -23,6 +23,7 @@ operator acted instead).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -33,9 +34,10 @@ import numpy as np
 from rlhw.config.root import Config
 from rlhw.env.server_process import EnvServerError
 from rlhw.errors import RlhwError
+from rlhw.rl.classifier_refresh import ClassifierRefresh
 from rlhw.rl.demos import PROVENANCE_KEY, recorded_env
 from rlhw.rl.env_transport import EnvTransport
-from rlhw.rl.episode_loop import BatchView, EpisodeLoop, RefusedSteps
+from rlhw.rl.episode_loop import BatchView, EpisodeLoop, EpisodeResult, RefusedSteps
 from rlhw.rl.episodes import EpisodeRecorder
 from rlhw.rl.fault_signal import FaultSignal
 from rlhw.rl.instances import TRAIN
@@ -49,6 +51,7 @@ from rlhw.rl.pipeline.work_budget import Outbox, WorkBudget
 from rlhw.rl.sac import resolve_device
 from rlhw.rl.seeds import SeedStream, episode_seed, rank_seed
 from rlhw.robot.spec import EnvSpec
+from rlhw.robot.step import Step
 from rlhw.runtime.isolation import GcGuard, apply_loop_isolation
 from rlhw.runtime.worker import Worker
 
@@ -162,6 +165,40 @@ class EnvWorker(Worker):
             wait_inside=lambda: self.transport.wait_inside,
         )
         self.hooks = self.acting.hooks()
+        self.refresh = self._classifier_refresh()
+        if self.refresh is not None:
+            self.hooks = dataclasses.replace(self.hooks, stepped=self._stepped, report=self._report)
+
+    def _classifier_refresh(self) -> ClassifierRefresh | None:
+        """The classifier's retraining from the operator's rejections (rlhw/rl/classifier_refresh.py), where this
+        run has a classifier, an operator to ask and recorded episodes; it swaps the env's classifier in place, so
+        it needs the env in this process, one instance (a served env keeps the classifier it started with)."""
+        reward = self.config.env.reward
+        if reward.classifier is None or reward.retrain_after_rejections == 0 or self.config.env.teleop.device == "none":
+            return None
+        if self.transport.kind != "in_process" or self.num_envs != 1 or not self.recorders:
+            self.outbox.notice(
+                "the classifier is not retrained during this run (env.reward.retrain_after_rejections): that needs "
+                "the env in the env worker's process, one instance, with its episodes recorded"
+            )
+            return None
+        return ClassifierRefresh(
+            reward.classifier,
+            [r.dir for r in self.recorders],
+            self.run_dir / "reward",
+            reward.retrain_after_rejections,
+            use=lambda path: self.transport.env.use_classifier(path),
+        )
+
+    def _stepped(self, step: Step) -> None:
+        self.acting.stepped(step)
+        self.refresh.stepped(step, self.acting.training())
+
+    def _report(self, kind: str, result: EpisodeResult) -> None:
+        """An episode ended: the outbox hears of it, and between episodes a retrained classifier is taken."""
+        self.outbox.report(kind, result)
+        if text := self.refresh.between_episodes():
+            self.outbox.notice(text)
 
     def attach_lane(self, lane: EnvLaneEnd) -> None:
         """The step lane the loop's observations go out on and its actions come back from."""

@@ -109,7 +109,8 @@ class EnvProgress:
     children restarted; ``faults``: robot faults and refused steps since the last poll, as text for the log;
     ``eval_pending``: eval episodes still wanted; ``utd_wait_s``: seconds the loop has waited for the learner
     (async mode's UTD gate, rlhw.rl.utd_gate) since the worker started; ``judge``: a simulator judge's
-    report (`JudgeReport`), None without one.
+    report (`JudgeReport`), None without one; ``notices``: what the worker did that the run's log should say
+    (not faults: a retrained classifier taken into use).
     """
 
     rank: int
@@ -124,6 +125,7 @@ class EnvProgress:
     error: str | None = None
     utd_wait_s: float = 0.0
     judge: JudgeReport | None = None
+    notices: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,12 +103,18 @@ class Outbox:
         self.episodes: list[EpisodeResult] = []
         self.eval_results: list[EpisodeResult] = []
         self.faults: list[str] = []
+        self.notices: list[str] = []
         self._clear_judge()
         self._judged_episode = False  # the judge saw a step of the running episode (one instance: see `stepped`)
         self._judge = False  # a simulator's judge has reported on a step: every poll from then on carries its report
 
     def note(self, text: str) -> None:
         self.faults.append(text)
+
+    def notice(self, text: str) -> None:
+        """Something for the run's log that is not a fault (see `EnvProgress.notices`)."""
+        with self.work.lock:
+            self.notices.append(text)
 
     def report(self, kind: str, result: EpisodeResult) -> None:
         """A finished episode (the episode loop's ``report`` hook): an eval episode is one fewer wanted."""
@@ -133,8 +139,14 @@ class Outbox:
     def take(self) -> dict:
         """The poll's share of `EnvProgress` (caller holds the budget's lock)."""
         judge = JudgeReport(self._judged_steps, self._judged_evals, self._verdicts) if self._judge else None
-        out = {"episodes": self.episodes, "eval_results": self.eval_results, "faults": self.faults, "judge": judge}
-        self.episodes, self.eval_results, self.faults = [], [], []
+        out = {
+            "episodes": self.episodes,
+            "eval_results": self.eval_results,
+            "faults": self.faults,
+            "judge": judge,
+            "notices": self.notices,
+        }
+        self.episodes, self.eval_results, self.faults, self.notices = [], [], [], []
         self._clear_judge()
         return out
 

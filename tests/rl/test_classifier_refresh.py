@@ -1,0 +1,162 @@
+"""The success classifier retrained during a run from the operator's verdicts (rlhw/rl/classifier_refresh.py).
+
+When the classifier ends a train episode as a success, the operator is asked; a "no" marks the episode's frames as
+negatives. After ``env.reward.retrain_after_rejections`` of them the env worker retrains the classifier in the
+background and the env judges with the new one from the next episode. The env worker is driven without Ray (as
+in test_pipeline_rehearsal); the retraining is injected where the test is about the worker, and real where it
+is about what the new classifier is trained on.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from concurrent.futures import Future
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlhw.cli.main import main
+from rlhw.rl.classifier_refresh import ClassifierRefresh, rejected_files, retrain
+from rlhw.rl.episodes import episode_files, load_episode
+from rlhw.robot.step import Step
+from rlhw.vision.classifier import classifier_training
+from tests.rl.test_pipeline_rehearsal import rehearsal_config, worker_on_the_wire
+from tests.vision.test_classifier_env import constant_classifier
+from tests.vision.test_classifier_training import push_cube_episodes  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.timeout(300)
+
+OPERATOR = ("env.teleop.device=scripted", "env.teleop.mode=intervene", "env.reward.terminate_on_success=true")
+
+
+def fooled_worker(tmp_path, after: int):
+    """An env worker whose classifier calls every step a success, with a scripted operator who sees none."""
+    config = rehearsal_config(tmp_path, *OPERATOR, f"env.reward.retrain_after_rejections={after}")
+    return worker_on_the_wire(config, tmp_path)
+
+
+def done(value=None, error: Exception | None = None) -> Future:
+    f: Future = Future()
+    f.set_exception(error) if error else f.set_result(value)
+    return f
+
+
+def test_the_operator_rejects_a_success_the_classifier_called_and_the_episode_is_recorded_as_failed(tmp_path):
+    w = fooled_worker(tmp_path, after=0)
+    try:
+        w.collect(1)
+        w.run_episodes()  # the classifier ends the episode at its first step
+        progress = w.poll()
+    finally:
+        w.env.close()
+    (f,) = episode_files(tmp_path / "run" / "episodes", "train")
+    episode = load_episode(f)
+    assert episode.success[-1] and episode.meta["operator_success"] is False  # the classifier said yes, the operator no
+    assert rejected_files([tmp_path / "run" / "episodes"]) == [f]
+    assert progress.judge.verdicts.operator_rejections == 1
+    assert w.refresh is None  # retrain_after_rejections=0: counted and recorded, never retrained
+
+
+def test_after_enough_rejections_the_env_judges_with_a_retrained_classifier_from_the_next_episode(tmp_path):
+    w = fooled_worker(tmp_path, after=2)
+    never = constant_classifier(tmp_path / "never.pt", -3.0)
+    launched = []
+
+    def launch(current, dirs, out):
+        launched.append((current, dirs, out))
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(never, out)
+        return done({"out": out, "episodes": 3, "rejected": 2, "held_out": {"precision": 1.0, "recall": 1.0}})
+
+    w.refresh.launch = launch
+    try:
+        w.collect(20)
+        w.run_episodes()
+        w.run_episodes()  # the second rejection: the retraining starts as the episode ends
+        assert len(launched) == 1 and launched[0][0].endswith("always.pt")
+        assert launched[0][2].endswith("reward/classifier-001.pt")
+        w.run_episodes()  # ends at once again (the old classifier); at its end the new one is taken
+        notices = w.poll().notices
+        w.run_episodes()  # the new classifier never calls a success: the episode runs to its step limit
+    finally:
+        w.env.close()
+    lengths = [len(load_episode(f).reward) for f in episode_files(tmp_path / "run" / "episodes", "train")]
+    assert lengths == [1, 1, 1, 5]
+    assert any("retraining started" in n for n in notices) and any("classifier v1 in use" in n for n in notices)
+    assert w.refresh.version == 1 and w.refresh.current.endswith("classifier-001.pt")
+
+
+def test_a_failed_retraining_keeps_the_classifier_in_use_and_says_why():
+    used = []
+    refresh = ClassifierRefresh(
+        "always.pt", [], "out", 1, use=used.append, launch=lambda *a: done(error=OSError("gone"))
+    )
+    refresh.stepped(one_step(verdict=False), training=True)
+    assert "retraining started" in refresh.between_episodes()
+    assert "retraining failed (OSError: gone)" in refresh.between_episodes()
+    assert used == [] and refresh.current.endswith("always.pt") and refresh.version == 0
+
+
+def test_only_train_episodes_rejections_count():
+    refresh = ClassifierRefresh("c.pt", [], "out", 1, use=print, launch=lambda *a: done())
+    refresh.stepped(one_step(verdict=False), training=False)  # an eval episode: the operator is not asked to teach
+    refresh.stepped(one_step(verdict=True), training=True)
+    assert refresh.rejections == 0 and refresh.between_episodes() is None
+
+
+def one_step(verdict: bool) -> Step:
+    return Step.one(
+        {},
+        1.0,
+        True,
+        False,
+        success=True,
+        executed=np.zeros(4, np.float32),
+        intervened=False,
+        stamps={},
+        timing={},
+        extras={"operator_verdict": verdict},
+    )
+
+
+def test_retraining_adds_the_rejected_episodes_as_negatives_and_keeps_the_options(
+    tmp_path,
+    push_cube_episodes,  # noqa: F811
+    capsys,
+):
+    """A classifier trained by `rlhw train-reward`, retrained with three of its failed episodes copied into a run
+    as operator-rejected: trained on its own episodes plus those three, with the options it was trained with."""
+    first = tmp_path / "push.pt"
+    assert main(["train-reward", str(push_cube_episodes), "--out", str(first), "--epochs", "5", "--seed", "3"]) == 0
+    capsys.readouterr()
+    run = tmp_path / "run" / "episodes" / "env0"
+    run.mkdir(parents=True)
+    failed = [f for f in sorted(push_cube_episodes.glob("*.npz")) if not load_episode(f).success.any()][:3]
+    for i, f in enumerate(failed):
+        arrays = dict(np.load(f))
+        meta = {**json.loads(bytes(arrays["meta"]).decode()), "operator_success": False}
+        arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+        np.savez(run / f"train-{i:06d}.npz", **arrays)
+
+    result = retrain(str(first), [str(tmp_path / "run" / "episodes")], str(tmp_path / "classifier-001.pt"))
+
+    before, after = classifier_training(first), classifier_training(tmp_path / "classifier-001.pt")
+    names = [*after["episodes"]["train"], *after["episodes"]["held_out"]]
+    assert result["rejected"] == 3 and result["episodes"] == len(names)
+    assert len(names) == len(before["episodes"]["train"]) + len(before["episodes"]["held_out"]) + 3
+    assert sum(str(run) in n for n in names) == 3
+    assert after["options"] == before["options"]
+
+
+def test_train_reward_says_what_its_held_out_frames_cover_and_what_they_do_not(tmp_path, push_cube_episodes, capsys):  # noqa: F811
+    assert main(["train-reward", str(push_cube_episodes), "--out", str(tmp_path / "c.pt"), "--epochs", "2"]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads((tmp_path / "c.metrics.json").read_text())
+    sources = classifier_training(tmp_path / "c.pt")["sources"]["held_out"]
+    held = report["frames"]["held_out"]
+    assert sources["success"] == held["positive"]
+    assert sum(sources[k] for k in ("before_success", "failed", "operator_rejected", "given")) == held["negative"]
+    assert f"{sources['success']} success frames" in printed
+    assert "they do not cover: frames a policy will seek while it learns on this reward" in printed
