@@ -103,10 +103,10 @@ class ScriptedExpert(TeleopDevice):
         self._open = False
 
     def verdict(self) -> bool | None:
-        """What a person watching would say of a success the classifier called: what it sees (`Sight.sees_success`,
-        the same eyes that end a demo), None between episodes."""
+        """What a person watching would say of a success the classifier called: no when it sees the task plainly
+        not done (`Sight.sees_failure`), else yes; None between episodes."""
         sight = self.view.look()
-        return None if sight is None else sight.sees_success
+        return None if sight is None else not sight.sees_failure
 
     @classmethod
     def from_config(cls, config: TeleopConfig, view: OperatorView) -> ScriptedExpert:

@@ -49,6 +49,7 @@ class EnvOperatorView:
             goal=np.asarray(task.operator_goal(), dtype=float),
             objects={name: np.array(self._sim.object_pose(name).position) for name in task.operator_objects},
             sees_success=bool(task.operator_sees_success(self._sim, state)),
+            sees_failure=bool(task.operator_sees_failure(self._sim, state)),
         )
 
     def expert(self) -> Expert:

@@ -82,7 +82,8 @@ class Sight:
     goal position as an operator knows it (the reach target, the tape on the table, the hole). ``objects``: the
     positions of the scene's objects a person sees (push_cube: the cube), read from the simulator for a scripted
     stand-in; empty where the task names none. ``sees_success``: the operator sees the task done
-    (`Task.operator_sees_success`, a person's eyes, which no sensor of a real cell would give the policy).
+    (`Task.operator_sees_success`, a person's eyes, which no sensor of a real cell would give the policy);
+    ``sees_failure``: the operator sees the task plainly not done (`Task.operator_sees_failure`).
     ``episode`` counts the env's episodes (a new number: a new episode) and ``step`` the steps of this one.
     """
 
@@ -92,6 +93,7 @@ class Sight:
     goal: np.ndarray
     objects: Mapping[str, np.ndarray] = field(default_factory=dict)
     sees_success: bool = False
+    sees_failure: bool = False
 
 
 @dataclass(frozen=True)

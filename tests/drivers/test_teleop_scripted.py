@@ -152,3 +152,23 @@ def test_the_expert_needs_nothing_but_an_operator_view():
     reading = expert.read()
     assert reading.active and reading.twist.tolist() == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]  # full deflection: 4 scales
     assert expert_action(Window()).tolist() == [1.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("cube_from_goal_m", "verdict"),
+    [(0.005, True), (0.025, True), (0.06, False)],  # well in; on the tape's edge (no demo's success, no miss); out
+)
+def test_the_operator_rejects_a_called_success_only_where_the_task_is_plainly_not_done(cube_from_goal_m, verdict):
+    """Its verdict is the taped square's (the judge's 3 cm), not a demo's clear case (1.5 cm): between the two a
+    person says neither, and rejecting there would teach the classifier a boundary no camera resolves."""
+    env = make_env(make_config({"sim": "mujoco", "task": "push_cube", "safety": {"workspace_low": [0.25, -0.3, 0.02]}}))
+    try:
+        expert = ScriptedExpert(env.operator_view, mode="intervene")
+        assert expert.verdict() is None  # between episodes nobody is asked
+        env.reset(seed=3)
+        goal = env.task.goal
+        cube = env.arm.object_pose("cube")
+        env.arm.set_object_pose("cube", cube.with_position([goal[0] + cube_from_goal_m, goal[1], cube.position[2]]))
+        assert expert.verdict() is verdict
+    finally:
+        env.close()

@@ -203,6 +203,13 @@ class Task(abc.ABC):
         whose judge's boundary a camera can barely resolve asks for a clear case here. Default: the judge."""
         return self.judge(sim, state)
 
+    def operator_sees_failure(self, sim: Arm, state: ArmState) -> bool:
+        """When a person at the cell would reject a success the classifier called (`TeleopDevice.verdict`): the
+        task plainly not done, read from ``sim``. Not the demo's clear case (`operator_sees_success`): between the
+        two a person says neither, and teaching a classifier both boundaries teaches one no camera resolves.
+        Default: the judge says not done."""
+        return not self.judge(sim, state)
+
     #: Objects of the scene an operator sees and a scripted stand-in reads from the simulator (`Sight.objects`).
     operator_objects: tuple[str, ...] = ()
 
