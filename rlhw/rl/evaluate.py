@@ -260,10 +260,12 @@ def evaluate(
     run_dir,
     robot_rank: int = 0,
     on_episode: Callable[[EvalEpisode], None] | None = None,
+    first_index: int = 0,
 ) -> EvalReport:
     """Evaluate ``checkpoint`` for ``episodes`` episodes on arm ``robot_rank`` of ``config``; episodes and the
     config snapshot go to ``run_dir`` (a `RunDir`). The checkpoint is refused, before any step, when its spec
-    does not match the env's. The env is closed (the arm stopped) whatever happens."""
+    does not match the env's. The env is closed (the arm stopped) whatever happens. Episode indices (and so
+    seeds) start at ``first_index``: `rlhw.rl.eval_cells` gives each cell its own block of them."""
     import torch
 
     from rlhw.rl.sac import resolve_device
@@ -291,7 +293,7 @@ def evaluate(
         with _scheduling_restored():  # the loop is the calling thread: a caller that goes on gets it back as it was
             isolation = apply_loop_isolation(config.cluster.node_env(0).isolation)
             guard.start()
-            report = evaluation.run(episodes)
+            report = evaluation.run(episodes, first_index)
         report.loop_health["loop_isolation"] = isolation
         return report
     finally:
