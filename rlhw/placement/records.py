@@ -28,6 +28,12 @@ class Placement:
     local_world_size: int
     visible_accelerators: tuple[str, ...] = field(default_factory=tuple)
 
+    @property
+    def robot_rank(self) -> int:
+        """The Franka arm this process drives (its first hardware rank) where it is placed on arms, else its own
+        rank: a simulator's arm is numbered by its env worker. The one rule of a cell's robot rank."""
+        return self.hardware_ranks[0] if self.hardware_type == "Franka" and self.hardware_ranks else self.rank
+
     def to_json(self) -> dict:
         d = asdict(self)
         for k in ("hardware_ranks", "local_hardware_ranks", "visible_accelerators"):

@@ -48,9 +48,7 @@ def cell_ranks(config: Config) -> tuple[int, ...]:
     from rlhw.placement import plan
 
     placements = plan(config.cluster)["env"]
-    return tuple(
-        p.hardware_ranks[0] if p.hardware_type == "Franka" and p.hardware_ranks else i for i, p in enumerate(placements)
-    )
+    return tuple(p.robot_rank for p in placements)
 
 
 def robot_ranks(config: Config, text: str) -> tuple[int, ...]:

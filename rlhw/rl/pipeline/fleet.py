@@ -113,7 +113,7 @@ class Fleet:
                 rank=i,
                 address=group.addresses[i],
                 node_rank=p.node_rank,
-                robot_rank=p.hardware_ranks[0] if p.hardware_type == "Franka" and p.hardware_ranks else i,
+                robot_rank=p.robot_rank,
             )
             for i, p in enumerate(group.placements)
         ]
