@@ -162,7 +162,7 @@ def replay(config: Config, path: Path, tolerance: float) -> int:
                 break
     finally:
         env.close()
-    obs, steps = {k: v[0] for k, v in step.obs.items()}, step.extras[0]["episode_step"]
+    obs, steps = {k: v[0] for k, v in step.obs.items()}, step.notes[0].episode_step
     deviation = max(
         float(np.max(np.abs(obs[k] - episode.obs[k][-1])))
         for k in obs
@@ -204,8 +204,8 @@ class LiveView:
             self._live.update(self._render(episode, step, successes))
 
     def finished(self, episode: int, path, step: Step, successes: int) -> None:
-        label = step.extras[0].get("operator_label") or ("success" if step.success[0] else "failure")
-        line = f"episode {episode + 1}/{self.episodes}: {step.extras[0]['episode_step']} steps, {label}, saved {path}"
+        label = step.notes[0].operator_label or ("success" if step.success[0] else "failure")
+        line = f"episode {episode + 1}/{self.episodes}: {step.notes[0].episode_step} steps, {label}, saved {path}"
         if self._live is not None:
             self._live.console.print(line)
         else:
@@ -216,7 +216,7 @@ class LiveView:
 
         table = Table(title="rlhw record-demos", show_header=False)
         table.add_row("episode", f"{episode + 1} / {self.episodes}")
-        table.add_row("step", str(step.extras[0]["episode_step"]) if step is not None else "-")
+        table.add_row("step", str(step.notes[0].episode_step) if step is not None else "-")
         table.add_row("successes", str(successes))
         table.add_row("operator", "driving" if step is not None and step.intervened[0] else "-")
         table.add_row("camera frame age", frame_ages(step))

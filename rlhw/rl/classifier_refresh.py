@@ -100,7 +100,7 @@ class ClassifierRefresh:
 
     def stepped(self, step: Step, training: bool) -> None:
         if training:
-            self.rejections += sum(e.get("operator_verdict") is False for e in step.extras)
+            self.rejections += sum(n.operator_verdict is False for n in step.notes)
 
     def between_episodes(self) -> str | None:
         """Take a finished retraining (its file is in use from now), or start one; what happened, for the log."""

@@ -217,7 +217,7 @@ class EpisodeLoop:
                 policy_version=-1 if s.intervened[i] else versions[i],
                 fault=s.fault[i],
                 judge_success=None if s.judge_success is None else bool(s.judge_success[i]),
-                operator_verdict=s.extras[i].get("operator_verdict") if s.extras else None,
+                operator_verdict=s.notes[i].operator_verdict if s.notes else None,
             )
 
     def _note_faults(self, hooks: LoopHooks, s: Step) -> None:

@@ -32,16 +32,16 @@ class VerdictTally:
         self.false_success_episodes += ended and classifier and not judge
 
     def add_step(self, step: Step) -> None:
-        """One env step's classifier verdict (``success``, when the env's ``reward_classifier`` extra says it ran)
+        """One env step's classifier verdict (``success``, where its notes' ``reward_classifier`` says one ran)
         against the judge's, for each instance the judge saw. A classifier success ends its episode
         (``env.reward.terminate_on_success``, the default). The local runner's and the env worker's rule."""
         if step.judge_success is None:
             return
-        for i, extras in enumerate(step.extras):
-            if "reward_classifier" in extras:
+        for i, notes in enumerate(step.notes):
+            if notes.reward_classifier is not None:
                 success = bool(step.success[i])
                 self.add(success, bool(step.judge_success[i]), success)
-                self.operator_rejections += extras.get("operator_verdict") is False
+                self.operator_rejections += notes.operator_verdict is False
 
     def merge(self, other: VerdictTally) -> None:
         """Add ``other``'s counts (the controller sums its env workers' tallies)."""

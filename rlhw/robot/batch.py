@@ -7,7 +7,7 @@ Same-step autoreset (exactly): when instance i's episode ends in ``step`` (termi
 including truncation by a fault), the env resets instance i inside the same call. Then
 
 - the step's ``reward[i]``, ``terminated[i]``, ``truncated[i]``, ``success[i]``, ``fault[i]`` and
-  ``extras[i]`` belong to the step that ended the episode;
+  ``notes[i]`` belong to the step that ended the episode;
 - ``final_obs``'s row i is that episode's last observation, where ``final_mask[i]`` is set;
 - ``obs[i]`` is the FIRST observation of the next episode.
 

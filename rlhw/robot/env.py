@@ -10,10 +10,10 @@ Contract used by the env service (rlhw.env) and the RL pipeline:
   the `FaultKind` that truncated the episode, with its message), the executed action (what went to the safety
   layer: the client's action, or an operator's) and ``intervened``; with a simulated arm ``judge_success``, the
   evaluation judge's ground truth (`Task.judge`), which no observation, reward or done flag reads
-  (``env.sim_state: hidden``, rlhw/robot/rehearsal.py). Its ``extras`` hold ``clipped``, ``episode_step``,
-  ``frame_index``, ``teleop_events``, ``operator_label`` (see rlhw/robot/takeover.py), ``reward_classifier``
-  (when a classifier judged), ``operator_verdict`` (the operator's word on a success the classifier called:
-  `TeleopDevice.verdict`) and ``fault_cause`` (when the env locked).
+  (``env.sim_state: hidden``, rlhw/robot/rehearsal.py). Its ``notes`` (a `StepNotes`, rlhw/robot/step.py) say
+  ``clipped``, ``episode_step``, ``frame_index``, ``teleop_events``, ``operator_label`` (see
+  rlhw/robot/takeover.py), ``reward_classifier`` (when a classifier judged), ``operator_verdict`` (the operator's
+  word on a success the classifier called: `TeleopDevice.verdict`) and ``fault_cause`` (when the env locked).
 - ``stop()`` halts the arm now; ``status()`` returns a JSON-able dict (read-only, never moves);
   ``close()`` stops and releases hardware.
 
@@ -43,7 +43,7 @@ from rlhw.robot.operator_view import EnvOperatorView
 from rlhw.robot.rehearsal import MeasuredArm, check_rehearsal
 from rlhw.robot.reset_procedure import ResetProcedure
 from rlhw.robot.safety import SafetyLayer
-from rlhw.robot.step import Step
+from rlhw.robot.step import ClassifierScore, Step, StepNotes
 from rlhw.robot.takeover import Choice, Takeover
 from rlhw.robot.tasks.base import Task
 from rlhw.robot.teleop import Operator
@@ -284,16 +284,17 @@ class RobotEnv:
         self.safety.note_clean_step()
         self.episode_step += 1
         reward, success, terminated, truncated, verdict = self._outcome(state, choice, timing)
-        extras: dict[str, Any] = {"clipped": clipped}
+        score = operator_verdict = None
         if verdict is not None:
-            extras["reward_classifier"] = verdict.info()
+            score = ClassifierScore(verdict.probability, verdict.threshold)
             if verdict.success and self.takeover is not None:  # asked while the episode is still the operator's
-                extras["operator_verdict"] = self.takeover.verdict()
+                operator_verdict = self.takeover.verdict()
         if terminated or truncated:
             self.episode_active = False
             self._ended_because = "the episode ended; call reset()"
         timing["total"] = self.clock.now() - t0
-        return self._result(reward, terminated, truncated, success, timing, action, choice, state, extras)
+        notes = self._notes(choice, clipped=clipped, reward_classifier=score, operator_verdict=operator_verdict)
+        return self._result(reward, terminated, truncated, success, timing, action, choice, state, notes)
 
     def use_classifier(self, path: str) -> None:
         """Judge success with the classifier in ``path`` from the next step on (a retrained one, between episodes:
@@ -368,7 +369,6 @@ class RobotEnv:
         self._ended_because = f"the episode was truncated by fault {fault.kind}; call reset()"
         timing["total"] = self.clock.now() - t0
         kind, message, cause = self.faults.reported(fault)
-        extras: dict[str, Any] = {"clipped": False, **cause}
         # A fault before anything was chosen (the teleop device died) sent nothing: executed = zeros.
         executed = np.zeros(self.spec.action.shape, np.float32) if executed is None else executed
         return self._result(
@@ -380,7 +380,7 @@ class RobotEnv:
             executed,
             choice,
             self.observer.state,
-            extras,
+            self._notes(choice, fault_cause=cause),
             kind,
             message,
         )
@@ -395,18 +395,12 @@ class RobotEnv:
         executed: np.ndarray,
         choice: Choice | None,
         state: ArmState,
-        extras: dict[str, Any],
+        notes: StepNotes,
         fault: FaultKind | None = None,
         message: str = "",
     ) -> Step:
         """The step as the env reports it: what went to the safety layer and whether the operator sent it (every
         step), and on a simulator the evaluation judge's verdict, apart from everything the learner reads."""
-        extras.update(
-            episode_step=self.episode_step,
-            frame_index=dict(self.observer.frame_index),
-            teleop_events=[e.value for e in choice.events] if choice is not None else [],
-            operator_label=choice.label if choice is not None else None,
-        )
         return Step.one(
             self.observer.copy(),
             reward,
@@ -419,8 +413,19 @@ class RobotEnv:
             timing=timing,
             fault=fault,
             fault_message=message,
-            extras=extras,
+            notes=notes,
             judge_success=None if self.realtime else bool(self.task.judge(self.arm, state)),
+        )
+
+    def _notes(self, choice: Choice | None, **facts) -> StepNotes:
+        """The step's `StepNotes`: where the episode is and what the operator pressed, with the step's ``facts``
+        (`StepNotes` fields: what only the clean step or the fault knows)."""
+        return StepNotes(
+            episode_step=self.episode_step,
+            frame_index=dict(self.observer.frame_index),
+            teleop_events=choice.events if choice is not None else (),
+            operator_label=choice.label if choice is not None else None,
+            **facts,
         )
 
     def _info(self, timing: dict[str, float], *, success: bool) -> dict[str, Any]:

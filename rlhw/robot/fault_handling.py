@@ -4,7 +4,7 @@ The safety layer stops the arm and runs the recovery (rlhw/robot/safety.py: stri
 recovered here is what the env owns: cameras that stalled are reopened; a dead teleop device needs nothing now
 (the arm is stopped and fine; the device is reopened at the next reset). Every other kind has the safety
 layer's recovery alone. A step cut by a fault reports its `FaultKind`, or, when the safety layer locked,
-``FaultKind.LOCKED`` with the kind that led to it as the ``fault_cause`` extra.
+``FaultKind.LOCKED`` with the kind that led to it as its ``fault_cause`` (`StepNotes`, rlhw/robot/step.py).
 """
 
 from __future__ import annotations
@@ -50,8 +50,9 @@ class FaultHandler:
             "attempts": record.attempts,
         }
 
-    def reported(self, fault: RobotFault) -> tuple[FaultKind, str, dict[str, Any]]:
-        """The fault a handled step reports: (kind, message, extras), ``LOCKED`` when the safety layer locked."""
+    def reported(self, fault: RobotFault) -> tuple[FaultKind, str, FaultKind | None]:
+        """The fault a handled step reports: (kind, message, cause), ``LOCKED`` with the ``fault`` that led to it as
+        the cause when the safety layer locked (else no cause)."""
         if self.safety.locked:
-            return FaultKind.LOCKED, self.safety.lock_reason, {"fault_cause": fault.kind}
-        return fault.kind, str(fault), {}
+            return FaultKind.LOCKED, self.safety.lock_reason, fault.kind
+        return fault.kind, str(fault), None

@@ -3,7 +3,7 @@ wrappers, other RL libraries) without going through the env server.
 
 Spaces come from the env's spec: a Dict of Boxes (bounds from the spec; unbounded where it has
 none) and a Box action. ``step`` gives the RobotEnv's `Step` (rlhw/robot/step.py) as gymnasium's tuple
-(`Step.gym`); ``info`` holds its fields and extras. Safety behaviour is unchanged: a step after
+(`Step.gym`); ``info`` holds its fields and notes. Safety behaviour is unchanged: a step after
 the episode ended raises `SafetyViolation` instead of silently continuing.
 
 ``info`` holds the facts of the transition. The per-call measurements (``timestamps``: wall-clock

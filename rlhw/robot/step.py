@@ -9,7 +9,8 @@ holding None for a batch, masks from the wire), and every reader re-normalised t
 
 - per instance, with a leading axis n (``num_envs``; 1 for a single env): ``obs``, ``reward``,
   ``terminated``, ``truncated``, ``success``, ``executed``, ``intervened``, ``stamps`` (capture times,
-  float64), ``fault`` and ``fault_message`` (tuples), ``final_obs`` with ``final_mask``, ``judge_success``;
+  float64), ``fault`` and ``fault_message`` (tuples), ``final_obs`` with ``final_mask``, ``judge_success``, and
+  ``notes`` (a `StepNotes` each: what else the env says of the step; empty for a step read off the wire);
 - for the whole call: ``timing`` (phase -> seconds; a batch reports each phase's slowest instance).
 
 Gymnasium's tuple is built from a `Step` only at the public Gymnasium edge (`Step.gym`: rlhw.robot.gym's
@@ -20,14 +21,77 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlhw.errors import FaultKind
 
+if TYPE_CHECKING:  # an annotation only: importing the operator's module would add to every step reader's start
+    from rlhw.robot.teleop import TeleopEvent
+
 #: The fields of an env's reset info that `Reset` gives a typed home; the rest go to ``extras``.
 _TYPED = frozenset({"timestamps", "timing", "success"})
+
+
+@dataclass(frozen=True, slots=True)
+class ClassifierScore:
+    """What the success classifier made of one step's frames: its probability of success and the threshold that
+    turned it into the step's ``success`` (rlhw/vision/classifier.py). A step carries it only where a classifier
+    judged, so a reader tells a classifier's success from the task's by its presence."""
+
+    probability: float
+    threshold: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepNotes:
+    """What else an env says of one instance's step, apart from what the learner reads (`RobotEnv` writes it; the
+    wire carries none of it, so a step read off the wire has none: ``Step.notes == ()``).
+
+    Typed fields where a bag read by key used to be: a reader that asks for a fact the env does not report fails
+    at once, and a new fact is a field here, with its meaning written once. The defaults are a step of nothing
+    remarkable (not clipped, no operator, no classifier, no lock). Frozen, like the `Step` that holds it.
+
+    - ``clipped``: the safety layer bounded the commanded target or gripper width (rlhw/robot/safety.py);
+    - ``episode_step``: steps taken in the episode, this one included;
+    - ``frame_index``: camera name -> index of the camera frame that the step's image of it is;
+    - ``teleop_events``: the operator's button presses read this step (rlhw/robot/takeover.py);
+    - ``operator_label``: ``"success"`` / ``"failure"`` where the operator marked the episode, else None;
+    - ``reward_classifier``: the classifier's `ClassifierScore` where one judged the step, else None;
+    - ``operator_verdict``: the operator's word on a success the classifier called (`TeleopDevice.verdict`):
+      False is a rejection, the classifier's retraining data (rlhw/rl/classifier_refresh.py); None where nobody
+      was asked or no answer came;
+    - ``fault_cause``: where the env locked (``fault`` is ``FaultKind.LOCKED``), the fault kind that led to it.
+    """
+
+    clipped: bool = False
+    episode_step: int = 0
+    frame_index: Mapping[str, int] = field(default_factory=dict)
+    teleop_events: tuple[TeleopEvent, ...] = ()
+    operator_label: str | None = None
+    reward_classifier: ClassifierScore | None = None
+    operator_verdict: bool | None = None
+    fault_cause: FaultKind | None = None
+
+    def info(self) -> dict[str, Any]:
+        """The notes as Gymnasium's ``info`` entries (`Step.gym`, the Gymnasium edge only): the optional ones only
+        where set, the classifier's score as ``{"p", "threshold"}`` and the events as their names."""
+        info: dict[str, Any] = {
+            "clipped": self.clipped,
+            "episode_step": self.episode_step,
+            "frame_index": dict(self.frame_index),
+            "teleop_events": [e.value for e in self.teleop_events],
+            "operator_label": self.operator_label,
+        }
+        if self.reward_classifier is not None:
+            score = self.reward_classifier
+            info["reward_classifier"] = {"p": score.probability, "threshold": score.threshold}
+        if self.operator_verdict is not None:
+            info["operator_verdict"] = self.operator_verdict
+        if self.fault_cause is not None:
+            info["fault_cause"] = self.fault_cause
+        return info
 
 
 @dataclass(frozen=True, eq=False, init=False)
@@ -40,9 +104,9 @@ class Step:
     an operator's command where ``intervened``, else the action (zeros where a fault came before anything
     was sent). ``fault[i]`` is the `FaultKind` that ended instance i's episode (None: none), with its
     ``fault_message[i]``. ``judge_success`` is a simulator judge's ground truth (rlhw/robot/rehearsal.py),
-    None where there is none. ``extras`` holds, per instance, what else the env reported (documented where
-    the env writes it: `RobotEnv`'s ``clipped``, ``episode_step``, ``frame_index``, ``teleop_events``,
-    ``operator_label``, ``reward_classifier``, ``fault_cause``); the wire carries none of it.
+    None where there is none. ``notes`` holds one `StepNotes` per instance, what else the env said of the step
+    (``clipped``, ``episode_step``, the classifier's score, the operator's verdict, ...), or none at all
+    (``()``: a step read off the wire, which carries none of it).
     """
 
     obs: Mapping[str, np.ndarray]
@@ -59,7 +123,7 @@ class Step:
     final_obs: Mapping[str, np.ndarray] | None = None
     final_mask: np.ndarray | None = None  # bool (n,), set with final_obs
     judge_success: np.ndarray | None = None  # bool (n,)
-    extras: tuple[Mapping[str, Any], ...] = field(default=())
+    notes: tuple[StepNotes, ...] = ()
 
     def __init__(
         self,
@@ -77,7 +141,7 @@ class Step:
         final_obs=None,
         final_mask=None,
         judge_success=None,
-        extras=(),
+        notes=(),
     ):
         # Frozen, written once: one dict update instead of the generated __init__'s object.__setattr__ per
         # field, which made building a step cost about as much as the env server's whole per-step overhead.
@@ -96,7 +160,7 @@ class Step:
             final_obs=final_obs,
             final_mask=final_mask,
             judge_success=judge_success,
-            extras=extras,
+            notes=notes,
         )
 
     @classmethod
@@ -115,7 +179,7 @@ class Step:
         fault: FaultKind | None = None,
         fault_message: str = "",
         judge_success: bool | None = None,
-        extras: Mapping[str, Any] | None = None,
+        notes: StepNotes | None = None,
     ) -> Step:
         """One instance's step, from its unbatched values (the leading instance axis is added here)."""
         return cls(
@@ -133,7 +197,7 @@ class Step:
             None,
             None,
             None if judge_success is None else np.array([judge_success]),
-            (dict(extras),) if extras else (),
+            () if notes is None else (notes,),
         )
 
     @property
@@ -185,8 +249,8 @@ class Step:
             }
             if self.judge_success is not None:
                 info["judge_success"] = bool(self.judge_success[0])
-            if self.extras:
-                info.update(self.extras[0])
+            if self.notes:
+                info.update(self.notes[0].info())
             return (
                 {k: v[0] for k, v in self.obs.items()},
                 float(self.reward[0]),
@@ -213,7 +277,8 @@ class Step:
 @dataclass(frozen=True, slots=True, eq=False)
 class Reset:
     """A reset of n instances: the first observations (leading axis n), their capture times, the success flags
-    and the call's phase timings; ``extras`` per instance as in `Step`."""
+    and the call's phase timings; ``extras`` per instance: the rest of the env's reset info, as the env's
+    ``reset() -> (obs, info)`` names it (untyped until that contract returns a `Reset` itself; nothing reads it)."""
 
     obs: Mapping[str, np.ndarray]
     stamps: Mapping[str, np.ndarray]
@@ -270,7 +335,7 @@ def stack(
         final_obs,
         final_mask,
         None,
-        tuple(s.extras[0] if s.extras else {} for s in steps),
+        sum((s.notes for s in steps), ()) if all(s.notes for s in steps) else (),
     )
 
 

@@ -236,9 +236,6 @@ class Verdict:
     success: bool
     seconds: float
 
-    def info(self) -> dict[str, float]:
-        return {"p": self.probability, "threshold": self.threshold}
-
 
 class SuccessJudge:
     """The classifier as the env runs it: one frame per camera in, one `Verdict` out, every step."""

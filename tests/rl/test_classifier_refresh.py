@@ -20,7 +20,7 @@ import pytest
 from rlhw.cli.main import main
 from rlhw.rl.classifier_refresh import ClassifierRefresh, rejected_files, retrain
 from rlhw.rl.episodes import episode_files, load_episode
-from rlhw.robot.step import Step
+from rlhw.robot.step import Step, StepNotes
 from rlhw.vision.classifier import classifier_training
 from tests.rl.test_pipeline_rehearsal import rehearsal_config, worker_on_the_wire
 from tests.vision.test_classifier_env import constant_classifier
@@ -117,7 +117,7 @@ def one_step(verdict: bool) -> Step:
         intervened=False,
         stamps={},
         timing={},
-        extras={"operator_verdict": verdict},
+        notes=StepNotes(operator_verdict=verdict),
     )
 
 

@@ -41,7 +41,7 @@ def test_reset_and_step_return_what_the_spec_promises(mock_env):
     assert step.executed.tolist() == [[0.0, 0.0, 0.0]] and step.fault == (None,) and step.fault_message == ("",)
     assert step.final_obs is None and step.judge_success is not None  # a simulated arm: the judge's verdict
     assert set(step.stamps) == set(step.obs)
-    assert set(step.extras[0]["frame_index"]) == {"front", "wrist"}  # which camera frame each image is
+    assert set(step.notes[0].frame_index) == {"front", "wrist"}  # which camera frame each image is
     assert {"command", "wait", "observe", "total"} <= set(step.timing)
     assert all(abs(t[0] - time.time()) < 5 for t in step.stamps.values())  # wall clock
     obs, reward, terminated, truncated, info = step.gym()  # the Gymnasium edge

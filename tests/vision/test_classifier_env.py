@@ -3,12 +3,16 @@ env just read; its probability, threshold and latency are in the step info and s
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
 from rlhw.errors import ConfigError
+from rlhw.rl.verdicts import VerdictTally
 from rlhw.robot import make_env
+from rlhw.robot.step import ClassifierScore, StepNotes
 from rlhw.vision.classifier import ClassifierSpec, SuccessClassifier, load_classifier, save_classifier
 from tests.robot.conftest import make_config
 
@@ -71,6 +75,39 @@ def test_deciding_the_reward_too_gives_the_sparse_reward(tmp_path):
         env.reset(seed=0)
         _, reward, terminated, _, info = env.step(np.zeros(3, np.float32)).gym()
         assert reward == 1.0 and info["success"] and not terminated
+    finally:
+        env.close()
+
+
+def test_a_step_the_classifier_called_a_success_notes_its_score_and_the_operators_rejection_as_typed_fields(
+    tmp_path,
+):
+    """A step's notes are one frozen `StepNotes`: the classifier's `ClassifierScore` and the operator's verdict are
+    fields, read as attributes (here by the verdict tally), and Gymnasium's ``info`` dict is built from them at its
+    edge only. The scripted operator sees the cube well off the tape and rejects the success the classifier called."""
+    path = constant_classifier(tmp_path / "yes.pt", 3.0)
+    config = {"sim": "mujoco", "task": "push_cube", "images": True, "image_size": [32, 32], "sim_cameras": ["front"]}
+    config |= {"safety": {"workspace_low": [0.25, -0.3, 0.02]}, "reward": {"classifier": path}}
+    env = make_env(make_config({**config, "teleop": {"device": "scripted", "mode": "intervene"}}))
+    try:
+        env.reset(seed=3)
+        goal, cube = env.task.goal, env.arm.object_pose("cube")
+        env.arm.set_object_pose("cube", cube.with_position([goal[0] + 0.06, goal[1], cube.position[2]]))
+        step = env.step(np.zeros(3, np.float32))
+        (notes,) = step.notes
+        assert isinstance(notes, StepNotes) and bool(step.success[0])  # the classifier called it a success
+        assert notes.reward_classifier == ClassifierScore(pytest.approx(1 / (1 + np.exp(-3.0)), rel=1e-5), 0.5)
+        assert notes.operator_verdict is False  # the operator's word: the task is plainly not done
+        assert notes.episode_step == 1 and notes.teleop_events == () and notes.operator_label is None
+        assert set(notes.frame_index) == {"front"} and notes.fault_cause is None
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            notes.operator_verdict = True
+        tally = VerdictTally()
+        tally.add_step(step)
+        assert tally.steps == 1 and tally.false_positives == 1 and tally.operator_rejections == 1
+        info = step.gym()[4]
+        assert info["reward_classifier"] == {"p": notes.reward_classifier.probability, "threshold": 0.5}
+        assert info["operator_verdict"] is False and info["episode_step"] == 1 and info["teleop_events"] == []
     finally:
         env.close()
 
