@@ -11,8 +11,9 @@ history: that lane is gone (issue 37: a benchmark's baseline is no product mode)
 
 Part 1 (sim only, one run, same machine, same env and policy): env steps/s of
   - an in-process loop: `make_env` (MuJoCo reach) + the SAC policy network in one Python loop;
-  - the full pipeline (env worker stepping the simulator in its own process, ``train.env_transport: auto``
-    -> step lane -> rollout worker with the same policy network -> step lane; or the env worker acting itself)
+  - the full pipeline (env worker stepping the simulator in its own process, as it does a simulator with no
+    arm placed -> step lane -> rollout worker with the same policy network -> step lane; or the env worker
+    acting itself)
     with 1 and with 2 env workers, each serving ``env.num_envs`` instances for every value of ``--num-envs``
     (1 = one arm per env worker; more = simulated instances stepped together, one message per env-worker
     step), no training running.

@@ -5,8 +5,9 @@ Every figure is measured in the same run as its baseline, in alternating repeats
 - ``steps/s``: configs/sim_insert.yaml with two 64 px cameras (wrist, front), random actions, steps of one
   episode after its reset (the reset not timed), stepped
   - ``in process``: `make_env` on this thread (the local runner's and the env worker's ``in_process``);
-  - ``served``: a `rlhw serve-env` child (`EnvServerProcess`, as the pipeline's ``env_transport: server``)
-    stepped by `RemoteEnv` from this process; ``served / in process`` is the ratio per repeat;
+  - ``served``: a `rlhw serve-env` child (`EnvServerProcess`, as the pipeline serves an arm the placement
+    gives, real or simulated) stepped by `RemoteEnv` from this process; ``served / in process`` is the ratio
+    per repeat;
   and both again without cameras, so the cameras' share is visible;
 - ``render``: ms per 64 px frame after the scene moved: ``direct``, a `mujoco.Renderer` used on the thread
   that made it (how cameras rendered before they had a render thread: correct only on that one thread), and

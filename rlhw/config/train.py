@@ -14,7 +14,7 @@ from pydantic import Field, field_validator, model_validator
 from rlhw.config.base import StrictModel
 from rlhw.config.datasets import DemoEntry
 from rlhw.config.vision import ImageEncoderConfig
-from rlhw.errors import FaultKind
+from rlhw.errors import ConfigError, FaultKind
 
 
 class SacConfig(StrictModel):
@@ -206,13 +206,20 @@ class TrainConfig(StrictModel):
         "then not launched",
     )
     env_restarts: int = Field(1, ge=0, description="restart a dead env worker this many times, then stop cleanly")
-    env_transport: Literal["auto", "in_process", "server"] = Field(
-        "auto",
-        description="where an env worker's env runs: in_process (simulators only: no server child, no "
-        "serialisation), server (a `rlhw serve-env` child: a real arm's isolation); auto = "
-        "in_process when every env instance of the worker is simulated, else server",
-    )
     progress: bool = Field(True, description="show a progress bar")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _env_transport_derived(cls, data):
+        if isinstance(data, dict) and "env_transport" in data:
+            raise ConfigError(
+                "env_transport",
+                "is no longer a choice, it is derived from the placement (rlhw.rl.env_transport): an env placed "
+                "on a node group whose hardware is a Franka, driven or simulated (env.sim=mujoco), runs behind a "
+                "`rlhw serve-env` child; a simulator with no arm placed runs in the env worker's process; remove "
+                "the key",
+            )
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:

@@ -1,5 +1,6 @@
-"""Where an env worker's env runs (``train.env_transport``): in its own process (a simulator: no server child, no
-serialisation) or behind a `rlhw serve-env` child and a `RemoteEnv` client to it (a real arm: a hung or crashed
+"""Where an env worker's env runs, derived from the placement (no config switch): in its own process (a
+simulator with no arm placed: no server child, no serialisation) or behind a `rlhw serve-env` child and a
+`RemoteEnv` client to it (an arm the placement gives a hardware rank, driven or simulated: a hung or crashed
 driver cannot take the worker down, and the worker restarts a dead child)."""
 
 from __future__ import annotations
@@ -8,29 +9,25 @@ from pathlib import Path
 
 from rlhw.config.root import Config
 from rlhw.env.server_process import EnvServerProcess, open_remote_env
-from rlhw.errors import ConfigError
 from rlhw.rl.episode_loop import BatchView
 
 
 def env_transport(config: Config, robot_rank: int) -> str:
-    """``in_process`` or ``server``: where env worker ``robot_rank``'s env runs (``train.env_transport``; auto:
-    in this process when it is simulated). A real arm runs in a server child, so that a hung or crashed driver
-    cannot take the worker down and the worker can restart it."""
+    """``server`` or ``in_process``: where env worker ``robot_rank``'s env runs.
+
+    An arm the placement gives a hardware rank (the env placed on a node group whose ``hardware`` is of type
+    Franka) is served from a server child, whether it is driven for real or simulated (``rlhw train --sim``,
+    ``env.sim=mujoco``, which keep the placement): a cell and its simulated stand-in then run one program, the
+    same processes, restarts and step timeouts, and the stand-in tests the cell's path. A simulator the
+    placement gives no arm runs in the env worker's process. A real arm is always served (an ``auto`` driver
+    that falls back to a simulator beside a declared Franka counts as real, `EnvPlan.simulated`). This used to
+    be a switch (``train.env_transport``); it went because every switch doubles what must be tested, and an
+    in-process real arm, which it could ask for, was only ever refused."""
     from rlhw.robot.factory import plan_env
 
-    choice = config.train.env_transport
-    simulated = plan_env(config, robot_rank).simulated
-    if choice == "in_process" and not simulated:
-        raise ConfigError(
-            "train.env_transport",
-            "is in_process, but this run drives a real arm, which runs only "
-            "behind its env server child (a hung driver must not stall the "
-            "robot loop, and the worker restarts a dead server); set "
-            "train.env_transport=auto or server, or env.sim=mujoco to rehearse",
-        )
-    if choice == "auto":
-        return "in_process" if simulated else "server"
-    return choice
+    plan = plan_env(config, robot_rank)
+    placed_on_arm = plan.hardware is not None  # the Franka entry of this hardware rank
+    return "server" if placed_on_arm or not plan.simulated else "in_process"
 
 
 class EnvTransport:

@@ -194,7 +194,6 @@ def test_the_local_runner_refuses_several_env_instances_naming_num_envs_and_both
     "key, bad, allowed",
     [
         ("policy_at", "gpu", ["rollout", "env"]),
-        ("env_transport", "grpc", ["auto", "in_process", "server"]),
     ],
 )
 def test_the_robot_loop_keys_refuse_an_unknown_choice_naming_the_key_and_the_choices(tmp_path, key, bad, allowed):
@@ -202,6 +201,16 @@ def test_the_robot_loop_keys_refuse_an_unknown_choice_naming_the_key_and_the_cho
         load_config(write(tmp_path, MINIMAL), [f"train.{key}={bad}"])
     assert e.value.path == f"train.{key}"
     assert all(repr(choice) in e.value.message for choice in allowed) and repr(bad) in e.value.message
+
+
+@pytest.mark.parametrize("choice", ["auto", "in_process", "server"])
+def test_env_transport_is_refused_naming_the_key_and_saying_that_the_placement_decides_it(tmp_path, choice):
+    """Where the env runs is derived (rlhw.rl.env_transport): an in-process real arm can no longer be asked for."""
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, MINIMAL), [f"train.env_transport={choice}"])
+    assert e.value.path == "train.env_transport"
+    assert "no longer a choice" in e.value.message and "derived from the placement" in e.value.message
+    assert "Franka" in e.value.message and "env.sim=mujoco" in e.value.message and "remove the key" in e.value.message
 
 
 def test_sim_camera_meshes_default_to_the_detailed_arm_and_refuse_an_unknown_choice(tmp_path):

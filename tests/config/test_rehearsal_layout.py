@@ -49,9 +49,11 @@ def test_the_rehearsals_train_section_is_the_cells_but_for_the_listed_difference
 
 
 def test_both_run_the_same_program_once_loaded():
-    """What the written sections leave to defaults counts too: the loaded program's switches are equal."""
+    """What the written sections leave to defaults counts too: the loaded program's switches are equal. Where the
+    env runs is no switch (the placement decides it, rlhw.rl.env_transport): this rehearsal places no arm, so its
+    simulator runs in the env worker's process, where its judge is read; the cell's arm is served."""
     rehearsal, cell = load_config(REHEARSAL), load_config(CELL)
-    program = ("runner", "mode", "policy_at", "env_transport", "utd_ratio", "utd_slack", "device")
+    program = ("runner", "mode", "policy_at", "utd_ratio", "utd_slack", "device")
     assert {k: getattr(rehearsal.train, k) for k in program} == {k: getattr(cell.train, k) for k in program}
     assert rehearsal.train.runner == "pipeline" and rehearsal.train.mode == "async"
     assert rehearsal.train.policy_at == "env"

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.placed_arm import placed_arm_file
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -193,9 +195,9 @@ def test_sigterm_ends_a_local_run_like_ctrl_c_with_a_checkpoint_to_resume_from(t
 @pytest.mark.timeout(300)
 def test_sigterm_stops_the_pipeline_robots_and_saves_a_checkpoint(tmp_path):
     """SIGTERM to the driver alone (Ray's own handler would exit at once, as 'failed'): the robots are stopped
-    first, as on Ctrl-C, and the env server child (where a real arm always runs) stopped its arm."""
-    run = tmp_path / "run"
-    code, err = sigterm_after_first_log(run, "train.learning_starts=30", "train.env_transport=server", *SMALL)
+    first, as on Ctrl-C, and the env server child (where a placed arm runs, here simulated) stopped its arm."""
+    run, config = tmp_path / "run", placed_arm_file(ROOT / "configs/sim_reach.yaml", tmp_path)
+    code, err = sigterm_after_first_log(run, str(config), "train.learning_starts=30", *SMALL)
     assert_interrupted_with_a_checkpoint(run, code, err, by=signal.SIGTERM)
     assert "interrupted (SIGTERM): stopping the robots" in err
     server_log = (run / "logs" / "env0-server.log").read_text()

@@ -17,7 +17,7 @@ import pytest
 from rlhw.config import load_config, load_config_dict
 from rlhw.env.client import EnvServiceError
 from rlhw.env.fake_env import FakeEnv
-from rlhw.errors import ConfigError, FaultKind, SafetyViolation
+from rlhw.errors import FaultKind, SafetyViolation
 from rlhw.rl import episode_loop
 from rlhw.rl.env_transport import env_transport
 from rlhw.rl.episode_loop import BatchView, EpisodeLoop, LoopHooks
@@ -391,19 +391,12 @@ def test_the_env_worker_and_the_local_runner_run_the_same_loop(tmp_path, monkeyp
 # ---------------------------------------------------------------------------------------------- the transport
 
 
-def test_auto_transport_is_in_process_for_simulators_and_the_server_child_for_a_real_arm():
-    assert env_transport(load_config(ROOT / "configs/sim_reach.yaml"), 0) == "in_process"
-    assert env_transport(load_config(ROOT / "configs/franky_sim.yaml"), 0) == "server"
-    rehearsal = load_config(ROOT / "configs/franky_sim.yaml", ["env.sim=mujoco"])
-    assert env_transport(rehearsal, 0) == "in_process"  # the real layout, rehearsed in simulation
-    assert env_transport(load_config(ROOT / "configs/sim_reach.yaml", ["train.env_transport=server"]), 0) == "server"
-
-
-def test_an_in_process_env_for_a_real_arm_is_refused_naming_the_field_and_the_fix(tmp_path):
-    from rlhw.rl.pipeline.controller import Pipeline
-    from rlhw.rl.rundir import RunDir
-
-    config = load_config(ROOT / "configs/franky_sim.yaml", ["train.env_transport=in_process"])
-    with pytest.raises(ConfigError) as e:
-        Pipeline(config, RunDir(tmp_path / "run"))  # refused before any Ray worker starts
-    assert "train.env_transport" in str(e.value) and "train.env_transport=auto or server" in str(e.value)
+def test_an_arm_the_placement_gives_is_served_driven_or_simulated_and_a_simulator_without_one_runs_in_process():
+    assert env_transport(load_config(ROOT / "configs/sim_reach.yaml"), 0) == "in_process"  # no arm placed
+    assert env_transport(load_config(ROOT / "configs/franky_sim.yaml"), 0) == "server"  # a real arm
+    rehearsed = load_config(ROOT / "configs/franky_sim.yaml", ["env.sim=mujoco"])
+    assert env_transport(rehearsed, 0) == "server"  # the same cell simulated: the same program
+    fleet = load_config(ROOT / "configs/sim_fleet.yaml")
+    assert [env_transport(fleet, rank) for rank in (0, 1)] == ["server", "server"]  # each simulated cell
+    beside = load_config(ROOT / "configs/workstation_franka.yaml", ["cluster.component_placement.env.node_group=gpu"])
+    assert env_transport(beside, 0) == "server"  # auto's simulator beside a declared Franka keeps a real arm's guards

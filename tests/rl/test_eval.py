@@ -20,6 +20,7 @@ import torch
 from rlhw.config import load_config
 from rlhw.rl.episodes import episode_files, load_episode
 from rlhw.rl.evaluate import EVAL_SEED_BASE, wilson_interval
+from tests.placed_arm import placed_arm_file
 from tests.rl.reach_policy import reach_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,8 +204,9 @@ def test_eval_without_a_checkpoint_flag_prints_the_usage(capsys):
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_sigterm_or_ctrl_c_during_eval_stops_the_arm_and_keeps_the_episodes(checkpoint, tmp_path, signum):
-    """Through the env server child (the real-arm transport): SIGTERM ends the eval as Ctrl-C does; the server
-    stops the arm before it exits, the finished episodes and the running one's steps stay on disk."""
+    """Through the env server child (a placed arm's transport; here a simulated stand-in): SIGTERM ends the eval
+    as Ctrl-C does; the server stops the arm before it exits, the finished episodes and the running one's steps
+    stay on disk."""
     import psutil
 
     run = tmp_path / "run"
@@ -214,7 +216,7 @@ def test_sigterm_or_ctrl_c_during_eval_stops_the_arm_and_keeps_the_episodes(chec
             "-m",
             "rlhw.cli.main",
             "eval",
-            "configs/sim_reach.yaml",
+            str(placed_arm_file(ROOT / "configs/sim_reach.yaml", tmp_path)),
             "--checkpoint",
             str(checkpoint),
             "--episodes",
@@ -223,7 +225,6 @@ def test_sigterm_or_ctrl_c_during_eval_stops_the_arm_and_keeps_the_episodes(chec
             str(run),
             "--json",
             str(tmp_path / "eval.json"),
-            "train.env_transport=server",
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,

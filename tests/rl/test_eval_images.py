@@ -1,6 +1,7 @@
 """`rlhw eval` of an image policy on MuJoCo cameras, with the env in its process and in a `rlhw serve-env` child.
 
-Eval opens the env as an env worker does (``train.env_transport``) and closes it from a thread of its own; a
+Eval opens the env as an env worker does (in process for a simulator with no arm placed, in a server child for a
+simulated stand-in for a placed arm, tests/placed_arm.py) and closes it from a thread of its own; a
 MuJoCo GL context belongs to one thread (drivers/mujoco/render.py). The checkpoint is an untrained SAC actor
 for the spec with the wrist camera: the policy's quality is not the point, the frames and the clean run are.
 """
@@ -20,6 +21,7 @@ from rlhw.rl.episodes import episode_files, load_episode
 from rlhw.rl.sac import SAC
 from rlhw.rl.session import Counters
 from rlhw.rl.spaces import AgentSpace
+from tests.placed_arm import placed_arm_file
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = [
@@ -50,13 +52,14 @@ def image_checkpoint(tmp_path_factory) -> Path:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("transport", ["in_process", "server"])
-def test_rlhw_eval_runs_an_image_policy_on_rendered_wrist_frames(transport, image_checkpoint, tmp_path, monkeypatch):
+@pytest.mark.parametrize("arm_placed", [False, True], ids=["in_process", "server"])
+def test_rlhw_eval_runs_an_image_policy_on_rendered_wrist_frames(arm_placed, image_checkpoint, tmp_path, monkeypatch):
     from rlhw.cli.main import main
 
     monkeypatch.chdir(ROOT)  # the config path, as a user types it in the repository
     out, run = tmp_path / "eval.json", tmp_path / "run"
-    args = ["configs/sim_reach.yaml", *IMAGES, f"train.env_transport={transport}", "--checkpoint"]
+    config = str(placed_arm_file(ROOT / "configs/sim_reach.yaml", tmp_path)) if arm_placed else "configs/sim_reach.yaml"
+    args = [config, *IMAGES, "--checkpoint"]
     code = main(["eval", *args, str(image_checkpoint), "--episodes", "2", "--json", str(out), "--run-dir", str(run)])
     assert code == 0
     episodes = json.loads(out.read_text())["episodes"]
@@ -64,3 +67,4 @@ def test_rlhw_eval_runs_an_image_policy_on_rendered_wrist_frames(transport, imag
     frames = np.concatenate([load_episode(p).obs["image_wrist"] for p in episode_files(run / "episodes", "eval")])
     assert frames.shape[1:] == (32, 32, 3) and len(frames) == sum(e["steps"] + 1 for e in episodes)
     assert (frames.reshape(len(frames), -1).std(axis=1) > 10).all()  # drawn scenes, not cleared buffers
+    assert (run / "logs" / "env0-server.log").exists() == arm_placed  # the placed arm's env was served

@@ -1,7 +1,7 @@
 """The distributed pipeline on a real multi-node Ray cluster (ray.cluster_utils: two raylets here).
 
-Node 0 runs the env worker (its MuJoCo arm in process, or in an env server child process where a test says
-``train.env_transport: server``) and the rollout worker;
+Node 0 runs the env worker (its MuJoCo arm in process, or in an env server child process where a test places
+a simulated stand-in for an arm, tests/placed_arm.py) and the rollout worker;
 node 1 runs the learner group with two processes that all-reduce their gradients over gloo.
 """
 
@@ -20,6 +20,7 @@ from rlhw.rl.episodes import episode_files, load_episode
 from rlhw.rl.pipeline.controller import train_pipeline
 from rlhw.rl.rundir import RunDir
 from rlhw.runtime.cluster import Cluster
+from tests.placed_arm import placed_arm
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -164,9 +165,9 @@ def test_a_dead_env_server_child_is_restarted_and_the_run_carries_on(ray_nodes, 
 
     rd, t, result = start_run_in_background(
         ray_nodes,
-        two_node_config(
-            max_env_steps=250, eval_every_steps=100_000, env_restarts=1, env_transport="server"
-        ),  # a child to kill: a simulator would run in process
+        placed_arm(
+            two_node_config(max_env_steps=250, eval_every_steps=100_000, env_restarts=1), learner="1:0-1", num_nodes=2
+        ),  # a child to kill: a placed arm's, simulated (a simulator with no arm placed runs in process)
         tmp_path / "run",
         min_episodes=2,
     )

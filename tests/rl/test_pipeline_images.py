@@ -1,4 +1,5 @@
-"""The pipeline trains from MuJoCo camera images, with the env in the env worker's process and in a server child.
+"""The pipeline trains from MuJoCo camera images, with the env in the env worker's process (a simulator with no
+arm placed) and in a server child (a simulated stand-in for a placed arm, tests/placed_arm.py).
 
 `rlhw train configs/sim_insert.yaml env.images=true 'env.sim_cameras=[wrist]'` once failed at its first step:
 the camera's GL context was made on the thread that built the env and the env worker renders on others (the
@@ -21,6 +22,7 @@ from rlhw.rl.episodes import episode_files, load_episode
 from rlhw.rl.pipeline.controller import train_pipeline
 from rlhw.rl.rundir import RunDir
 from rlhw.runtime.cluster import Cluster
+from tests.placed_arm import placed_arm
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -28,8 +30,9 @@ ROOT = Path(__file__).resolve().parents[2]
 STEPS = 100
 
 
-def images_config(transport: str):
-    """configs/sim_insert.yaml with the wrist camera at 32 px, a tiny learner, on two nodes."""
+def images_config(arm_placed: bool):
+    """configs/sim_insert.yaml with the wrist camera at 32 px, a tiny learner, on two nodes; ``arm_placed``: the
+    env on a Franka node group, simulated (served from a child)."""
     raw = yaml.safe_load((ROOT / "configs/sim_insert.yaml").read_text())
     raw["cluster"] = {
         "num_nodes": 2,
@@ -43,7 +46,6 @@ def images_config(transport: str):
     raw["train"] = {
         **raw.get("train", {}),
         "runner": "pipeline",
-        "env_transport": transport,
         "max_env_steps": STEPS,
         "learning_starts": 50,
         "eval_every_steps": 100_000,
@@ -53,14 +55,16 @@ def images_config(transport: str):
         "utd_ratio": 0.25,
         "sac": {"hidden_sizes": [32, 32], "batch_size": 8},
     }
-    return load_config_dict(raw)
+    return load_config_dict(placed_arm(raw, learner="1", num_nodes=2) if arm_placed else raw)
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("transport", ["in_process", "server"])
-def test_a_pipeline_run_records_rendered_wrist_frames_and_learns_from_them(transport, ray_nodes, tmp_path, monkeypatch):
+@pytest.mark.parametrize("arm_placed", [False, True], ids=["in_process", "server"])
+def test_a_pipeline_run_records_rendered_wrist_frames_and_learns_from_them(
+    arm_placed, ray_nodes, tmp_path, monkeypatch
+):
     monkeypatch.chdir(ROOT)  # the config's goal pose file is relative to the repository
-    config = images_config(transport)
+    config = images_config(arm_placed)
     rd = RunDir(tmp_path / "run")
     rd.write_config(config)
     stop = train_pipeline(config, rd, cluster=Cluster(config, address=ray_nodes.address, probe_hardware=False))
@@ -72,5 +76,5 @@ def test_a_pipeline_run_records_rendered_wrist_frames_and_learns_from_them(trans
     # every frame a drawn scene (not a cleared buffer), and the view changes as the hand moves
     assert (frames.reshape(len(frames), -1).std(axis=1) > 10).all()
     assert np.abs(np.diff(frames.astype(int), axis=0)).mean(axis=(1, 2, 3)).max() > 2
-    if transport == "server":
+    if arm_placed:
         assert "listening on" in (rd.path / "logs" / "env0-server.log").read_text()

@@ -2,7 +2,7 @@
 
 The episode rules are unit-tested on `Instances` (no Ray); the batched messages on the rollout worker's
 ``_serve`` with a recording channel; and whole runs on a real Ray cluster with four MuJoCo reach
-instances stepped in the env worker's process (``train.env_transport: auto`` for a simulator).
+instances stepped in the env worker's process (where a simulator with no arm placed runs: rlhw.rl.env_transport).
 """
 
 from __future__ import annotations

@@ -38,7 +38,6 @@ from rlhw.config.root import Config
 from rlhw.errors import ConfigError, WorkerError
 from rlhw.rl.checkpoint import checked_init_from
 from rlhw.rl.demos import env_provenance, load_demos
-from rlhw.rl.env_transport import env_transport
 from rlhw.rl.pipeline.env_worker import EnvWorker
 from rlhw.rl.pipeline.fleet import Fleet
 from rlhw.rl.pipeline.learner_worker import LearnerWorker
@@ -73,14 +72,14 @@ def _check(config: Config) -> None:
     from rlhw.robot.factory import plan_env
 
     n = config.env.num_envs
-    if n > 1 and not plan_env(config, 0).simulated:  # an auto fallback beside a declared Franka counts as real
+    simulated = plan_env(config, 0).simulated  # refuses, before any worker starts, a real arm with no Franka placed
+    if n > 1 and not simulated:  # an auto fallback beside a declared Franka counts as real
         raise ConfigError(
             "env.num_envs",
             f"is {n}, but the env workers drive a real arm, which hosts one "
             "env instance (one controller per arm): set env.num_envs=1 and place "
             "one env worker per arm, or set env.sim=mujoco to rehearse in simulation",
         )
-    env_transport(config, 0)  # refuses in_process with a real arm before any worker starts
     needed = ("env", "learner") if config.train.policy_at == "env" else ("env", "rollout", "learner")
     for comp in needed:
         if comp not in config.cluster.components():

@@ -1,10 +1,11 @@
 """Env worker: one per robot (placement component ``env``), next to the arm.
 
-It owns its env behind a transport (``train.env_transport``: in this process for simulators, no server child
-and no serialisation; a `rlhw serve-env` child and a `RemoteEnv` client to it for real arms, which keeps their
-isolation) and runs the robot loop in a thread: the episode loop of `rlhw.rl.episode_loop` (the local runner's
-too), whose policy sends the observation to its rollout worker over the step lane (`rlhw.rl.pipeline.lane`)
-and waits for the action on the same lane, or, with ``train.policy_at: env``, asks the policy next to the arm
+It owns its env behind a transport that the placement decides (`rlhw.rl.env_transport`: in this process for a
+simulator with no arm placed, no server child and no serialisation; a `rlhw serve-env` child and a `RemoteEnv`
+client to it for an arm the placement gives, real or simulated, which keeps a real arm's isolation) and runs
+the robot loop in a thread: the episode loop of `rlhw.rl.episode_loop` (the local runner's too), whose policy
+sends the observation to its rollout worker over the step lane (`rlhw.rl.pipeline.lane`) and waits for the
+action on the same lane, or, with ``train.policy_at: env``, asks the policy next to the arm
 in this process (`rlhw.rl.pipeline.acting`); the loop steps, writes the step to disk, repeats.
 The controller only sets how much to collect (``collect`` / ``run_async`` / ``evaluate``) and polls counters
 (``poll``), so the robot loop never waits for the controller or for training.
