@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 
 from rlhw.cli.common import add_config_arguments
+from rlhw.config.root import Config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -143,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def evaluate_one(config, checkpoint, episodes: int, run_dir, robot_rank: int):
+def evaluate_one(config: Config, checkpoint, episodes: int, run_dir, robot_rank: int):
     """One robot rank: its rows, then its success rate."""
     from rlhw.rl.evaluate import evaluate
 
@@ -152,7 +153,7 @@ def evaluate_one(config, checkpoint, episodes: int, run_dir, robot_rank: int):
     return report
 
 
-def evaluate_several(config, checkpoint, episodes: int, run_dir, ranks):
+def evaluate_several(config: Config, checkpoint, episodes: int, run_dir, ranks):
     """Several cells: each cell's rows under a line naming its arm (printed before that arm moves), each cell's
     success rate, then the pooled one."""
     from rlhw.rl.eval_cells import evaluate_cells

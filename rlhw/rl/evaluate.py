@@ -2,9 +2,9 @@
 
 It is training's robot path with the learner taken out, so what holds in training holds here:
 
-- the env is opened the way an env worker opens it (``train.env_transport``): a simulator in this process, a
-  real arm behind its `rlhw serve-env` child and a `RemoteEnv` session (the server's one-controller lease,
-  its watchdog, and the safety layer inside `RobotEnv`), so nothing moves an arm that training would not move;
+- the env is opened the way an env worker opens it (`rlhw.rl.env_transport`): a simulator the placement gives
+  no arm in this process, an arm the placement gives (real, or simulated with ``--sim``) behind its
+  `rlhw serve-env` child and a `RemoteEnv` session (the server's one-controller lease, its watchdog, and the safety layer inside `RobotEnv`), so nothing moves an arm that training would not move;
 - the episodes run through the one episode loop (`rlhw.rl.episode_loop`) and are recorded by the same
   `EpisodeRecorder`, as ``eval-*`` episodes under ``<run_dir>/episodes/env<rank>``;
 - an operator device (``env.teleop``) may take over as in training; such an episode counts as a failure:
@@ -126,7 +126,7 @@ class EvalReport:
 
 
 class OpenEnv:
-    """The env of arm ``robot_rank`` opened as an env worker opens it (``train.env_transport``), for one
+    """The env of arm ``robot_rank`` opened as an env worker opens it (`rlhw.rl.env_transport`), for one
     instance; ``close`` stops the arm (a `RobotEnv` stops it, a server child stops it on SIGTERM)."""
 
     def __init__(self, config: Config, robot_rank: int, log_dir: Path):
