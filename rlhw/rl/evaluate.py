@@ -4,7 +4,8 @@ It is training's robot path with the learner taken out, so what holds in trainin
 
 - the env is opened the way an env worker opens it (`rlhw.rl.env_transport`): a simulator the placement gives
   no arm in this process, an arm the placement gives (real, or simulated with ``--sim``) behind its
-  `rlhw serve-env` child and a `RemoteEnv` session (the server's one-controller lease, its watchdog, and the safety layer inside `RobotEnv`), so nothing moves an arm that training would not move;
+  `rlhw serve-env` child and a `RemoteEnv` session (the server's one-controller lease, its watchdog, and the
+  safety layer inside `RobotEnv`), so nothing moves an arm that training would not move;
 - the episodes run through the one episode loop (`rlhw.rl.episode_loop`) and are recorded by the same
   `EpisodeRecorder`, as ``eval-*`` episodes under ``<run_dir>/episodes/env<rank>``;
 - an operator device (``env.teleop``) may take over as in training; such an episode counts as a failure:
