@@ -17,11 +17,12 @@ import pytest
 
 from rlhw.config import load_config_dict
 from rlhw.errors import ConfigError
-from rlhw.rl.pipeline.controller import Controller, PipelineFailure
+from rlhw.rl.pipeline.controller import Controller, PipelineFailure, check_layout
 from rlhw.rl.pipeline.env_worker import EnvWorker
 from rlhw.rl.pipeline.messages import Actions, EnvProgress, EnvStep, JudgeReport, pack, unpack
 from rlhw.rl.verdicts import VerdictTally
 from rlhw.robot import make_env
+from tests.placed_arm import placed_arm
 from tests.rl.test_utd_gate import Running
 from tests.robot.fake_clock import FakeClock
 from tests.vision.test_classifier_env import constant_classifier
@@ -250,6 +251,16 @@ def test_the_pipeline_takes_a_rehearsal_and_refuses_one_whose_batch_has_no_judge
     assert config.train.runner == "pipeline" and config.env.sim_state == "hidden"
     with pytest.raises(ConfigError, match="env.num_envs"):
         rehearsal_config(tmp_path, "env.num_envs=2")
+
+
+def test_a_rehearsal_of_an_arm_the_placement_serves_is_refused_before_any_worker_starts(tmp_path):
+    """A placed arm runs behind a server child, which does not carry the judge's verdict: the run would stop at
+    its first eval, so it is refused at the start, naming the field and the layout that works."""
+    raw = placed_arm({"env": {"sim_state": "hidden", "task": "push_cube", "images": True, "sim_cameras": ["front"]}})
+    raw["env"]["reward"] = {"classifier": constant_classifier(tmp_path / "c.pt", 3.0)}
+    with pytest.raises(ConfigError, match=r"env\.sim_state.*server child.*node group without arm hardware"):
+        check_layout(load_config_dict(raw))
+    check_layout(rehearsal_config(tmp_path))  # a simulator the placement gives no arm: in process, judged
 
 
 # ---------------------------------------------------------------------------------------- real time in sim

@@ -232,9 +232,9 @@ def test_a_real_arm_config_with_several_env_instances_is_refused_naming_env_num_
 
 
 def test_the_same_layout_rehearsed_in_simulation_may_run_several_instances():
-    from rlhw.rl.pipeline.controller import _check
+    from rlhw.rl.pipeline.controller import check_layout
 
-    _check(load_config(ROOT / "configs/franky_sim.yaml", ["env.num_envs=2", "env.sim=mujoco"]))  # no error
+    check_layout(load_config(ROOT / "configs/franky_sim.yaml", ["env.num_envs=2", "env.sim=mujoco"]))  # no error
 
 
 # ----------------------------------------------------------------------------------- whole runs (Ray)

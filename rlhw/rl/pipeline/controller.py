@@ -68,7 +68,10 @@ class PipelineFailure(Exception):
         super().__init__(f"{who}: {reason}")
 
 
-def _check(config: Config) -> None:
+def check_layout(config: Config) -> None:
+    """What the pipeline refuses before any worker starts: the env layout a run cannot keep (a batch on a real arm,
+    a rehearsal whose judge would not reach the controller, a component missing from the placement)."""
+    from rlhw.rl.env_transport import env_transport
     from rlhw.robot.factory import plan_env
 
     n = config.env.num_envs
@@ -79,6 +82,13 @@ def _check(config: Config) -> None:
             f"is {n}, but the env workers drive a real arm, which hosts one "
             "env instance (one controller per arm): set env.num_envs=1 and place "
             "one env worker per arm, or set env.sim=mujoco to rehearse in simulation",
+        )
+    if config.env.sim_state == "hidden" and env_transport(config, 0) == "server":
+        raise ConfigError(
+            "env.sim_state",
+            "is hidden (a rehearsal), but the env is placed on a Franka rank, so it runs behind a server child, "
+            "and the simulator judge's verdict does not cross the server yet (eval/success_rate would have no "
+            "judge): rehearse on a node group without arm hardware, as configs/sim_push_cube_pixels.yaml does",
         )
     needed = ("env", "learner") if config.train.policy_at == "env" else ("env", "rollout", "learner")
     for comp in needed:
@@ -102,7 +112,7 @@ class Pipeline:
         from rlhw.runtime.channel import Channel
         from rlhw.runtime.cluster import Cluster
 
-        _check(config)
+        check_layout(config)
         self.config = config
         self.run_dir = run_dir
         self.own_cluster = cluster is None
