@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def pose_path(config: Config, name: str, out: str | None) -> str:
     """Where the pose goes: ``--out``, else the file the task option NAME holds; checked writable."""
-    from rlhw.robot.tasks import task_class
+    from rlhw.robot.task_registry import task_class
 
     if not name.replace("_", "").isalnum():
         raise ConfigError("NAME", f"pose name {name!r} must be a word like goal_pose")
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from rlhw.config import load_config
     from rlhw.robot.factory import build_arm, plan_env
     from rlhw.robot.poses import RecordedPose, save_pose
-    from rlhw.robot.tasks import task_class
+    from rlhw.robot.task_registry import task_class
 
     config = load_config(args.config, list(args.overrides) + (["env.sim=mujoco"] if args.sim else []))
     path = pose_path(config, args.name, args.out)

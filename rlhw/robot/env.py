@@ -45,7 +45,7 @@ from rlhw.robot.reset_procedure import ResetProcedure
 from rlhw.robot.safety import SafetyLayer
 from rlhw.robot.step import ClassifierScore, Step, StepNotes
 from rlhw.robot.takeover import Choice, Takeover
-from rlhw.robot.tasks.base import Task
+from rlhw.robot.task import Task
 from rlhw.robot.teleop import Operator
 
 log = logging.getLogger(__name__)

@@ -42,7 +42,7 @@ from rlhw.robot.build import ArmBuild, CameraBuild
 from rlhw.robot.camera import Camera
 from rlhw.robot.env import RobotEnv
 from rlhw.robot.registry import arm_class, camera_class
-from rlhw.robot.tasks import make_task
+from rlhw.robot.task_registry import make_task
 
 log = logging.getLogger(__name__)
 

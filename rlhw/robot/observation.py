@@ -19,7 +19,7 @@ from rlhw.robot.clock import Clock
 from rlhw.robot.images import fit_image
 from rlhw.robot.safety import SafetyLayer
 from rlhw.robot.spec import EnvSpec, TensorSpec
-from rlhw.robot.tasks.base import Task
+from rlhw.robot.task import Task
 
 IMAGE_PREFIX = "image_"
 

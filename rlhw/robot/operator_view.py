@@ -16,8 +16,8 @@ import numpy as np
 
 from rlhw.config.env import EnvConfig
 from rlhw.robot.arm import Arm, ArmState
-from rlhw.robot.tasks import expert_for
-from rlhw.robot.tasks.base import Task
+from rlhw.robot.task import Task
+from rlhw.robot.task_registry import expert_for
 from rlhw.robot.teleop import Expert, Sight
 
 #: The env's episode now: (episodes so far, steps in this one, the last measured state), or None between episodes.

@@ -25,7 +25,7 @@ from rlhw.robot.clock import Clock
 from rlhw.robot.observation import Observer
 from rlhw.robot.pose import Pose
 from rlhw.robot.safety import SafetyLayer
-from rlhw.robot.tasks.base import Task
+from rlhw.robot.task import Task
 
 #: Fingers this close (m) to fully open count as open: a task that opens them at reset skips the move.
 GRIPPER_OPEN_M = 0.002

@@ -76,7 +76,7 @@ def test_the_recorded_pose_is_accepted_by_the_insert_task(tmp_path):
     out = tmp_path / "goal.json"
     assert main(["record-pose", SIM_INSERT, "goal_pose", "--now", "--out", str(out)]) == 0
     from rlhw.config import load_config
-    from rlhw.robot.tasks import make_task
+    from rlhw.robot.task_registry import make_task
 
     config = load_config(SIM_INSERT, [f"env.task_options.goal_pose={out}", "env.safety.workspace_high=[0.7,0.3,0.65]"])
     task = make_task("insert", config.env, config.env.task_options)

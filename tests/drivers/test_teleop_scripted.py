@@ -9,7 +9,7 @@ import pytest
 from drivers.teleop import ScriptedExpert, expert_action
 from rlhw.errors import ConfigError
 from rlhw.robot import make_env
-from rlhw.robot.tasks import expert_for, register_expert
+from rlhw.robot.task_registry import expert_for, register_expert
 from rlhw.robot.teleop import Aim, Expert, Sight, TeleopEvent
 from tests.robot.conftest import make_config
 

@@ -11,7 +11,7 @@ import pytest
 from drivers.mock import MockArm
 from rlhw.errors import SafetyViolation
 from rlhw.robot.env import RobotEnv
-from rlhw.robot.tasks import make_task
+from rlhw.robot.task_registry import make_task
 from tests.robot.conftest import greedy_action, make_config
 from tests.robot.fake_clock import FakeClock
 

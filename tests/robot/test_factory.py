@@ -8,7 +8,7 @@ import pytest
 from rlhw.errors import ConfigError
 from rlhw.robot import make_batched_env, make_env, plan_env
 from rlhw.robot.arm import ArmCapability
-from rlhw.robot.tasks.base import Task
+from rlhw.robot.task import Task
 from tests.robot.conftest import FRANKA_CLUSTER, make_config
 
 
@@ -163,10 +163,10 @@ def test_real_hardware_drivers_are_built_from_the_config_without_touching_the_ro
 
 
 def test_a_driver_argument_the_driver_does_not_take_is_an_error_naming_it_never_dropped():
-    from rlhw.robot import tasks
+    from rlhw.robot import task_registry
     from rlhw.robot.tasks.reach import Reach
 
-    @tasks.register_task("lava_scene")
+    @task_registry.register_task("lava_scene")
     class LavaScene(Reach):
         sim_arm_options = {"lava": True}  # a scene option no simulator knows
 
@@ -174,7 +174,7 @@ def test_a_driver_argument_the_driver_does_not_take_is_an_error_naming_it_never_
         with pytest.raises(ConfigError) as err:
             make_env(make_config({"task": "lava_scene"}), connect=False)
     finally:
-        del tasks._TASKS["lava_scene"]
+        del task_registry._TASKS["lava_scene"]
     assert err.value.path == "env.task"
     assert "'lava'" in err.value.message and "mock driver (MockArm)" in err.value.message
     assert "takes: name, seed" in err.value.message  # and what it does take

@@ -12,7 +12,7 @@ from rlhw.errors import ConfigError
 from rlhw.robot.arm import ArmState
 from rlhw.robot.pose import Pose
 from rlhw.robot.poses import RecordedPose, load_pose, save_pose
-from rlhw.robot.tasks import make_task
+from rlhw.robot.task_registry import make_task
 from tests.robot.conftest import make_config
 
 GOAL = Pose((0.5, 0.0, 0.12), (1.0, 0.0, 0.0, 0.0))

@@ -7,7 +7,7 @@ import pytest
 from rlhw.config.env import EnvConfig
 from rlhw.errors import ConfigError
 from rlhw.robot import registry
-from rlhw.robot.tasks import known_tasks, make_task, task_class
+from rlhw.robot.task_registry import known_tasks, make_task, task_class
 
 
 def test_mock_arm_and_camera_resolve_by_name():

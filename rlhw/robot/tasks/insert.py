@@ -52,8 +52,8 @@ from rlhw.robot.camera import Frame
 from rlhw.robot.pose import Pose
 from rlhw.robot.poses import RecordedPose, load_pose
 from rlhw.robot.spec import TensorSpec
-from rlhw.robot.tasks import register_expert, register_task
-from rlhw.robot.tasks.base import Command, Task
+from rlhw.robot.task import Command, Task
+from rlhw.robot.task_registry import register_expert, register_task
 from rlhw.robot.teleop import Aim, Expert, Sight
 
 #: The task's options that name pose files (`rlhw record-pose CONFIG NAME` writes them).

@@ -57,8 +57,8 @@ from rlhw.robot.arm import ArmCapability, ArmState
 from rlhw.robot.camera import Frame
 from rlhw.robot.pose import Pose
 from rlhw.robot.spec import TensorSpec
-from rlhw.robot.tasks import register_expert, register_task
-from rlhw.robot.tasks.base import Command, Task
+from rlhw.robot.task import Command, Task
+from rlhw.robot.task_registry import register_expert, register_task
 from rlhw.robot.tasks.reach import GRIPPER_WIDTH_MAX, gripper_width_observation
 from rlhw.robot.teleop import Aim, Expert, Sight
 

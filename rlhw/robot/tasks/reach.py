@@ -24,8 +24,8 @@ from rlhw.config.env import EnvConfig
 from rlhw.robot.arm import ArmCapability, ArmState
 from rlhw.robot.camera import Frame
 from rlhw.robot.spec import TensorSpec
-from rlhw.robot.tasks import register_expert, register_task
-from rlhw.robot.tasks.base import Command, Task
+from rlhw.robot.task import Command, Task
+from rlhw.robot.task_registry import register_expert, register_task
 from rlhw.robot.teleop import Aim, Expert, Sight
 
 #: The gripper_width observation's bound (m): the Franka hand's opening. Measured widths can read a
