@@ -67,7 +67,7 @@ def task_probe(config_path: Path, overrides: list[str]) -> dict:
     space = AgentSpace.from_spec(env.spec)
     replay = MixedReplay(10_000, config.train.demo_ratio, seed=0)
     rng = np.random.default_rng(0)
-    obs, _ = env.reset(seed=0)
+    obs, _ = env.reset(seed=0).gym()
     for _ in range(1000):
         action = rng.uniform(space.low, space.high).astype(np.float32)
         nxt, reward, terminated, truncated, _ = env.step(action).gym()
@@ -75,7 +75,7 @@ def task_probe(config_path: Path, overrides: list[str]) -> dict:
         replay.add_batch(
             transition_batch(one, {k: np.asarray(v)[None] for k, v in nxt.items()}, action[None], [reward], [0], [0])
         )
-        obs = env.reset()[0] if terminated or truncated else nxt
+        obs = env.reset().gym()[0] if terminated or truncated else nxt
     env.close()
     return {
         "space": space,

@@ -48,7 +48,7 @@ def collect(episodes: int, steps: int, seed: int) -> tuple[list, dict, tuple, di
     out = []
     try:
         for e in range(episodes):
-            obs, _ = env.reset(seed=seed + e)
+            obs, _ = env.reset(seed=seed + e).gym()
             first, trace, done = obs, [], False
             while not done:
                 action = rng.uniform(-0.5, 0.5, env.spec.action.shape).astype(np.float32)

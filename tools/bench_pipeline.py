@@ -62,8 +62,7 @@ def in_process(config, seconds: float) -> float:
 
     env = make_env(config, 0)
     agent = make_agent(config, env.spec, "cpu")
-    first, _ = env.reset(seed=0)
-    obs = {k: np.asarray(v)[None] for k, v in first.items()}
+    obs = env.reset(seed=0).obs  # a batch of 1, as the policy takes it
     steps, t0 = 0, None
     try:
         while True:
@@ -71,8 +70,7 @@ def in_process(config, seconds: float) -> float:
             step = env.step(action)  # its observations are a batch of 1, as the policy takes them
             obs = step.obs
             if step.ended[0]:
-                first, _ = env.reset()
-                obs = {k: np.asarray(v)[None] for k, v in first.items()}
+                obs = env.reset().obs
             steps += 1
             if steps == 50:
                 t0 = time.perf_counter()  # after warm-up
@@ -258,7 +256,7 @@ def mock_observation(images: bool):
     )
     env = make_env(cfg, 0)
     try:
-        return cfg, env.spec, {k: np.asarray(v)[None] for k, v in env.reset(seed=0)[0].items()}
+        return cfg, env.spec, dict(env.reset(seed=0).obs)
     finally:
         env.close()
 

@@ -185,7 +185,7 @@ def record_episodes(
     recorder, paths = EpisodeRecorder(out_dir), []
     try:
         for i in range(episodes):
-            obs, info = env.reset(seed=seed * 100_003 + i)
+            obs, info = env.reset(seed=seed * 100_003 + i).gym()
             succeed = i % 2 == 0
             stager = stager_cls(env, rng, succeed, steps, hold)
             recorder.begin(obs, meta={"task": task, "staged_success": succeed, **getattr(stager, "meta", {})})

@@ -96,9 +96,9 @@ def record(config: Config, args, overrides: list[str]) -> int:
         with view:
             for episode in range(args.episodes):
                 seed = config.env.seed + episode
-                obs, info = env.reset(seed=seed)
+                first = env.reset(seed=seed)
                 recorder.begin(
-                    obs,
+                    {k: v[0] for k, v in first.obs.items()},
                     kind=EpisodeKind.DEMO,
                     meta={
                         "seed": seed,
@@ -155,7 +155,7 @@ def replay(config: Config, path: Path, tolerance: float) -> int:
             raise ConfigError(
                 "--replay", "replay runs in simulation only (a real arm is not deterministic); add env.sim=mujoco"
             )
-        obs, _ = env.reset(seed=int(meta["seed"]))
+        env.reset(seed=int(meta["seed"]))
         for action in episode.action:
             step = env.step(action)
             if step.ended[0]:

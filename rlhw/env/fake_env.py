@@ -16,7 +16,7 @@ import numpy as np
 from rlhw.config.root import Config
 from rlhw.errors import RobotFault
 from rlhw.robot.spec import EnvSpec, TensorSpec
-from rlhw.robot.step import FLAG, Step
+from rlhw.robot.step import FLAG, Reset, Step
 
 _NO_FAULT, _NO_MESSAGE = (None,), ("",)  # one instance, no fault
 
@@ -68,7 +68,7 @@ class FakeEnv:
             )
             for name, s in obs.items()
         }
-        self._row = {k: v[0] for k, v in self._obs.items()}  # one instance's observation (views): what reset gives
+        self._row = {k: v[0] for k, v in self._obs.items()}  # one instance's observation (views): what it steps
         self._t = np.zeros(num_envs, dtype=np.int64)
         self._t1 = 0
         self.events: list[str] = []
@@ -81,17 +81,7 @@ class FakeEnv:
         self._lock = threading.Lock()
 
     # -- contract -----------------------------------------------------------------------------
-    def _info(self, t0: float) -> dict:
-        now = time.time()
-        return {
-            "timestamps": dict.fromkeys(self._obs, now)
-            if self.num_envs == 1
-            else {k: np.full(self.num_envs, now) for k in self._obs},
-            "timing": {"env": time.perf_counter() - t0},
-            "success": np.zeros(self.num_envs, bool) if self.num_envs > 1 else False,
-        }
-
-    def reset(self, seed: int | None = None):
+    def reset(self, seed: int | None = None) -> Reset:
         t0 = time.perf_counter()
         self.events.append("reset")
         if self.reset_delay_s:
@@ -100,7 +90,9 @@ class FakeEnv:
         self._t[:] = 0
         self._t1 = 0
         self._obs["joint_pos"][...] = 0.0
-        return (self._obs if self.num_envs > 1 else self._row), self._info(t0)
+        now = np.full(self.num_envs, time.time())
+        stamps = dict.fromkeys(self._obs, now)
+        return Reset(dict(self._obs), stamps, np.zeros(self.num_envs, bool), {"env": time.perf_counter() - t0})
 
     def step(self, action: np.ndarray) -> Step:
         t0 = time.perf_counter()

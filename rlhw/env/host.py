@@ -19,7 +19,7 @@ import numpy as np
 
 from rlhw.env.control import ControlLease
 from rlhw.env.validate import ActionChecker
-from rlhw.robot.step import Reset, Step, reset_from_contract
+from rlhw.robot.step import EnvContract, Reset, Step
 
 log = logging.getLogger("rlhw.env")
 
@@ -43,7 +43,7 @@ def _server_timing(env_s: float, phases: dict[str, float]) -> dict[str, float]:
 class EnvHost:
     """Owns the env for the server's lifetime."""
 
-    def __init__(self, env, watchdog_s: float = 2.0, timing_window: int = 2000):
+    def __init__(self, env: EnvContract, watchdog_s: float = 2.0, timing_window: int = 2000):
         self.env = env
         self.spec = env.spec
         self.num_envs = int(self.spec.num_envs)
@@ -96,11 +96,10 @@ class EnvHost:
         """The env's reset and the server's timings of it (``env``, and the env's phases as ``env.<phase>``)."""
         t0 = perf_counter()
         with self._env_lock:
-            obs, info = self.env.reset(seed=seed)
+            first = self.env.reset(seed=seed)
         dt = perf_counter() - t0
         self.stopped = False
         self.resets += 1
-        first = reset_from_contract(obs, info, self.num_envs)
         return first, _server_timing(dt, first.timing)
 
     def step(self, action: np.ndarray) -> tuple[Step, dict[str, float]]:

@@ -13,6 +13,7 @@ Observations are read-only numpy views: of the received bytes for the observatio
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -185,12 +186,9 @@ class RemoteEnv(gym.Env):
     # -- gymnasium API (the public Gymnasium edge: tuples built from the typed results) -------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        first = self.reset_typed(seed)
-        stamps = {k: float(v[0]) if self.num_envs == 1 else v for k, v in first.stamps.items()}
-        success = bool(first.success[0]) if self.num_envs == 1 else first.success
-        info = {"timestamps": stamps, "timing": first.timing, "success": success}
+        obs, info = self.reset_typed(seed).gym()
         self.last_measurements = take_measurements(info, self.measurements_in_info)
-        return ({k: v[0] for k, v in first.obs.items()} if self.num_envs == 1 else first.obs), info
+        return obs, info
 
     def step(self, action):
         out = self.step_typed(action).gym()
@@ -198,6 +196,11 @@ class RemoteEnv(gym.Env):
         return out
 
     # -- typed calls: `Reset` and `Step` (rlhw.robot.step), for the RL loop and RemoteVectorEnv ----------
+    @property
+    def typed(self) -> TypedRemoteEnv:
+        """This client under the env contract (`rlhw.robot.step.EnvContract`), as the episode loop steps an env."""
+        return TypedRemoteEnv(self)
+
     def reset_typed(self, seed: int | None = None) -> Reset:
         """Reset every instance of the server's env (observations with a leading instance axis)."""
         request = pb.ResetRequest(seed=seed) if seed is not None else pb.ResetRequest()
@@ -295,3 +298,28 @@ class RemoteEnv(gym.Env):
             self.close()
         except Exception:
             pass
+
+
+class TypedRemoteEnv:
+    """A `RemoteEnv`'s typed side under the env contract's names (`rlhw.robot.step.EnvContract`). Why a view and
+    not the client's own methods: a RemoteEnv is a gymnasium.Env, whose ``spec`` (a registration's) and ``reset``
+    (``(obs, info)``) are Gymnasium's; here they are the client's `RemoteEnv.env_spec` and `RemoteEnv.reset_typed`."""
+
+    def __init__(self, remote: RemoteEnv):
+        self.remote, self.spec = remote, remote.env_spec
+
+    def reset(self, seed: int | None = None) -> Reset:
+        return self.remote.reset_typed(seed)
+
+    def step(self, action) -> Step:
+        return self.remote.step_typed(action)
+
+    def stop(self) -> None:
+        self.remote.stop()
+
+    def status(self) -> dict[str, Any]:
+        """The served env's own ``status()`` (GetStatus's ``env_status_json``), as the contract's other envs say it."""
+        return json.loads(self.remote.status().env_status_json or "{}")
+
+    def close(self) -> None:
+        self.remote.close()

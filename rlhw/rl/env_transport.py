@@ -56,9 +56,9 @@ class EnvTransport:
 
             make = make_env if self.single else make_batched_env
             self.env = make(self.config, self.robot_rank, connect=False)
-            return BatchView(self.env, self.env.spec)
+            return BatchView(self.env)
         self.server, self.env = open_remote_env(self.config, self.robot_rank, self.log, self.name)
-        return BatchView(self.env, self.env.env_spec, self.env.step_typed)
+        return BatchView(self.env.typed)
 
     @property
     def dead(self) -> bool:

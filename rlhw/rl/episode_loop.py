@@ -11,8 +11,9 @@ executed, hand the train transitions on, report finished episodes. One loop does
   episode, whose kind (train, eval or idle: `rlhw.rl.instances`) the caller chooses. It returns when every
   instance is idle.
 
-`BatchView` gives the loop one type of step whatever the env is (`RemoteEnv`, `RobotEnv`, `BatchedEnv`, a
-test env with the RobotEnv contract): `Step` (rlhw/robot/step.py), the type the env server writes to the wire.
+`BatchView` gives the loop one type of reset and step whatever the env is (`RemoteEnv.typed`, `RobotEnv`,
+`BatchedEnv`, a test env: any `EnvContract`): `Reset` and `Step` (rlhw/robot/step.py), the types the env server
+writes to the wire.
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
 from rlhw.rl.instances import EVAL, IDLE, TRAIN, Instances
 from rlhw.rl.replay import TransitionBatch, transition_batch
 from rlhw.rl.spaces import neutral_actions
-from rlhw.robot.spec import EnvSpec
-from rlhw.robot.step import Step
+from rlhw.robot.step import EnvContract, Step
 
 EpisodeResult = tuple[float, bool, int, int]
 """A finished episode: (return, success, length, steps an operator executed)."""
@@ -38,35 +38,25 @@ Act = Callable[[dict, list, np.ndarray], tuple[np.ndarray, np.ndarray]]
 instances ``rows`` that are in an episode; ``evaluating[j]`` says row j's episode is an eval one."""
 
 
-def one_instance(obs: dict) -> dict:
-    """One instance's observation as a batch of 1."""
-    return {k: np.asarray(v)[None] for k, v in obs.items()}
-
-
 def _rows(obs: Mapping, rows) -> dict:
     return {k: v[rows] for k, v in obs.items()}
 
 
 class BatchView:
-    """An env as n instances, each step a `Step` (rlhw.robot.step): observations, actions and flags with a leading
-    dimension n.
+    """An env of the contract (`EnvContract`) as n instances: observations, actions and flags with a leading
+    dimension n, whatever ``num_envs`` is. ``spec`` is the env's (per-instance shapes, ``num_envs``); with
+    ``num_envs == 1`` the env is a single env (a RemoteEnv of one instance, a RobotEnv), which takes one
+    unbatched action."""
 
-    ``spec`` is the env's (per-instance shapes, ``num_envs``): `RemoteEnv.env_spec`, else ``env.spec``. With
-    ``num_envs == 1`` the env is a single unbatched env (a RemoteEnv of one instance, a RobotEnv). ``step`` is
-    a gymnasium env's typed step (`RemoteEnv.step_typed`); None: the env's own (the RobotEnv contract's)."""
+    def __init__(self, env: EnvContract):
+        self.env, self.spec = env, env.spec
+        self.num_envs = int(self.spec.num_envs)
 
-    def __init__(self, env, spec: EnvSpec, step: Callable[[np.ndarray], Step] | None = None):
-        self.env, self.spec, self.num_envs = env, spec, int(spec.num_envs)
-        self._typed_step = step
-
-    def reset(self, seed: int | None) -> dict:
-        obs, _ = self.env.reset(seed=seed)
-        return one_instance(obs) if self.num_envs == 1 else obs
+    def reset(self, seed: int | None) -> Mapping[str, np.ndarray]:
+        return self.env.reset(seed=seed).obs
 
     def step(self, actions: np.ndarray) -> Step:
-        if self.num_envs == 1:
-            actions = actions[0]
-        return (self._typed_step or self.env.step)(actions)
+        return self.env.step(actions[0] if self.num_envs == 1 else actions)
 
 
 def _ignore(*_) -> None:

@@ -74,9 +74,7 @@ def run_episode(
     contract) through the episode loop; returns (return, success, length, intervened steps). Each step is
     recorded, and in a train episode handed to ``on_step`` as a transition, with the action the arm executed
     and its ``intervened`` flag, a fault step stored as ``fault_signal`` says; ``on_info`` gets each `Step`."""
-    loop = EpisodeLoop(
-        BatchView(env, env.spec), 0, [recorder] if recorder is not None else None, fault_signal=fault_signal
-    )
+    loop = EpisodeLoop(BatchView(env), 0, [recorder] if recorder is not None else None, fault_signal=fault_signal)
     results: list[EpisodeResult] = []
     hooks = LoopHooks(
         agent_policy(agent, rng, random_actions),

@@ -13,22 +13,20 @@ including truncation by a fault), the env resets instance i inside the same call
 
 So a learner stores ``(obs, action, reward, final observation if ended else next obs, terminated)``
 (`Step.last`). A fault in the automatic reset that locks instance i raises `SafetyViolation` (as RobotEnv.reset
-does). ``reset``'s info holds per-instance lists of the members' ``timestamps``, ``timing`` and the rest.
+does). ``reset`` returns one `Reset` of the N instances (`stack_resets`: each phase's slowest instance).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from rlhw.robot.env import RobotEnv
 from rlhw.robot.spec import EnvSpec
-from rlhw.robot.step import Step, stack
-
-_PER_ENV = ("timestamps", "timing", "episode_step", "frame_index", "reset_faults")
+from rlhw.robot.step import Reset, Step, stack, stack_resets
 
 
 class BatchedEnv:
@@ -48,15 +46,9 @@ class BatchedEnv:
         """A person drives one of the instances (`RobotEnv.paced`): the batch steps at ``env.control_hz``."""
         return any(e.paced for e in self.envs)
 
-    def reset(self, seed: int | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    def reset(self, seed: int | None = None) -> Reset:
         """Reset every instance; instance i gets ``seed + i`` when a seed is given."""
-        results = [e.reset(seed=None if seed is None else seed + i) for i, e in enumerate(self.envs)]
-        obs = {k: np.stack([r[0][k] for r in results]) for k in self.spec.observations}
-        infos = [r[1] for r in results]
-        info: dict[str, Any] = {"success": np.array([bool(i["success"]) for i in infos])}
-        for key in _PER_ENV:
-            info[key] = [i.get(key) for i in infos]
-        return obs, info
+        return stack_resets([e.reset(seed=None if seed is None else seed + i) for i, e in enumerate(self.envs)])
 
     def step(self, actions) -> Step:
         actions = np.asarray(actions, dtype=np.float32)
@@ -64,15 +56,14 @@ class BatchedEnv:
         if actions.shape != expected:
             raise ValueError(f"actions have shape {actions.shape}, expected {expected} (one action per env instance)")
         steps: list[Step] = []
-        obs: list[dict[str, np.ndarray]] = []
-        finals: dict[int, dict[str, np.ndarray]] = {}
+        obs: list[Mapping[str, np.ndarray]] = []
+        finals: dict[int, Mapping[str, np.ndarray]] = {}
         for i, (env, action) in enumerate(zip(self.envs, actions)):
             step = env.step(action)
             steps.append(step)
             if step.ended[0]:
                 finals[i] = step.obs
-                first, _reset_info = env.reset()
-                obs.append({k: v[None] for k, v in first.items()})
+                obs.append(env.reset().obs)
             else:
                 obs.append(step.obs)
         return stack(steps, obs, finals)

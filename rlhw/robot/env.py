@@ -2,9 +2,9 @@
 
 Contract used by the env service (rlhw.env) and the RL pipeline:
 - ``spec`` -> rlhw.robot.spec.EnvSpec (per-instance shapes, num_envs == 1 for a single RobotEnv)
-- ``reset(seed=None) -> (obs, info)``, with ``obs`` a dict name -> np.ndarray matching ``spec.observations``;
-  ``info`` holds ``"timestamps"`` (obs name -> capture time, wall-clock seconds), ``"timing"`` (phase name ->
-  seconds), ``"success"``, ``"fault"`` (None), ``"episode_step"``, ``"frame_index"`` and ``"reset_faults"``.
+- ``reset(seed=None) -> Reset`` (rlhw/robot/step.py: one instance, a leading instance axis of 1): the first
+  observation (name -> np.ndarray matching ``spec.observations``), its capture times (wall-clock seconds), phase
+  timings and success; its ``notes`` (a `ResetNotes`) say ``frame_index`` and the ``faults`` handled on the way.
 - ``step(action) -> Step`` (rlhw/robot/step.py: one instance, a leading instance axis of 1), ``action`` a
   float32 array matching ``spec.action``. A step says its capture times, phase timings, success, fault (None, or
   the `FaultKind` that truncated the episode, with its message), the executed action (what went to the safety
@@ -43,7 +43,7 @@ from rlhw.robot.operator_view import EnvOperatorView
 from rlhw.robot.rehearsal import MeasuredArm, check_rehearsal
 from rlhw.robot.reset_procedure import ResetProcedure
 from rlhw.robot.safety import SafetyLayer
-from rlhw.robot.step import ClassifierScore, Step, StepNotes
+from rlhw.robot.step import ClassifierScore, Reset, ResetNotes, Step, StepNotes
 from rlhw.robot.takeover import Choice, Takeover
 from rlhw.robot.task import Task
 from rlhw.robot.teleop import Operator
@@ -209,7 +209,7 @@ class RobotEnv:
         self.safety.unlock()
 
     # -- episode -------------------------------------------------------------------------------
-    def reset(self, seed: int | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    def reset(self, seed: int | None = None) -> Reset:
         if self.closed:
             raise SafetyViolation("reset() on a closed env", ErrorReason.EPISODE_ENDED)
         self._raise_if_locked()
@@ -239,9 +239,9 @@ class RobotEnv:
         self.episodes += 1
         timing["total"] = self.clock.now() - t0
         self._deadline = self.clock.now()
-        info = self._info(timing, success=self.task.success(self.observer.state))
-        info["reset_faults"] = faults
-        return self.observer.copy(), info
+        success = bool(self.task.success(self.observer.state))
+        notes = ResetNotes(frame_index=dict(self.observer.frame_index), faults=tuple(faults))
+        return Reset.one(self.observer.copy(), self.observer.stamps, success, timing, notes)
 
     def step(self, action) -> Step:
         self._raise_if_locked()
@@ -427,17 +427,6 @@ class RobotEnv:
             operator_label=choice.label if choice is not None else None,
             **facts,
         )
-
-    def _info(self, timing: dict[str, float], *, success: bool) -> dict[str, Any]:
-        return {
-            "timestamps": dict(self.observer.stamps),
-            "timing": timing,
-            "success": bool(success),
-            "fault": None,
-            "fault_message": None,
-            "episode_step": self.episode_step,
-            "frame_index": dict(self.observer.frame_index),
-        }
 
     def _moment(self) -> tuple[int, int, ArmState] | None:
         """Where the episode is, for the operator's view: None between episodes."""

@@ -2,8 +2,8 @@
 wrappers, other RL libraries) without going through the env server.
 
 Spaces come from the env's spec: a Dict of Boxes (bounds from the spec; unbounded where it has
-none) and a Box action. ``step`` gives the RobotEnv's `Step` (rlhw/robot/step.py) as gymnasium's tuple
-(`Step.gym`); ``info`` holds its fields and notes. Safety behaviour is unchanged: a step after
+none) and a Box action. ``reset`` and ``step`` give the RobotEnv's `Reset` and `Step` (rlhw/robot/step.py) as
+gymnasium's tuples (`Reset.gym`, `Step.gym`); ``info`` holds their fields and notes. Safety behaviour is unchanged: a step after
 the episode ended raises `SafetyViolation` instead of silently continuing.
 
 ``info`` holds the facts of the transition. The per-call measurements (``timestamps``: wall-clock
@@ -77,7 +77,7 @@ class GymRobotEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        obs, info = self.env.reset(seed=seed)
+        obs, info = self.env.reset(seed=seed).gym()  # the Gymnasium edge: the env's `Reset` as (obs, info)
         self.last_measurements = take_measurements(info, self.measurements_in_info)
         return obs, info
 

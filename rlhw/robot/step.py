@@ -21,17 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from rlhw.errors import FaultKind
 
 if TYPE_CHECKING:  # an annotation only: importing the operator's module would add to every step reader's start
+    from rlhw.robot.spec import EnvSpec
     from rlhw.robot.teleop import TeleopEvent
-
-#: The fields of an env's reset info that `Reset` gives a typed home; the rest go to ``extras``.
-_TYPED = frozenset({"timestamps", "timing", "success"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,17 +272,95 @@ class Step:
         return (self.obs, self.reward.astype(np.float32), self.terminated, self.truncated, info)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResetNotes:
+    """What else an env says of one instance's reset, as `StepNotes` of a step (`RobotEnv` writes it; the wire
+    carries none of it, so a reset read off the wire has none: ``Reset.notes == ()``).
+
+    - ``frame_index``: camera name -> index of the camera frame that the first observation's image of it is;
+    - ``faults``: the robot faults met on the way to the episode's start, each handled before the reset went on
+      (``"kind: message"``, as `Step.fault_text`); empty for a clean reset.
+    """
+
+    frame_index: Mapping[str, int] = field(default_factory=dict)
+    faults: tuple[str, ...] = ()
+
+    def info(self) -> dict[str, Any]:
+        """The notes as Gymnasium's reset ``info`` entries (`Reset.gym`, the Gymnasium edge only)."""
+        return {"frame_index": dict(self.frame_index), "reset_faults": list(self.faults)}
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Reset:
-    """A reset of n instances: the first observations (leading axis n), their capture times, the success flags
-    and the call's phase timings; ``extras`` per instance: the rest of the env's reset info, as the env's
-    ``reset() -> (obs, info)`` names it (untyped until that contract returns a `Reset` itself; nothing reads it)."""
+    """A reset of n instances: the first observations (leading axis n, as a `Step`'s), their capture times
+    (name -> float64 (n,)), the success flags and the call's phase timings; ``notes``: one `ResetNotes` per
+    instance, what else the env said of the reset, or none at all (``()``: a reset read off the wire)."""
 
     obs: Mapping[str, np.ndarray]
     stamps: Mapping[str, np.ndarray]
     success: np.ndarray  # bool (n,)
     timing: dict[str, float]
-    extras: tuple[Mapping[str, Any], ...] = field(default=())
+    notes: tuple[ResetNotes, ...] = ()
+
+    @classmethod
+    def one(
+        cls,
+        obs: Mapping[str, np.ndarray],
+        stamps: Mapping[str, float],
+        success: bool,
+        timing: dict[str, float],
+        notes: ResetNotes | None = None,
+    ) -> Reset:
+        """One instance's reset, from its unbatched values (the leading instance axis is added here)."""
+        return cls(
+            {k: np.asarray(v)[None] for k, v in obs.items()},
+            {k: np.array([t], np.float64) for k, t in stamps.items()},
+            np.array([bool(success)]),
+            timing,
+            () if notes is None else (notes,),
+        )
+
+    @property
+    def num_envs(self) -> int:
+        return len(self.success)
+
+    def gym(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Gymnasium's ``(obs, info)``: an unbatched observation and scalars for one instance (with its notes' info
+        entries), arrays for a batch. Only the Gymnasium edge calls this (as `Step.gym`)."""
+        if self.num_envs == 1:
+            info = {
+                "timestamps": {k: float(v[0]) for k, v in self.stamps.items()},
+                "timing": self.timing,
+                "success": bool(self.success[0]),
+            }
+            if self.notes:
+                info.update(self.notes[0].info())
+            return {k: v[0] for k, v in self.obs.items()}, info
+        return dict(self.obs), {"timestamps": dict(self.stamps), "timing": self.timing, "success": self.success}
+
+
+@runtime_checkable
+class EnvContract(Protocol):
+    """The env contract: what the env server hosts (rlhw.env.host) and the episode loop steps (rlhw.rl.episode_loop).
+
+    `RobotEnv` (one instance), `BatchedEnv` (n, same-step autoreset), `FakeEnv` and `RemoteEnv.typed` (a
+    RemoteEnv is a gymnasium.Env, whose own ``spec`` and ``reset`` are Gymnasium's) satisfy it. ``spec.num_envs``
+    instances; ``reset`` and ``step`` say every fact with a leading instance axis n; ``step`` takes an action of
+    the spec's shape for one instance, with a leading axis n for a batch. ``stop`` halts the arm now and ends the
+    episode; ``status`` is a JSON-able dict that never moves anything; ``close`` stops and releases the hardware.
+    """
+
+    spec: EnvSpec
+
+    def reset(self, seed: int | None = None) -> Reset: ...
+
+    def step(self, action: np.ndarray) -> Step: ...
+
+    def stop(self) -> None: ...
+
+    def status(self) -> Mapping[str, Any]: ...
+
+    def close(self) -> None: ...
 
 
 def _constant(value: bool) -> np.ndarray:
@@ -316,10 +392,6 @@ def stack(
         for i, last in finals.items():
             for k in final_obs:
                 final_obs[k][i] = last[k][0]
-    timing: dict[str, float] = {}
-    for s in steps:
-        for k, v in s.timing.items():
-            timing[k] = max(timing.get(k, 0.0), v)
     return Step(
         batch,
         cat("reward"),
@@ -330,8 +402,8 @@ def stack(
         cat("intervened"),
         sum((s.fault for s in steps), ()),
         sum((s.fault_message for s in steps), ()),
-        {k: np.concatenate([s.stamps.get(k, [np.nan]) for s in steps]) for k in steps[0].stamps},
-        timing,
+        _stamps(steps),
+        _slowest(steps),
         final_obs,
         final_mask,
         None,
@@ -339,55 +411,26 @@ def stack(
     )
 
 
-def _per_instance(value, n: int, dtype) -> np.ndarray:
-    arr = np.asarray(False if value is None else value, dtype=dtype).reshape(-1)
-    return np.repeat(arr, n) if arr.size == 1 and n > 1 else arr
-
-
-def _stamps(value, n: int) -> dict[str, np.ndarray]:
-    """Capture times: name -> float (one env) or a list of such dicts (a batch), as name -> float64 (n,)."""
-    if not value:
-        return {}
-    if isinstance(value, Mapping):
-        return {k: np.broadcast_to(np.asarray(v, np.float64), (n,)).copy() for k, v in value.items()}
-    names = {k for d in value if d for k in d}
-    return {k: np.array([(d or {}).get(k, np.nan) for d in value], np.float64) for k in names}
-
-
-def _timing(value) -> dict[str, float]:
-    """Phase timings: one dict, or a batch's list of dicts (each phase's slowest instance)."""
-    if not value:
-        return {}
-    if isinstance(value, Mapping):
-        return {k: float(v) for k, v in value.items()}
-    out: dict[str, float] = {}
-    for d in value:
-        for k, v in (d or {}).items():
-            out[k] = max(out.get(k, 0.0), float(v))
-    return out
-
-
-def _extras(info: Mapping, n: int) -> tuple[dict, ...]:
-    rest = {k: v for k, v in info.items() if k not in _TYPED}
-    if n == 1:
-        return (rest,) if rest else ()
-    return (
-        tuple({k: v[i] for k, v in rest.items() if isinstance(v, (list, tuple)) and len(v) == n} for i in range(n))
-        if rest
-        else ()
-    )
-
-
-def _batched(obs: Mapping, n: int) -> dict:
-    return {k: np.asarray(v)[None] for k, v in obs.items()} if n == 1 else dict(obs)
-
-
-def reset_from_contract(obs, info: Mapping, n: int) -> Reset:
-    """The `Reset` of an env's ``reset() -> (obs, info)``: one env's dict info, or a batch's per-instance lists."""
+def stack_resets(resets: list[Reset]) -> Reset:
+    """The `Reset` of a batch from its instances' resets (rlhw.robot.batch.BatchedEnv), as `stack` a step."""
     return Reset(
-        _batched(obs, n),
-        _stamps(info.get("timestamps"), n),
-        _per_instance(info.get("success", False), n, bool),
-        _timing(info.get("timing")),
-        _extras(info, n),
+        {k: np.concatenate([r.obs[k] for r in resets]) for k in resets[0].obs},
+        _stamps(resets),
+        np.concatenate([r.success for r in resets]),
+        _slowest(resets),
+        sum((r.notes for r in resets), ()) if all(r.notes for r in resets) else (),
     )
+
+
+def _stamps(calls: list[Step] | list[Reset]) -> dict[str, np.ndarray]:
+    """The instances' capture times, name -> float64 (n,) (NaN where an instance lacks the first one's name)."""
+    return {k: np.concatenate([c.stamps.get(k, [np.nan]) for c in calls]) for k in calls[0].stamps}
+
+
+def _slowest(calls: list[Step] | list[Reset]) -> dict[str, float]:
+    """A batch's phase timings: each phase's slowest instance."""
+    timing: dict[str, float] = {}
+    for c in calls:
+        for k, v in c.timing.items():
+            timing[k] = max(timing.get(k, 0.0), v)
+    return timing

@@ -97,8 +97,9 @@ def test_record_pose_then_insert_against_franky_sim(tmp_path, capsys):
         env = make_env(load_config("configs/franky_sim.yaml", overrides))
         try:
             assert type(env.arm).__name__ == "FrankaArm"
-            obs, info = env.reset(seed=0)  # the hand starts AT the goal: it must rise first
-            assert info["fault"] is None and info["reset_faults"] == []
+            first = env.reset(seed=0)  # the hand starts AT the goal: it must rise first
+            assert first.notes[0].faults == ()
+            obs, _ = first.gym()
             offset = -obs["to_goal"]
             assert np.all(offset >= env.task.start_low - 0.005) and np.all(offset <= env.task.start_high + 0.005)
             assert np.array_equal(obs["external_wrench"], np.zeros(6))  # franky-sim measures no force

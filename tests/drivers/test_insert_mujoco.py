@@ -34,9 +34,9 @@ def run_expert(env, steps=50):
 
 
 def test_reset_puts_the_peg_over_the_hole_at_a_start_in_the_box_with_the_goal_orientation(env):
-    obs, info = env.reset(seed=3)
-    task, state = env.task, env.arm.state()
-    assert info["fault"] is None and info["reset_faults"] == []
+    first = env.reset(seed=3)
+    task, state, (obs, _) = env.task, env.arm.state(), first.gym()
+    assert first.notes[0].faults == ()
     offset = state.ee_position - task.goal.position
     assert np.all(offset >= task.start_low - 0.003) and np.all(offset <= task.start_high + 0.003)
     assert np.linalg.norm(obs["orientation_error"]) < 0.02
@@ -56,8 +56,8 @@ def test_the_scripted_expert_inserts_the_peg_and_success_ends_the_episode(env):
     assert np.linalg.norm(obs["to_goal"]) < env.task.success_m
     assert reward == pytest.approx(1.0 - np.linalg.norm(obs["to_goal"]) / env.task.reward_scale)  # dense_reward: true
     # the next reset lifts the peg straight out of the hole before homing: no contact on the way
-    obs, info = env.reset(seed=5)
-    assert info["reset_faults"] == [] and obs["to_goal"][2] < -0.035
+    first = env.reset(seed=5)
+    assert first.notes[0].faults == () and first.obs["to_goal"][0, 2] < -0.035
 
 
 def test_pressing_the_peg_on_the_block_is_measured_and_past_the_bound_is_a_contact_fault():
@@ -77,8 +77,7 @@ def test_pressing_the_peg_on_the_block_is_measured_and_past_the_bound_is_a_conta
         assert "over the bound 8.0 N" in info["fault_message"]
         measured = e.arm.state().external_wrench  # the contact the fault saw (the arm now holds still)
         assert measured[2] > 8.0 and abs(measured[2]) > 3 * np.abs(measured[:2]).max()  # the block pushes up (+z)
-        obs, info = e.reset(seed=1)  # recovers: out of the zone, home, back over the hole
-        assert info["fault"] is None
+        e.reset(seed=1)  # recovers: out of the zone, home, back over the hole
         e.step(np.zeros(3, np.float32))
         assert e.status()["strikes"] == 0
     finally:
@@ -93,8 +92,8 @@ def test_the_real_cell_config_rehearses_on_mujoco_with_sim(tmp_path):
     e = make_env(config)
     try:
         assert type(e.arm).__name__ == "MujocoArm" and e.spec.cameras == ("000000000001", "000000000002")
-        obs, info = e.reset(seed=0)
-        assert obs["image_000000000001"].shape == (32, 32, 3) and info["fault"] is None
+        first = e.reset(seed=0)
+        assert first.obs["image_000000000001"].shape == (1, 32, 32, 3) and first.notes[0].faults == ()
         obs, *_ = e.step(expert_action(e.operator_view)).gym()
         assert obs["to_goal"].shape == (3,)
     finally:

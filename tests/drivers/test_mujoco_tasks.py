@@ -51,8 +51,7 @@ def test_reach_on_the_mujoco_arm_succeeds_with_a_scripted_policy():
     env = make_env(load_config(SIM, ["env.sim=mujoco"]))
     try:
         assert isinstance(env.arm, MujocoArm) and env.realtime is False
-        obs, info = env.reset(seed=1)
-        assert info["fault"] is None
+        obs, _ = env.reset(seed=1).gym()
         for _ in range(50):
             action = np.clip(obs["to_target"] / env.config.action.scale_m, -1, 1).astype(np.float32)
             obs, reward, terminated, truncated, info = env.step(action).gym()
@@ -70,9 +69,10 @@ def test_push_cube_rewards_progress_and_flags_success_when_the_cube_reaches_the_
     try:
         assert isinstance(env.task, PushCube) and env.arm.objects == ("cube",)
         assert set(env.spec.observations) >= {"cube_position", "goal_position", "cube_to_goal", "ee_to_cube"}
-        obs, info = env.reset(seed=3)
+        first = env.reset(seed=3)
+        obs, _ = first.gym()
         start_gap = np.linalg.norm(obs["cube_to_goal"][:2])
-        assert start_gap >= 0.08 - 1e-6 and not info["success"]
+        assert start_gap >= 0.08 - 1e-6 and not first.success[0]
         np.testing.assert_allclose(
             env.arm.data.mocap_pos[0][:2], obs["goal_position"][:2], atol=1e-6
         )  # marker shows the goal
@@ -112,7 +112,7 @@ def test_push_cube_goals_differ_between_episodes_and_start_at_the_sampled_cube_p
     try:
         goals = []
         for seed in (0, 1):
-            obs, _ = env.reset(seed=seed)
+            obs, _ = env.reset(seed=seed).gym()
             goals.append(obs["goal_position"].copy())
             np.testing.assert_allclose(obs["cube_position"], env.arm.object_pose("cube").position, atol=1e-6)
         assert np.linalg.norm(goals[0] - goals[1]) > 1e-3
@@ -149,13 +149,13 @@ def test_env_with_images_returns_rendered_camera_observations_stamped_with_the_p
     )
     try:
         assert set(env.cameras) == {"front", "wrist"}
-        obs, info = env.reset(seed=0)
+        first = env.reset(seed=0)
         obs2, *_, info2 = env.step(np.zeros(3, np.float32)).gym()
         for key in ("image_front", "image_wrist"):
             assert obs2[key].shape == (48, 64, 3) and obs2[key].dtype == np.uint8 and obs2[key].std() > 5
             # The image is stamped with the same instant as the proprio reading (wall-clock).
             assert info2["timestamps"][key] == info2["timestamps"]["ee_position"]
-            assert 0 < info2["timestamps"][key] - info["timestamps"][key] < 5.0
+            assert 0 < info2["timestamps"][key] - first.stamps[key][0] < 5.0
     finally:
         env.close()
 
@@ -167,7 +167,7 @@ def test_batched_mujoco_envs_in_one_process_share_the_model_and_step_independent
     try:
         arms = [e.arm for e in batch.envs]
         assert len({id(a.data) for a in arms}) == 3 and all(a.model is arms[0].model for a in arms)
-        obs, _ = batch.reset(seed=0)
+        obs = batch.reset(seed=0).obs
         assert obs["ee_position"].shape == (3, 3)
         assert len({tuple(t) for t in obs["target_position"].round(4)}) == 3  # own seeds, own goals
         actions = np.zeros((3, 3), np.float32)

@@ -19,7 +19,7 @@ def scripted_env(**teleop):
 
 
 def run_episode(env, action_fn=lambda obs: np.zeros(3, np.float32), seed=0):
-    obs, _ = env.reset(seed=seed)
+    obs, _ = env.reset(seed=seed).gym()
     infos = []
     while True:
         obs, _, terminated, truncated, info = env.step(action_fn(obs)).gym()

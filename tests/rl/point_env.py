@@ -1,4 +1,4 @@
-"""A tiny point-mass reach env that follows the RobotEnv contract (spec, reset, step -> `Step`).
+"""A tiny point-mass reach env that follows the RobotEnv contract (spec, reset -> `Reset`, step -> `Step`).
 
 Used only to unit-test the learner and the run directory quickly; the real tasks come from rlhw.robot.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from rlhw.robot.spec import EnvSpec, TensorSpec
-from rlhw.robot.step import Step
+from rlhw.robot.step import Reset, Step
 
 
 class PointReachEnv:
@@ -37,7 +37,7 @@ class PointReachEnv:
         self.pos = self.rng.uniform(-1, 1, self.dim)
         self.goal = self.rng.uniform(-1, 1, self.dim)
         self.t = 0
-        return self._obs(), {"timestamps": {}, "timing": {}, "success": False, "fault": None}
+        return Reset.one(self._obs(), {}, False, {})
 
     def step(self, action) -> Step:
         return self._move(action, intervened=False)

@@ -90,7 +90,7 @@ def _meta(path) -> dict:
 def _point_loop(tmp_path, env=None):
     env = Counting(env or PointReachEnv(seed=0))
     recorder = EpisodeRecorder(tmp_path / "env0")
-    return env, EpisodeLoop(BatchView(env, env.spec), 25, [recorder])
+    return env, EpisodeLoop(BatchView(env), 25, [recorder])
 
 
 # ------------------------------------------------------------------------------------ one instance (a real arm)
@@ -165,7 +165,7 @@ def test_a_refused_step_truncates_the_running_episode_and_returns(tmp_path):
 def _fake_batch(tmp_path, n=3, episode_length=4):
     env = Counting(FakeEnv(num_envs=n, episode_length=episode_length))
     recorders = [EpisodeRecorder(tmp_path / f"env0.{i}") for i in range(n)]
-    return env, EpisodeLoop(BatchView(env, env.spec), episode_length, recorders, meta={"env_rank": 0})
+    return env, EpisodeLoop(BatchView(env), episode_length, recorders, meta={"env_rank": 0})
 
 
 def test_a_batch_chooses_each_instances_kind_at_its_start_and_collects_exactly_the_budget(tmp_path):
@@ -226,7 +226,7 @@ class CameraStallOnInstance1(Counting):
 
 def test_a_fault_is_noted_with_its_instance_and_ends_only_that_instances_episode(tmp_path):
     env = CameraStallOnInstance1(FakeEnv(num_envs=2, episode_length=4))
-    loop, demand, notes = EpisodeLoop(BatchView(env, env.spec), 4), Demand(7, budget=6), []
+    loop, demand, notes = EpisodeLoop(BatchView(env), 4), Demand(7, budget=6), []
     loop.run(demand.hooks(note=notes.append), seed=0)
     assert notes == ["instance 1: camera_stall: no frame for 0.5 s"]
     assert sorted(result[2] for _, result in demand.reports) == [2, 4]
@@ -245,7 +245,7 @@ class TakenOverInstance1(Counting):
 def test_a_batch_records_each_instances_executed_action_and_flag(tmp_path):
     env = TakenOverInstance1(FakeEnv(num_envs=3, episode_length=2))
     recorders = [EpisodeRecorder(tmp_path / f"env0.{i}") for i in range(3)]
-    loop, demand = EpisodeLoop(BatchView(env, env.spec), 2, recorders), Demand(7, unlimited=True)
+    loop, demand = EpisodeLoop(BatchView(env), 2, recorders), Demand(7, unlimited=True)
     loop.run(demand.hooks(action_value=0.5, version=4, stopping=lambda: env.steps >= 2), seed=0)
     ep0, ep1 = (load_episode(episode_files(tmp_path / f"env0.{i}")[0]) for i in range(2))
     assert np.all(ep0.action == 0.5) and ep0.policy_version.tolist() == [4, 4] and not ep0.intervened.any()
@@ -261,7 +261,7 @@ def test_a_batched_env_in_this_process_reads_like_the_env_server(tmp_path):
     config = load_config_dict({"cluster": CLUSTER, "env": {"sim": "mock", "num_envs": 2, "max_episode_steps": 2}})
     env = make_batched_env(config, 0)
     try:
-        view = BatchView(env, env.spec)
+        view = BatchView(env)
         obs = view.reset(seed=0)
         view.step(np.zeros((2, *env.spec.action.shape), np.float32))
         s = view.step(np.full((2, *env.spec.action.shape), 0.5, np.float32))

@@ -74,7 +74,7 @@ def run_pressing_episode(tmp_path, **fault_signal):
 
     env.step = step
     loop = EpisodeLoop(
-        BatchView(env, env.spec),
+        BatchView(env),
         0,
         [EpisodeRecorder(tmp_path / "env0")],
         fault_signal=FaultSignal.from_config(cfg.train),

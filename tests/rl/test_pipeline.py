@@ -197,7 +197,7 @@ def _record_mujoco_demos(config, directory, episodes: int) -> int:
     env, rng, steps = make_env(config, 0), np.random.default_rng(0), 0
     try:
         for _ in range(episodes):
-            obs, _ = env.reset(seed=int(rng.integers(1000)))
+            obs, _ = env.reset(seed=int(rng.integers(1000))).gym()
             rec.begin(obs, kind="demo", meta={"success": False})
             done = False
             while not done:

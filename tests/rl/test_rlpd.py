@@ -51,7 +51,7 @@ def _record_demos(directory, episodes: int = 3, kind: str = "demo", seed: int = 
     """Scripted-expert episodes on the point env, written as `rlhw record-demos` writes them; returns steps."""
     env, rec, steps = PointReachEnv(seed=seed), EpisodeRecorder(directory), 0
     for _ in range(episodes):
-        obs, _ = env.reset()
+        obs, _ = env.reset().gym()
         rec.begin(obs, kind=kind, meta={"success": True})
         while True:
             action = point_expert(obs)
@@ -205,7 +205,7 @@ def test_the_stored_action_is_what_the_env_says_the_arm_executed_else_the_policy
     step = plain.step(policy)  # an env without a teleop device: the policy's action was executed
     assert step.intervened.tolist() == [False] and step.executed.tolist() == [[0.5, -0.5]]
     taken = TakeoverPointEnv(every=1)
-    obs, _ = taken.reset(seed=0)
+    obs, _ = taken.reset(seed=0).gym()
     step = taken.step(policy)  # the operator's action was executed instead
     assert step.intervened.tolist() == [True]
     np.testing.assert_array_equal(step.executed, point_expert(obs)[None])
@@ -226,7 +226,7 @@ def test_episodes_written_before_the_audit_fields_load_as_nobody_intervened_and_
 def test_a_crash_cut_episode_keeps_its_audit_fields(tmp_path):
     rec = EpisodeRecorder(tmp_path)
     env = PointReachEnv()
-    obs, _ = env.reset()
+    obs, _ = env.reset().gym()
     rec.begin(obs)
     for t in range(3):
         obs, r, te, tr, _ = env.step(np.zeros(2, np.float32)).gym()

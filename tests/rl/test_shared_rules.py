@@ -86,8 +86,7 @@ def test_the_local_runner_and_an_acting_process_answer_alike_for_the_same_weight
     policy = ActingPolicy(env.spec, sac_cfg, torch.device("cpu"), seed=0)
     policy.load(PolicyWeights(version=5, state={k: v.numpy() for k, v in agent.policy_state().items()}))
     policy.random_actions = False
-    obs, _ = env.reset(seed=0)
-    batch = {k: np.repeat(np.asarray(v)[None], 3, axis=0) for k, v in obs.items()}
+    batch = {k: np.repeat(v, 3, axis=0) for k, v in env.reset(seed=0).obs.items()}
     evaluating = np.array([False, True, False])
     for random_actions in (False, True):
         policy.random_actions = random_actions

@@ -30,9 +30,12 @@ def batch():
 def test_batched_shapes_carry_a_leading_num_envs_dimension(batch):
     b = batch(num_envs=3, images=True, image_size=[16, 16])
     assert b.spec.num_envs == 3
-    obs, info = b.reset(seed=0)
+    first = b.reset(seed=0)
+    obs = first.obs
     assert obs["ee_position"].shape == (3, 3) and obs["image_front"].shape == (3, 16, 16, 3)
-    assert info["success"].shape == (3,) and len(info["timestamps"]) == 3
+    assert first.num_envs == 3 and first.success.shape == (3,) and len(first.notes) == 3
+    assert set(first.stamps) == set(obs) and all(t.shape == (3,) for t in first.stamps.values())
+    assert first.timing["total"] > 0  # each phase's slowest instance
     step = b.step(np.zeros((3, 3), np.float32))
     assert step.obs["image_front"].shape == (3, 16, 16, 3) and step.executed.shape == (3, 3)
     assert step.reward.shape == (3,) and step.terminated.dtype == bool and step.truncated.shape == (3,)
@@ -43,14 +46,14 @@ def test_batched_shapes_carry_a_leading_num_envs_dimension(batch):
 
 def test_instances_are_seeded_differently(batch):
     b = batch(num_envs=3)
-    obs, _ = b.reset(seed=5)
+    obs = b.reset(seed=5).obs
     targets = {tuple(t) for t in obs["target_position"].round(5)}
     assert len(targets) == 3
 
 
 def test_same_step_autoreset_returns_the_next_episodes_first_observation(batch):
     b = batch(num_envs=2, max_episode_steps=30)
-    obs, _ = b.reset(seed=1)
+    obs = b.reset(seed=1).obs
     for _ in range(30):
         actions = np.stack([greedy_action({"to_target": obs["to_target"][0]}), np.zeros(3, np.float32)])
         prev = obs

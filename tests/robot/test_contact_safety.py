@@ -96,8 +96,7 @@ def test_an_injected_wrench_truncates_the_episode_with_fault_contact_and_the_nex
     assert env.arm.calls["stop"] > stops  # stopped by the safety layer
     assert env.status()["last_fault"]["kind"] == "contact"
     env.arm.set_external_wrench(np.zeros(6))  # the obstacle is gone
-    _, info = env.reset()
-    assert info["fault"] is None
+    assert env.reset().notes[0].faults == ()
     env.step(np.zeros(3, np.float32))
     assert env.status()["strikes"] == 0
 
@@ -113,7 +112,7 @@ def test_insert_reset_paths_on_the_mock_move_in_slow_bounded_steps_and_end_at_th
     )
     env = make_env(make_config({"task": "insert", "task_options": {"goal_pose": str(goal), "path_speed_mps": 0.1}}))
     try:
-        obs, info = env.reset(seed=0)
+        obs, _ = env.reset(seed=0).gym()
         targets = np.array([m[1] for m in env.arm.motions if m[0] == "command_pose"])
         assert len(targets) > 10  # many small steps, no jump
         assert np.linalg.norm(np.diff(targets, axis=0), axis=1).max() <= 2 * 0.01 + 1e-9  # 0.1 m/s at 10 Hz

@@ -31,9 +31,14 @@ def test_reset_and_step_return_what_the_spec_promises(mock_env):
     assert env.spec.num_envs == 1 and env.spec.control_hz == 10.0 and env.spec.cameras == ("front", "wrist")
     assert env.spec.action.shape == (3,) and env.spec.action.dtype == "float32"
     assert env.spec.observations["image_wrist"].shape == (64, 80, 3)
-    obs, info = env.reset(seed=0)
+    first = env.reset(seed=0)  # one instance: every field has a leading instance axis of 1, as a step's
+    check_obs(env, {k: v[0] for k, v in first.obs.items()})
+    assert first.num_envs == 1 and first.success.shape == (1,) and set(first.stamps) == set(first.obs)
+    assert first.notes[0].faults == () and set(first.notes[0].frame_index) == {"front", "wrist"}
+    assert {"total"} <= set(first.timing)
+    obs, info = first.gym()  # the Gymnasium edge
     check_obs(env, obs)
-    assert INFO_KEYS <= set(info) and info["fault"] is None
+    assert {"timestamps", "timing", "success", "reset_faults"} <= set(info) and set(info["timestamps"]) == set(obs)
     step = env.step(np.zeros(3, np.float32))  # one instance: every field has a leading instance axis of 1
     check_obs(env, {k: v[0] for k, v in step.obs.items()})
     assert step.num_envs == 1 and step.reward.dtype == np.float64 and step.terminated.dtype == bool
@@ -52,7 +57,7 @@ def test_reset_and_step_return_what_the_spec_promises(mock_env):
 
 def test_observations_are_copies_the_caller_may_keep(mock_env):
     env = mock_env()
-    obs0, _ = env.reset(seed=0)
+    obs0 = env.reset(seed=0).obs
     kept = obs0["ee_position"].copy()
     env.step(np.ones(3, np.float32))
     assert np.array_equal(obs0["ee_position"], kept)
@@ -60,7 +65,7 @@ def test_observations_are_copies_the_caller_may_keep(mock_env):
 
 def test_reach_observation_reward_and_success_agree(mock_env):
     env = mock_env()
-    obs, _ = env.reset(seed=3)
+    env.reset(seed=3)
     obs, reward, *_ = env.step(np.zeros(3, np.float32)).gym()
     dist = np.linalg.norm(obs["target_position"] - obs["ee_position"])
     assert np.allclose(obs["to_target"], obs["target_position"] - obs["ee_position"], atol=1e-6)
@@ -74,7 +79,7 @@ def test_the_greedy_policy_reaches_every_target_quickly(mock_env):
     env = mock_env()
     lengths = []
     for seed in range(10):
-        obs, _ = env.reset(seed=seed)
+        obs, _ = env.reset(seed=seed).gym()
         for k in range(1, 51):  # noqa: B007  (k, the episode length, is read after the loop)
             obs, _, terminated, truncated, info = env.step(greedy_action(obs)).gym()
             if terminated or truncated:
@@ -109,8 +114,9 @@ def test_episodes_truncate_at_max_episode_steps(mock_env):
 
 def test_the_same_seed_gives_the_same_episode(mock_env):
     a, b = mock_env(), mock_env()
-    oa, _ = a.reset(seed=11)
-    ob, _ = b.reset(seed=11)
+    first_a, first_b = a.reset(seed=11), b.reset(seed=11)
+    for k in first_a.obs:
+        assert np.array_equal(first_a.obs[k], first_b.obs[k]), k
     for _ in range(3):
         act = np.array([0.3, -0.2, 0.1], np.float32)
         oa = a.step(act).gym()[0]
@@ -128,7 +134,7 @@ def test_a_wrong_action_shape_is_a_clear_error(mock_env):
 
 def test_out_of_range_actions_are_clipped_to_unit_box(mock_env):
     env = mock_env(safety={"max_step_m": 0.2, "max_velocity_mps": 2.0})
-    obs, _ = env.reset()
+    obs, _ = env.reset().gym()
     env.step(np.array([5.0, 0, 0], np.float32))
     sent = env.arm.motions[-1][1]
     assert sent[0] - obs["ee_position"][0] == pytest.approx(0.025, abs=1e-6)

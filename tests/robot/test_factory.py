@@ -32,8 +32,8 @@ def test_sim_mode_replaces_the_robot_and_names_cameras_by_serial():
     try:
         assert env.spec.cameras == ("322142001230", "322142001231")
         assert "image_322142001230" in env.spec.observations
-        obs, _ = env.reset(seed=0)
-        assert obs["image_322142001231"].shape == (128, 128, 3)
+        first = env.reset(seed=0)
+        assert first.obs["image_322142001231"].shape == (1, 128, 128, 3)
     finally:
         env.close()
 

@@ -33,8 +33,9 @@ def test_reach_runs_on_the_franka_driver_against_franky_sim():
         env = make_env(config)
         try:
             assert type(env.arm).__name__ == "FrankaArm" and env.realtime
-            obs, info = env.reset(seed=0)
-            assert info["fault"] is None
+            first = env.reset(seed=0)
+            assert first.notes[0].faults == ()  # no fault on the way home
+            obs, _ = first.gym()
             home = np.array(config.env.reset.home_q)
             assert np.max(np.abs(env.status()["arm"]["q"] - home)) < 0.02  # homed
             start = np.linalg.norm(obs["to_target"])

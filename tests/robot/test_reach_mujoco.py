@@ -15,7 +15,7 @@ def test_the_greedy_policy_solves_reach_on_mujoco_without_faults():
     try:
         assert env.realtime is False and env.spec.robot == "mujoco-sim0"
         for seed in range(3):
-            obs, info = env.reset(seed=seed)
+            obs, info = env.reset(seed=seed).gym()
             assert np.linalg.norm(obs["ee_position"] - [0.307, 0.0, 0.487]) < 0.01  # home
             for _ in range(env.config.max_episode_steps):
                 obs, reward, terminated, truncated, info = env.step(greedy_action(obs)).gym()

@@ -141,7 +141,7 @@ def test_every_episode_starts_with_the_hand_at_the_configured_start_inside_the_t
     env = make_env(rehearsal(tmp_path))
     try:
         for seed in (0, 1):
-            obs, _ = env.reset(seed=seed)
+            obs, _ = env.reset(seed=seed).gym()
             np.testing.assert_allclose(obs["ee_position"], [0.35, 0.0, 0.10], atol=0.003)
             for _ in range(10):
                 obs, *_ = env.step(np.array([0.0, 0.0, 1.0], np.float32)).gym()

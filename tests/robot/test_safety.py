@@ -64,7 +64,7 @@ def test_reset_randomization_stays_in_radius_and_workspace(mock_env):
     env = mock_env(reset={"randomize_radius_m": 0.1})
     starts = []
     for seed in range(6):
-        obs, _ = env.reset(seed=seed)
+        obs, _ = env.reset(seed=seed).gym()
         starts.append(obs["ee_position"])
         assert np.linalg.norm(obs["ee_position"] - np.array([0.307, 0.0, 0.487])) <= 0.1 + 2e-3
         assert np.all(obs["ee_position"] >= np.array(env.config.safety.workspace_low) - 1e-6)
@@ -108,7 +108,7 @@ def test_non_finite_targets_never_reach_the_driver():
 
 def test_each_step_moves_at_most_max_step(mock_env):
     env = mock_env(action={"scale_m": 0.2}, safety={"max_step_m": 0.02})
-    obs, _ = env.reset()
+    obs, _ = env.reset().gym()
     for _ in range(5):
         ee = obs["ee_position"].astype(float)
         obs, *_, info = env.step(np.ones(3, np.float32)).gym()
@@ -119,7 +119,7 @@ def test_each_step_moves_at_most_max_step(mock_env):
 
 def test_velocity_limit_caps_the_step_by_the_control_period(mock_env):
     env = mock_env(control_hz=50, action={"scale_m": 0.1}, safety={"max_velocity_mps": 0.25})
-    obs, _ = env.reset()
+    obs, _ = env.reset().gym()
     env.step(np.array([1.0, 0.0, 0.0], np.float32))
     sent = motions(env, "command_pose")[-1][1]
     assert np.linalg.norm(sent - obs["ee_position"]) == pytest.approx(0.25 / 50, abs=1e-6)
@@ -190,8 +190,7 @@ def test_reflex_truncates_with_the_reason_and_the_arm_recovers(mock_env):
     assert results[0][4]["fault"] is None and results[1][4]["fault"] is None
     assert env.arm.errors == () and env.status()["last_fault"]["recovered"] is True
     assert set(obs) == set(env.spec.observations)  # the last good observation is returned
-    obs, info = env.reset()
-    assert info["fault"] is None and not env.safety.locked
+    assert env.reset().notes[0].faults == () and not env.safety.locked
 
 
 @pytest.mark.parametrize("kind, on", [("hang", "command_pose"), ("network", "state"), ("timeout", "state")])
@@ -212,8 +211,8 @@ def test_camera_stall_truncates_and_the_camera_is_reopened(mock_env):
     env.step(np.zeros(3, np.float32))  # call 1
     *_, trunc, info = env.step(np.zeros(3, np.float32)).gym()  # call 2 stalls
     assert trunc and info["fault"] == "camera_stall"
-    obs, info = env.reset()
-    assert info["fault"] is None and obs["image_front"].shape == (128, 128, 3)
+    first = env.reset()
+    assert first.notes[0].faults == () and first.obs["image_front"].shape == (1, 128, 128, 3)
 
 
 def test_failed_recoveries_lock_the_env_and_it_says_why(mock_env):
@@ -265,8 +264,8 @@ def test_a_clean_step_clears_the_strikes(mock_env):
 def test_a_fault_during_reset_is_recovered_and_the_reset_retried(mock_env):
     env = mock_env(mock_faults=[{"kind": "network", "on": "move_joints"}])
     away_from_home(env)
-    obs, info = env.reset()
-    assert info["fault"] is None and len(info["reset_faults"]) == 1 and "network" in info["reset_faults"][0]
+    faults = env.reset().notes[0].faults
+    assert len(faults) == 1 and faults[0].startswith("network: ")
     assert env.arm.calls["move_joints"] == 2
 
 
@@ -274,7 +273,7 @@ def test_reach_still_works_after_a_fault(mock_env):
     env = mock_env(mock_faults=[{"kind": "hang", "after": 3}], driver_timeout_s=0.1)
     outcomes = []
     for seed in range(3):
-        obs, _ = env.reset(seed=seed)
+        obs, _ = env.reset(seed=seed).gym()
         for _ in range(env.config.max_episode_steps):
             obs, _, term, trunc, info = env.step(greedy_action(obs)).gym()
             if term or trunc:
@@ -291,8 +290,7 @@ def test_a_joint_parked_at_its_limit_does_not_block_the_reset_home(mock_env):
     env.arm.set_joint_positions(q)
     *_, info = env.step(np.zeros(3, np.float32)).gym()
     assert info["fault"] == "limit"
-    obs, info = env.reset()
-    assert info["fault"] is None and env.arm.motions[-1][0] == "move_joints"
+    assert env.reset().notes[0].faults == () and env.arm.motions[-1][0] == "move_joints"
     assert np.allclose(env.arm.q, env.config.reset.home_q)
 
 

@@ -39,7 +39,7 @@ def env_with(path, **reward):
 def test_a_confident_classifier_makes_the_step_a_success_and_ends_the_episode(tmp_path):
     env = env_with(constant_classifier(tmp_path / "yes.pt", 3.0))
     try:
-        obs, _ = env.reset(seed=0)
+        env.reset(seed=0)
         _, reward, terminated, truncated, info = env.step(np.zeros(3, np.float32)).gym()
         assert info["reward_classifier"]["p"] == pytest.approx(1 / (1 + np.exp(-3.0)), rel=1e-5)
         assert info["reward_classifier"]["threshold"] == 0.5
