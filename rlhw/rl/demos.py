@@ -3,7 +3,7 @@
 A demo directory holds episodes in the format of rlhw.rl.episodes: ``demo-*`` files written by
 ``rlhw record-demos``, and ``train-*`` files (a previous run's episodes, e.g. ``<run_dir>/episodes``), searched
 recursively; or a LeRobotDataset (v3.0) directory: an `rlhw export-dataset` export as a plain path, another one
-as a `LeRobotDemoConfig` entry that maps its features to the env's keys (rlhw.rl.lerobot.reader). Eval
+as a `LeRobotDemoConfig` entry that maps its features to the env's keys (read by a `DemoSource`, below). Eval
 episodes are not loaded: they were run to measure the policy, not to teach it. Failed
 demonstrations are loaded too: their rewards are honest, and the critic learns from them as from any
 off-policy data.
@@ -23,11 +23,12 @@ work that cannot be vouched for after the fact, their shapes are still checked, 
 
 from __future__ import annotations
 
+import importlib
 import json
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -35,9 +36,33 @@ from rlhw.config.datasets import LeRobotDemoConfig
 from rlhw.errors import ConfigError
 from rlhw.rl.episodes import PROVENANCE_KEY, Episode, EpisodeKind, episode_files, episode_transitions, load_episode
 from rlhw.rl.fault_signal import AS_REPORTED, FaultSignal
-from rlhw.rl.lerobot.format import is_lerobot_dataset
 
 DEMO_KINDS = (EpisodeKind.DEMO, EpisodeKind.TRAIN)
+
+
+class DemoSource(Protocol):
+    """Demos in a format other than rlhw's episode files: a module named in `DEMO_SOURCES`, imported on first use.
+
+    A source is a plugin built on this package (it reads into `Episode`s), so the dependency points from it to
+    here: this module names it and never imports it, as the driver and task registries name theirs, and
+    ``rlhw.rl`` and ``rlhw.rl.lerobot`` make no import cycle (lazy or type-only imports would still be one)."""
+
+    def holds_dataset(self, path: Path) -> bool:
+        """Whether the plain ``train.demos`` path ``path`` is a dataset in this format."""
+
+    def read_demos(
+        self,
+        path: Path,
+        entry: LeRobotDemoConfig | None,
+        where: str,
+        observations: Mapping[str, tuple[int, ...]],
+        action_shape: tuple[int, ...],
+    ) -> list[Episode]:
+        """The dataset's episodes but eval ones; ``entry``: the config entry that maps it, None for a plain path."""
+
+
+#: Demo source name -> the module that is that `DemoSource`.
+DEMO_SOURCES: dict[str, str] = {"lerobot": "rlhw.rl.lerobot.reader"}
 
 
 class UncheckedDemoWarning(UserWarning):
@@ -102,12 +127,9 @@ def load_demos(
                 f"{path} is not a directory (relative paths start at {Path.cwd()}); record demos "
                 "with `rlhw record-demos CONFIG --out DIR` or fix the path",
             )
-        if entry or is_lerobot_dataset(path):
-            from rlhw.rl.lerobot.reader import read_lerobot_episodes
-
-            loaded = read_lerobot_episodes(
-                path, entry or LeRobotDemoConfig(path=str(path)), where, observations, action_shape
-            )
+        source = _source(path, entry)
+        if source is not None:
+            loaded = source.read_demos(path, entry, where, observations, action_shape)
             episodes = [(_dataset_episode_name(path, ep), ep) for ep in loaded if ep.length]
         else:
             files = episode_files(path, DEMO_KINDS)
@@ -137,6 +159,16 @@ def load_demos(
                 stacklevel=2,
             )
     return batches
+
+
+def _source(path: Path, entry: LeRobotDemoConfig | None) -> DemoSource | None:
+    """What reads ``path``: the LeRobot source for a `LeRobotDemoConfig` entry, else the first source that holds
+    the dataset; None: rlhw episode files."""
+    for name in ["lerobot"] if entry else DEMO_SOURCES:
+        source = cast(DemoSource, importlib.import_module(DEMO_SOURCES[name]))
+        if entry or source.holds_dataset(path):
+            return source
+    return None
 
 
 def _dataset_episode_name(root: Path, ep: Episode) -> Path:

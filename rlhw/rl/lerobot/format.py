@@ -181,7 +181,3 @@ def read_info(root: Path, where: str) -> dict:
             "(convert it with LeRobot's convert_dataset_v21_to_v30 first)",
         )
     return info
-
-
-def is_lerobot_dataset(path: Path) -> bool:
-    return (path / INFO_PATH).is_file()

@@ -201,14 +201,21 @@ def _table(root: Path, pattern: str):
     return pa.concat_tables([pq.read_table(p) for p in paths], promote_options="default")
 
 
-def read_lerobot_episodes(
+def holds_dataset(path: Path) -> bool:
+    """Whether a plain ``train.demos`` path is a LeRobotDataset (`rlhw.rl.demos.DemoSource`)."""
+    return (path / F.INFO_PATH).is_file()
+
+
+def read_demos(
     root: Path,
-    entry: LeRobotDemoConfig,
+    entry: LeRobotDemoConfig | None,
     where: str,
     observations: Mapping[str, tuple[int, ...]],
     action_shape: tuple[int, ...],
 ) -> list[Episode]:
-    """Every episode of the dataset at ``root`` (but rlhw eval episodes) as rlhw episodes."""
+    """Every episode of the dataset at ``root`` (but rlhw eval episodes) as rlhw episodes
+    (`rlhw.rl.demos.DemoSource`); without a config ``entry``, the dataset maps its features as an export does."""
+    entry = entry or LeRobotDemoConfig(path=str(root))
     info = F.read_info(root, where)
     episodes = _table(root, F.EPISODES_DIR + "/*/*.parquet")
     fmap = resolve_map(info, root, entry, where, observations, action_shape, F.META in episodes.column_names)
