@@ -1,4 +1,5 @@
-"""`Step` and `Reset`: what one env call says about its n instances, one frozen type from the arm to the learner.
+"""`Step` and `Reset`: what one env call says about its n instances, one frozen type from the arm to the learner;
+`EnvContract`: the env that says them.
 
 The env contract's layer (next to rlhw.robot.spec): the robot layer builds these, the env server (rlhw.env.host,
 rlhw.env.service) writes them to the wire, the client (rlhw.env.remote_env) reads them back, and the RL loop
@@ -13,8 +14,9 @@ holding None for a batch, masks from the wire), and every reader re-normalised t
   ``notes`` (a `StepNotes` each: what else the env says of the step; empty for a step read off the wire);
 - for the whole call: ``timing`` (phase -> seconds; a batch reports each phase's slowest instance).
 
-Gymnasium's tuple is built from a `Step` only at the public Gymnasium edge (`Step.gym`: rlhw.robot.gym's
-`GymRobotEnv`, `RemoteEnv.step`).
+A `Reset` has the same shapes (``obs``, ``stamps``, ``success``, ``timing``, and ``notes``: a `ResetNotes`
+each). Gymnasium's tuples are built from them only at the public Gymnasium edge (`Step.gym`, `Reset.gym`:
+rlhw.robot.gym's `GymRobotEnv`, `RemoteEnv.step` and ``reset``).
 """
 
 from __future__ import annotations
