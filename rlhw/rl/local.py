@@ -7,6 +7,7 @@ path is the pipeline (rlhw.rl.pipeline). Both share SAC, the replay buffer, epis
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rlhw.config.isolation import LoopIsolation
 from rlhw.config.root import Config
 from rlhw.rl.checkpoint import checked_init_from, checkpoint_state, policy_contract, warm_start
 from rlhw.rl.demos import PROVENANCE_KEY, env_provenance, load_demos, recorded_env
@@ -115,6 +117,24 @@ def train_local(
             eval_env.close()
 
 
+def one_thread_isolation(isolation: LoopIsolation) -> tuple[LoopIsolation, str | None]:
+    """The isolation the local runner's one thread takes, and why a realtime ``loop_priority`` was not taken.
+
+    That thread steps the arm and runs every SGD update. At SCHED_FIFO it would hold its core through each
+    update (tens of ms) above every ordinary process, and on a real cell beside the arm driver's own real-time
+    threads (a rehearsal found it at FIFO 80 on a core beside another run's robot loop). `runner: pipeline`
+    gives the loop a thread of its own, which is what a realtime priority is for."""
+    priority = isolation.loop_priority
+    if priority is None or priority.realtime is None:
+        return isolation, None
+    why = (
+        f"loop_priority {{realtime: {priority.realtime}}} not taken by train.runner=local: its one thread also runs "
+        "the learner's updates, which must not run at real-time priority; use train.runner=pipeline, whose robot "
+        "loop has a thread of its own"
+    )
+    return isolation.model_copy(update={"loop_priority": None}), why
+
+
 class LocalRun:
     """One local training run on open envs: the agent, its replay, the recorder and the session."""
 
@@ -197,9 +217,14 @@ class LocalRun:
             self.gc_guard.stop()
 
     def _isolate(self) -> None:
-        """The loop and the learner are this one thread: node 0's loop_cpus and loop_priority apply to both,
-        learner_threads to torch (else what is set: `rlhw.cli.trainer` sets 1); recorded in run.json."""
-        record = apply_loop_isolation(self.isolation)
+        """The loop and the learner are this one thread: node 0's loop_cpus and a nice loop_priority apply to both,
+        a realtime one does not (`one_thread_isolation`); learner_threads to torch (else what is set:
+        `rlhw.cli.trainer` sets 1); recorded in run.json."""
+        isolation, refused = one_thread_isolation(self.isolation)
+        record = apply_loop_isolation(isolation)
+        if refused:
+            record["realtime_refused"] = refused
+            warnings.warn(refused, RuntimeWarning, stacklevel=2)
         record["learner_threads"] = apply_learner_threads(self.isolation, default=torch.get_num_threads())
         self.session.status_extra["loop_isolation"] = record
         self.gc_guard.start()

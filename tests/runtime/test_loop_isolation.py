@@ -236,3 +236,15 @@ def test_where_the_os_refuses_real_time_the_loop_falls_back_and_says_so_once():
     assert "falling back" in str(refusals[0].message) and "CAP_SYS_NICE" in str(refusals[0].message)
     for record in records:  # every loop start still records it for run.json, with what really runs
         assert "refused" in record and record["policy"] == "SCHED_OTHER"
+
+
+def test_the_local_runner_takes_the_loops_cpus_and_a_nice_priority_but_never_a_realtime_one():
+    """Its one thread also runs the learner's updates: at SCHED_FIFO it would hold a core through each update."""
+    from rlhw.rl.local import one_thread_isolation
+
+    realtime = LoopIsolation(loop_cpus="0", loop_priority={"realtime": 80})
+    taken, why = one_thread_isolation(realtime)
+    assert taken.loop_priority is None and taken.loop_cpus == (0,)
+    assert "train.runner=pipeline" in why and "realtime: 80" in why
+    nice = LoopIsolation(loop_priority={"nice": 5})
+    assert one_thread_isolation(nice) == (nice, None)
