@@ -22,9 +22,11 @@ from rlhw.env import codec
 from rlhw.env.declared import DeclaredTensor
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.robot.spec import EnvSpec, TensorSpec
-from rlhw.robot.step import Step
+from rlhw.robot.step import Step, StepNotes
 
 _F4 = np.dtype("<f4")
+_VERDICT_TO_WIRE = {None: pb.OPERATOR_VERDICT_UNSPECIFIED, True: pb.OPERATOR_VERDICT_YES, False: pb.OPERATOR_VERDICT_NO}
+_VERDICT_FROM_WIRE = {v: k for k, v in _VERDICT_TO_WIRE.items()}
 
 
 def _reported(step: Step, action: np.ndarray) -> bool:
@@ -32,6 +34,27 @@ def _reported(step: Step, action: np.ndarray) -> bool:
     something the client does not know (an operator acted, or a fault came before anything was sent);
     otherwise the client takes its own action as executed."""
     return True in step.intervened.tolist() or step.executed.tobytes() != action.tobytes()  # (a few floats)
+
+
+def verdicts_to_wire(step: Step) -> list[int]:
+    """The operator's verdicts of the step's instances as the wire's `OperatorVerdict` values, or none at all
+    where nobody was asked (the usual step: nothing goes on the wire)."""
+    verdicts = [n.operator_verdict for n in step.notes]
+    return [] if verdicts.count(None) == len(verdicts) else [_VERDICT_TO_WIRE[v] for v in verdicts]
+
+
+def notes_from_wire(values, n: int) -> tuple[StepNotes, ...]:
+    """One `StepNotes` per instance holding its operator's verdict where the server sent verdicts, else none
+    (``()``): the wire carries no other note. A value this client does not know (a newer server), or a count
+    that is not the server's instances, raises, naming the field."""
+    if not len(values):
+        return ()
+    if len(values) != n or any(v not in _VERDICT_FROM_WIRE for v in values):
+        raise ValueError(
+            f"StepResponse.operator_verdict holds {list(values)}: expected {n} OperatorVerdict values this client "
+            "knows; update rlhw (proto/rlhw/env/v1/env.proto) to the server's version"
+        )
+    return tuple(StepNotes(operator_verdict=_VERDICT_FROM_WIRE[v]) for v in values)
 
 
 def wire_observations(obs: Mapping, stamps: Mapping, n: int) -> tuple[Mapping, Mapping]:
@@ -48,8 +71,8 @@ def fill_step(
     """Set ``message`` (in place) to ``step``, the step of ``action``, with the server's ``timing`` (the env's
     phases and the server's own, `EnvHost.step`) and the wire's ``obs`` and ``stamps`` (`wire_observations`; the
     writer leaves out the observations it appends as declared tensors). Faults, executed actions and intervention
-    flags only where they say something (a fault; `_reported`): empty fields are the wire's "none", and every
-    field set costs."""
+    flags only where they say something (a fault; `_reported`), the operator's verdicts only where one was asked
+    (`verdicts_to_wire`): empty fields are the wire's "none", and every field set costs."""
     message.reward.extend(step.reward.tolist())
     message.terminated.extend(step.terminated.tolist())
     message.truncated.extend(step.truncated.tolist())
@@ -65,6 +88,8 @@ def fill_step(
     if _reported(step, action):
         codec.fill_tensor(message.executed_action, step.executed.reshape(action.shape))
         message.intervened.extend(step.intervened.tolist())
+    if verdicts := verdicts_to_wire(step):
+        message.operator_verdict.extend(verdicts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,7 +187,8 @@ class StepReader:
     def read(self, message: pb.StepResponse, action: np.ndarray, views: Mapping | None = None) -> Step:
         """The Step of any StepResponse to ``action`` with the declared observations ``views`` read after it
         (`split`): the server sends the executed actions and intervention flags only where they differ from what the
-        client knows (``action``, no operator)."""
+        client knows (``action``, no operator), and the operator's verdicts (the step's only notes) only where one
+        was asked."""
         n = self.num_envs
         observations = codec.observations_of(message)
         executed = self.requested(action)
@@ -189,6 +215,7 @@ class StepReader:
             dict(message.timing),
             final_obs,
             final_mask,
+            notes=notes_from_wire(message.operator_verdict, n),
         )
 
     def requested(self, action: np.ndarray) -> np.ndarray:

@@ -72,12 +72,31 @@ class EnvTransport:
     def restart(self) -> BatchView:
         """A dead server child replaced by a new one (only the server transport has a child to restart)."""
         self.restarts += 1
+        self._stop_server()
+        return self.open()
+
+    def use_classifier(self, path: str) -> BatchView | None:
+        """The env judges with the success classifier in ``path`` from its next reset (a retrained one,
+        rlhw/rl/classifier_refresh.py). In process the env swaps it (`RobotEnv.use_classifier`): None, the view is
+        the same. A server child cannot swap it: the child is replaced by one started from this config with
+        ``env.reward.classifier`` set to ``path`` (not a restart: ``restarts`` counts dead children), and the new
+        view is returned. Call it between episodes only: a real arm's new child opens a new connection to it."""
+        if self.kind == "in_process":
+            self.env.use_classifier(path)
+            return None
+        env = self.config.env
+        reward = env.reward.model_copy(update={"classifier": str(path)})
+        self.config = self.config.model_copy(update={"env": env.model_copy(update={"reward": reward})})
+        self._stop_server()
+        return self.open()
+
+    def _stop_server(self) -> None:
+        """The server's client closed and its child stopped, before a new one is opened."""
         try:
             self.env.close()
         except Exception:  # noqa: BLE001 - the old client may be broken already
             pass
         self.server.stop()
-        return self.open()
 
     @property
     def wait_inside(self) -> bool:

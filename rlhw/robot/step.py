@@ -11,7 +11,8 @@ holding None for a batch, masks from the wire), and every reader re-normalised t
 - per instance, with a leading axis n (``num_envs``; 1 for a single env): ``obs``, ``reward``,
   ``terminated``, ``truncated``, ``success``, ``executed``, ``intervened``, ``stamps`` (capture times,
   float64), ``fault`` and ``fault_message`` (tuples), ``final_obs`` with ``final_mask``, ``judge_success``, and
-  ``notes`` (a `StepNotes` each: what else the env says of the step; empty for a step read off the wire);
+  ``notes`` (a `StepNotes` each: what else the env says of the step; a step read off the wire has only the
+  operator's verdict, where one was asked, else none);
 - for the whole call: ``timing`` (phase -> seconds; a batch reports each phase's slowest instance).
 
 A `Reset` has the same shapes (``obs``, ``stamps``, ``success``, ``timing``, and ``notes``: a `ResetNotes`
@@ -47,7 +48,8 @@ class ClassifierScore:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepNotes:
     """What else an env says of one instance's step, apart from what the learner reads (`RobotEnv` writes it; the
-    wire carries none of it, so a step read off the wire has none: ``Step.notes == ()``).
+    wire carries only ``operator_verdict``, so a step read off the wire has notes holding that alone where an
+    operator was asked, else none: ``Step.notes == ()``).
 
     Typed fields where a bag read by key used to be: a reader that asks for a fact the env does not report fails
     at once, and a new fact is a field here, with its meaning written once. The defaults are a step of nothing
@@ -106,7 +108,7 @@ class Step:
     ``fault_message[i]``. ``judge_success`` is a simulator judge's ground truth (rlhw/robot/rehearsal.py),
     None where there is none. ``notes`` holds one `StepNotes` per instance, what else the env said of the step
     (``clipped``, ``episode_step``, the classifier's score, the operator's verdict, ...), or none at all
-    (``()``: a step read off the wire, which carries none of it).
+    (``()``: a step read off the wire where no operator was asked; the wire carries the verdict alone).
     """
 
     obs: Mapping[str, np.ndarray]

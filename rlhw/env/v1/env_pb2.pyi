@@ -55,6 +55,12 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_UNSUPPORTED_REQUEST: _ClassVar[ErrorReason]
     ERROR_REASON_UNKNOWN_WORLD: _ClassVar[ErrorReason]
     ERROR_REASON_WORLD_STATE: _ClassVar[ErrorReason]
+
+class OperatorVerdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OPERATOR_VERDICT_UNSPECIFIED: _ClassVar[OperatorVerdict]
+    OPERATOR_VERDICT_YES: _ClassVar[OperatorVerdict]
+    OPERATOR_VERDICT_NO: _ClassVar[OperatorVerdict]
 DTYPE_UNSPECIFIED: DType
 FLOAT32: DType
 FLOAT64: DType
@@ -95,6 +101,9 @@ ERROR_REASON_SHUTTING_DOWN: ErrorReason
 ERROR_REASON_UNSUPPORTED_REQUEST: ErrorReason
 ERROR_REASON_UNKNOWN_WORLD: ErrorReason
 ERROR_REASON_WORLD_STATE: ErrorReason
+OPERATOR_VERDICT_UNSPECIFIED: OperatorVerdict
+OPERATOR_VERDICT_YES: OperatorVerdict
+OPERATOR_VERDICT_NO: OperatorVerdict
 
 class Tensor(_message.Message):
     __slots__ = ("dtype", "shape", "data")
@@ -212,7 +221,7 @@ class StepRequest(_message.Message):
     def __init__(self, action: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class StepResponse(_message.Message):
-    __slots__ = ("observation", "reward", "terminated", "truncated", "success", "fault", "fault_message", "timing", "final_observation", "final_mask", "executed_action", "intervened")
+    __slots__ = ("observation", "reward", "terminated", "truncated", "success", "fault", "fault_message", "timing", "final_observation", "final_mask", "executed_action", "intervened", "operator_verdict")
     class TimingEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -232,6 +241,7 @@ class StepResponse(_message.Message):
     FINAL_MASK_FIELD_NUMBER: _ClassVar[int]
     EXECUTED_ACTION_FIELD_NUMBER: _ClassVar[int]
     INTERVENED_FIELD_NUMBER: _ClassVar[int]
+    OPERATOR_VERDICT_FIELD_NUMBER: _ClassVar[int]
     observation: Observation
     reward: _containers.RepeatedScalarFieldContainer[float]
     terminated: _containers.RepeatedScalarFieldContainer[bool]
@@ -244,7 +254,8 @@ class StepResponse(_message.Message):
     final_mask: _containers.RepeatedScalarFieldContainer[bool]
     executed_action: Tensor
     intervened: _containers.RepeatedScalarFieldContainer[bool]
-    def __init__(self, observation: _Optional[_Union[Observation, _Mapping]] = ..., reward: _Optional[_Iterable[float]] = ..., terminated: _Optional[_Iterable[bool]] = ..., truncated: _Optional[_Iterable[bool]] = ..., success: _Optional[_Iterable[bool]] = ..., fault: _Optional[_Iterable[_Union[FaultKind, str]]] = ..., fault_message: _Optional[_Iterable[str]] = ..., timing: _Optional[_Mapping[str, float]] = ..., final_observation: _Optional[_Union[Observation, _Mapping]] = ..., final_mask: _Optional[_Iterable[bool]] = ..., executed_action: _Optional[_Union[Tensor, _Mapping]] = ..., intervened: _Optional[_Iterable[bool]] = ...) -> None: ...
+    operator_verdict: _containers.RepeatedScalarFieldContainer[OperatorVerdict]
+    def __init__(self, observation: _Optional[_Union[Observation, _Mapping]] = ..., reward: _Optional[_Iterable[float]] = ..., terminated: _Optional[_Iterable[bool]] = ..., truncated: _Optional[_Iterable[bool]] = ..., success: _Optional[_Iterable[bool]] = ..., fault: _Optional[_Iterable[_Union[FaultKind, str]]] = ..., fault_message: _Optional[_Iterable[str]] = ..., timing: _Optional[_Mapping[str, float]] = ..., final_observation: _Optional[_Union[Observation, _Mapping]] = ..., final_mask: _Optional[_Iterable[bool]] = ..., executed_action: _Optional[_Union[Tensor, _Mapping]] = ..., intervened: _Optional[_Iterable[bool]] = ..., operator_verdict: _Optional[_Iterable[_Union[OperatorVerdict, str]]] = ...) -> None: ...
 
 class SessionRequest(_message.Message):
     __slots__ = ("reset", "step")

@@ -166,21 +166,23 @@ class EnvWorker(Worker):
             wait_inside=lambda: self.transport.wait_inside,
         )
         self.hooks = self.acting.hooks()
+        self.retrained: str | None = None  # a retrained classifier for the next run of the episode loop
         self.refresh = self._classifier_refresh()
         if self.refresh is not None:
             self.hooks = dataclasses.replace(self.hooks, stepped=self._stepped, report=self._report)
 
     def _classifier_refresh(self) -> ClassifierRefresh | None:
         """The classifier's retraining from the operator's rejections (rlhw/rl/classifier_refresh.py), where this
-        run has a classifier, an operator to ask and recorded episodes; it swaps the env's classifier in place, so
-        it needs the env in this process, one instance (a served env keeps the classifier it started with)."""
+        run has a classifier, an operator to ask, one instance and recorded episodes (the retraining's data). The
+        env takes a retrained classifier at the start of the next run of the episode loop (`_take_classifier`),
+        in this process or served from a child alike."""
         reward = self.config.env.reward
         if reward.classifier is None or reward.retrain_after_rejections == 0 or self.config.env.teleop.device == "none":
             return None
-        if self.transport.kind != "in_process" or self.num_envs != 1 or not self.recorders:
+        if self.num_envs != 1 or not self.recorders:
             self.outbox.notice(
                 "the classifier is not retrained during this run (env.reward.retrain_after_rejections): that needs "
-                "the env in the env worker's process, one instance, with its episodes recorded"
+                "one env instance (env.num_envs=1) with its episodes recorded (train.record_episodes)"
             )
             return None
         return ClassifierRefresh(
@@ -188,15 +190,28 @@ class EnvWorker(Worker):
             [r.dir for r in self.recorders],
             self.run_dir / "reward",
             reward.retrain_after_rejections,
-            use=lambda path: self.transport.env.use_classifier(path),
+            use=self._retrained,
         )
+
+    def _retrained(self, path: str) -> None:
+        self.retrained = path
+
+    def _take_classifier(self) -> None:
+        """The env judges with a retrained classifier from here on (`EnvTransport.use_classifier`). Only between
+        runs of the episode loop, never from `_report` inside one, and at most once per retraining: a served env
+        takes it as a new server child started with it, and a real arm's new child is a new connection to the
+        arm, which belongs between episodes."""
+        path, self.retrained = self.retrained, None
+        if path is not None and (view := self.transport.use_classifier(path)) is not None:
+            self.episode_loop = self._episode_loop(view)
 
     def _stepped(self, step: Step) -> None:
         self.acting.stepped(step)
         self.refresh.stepped(step, self.acting.training())
 
     def _report(self, kind: str, result: EpisodeResult) -> None:
-        """An episode ended: the outbox hears of it, and between episodes a retrained classifier is taken."""
+        """An episode ended: the outbox hears of it, and a finished retraining is recorded for the next run of the
+        episode loop (`_take_classifier`), or one is started."""
         self.outbox.report(kind, result)
         if text := self.refresh.between_episodes():
             self.outbox.notice(text)
@@ -326,7 +341,9 @@ class EnvWorker(Worker):
     def run_episodes(self) -> None:
         """One run of the episode loop: one episode with one instance (a real arm waits for work before its
         next reset), else until every instance is idle. Then the last transitions go out; a fourth refused
-        step in a row fails the loop once the episodes it cut short are reported."""
+        step in a row fails the loop once the episodes it cut short are reported. A retrained classifier is taken
+        first (`_take_classifier`)."""
+        self._take_classifier()
         self.acting.start_run()
         self.episode_loop.run(self.hooks, seed=episode_seed(self.rng))
         self.acting.end_run()
