@@ -22,14 +22,11 @@ The policy, the replay and the learner never see the verdict; it reaches the cla
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
 from rlhw.robot.step import Step
-
-log = logging.getLogger(__name__)
 
 #: Starts a retraining: (current classifier file, the run's episode directories, the new file) -> its future.
 Launch = Callable[[str, Sequence[str], str], Future]
@@ -97,6 +94,11 @@ class ClassifierRefresh:
         self.rejections = 0  # since the last retraining started
         self.version = 0  # retrainings in use
         self.pending: Future | None = None
+        # A resumed run goes on judging with the last classifier it retrained, not the one it started from.
+        earlier = sorted(self.out_dir.glob("classifier-[0-9][0-9][0-9].pt"))
+        if earlier:
+            self.current, self.version = str(earlier[-1].resolve()), len(earlier)
+            use(self.current)
 
     def stepped(self, step: Step, training: bool) -> None:
         if training:

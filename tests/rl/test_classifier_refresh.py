@@ -259,3 +259,18 @@ def test_train_reward_says_what_its_held_out_frames_cover_and_what_they_do_not(t
     assert sum(sources[k] for k in ("before_success", "failed", "operator_rejected", "given")) == held["negative"]
     assert f"{sources['success']} success frames" in printed
     assert "they do not cover: frames a policy will seek while it learns on this reward" in printed
+
+
+def test_a_resumed_run_judges_with_the_last_classifier_it_retrained_and_numbers_the_next_after_it(tmp_path):
+    out = tmp_path / "run" / "reward"
+    out.mkdir(parents=True)
+    for name in ("classifier-001.pt", "classifier-002.pt"):
+        (out / name).write_bytes(b"")
+    used, launched = [], []
+    refresh = ClassifierRefresh(
+        "start.pt", [], out, 1, use=used.append, launch=lambda *a: launched.append(a) or Future()
+    )
+    assert used == [str((out / "classifier-002.pt").resolve())] and refresh.version == 2
+    refresh.stepped(one_step(verdict=False), training=True)
+    refresh.between_episodes()
+    assert launched[0][0] == used[0] and launched[0][2].endswith("classifier-003.pt")
