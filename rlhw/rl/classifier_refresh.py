@@ -24,9 +24,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 
 from rlhw.robot.step import Step
+
+
+@dataclass(frozen=True)
+class Retrained:
+    """A retraining's outcome: the new classifier's file, how many episodes it learned from (of which
+    ``rejected`` the operator rejected during the run), and its held-out precision and recall (NaN when
+    undefined)."""
+
+    path: str
+    episodes: int
+    rejected: int
+    precision: float
+    recall: float
+
 
 #: Starts a retraining: (current classifier file, the run's episode directories, the new file) -> its future.
 Launch = Callable[[str, Sequence[str], str], Future]
@@ -44,9 +59,9 @@ def rejected_files(episode_dirs: Sequence[str | Path]) -> list[Path]:
     return found
 
 
-def retrain(current: str, episode_dirs: Sequence[str], out: str) -> dict:
+def retrain(current: str, episode_dirs: Sequence[str], out: str) -> Retrained:
     """Train a classifier as ``current`` was trained (its episodes and options) plus the rejected episodes under
-    ``episode_dirs`` as negatives; write it to ``out``. Returns what it was trained on and its held-out figures."""
+    ``episode_dirs`` as negatives; write it to ``out``."""
     import torch
 
     from rlhw.rl.episode_frames import episode_frames
@@ -61,7 +76,8 @@ def retrain(current: str, episode_dirs: Sequence[str], out: str) -> dict:
     episodes = episode_frames([f for f in before if f.exists()] + new)
     result = train_success_classifier(episodes, options_from_dict(training["options"]))
     save_classifier(result.classifier, out, result.metrics, result.training)
-    return {"out": out, "episodes": len(episodes), "rejected": len(rejected), "held_out": result.metrics}
+    held = result.metrics
+    return Retrained(out, len(episodes), len(rejected), float(held["precision"]), float(held["recall"]))
 
 
 def ray_launch(current: str, episode_dirs: Sequence[str], out: str) -> Future:
@@ -114,13 +130,11 @@ class ClassifierRefresh:
                 result = future.result()
             except Exception as e:  # the run goes on with the classifier it has; the next rejections retry
                 return f"classifier retraining failed ({type(e).__name__}: {e}); keeping {self.current}"
-            self.use(result["out"])
-            self.current, self.version = result["out"], self.version + 1
-            held = result["held_out"]
+            self.use(result.path)
+            self.current, self.version = result.path, self.version + 1
             return (
-                f"classifier v{self.version} in use: {result['episodes']} episodes ({result['rejected']} rejected "
-                f"by the operator so far), held-out precision {held.get('precision', float('nan')):.3f} "
-                f"recall {held.get('recall', float('nan')):.3f}"
+                f"classifier v{self.version} in use: {result.episodes} episodes ({result.rejected} rejected "
+                f"by the operator so far), held-out precision {result.precision:.3f} recall {result.recall:.3f}"
             )
         if self.rejections >= self.after:
             self.rejections = 0

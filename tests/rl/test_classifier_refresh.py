@@ -24,7 +24,7 @@ from rlhw.cli.main import main
 from rlhw.config import load_config_dict
 from rlhw.env.step_messages import StepReader, StepWriter
 from rlhw.env.v1 import env_pb2 as pb
-from rlhw.rl.classifier_refresh import ClassifierRefresh, rejected_files, retrain
+from rlhw.rl.classifier_refresh import ClassifierRefresh, Retrained, rejected_files, retrain
 from rlhw.rl.episodes import episode_files, load_episode
 from rlhw.rl.pipeline.env_worker import EnvWorker
 from rlhw.robot.spec import EnvSpec, TensorSpec
@@ -130,7 +130,7 @@ def never_success_launch(tmp_path, launched: list):
         launched.append((current, dirs, out))
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(never, out)
-        return done({"out": out, "episodes": 3, "rejected": 2, "held_out": {"precision": 1.0, "recall": 1.0}})
+        return done(Retrained(out, 3, 2, 1.0, 1.0))
 
     return launch
 
@@ -243,7 +243,7 @@ def test_retraining_adds_the_rejected_episodes_as_negatives_and_keeps_the_option
 
     before, after = classifier_training(first), classifier_training(tmp_path / "classifier-001.pt")
     names = [*after["episodes"]["train"], *after["episodes"]["held_out"]]
-    assert result["rejected"] == 3 and result["episodes"] == len(names)
+    assert result.rejected == 3 and result.episodes == len(names) and result.path.endswith("classifier-001.pt")
     assert len(names) == len(before["episodes"]["train"]) + len(before["episodes"]["held_out"]) + 3
     assert sum(str(run) in n for n in names) == 3
     assert after["options"] == before["options"]
