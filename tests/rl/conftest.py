@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rlhw.rl.pipeline.lane import DirectEnvEnd
 from tests.ray_nodes import ray_cluster
+from tests.rl.lane_peers import TOKEN
 
 
 @pytest.fixture(autouse=True)
@@ -25,3 +27,12 @@ def ray_nodes():
         {"num_cpus": 2, "labels": {"rlhw.node_rank": "0"}}, {"num_cpus": 2, "labels": {"rlhw.node_rank": "1"}}
     ) as rc:
         yield rc
+
+
+@pytest.fixture
+def bystander(rollout_end):
+    """A legitimate env worker (rank 1) on the requesting module's rollout end (``rollout_end``), which every
+    misbehaving peer must leave served (the lane tests)."""
+    env = DirectEnvEnd(rollout_end.address, TOKEN, env_rank=1, rollout_rank=0, timeout_s=5.0)
+    yield env
+    env.close()

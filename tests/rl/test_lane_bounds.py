@@ -26,7 +26,8 @@ from rlhw.rl.pipeline.lane_wire import BUSY, CHALLENGE, MAGIC, VERDICT
 from rlhw.rl.pipeline.messages import Actions, EnvStep
 from rlhw.rl.replay import transition_batch
 from rlhw.robot.spec import EnvSpec, TensorSpec
-from tests.rl.test_lane_security import TOKEN, Relay, _catch, _connect, _served, _step, _until_dropped
+from tests.rl.lane_peers import TOKEN
+from tests.rl.test_lane_security import Relay, _catch, _connect, _served, _step, _until_dropped
 from tests.waiting import wait_until
 
 SPEC = EnvSpec(
@@ -42,14 +43,6 @@ def rollout_end():
     end = DirectRolloutEnd("127.0.0.1", TOKEN, timeout_s=5.0, handshake_timeout_s=30.0, bound=env_step_bound(SPEC, 8))
     yield end
     end.close()
-
-
-@pytest.fixture
-def bystander(rollout_end):
-    """A legitimate env worker (rank 1) on this module's rollout end, which every misbehaving peer must leave served."""
-    env = DirectEnvEnd(rollout_end.address, TOKEN, env_rank=1, rollout_rank=0, timeout_s=5.0)
-    yield env
-    env.close()
 
 
 def _dropped_saying(end: DirectRolloutEnd, rank: int, text: str) -> bool:

@@ -26,9 +26,9 @@ from rlhw.rl.pipeline.lane import DirectEnvEnd, DirectRolloutEnd, LaneAddress, L
 from rlhw.rl.pipeline.lane_frames import PREFIX, TAG
 from rlhw.rl.pipeline.lane_wire import ACCEPT, BUSY, CHALLENGE, HELLO, MAGIC, REFUSE, VERDICT
 from rlhw.rl.pipeline.messages import Actions, EnvStep, pack
+from tests.rl.lane_peers import TOKEN
 from tests.waiting import wait_until
 
-TOKEN = b"t" * 32
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -173,14 +173,6 @@ def rollout_end():
     end = DirectRolloutEnd("127.0.0.1", TOKEN, timeout_s=5.0, handshake_timeout_s=30.0)
     yield end
     end.close()
-
-
-@pytest.fixture
-def bystander(rollout_end):
-    """A legitimate env worker (rank 1) on the same rollout worker, which every attack must leave served."""
-    env = DirectEnvEnd(rollout_end.address, TOKEN, env_rank=1, rollout_rank=0, timeout_s=5.0)
-    yield env
-    env.close()
 
 
 # ---------------------------------------------------------------------------------------------- replay
