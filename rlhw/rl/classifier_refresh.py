@@ -13,7 +13,7 @@ How:
   worker's slot, and Ray runs it at its workers' low priority, below the robot loop) trains a new classifier
   with the options the current one was trained with (`rlhw train-reward`'s, saved in its file), from the
   episodes it was trained on plus every rejected episode of the run. It is written to
-  RUN/reward/classifier-NNN.pt.
+  RUN/reward/env<rank>/classifier-NNN.pt (each cell of a fleet retrains its own).
 - The env takes it at the next episode boundary, never inside an episode.
 
 Robot time: no step beyond the run's own. Operator time: one verdict per episode the classifier ends.

@@ -78,7 +78,7 @@ def test_after_enough_rejections_the_env_judges_with_a_retrained_classifier_from
         w.run_episodes()
         w.run_episodes()  # the second rejection: the retraining starts as the episode ends
         assert len(launched) == 1 and launched[0][0].endswith("always.pt")
-        assert launched[0][2].endswith("reward/classifier-001.pt")
+        assert launched[0][2].endswith("reward/env0/classifier-001.pt")  # each cell its own
         w.run_episodes()  # ends at once again (the old classifier); at its end the new one is taken
         notices = w.poll().notices
         w.run_episodes()  # the new classifier never calls a success: the episode runs to its step limit

@@ -188,7 +188,7 @@ class EnvWorker(Worker):
         return ClassifierRefresh(
             reward.classifier,
             [r.dir for r in self.recorders],
-            self.run_dir / "reward",
+            self.run_dir / "reward" / f"env{self.rank}",  # a cell retrains its own (a fleet has several)
             reward.retrain_after_rejections,
             use=self._retrained,
         )
