@@ -24,6 +24,7 @@ from rlhw.cli.main import main
 from rlhw.config import load_config_dict
 from rlhw.env.step_messages import StepReader, StepWriter
 from rlhw.env.v1 import env_pb2 as pb
+from rlhw.errors import ConfigError
 from rlhw.rl.classifier_refresh import ClassifierRefresh, Retrained, rejected_files, retrain
 from rlhw.rl.episodes import episode_files, load_episode
 from rlhw.rl.pipeline.env_worker import EnvWorker
@@ -274,3 +275,9 @@ def test_a_resumed_run_judges_with_the_last_classifier_it_retrained_and_numbers_
     refresh.stepped(one_step(verdict=False), training=True)
     refresh.between_episodes()
     assert launched[0][0] == used[0] and launched[0][2].endswith("classifier-003.pt")
+
+
+@pytest.mark.parametrize("bad", ["-1", "two", "1.5"])
+def test_a_bad_retrain_after_rejections_is_a_clear_error_naming_the_field(tmp_path, bad):
+    with pytest.raises(ConfigError, match=r"env\.reward\.retrain_after_rejections"):
+        rehearsal_config(tmp_path, f"env.reward.retrain_after_rejections={bad}")
