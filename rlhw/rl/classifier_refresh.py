@@ -49,14 +49,10 @@ Launch = Callable[[str, Sequence[str], str], Future]
 
 def rejected_files(episode_dirs: Sequence[str | Path]) -> list[Path]:
     """The run's finished train episodes whose classifier-called success the operator rejected."""
-    from rlhw.rl.episodes import episode_files, load_episode
+    from rlhw.rl.episodes import episode_files, finished_episode_meta
 
-    found = []
-    for d in episode_dirs:
-        for f in episode_files(Path(d), "train"):
-            if f.suffix == ".npz" and (ep := load_episode(f)) is not None and ep.meta.get("operator_success") is False:
-                found.append(f)
-    return found
+    files = [f for d in episode_dirs for f in episode_files(Path(d), "train") if f.suffix == ".npz"]
+    return [f for f in files if finished_episode_meta(f).get("operator_success") is False]
 
 
 def retrain(current: str, episode_dirs: Sequence[str], out: str) -> Retrained:
@@ -72,7 +68,8 @@ def retrain(current: str, episode_dirs: Sequence[str], out: str) -> Retrained:
     training = classifier_training(current)
     before = [Path(p) for part in ("train", "held_out") for p in training["episodes"][part]]
     rejected = rejected_files(episode_dirs)
-    new = [f for f in rejected if f not in set(before)]
+    known = set(before)
+    new = [f for f in rejected if f not in known]
     episodes = episode_frames([f for f in before if f.exists()] + new)
     result = train_success_classifier(episodes, options_from_dict(training["options"]))
     save_classifier(result.classifier, out, result.metrics, result.training)

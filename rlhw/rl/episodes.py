@@ -163,13 +163,18 @@ class Episode:
             name: arrays[name] if name in arrays else np.full(T, _AUDIT_DEFAULTS[name], dtype)
             for name, dtype in _STEP_FIELDS.items()
         }
-        meta = json.loads(bytes(arrays["meta"]).decode()) if "meta" in arrays else {}
+        meta = _meta_of(arrays)
         return cls(
             obs={k[len(OBS_PREFIX) :]: v for k, v in arrays.items() if k.startswith(OBS_PREFIX)},
             judge_success=arrays.get("judge_success"),
             meta=meta,
             **fields,
         )
+
+
+def _meta_of(arrays: Mapping[str, np.ndarray]) -> dict:
+    """An episode file's ``meta`` (JSON bytes), empty in files written before it existed."""
+    return json.loads(bytes(arrays["meta"]).decode()) if "meta" in arrays else {}
 
 
 def _write_record(f, header: dict, arrays: Mapping[str, np.ndarray]) -> None:
@@ -335,6 +340,13 @@ def load_episode(path: str | os.PathLike) -> Episode | None:
     m = _NAME.match(path.name)
     kind = m.group(1) if m else EpisodeKind.TRAIN.value
     return _episode_of(obs, steps, {**records[0][0].get("meta", {}), "kind": kind, "complete": False})
+
+
+def finished_episode_meta(path: str | os.PathLike) -> dict:
+    """The ``meta`` of a finished (.npz) episode, read without its observations (an npz member is read alone):
+    what a run's retraining asks of every train episode (`rlhw.rl.classifier_refresh.rejected_files`)."""
+    with np.load(Path(path), allow_pickle=False) as z:
+        return _meta_of({"meta": z["meta"]} if "meta" in z.files else {})
 
 
 def episode_files(root: str | os.PathLike, kind: EpisodeKind | str | tuple = EpisodeKind.TRAIN) -> list[Path]:
