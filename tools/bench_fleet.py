@@ -42,9 +42,18 @@ ROOT = Path(__file__).resolve().parents[1]
 RLHW = [sys.executable, "-m", "rlhw.cli.main"]
 
 
-def fleet_config(base: Path, cells: int) -> dict:
-    """The shipped fleet config with ``cells`` arms: Franka ranks 0..cells-1 on node 0, one env worker each."""
+def fleet_config(base: Path, cells: int, task: Path | None = None) -> dict:
+    """The shipped fleet config with ``cells`` arms: Franka ranks 0..cells-1 on node 0, one env worker each.
+
+    With ``task`` (another config, e.g. configs/sim_insert.yaml), its env and train sections replace the
+    fleet's, keeping what makes a fleet: the fleet's cluster, each arm on the clock (``env.pace``) and the
+    policy next to each arm (``train.policy_at``)."""
     raw = yaml.safe_load(base.read_text())
+    if task is not None:
+        own = yaml.safe_load(task.read_text())
+        own["env"]["pace"], own["train"]["policy_at"] = raw["env"]["pace"], raw["train"]["policy_at"]
+        own["train"]["runner"] = raw["train"]["runner"]
+        raw = {**own, "cluster": raw["cluster"]}
     franka = next(g for g in raw["cluster"]["node_groups"] if g["label"] == "franka")
     franka["hardware"]["configs"] = [{"robot_ip": f"172.16.{i}.2", "node_rank": 0} for i in range(cells)]
     raw["cluster"]["component_placement"]["env"]["placement"] = "0" if cells == 1 else f"0-{cells - 1}"
@@ -124,7 +133,7 @@ def run_one(args, cells: int, seed: int, overrides: list[str]) -> dict:
     out = Path(args.out) / tag
     out.mkdir(parents=True, exist_ok=True)
     cfg_path = out / "fleet.yaml"
-    cfg_path.write_text(yaml.safe_dump(fleet_config(Path(args.config), cells), sort_keys=False))
+    cfg_path.write_text(yaml.safe_dump(fleet_config(Path(args.config), cells, args.task_config), sort_keys=False))
     run_dir = out / "run"
     cmd = [
         *RLHW,
@@ -243,6 +252,11 @@ def table(results: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default=str(ROOT / "configs" / "sim_fleet.yaml"))
+    p.add_argument(
+        "--task-config",
+        type=Path,
+        help="take env and train from this config (e.g. configs/sim_insert.yaml), the cluster from --config",
+    )
     p.add_argument("--cells", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--out", default=str(ROOT / "runs" / "bench_fleet"))
@@ -264,14 +278,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.probe:
         probe = pickle.loads(Path(args.probe).read_bytes())
     else:
-        probe = task_probe(Path(args.config), overrides)
+        probe = task_probe(args.task_config or Path(args.config), overrides)
     if args.save_probe:
         Path(args.save_probe).write_bytes(pickle.dumps(probe))
     cost = update_cost(probe, args.device)
     print(json.dumps({"update_cost": cost}), flush=True)
     if args.update_cost_only:
         return 0
-    args.control_hz = yaml.safe_load(Path(args.config).read_text())["env"].get("control_hz", 10)
+    args.control_hz = yaml.safe_load((args.task_config or Path(args.config)).read_text())["env"].get("control_hz", 10)
     results = []
     summary_path = Path(args.out) / "summary.json"
     for seed in args.seeds:  # seeds outermost: a cut-short session still has every N of the first seed
