@@ -12,6 +12,10 @@ Keys (robot base frame; lower or upper case):
     n       mark the episode a failure (ends it)
     x       end the episode without a label
 
+When the env asks for a verdict on a success its classifier called (`TeleopDevice.verdict`), ``y`` answers yes
+and ``n`` no; every other key is ignored until the answer or ``env.teleop.verdict_timeout_s`` (the question stays
+open: a stray key neither answers nor moves the arm later).
+
 A terminal sends no key-up, only key repeats (about 30 per second while a key is held), so a motion
 key moves the hand for ``hold_s`` after its last press; keep the key down to keep moving. ``active``
 is the takeover mode (toggled by ``t``, switched on by any motion key).
@@ -41,6 +45,8 @@ from rlhw.robot.teleop import Operator, OperatorView, TeleopEvent, TeleopReading
 #: key -> (axis, direction) of the hand's linear motion
 MOTION_KEYS = {"w": (0, 1.0), "s": (0, -1.0), "a": (1, 1.0), "d": (1, -1.0), "r": (2, 1.0), "f": (2, -1.0)}
 EVENT_KEYS = {"y": TeleopEvent.SUCCESS, "n": TeleopEvent.FAILURE, "x": TeleopEvent.END_EPISODE}
+#: key -> the verdict it gives while one is asked (the keys that mark an episode otherwise)
+VERDICT_KEYS = {"y": True, "n": False}
 GRIPPER_KEYS = {"c": -1.0, "o": 1.0}
 
 
@@ -60,9 +66,9 @@ class TerminalKeyboard(ReaderThreadDevice):
         poll_s: float = 0.02,
         clock: Callable[[], float] = time.monotonic,
     ):
-        super().__init__()
+        super().__init__(clock)
         self.fd = sys.stdin.fileno() if fd is None else fd
-        self.hold_s, self.gain, self.poll_s, self.clock = hold_s, min(gain, 1.0), poll_s, clock
+        self.hold_s, self.gain, self.poll_s = hold_s, min(gain, 1.0), poll_s
         self._saved_mode = None
         self._reset_state()
 
@@ -103,8 +109,15 @@ class TerminalKeyboard(ReaderThreadDevice):
             self._stamp = self.now()
             self._note_report()
 
+    def _answer_keys(self) -> str:
+        return "Press y = yes, n = no"
+
     def _key(self, key: str) -> None:
         """One key press (under the lock)."""
+        if self._asking:  # a verdict is asked: y / n answer, any other key does nothing
+            if key in VERDICT_KEYS:
+                self._give_verdict(VERDICT_KEYS[key])
+            return
         if key in MOTION_KEYS:
             axis, direction = MOTION_KEYS[key]
             self._pressed_at[axis] = (direction, self.clock())

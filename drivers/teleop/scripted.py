@@ -102,9 +102,9 @@ class ScriptedExpert(TeleopDevice):
         self.interventions = 0
         self._open = False
 
-    def verdict(self) -> bool | None:
+    def verdict(self, timeout_s: float) -> bool | None:
         """What a person watching would say of a success the classifier called: no when it sees the task plainly
-        not done (`Sight.sees_failure`), else yes; None between episodes."""
+        not done (`Sight.sees_failure`), else yes; None between episodes. At once: a program needs no time."""
         sight = self.view.look()
         return None if sight is None else not sight.sees_failure
 

@@ -16,12 +16,17 @@ On top of pyspacemouse this driver adds:
   and a gain, then a clip to [-1, 1];
 - buttons (two-button models: LEFT, RIGHT; Pro/Enterprise: BTN_1, BTN_2): the first toggles the gripper
   (first press closes, next opens...), the second toggles takeover (events TAKEOVER / GIVE_BACK).
-  ``active`` is true while the cap is deflected past the deadband or takeover is latched on.
+  ``active`` is true while the cap is deflected past the deadband or takeover is latched on;
+- the verdict (`TeleopDevice.verdict`, asked when the success classifier ends an episode): while asked, the first
+  button answers yes and the second no (both pressed in one report answer nothing), and neither toggles anything;
+  the cap's reports are taken as always.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -72,8 +77,9 @@ class SpaceMouse(ReaderThreadDevice):
         gain: float = 1.0,
         poll_s: float = 0.001,
         hid_device: Any = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
-        super().__init__()
+        super().__init__(clock)
         if not 0 <= deadband < 1:
             raise ValueError(f"deadband must be in [0, 1), got {deadband}")
         self.model, self.deadband, self.gain, self.poll_s = model, deadband, gain, poll_s
@@ -139,6 +145,13 @@ class SpaceMouse(ReaderThreadDevice):
         known = list(self._mouse.info.button_names)
         return next((known.index(n) for n in names if n in known), None)
 
+    def _answer_keys(self) -> str | None:
+        """The gripper button answers yes, the takeover button no (None on a model without both)."""
+        if self._mouse is None or None in (self._gripper_button, self._takeover_button):
+            return None
+        names = self._mouse.info.button_names
+        return f"Press {names[self._gripper_button]} = yes, {names[self._takeover_button]} = no"
+
     def _release(self) -> None:
         mouse, self._mouse = self._mouse, None
         if mouse is not None:
@@ -165,14 +178,23 @@ class SpaceMouse(ReaderThreadDevice):
         self._twist = np.array([dev[1], -dev[0], dev[2], dev[4], -dev[3], dev[5]], dtype=np.float32)
         buttons = tuple(bool(b) for b in state.buttons)
         before = self._buttons or (False,) * len(buttons)
-        if self._pressed(self._gripper_button, before, buttons):
-            self._gripper = 1.0 if self._gripper == -1.0 else -1.0
-        if self._pressed(self._takeover_button, before, buttons):
-            self._takeover = not self._takeover
-            self._emit(TeleopEvent.TAKEOVER if self._takeover else TeleopEvent.GIVE_BACK)
+        first, second = (self._pressed(b, before, buttons) for b in (self._gripper_button, self._takeover_button))
+        if self._asking:  # a verdict is asked: the buttons answer and toggle nothing (both at once: no answer)
+            if first != second:
+                self._give_verdict(first)
+        else:
+            self._toggle(first, second)
         self._buttons = buttons
         self._stamp = self.now()
         self._note_report()
+
+    def _toggle(self, gripper: bool, takeover: bool) -> None:
+        """Presses of the first (gripper) and second (takeover) button, out of a verdict (under the lock)."""
+        if gripper:
+            self._gripper = 1.0 if self._gripper == -1.0 else -1.0
+        if takeover:
+            self._takeover = not self._takeover
+            self._emit(TeleopEvent.TAKEOVER if self._takeover else TeleopEvent.GIVE_BACK)
 
     @staticmethod
     def _pressed(index: int | None, before: tuple[bool, ...], now: tuple[bool, ...]) -> bool:

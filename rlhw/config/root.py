@@ -39,3 +39,20 @@ class Config(StrictModel):
                 "simulator's judge, which a batch of simulators does not report; set env.num_envs=1, as on a cell",
             )
         return self
+
+    @model_validator(mode="after")
+    def _verdict_fits_a_step(self) -> Config:
+        # The operator's verdict is awaited inside the env's step: a served env's client gives a step
+        # train.step_timeout_s, so a longer wait would turn a slow answer into a step timeout.
+        teleop = self.env.teleop
+        if (
+            teleop.device != "none"
+            and self.env.reward.classifier
+            and teleop.verdict_timeout_s >= self.train.step_timeout_s
+        ):
+            raise ConfigError(
+                "env.teleop.verdict_timeout_s",
+                f"is {teleop.verdict_timeout_s:g} s, not below train.step_timeout_s ({self.train.step_timeout_s:g} s), "
+                "within which the step that asks for the verdict must return: lower it, or raise train.step_timeout_s",
+            )
+        return self

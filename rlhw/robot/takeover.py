@@ -14,6 +14,9 @@ Rules:
   part is not used), plus, when the action has a gripper component, the device's gripper command, or
   the last one given (the episode starts open, +1, as the reset opens the gripper);
 - SUCCESS / FAILURE / END_EPISODE end the episode (the env reports ``operator_label``);
+- when the success classifier ends an episode the env asks ``verdict()`` after the step's command, and commands
+  nothing until the answer: the device's own, bounded by ``env.teleop.verdict_timeout_s`` (a person's device waits
+  for a key; the scripted expert answers at once);
 - a dead device raises ``RobotFault(FaultKind.TELEOP)`` from ``choose``: the env stops the arm and truncates the
   episode (fault path); ``reopen`` at the next reset tries once more and fails with a clear error.
 """
@@ -98,8 +101,9 @@ class Takeover:
         self.device.close()
 
     def verdict(self) -> bool | None:
-        """The operator's verdict on a success the classifier called (`TeleopDevice.verdict`)."""
-        return self.device.verdict()
+        """The operator's verdict on a success the classifier called (`TeleopDevice.verdict`), within
+        ``env.teleop.verdict_timeout_s``; None: not judged."""
+        return self.device.verdict(timeout_s=self.config.verdict_timeout_s)
 
     def choose(self, client_action: np.ndarray) -> Choice:
         reading = self.device.read(timeout_s=self.config.read_timeout_s)

@@ -165,10 +165,12 @@ class TeleopDevice(abc.ABC):
     def read(self, timeout_s: float = 0.05) -> TeleopReading:
         """The newest state, within ``timeout_s``. Raises RobotFault(FaultKind.TELEOP) when the device is gone."""
 
-    def verdict(self) -> bool | None:
+    def verdict(self, timeout_s: float) -> bool | None:
         """The operator's verdict on the episode the success classifier has just called done: True (it is), False
         (it is not: a false success, whose frames become the classifier's negatives, `rlhw.rl.classifier_refresh`)
-        or None (no verdict given, the default: a device that cannot answer within the step)."""
+        or None (not judged: the classifier's call stands). A person's device asks on the console and waits at most
+        ``timeout_s`` (``env.teleop.verdict_timeout_s``) for a key or button (drivers/teleop/base.py); the scripted
+        expert answers at once from its `Sight`. The default, for a device with nothing to answer with: None."""
         return None
 
     def __enter__(self) -> TeleopDevice:

@@ -1,5 +1,6 @@
 """``env.teleop.device`` is checked against the teleop registry, not a closed list: a registered plugin's
-device is accepted, and an unknown name is refused naming the field and every registered device."""
+device is accepted, and an unknown name is refused naming the field and every registered device. The time a person has
+for a verdict (``env.teleop.verdict_timeout_s``) is bounded, and below the step's own timeout."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import pytest
 from rlhw.config import load_config
 from rlhw.drivers_registry import _TELEOPS, register_teleop, teleop_devices
 from rlhw.errors import ConfigError
+
+PIXELS = "configs/sim_push_cube_pixels.yaml"  # camera frames: a success classifier may judge them
 
 
 def _load(device: str):
@@ -38,3 +41,27 @@ def test_a_registered_plugin_device_is_accepted_without_editing_the_config_schem
         assert _load("test-pedal").env.teleop.device == "test-pedal"
     finally:
         del _TELEOPS["test-pedal"]
+
+
+def test_a_person_has_ten_seconds_for_a_verdict_unless_the_config_says_otherwise():
+    assert _load("keyboard").env.teleop.verdict_timeout_s == 10.0
+    assert load_config("configs/sim_reach.yaml", ["env.teleop.verdict_timeout_s=4"]).env.teleop.verdict_timeout_s == 4
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "inf", "nan", "ten", "600"])
+def test_a_bad_verdict_timeout_is_refused_naming_the_field(value):
+    with pytest.raises(ConfigError) as err:
+        load_config("configs/sim_reach.yaml", [f"env.teleop.verdict_timeout_s={value}"])
+    assert err.value.path == "env.teleop.verdict_timeout_s"
+
+
+def test_a_verdict_timeout_the_step_that_asks_could_not_wait_for_is_refused_naming_the_field(tmp_path):
+    """The verdict is awaited inside the step, and a served env's client waits train.step_timeout_s for a step."""
+    asks = ["env.teleop.device=keyboard", f"env.reward.classifier={tmp_path / 'success.pt'}"]
+    with pytest.raises(ConfigError) as err:
+        load_config(PIXELS, [*asks, "env.teleop.verdict_timeout_s=30", "train.step_timeout_s=30"])
+    assert err.value.path == "env.teleop.verdict_timeout_s" and "train.step_timeout_s" in err.value.message
+    fits = load_config(PIXELS, [*asks, "env.teleop.verdict_timeout_s=29", "train.step_timeout_s=30"])
+    assert fits.env.teleop.verdict_timeout_s == 29
+    nobody_asks = load_config(PIXELS, ["env.teleop.verdict_timeout_s=30", "train.step_timeout_s=30"])  # no device
+    assert nobody_asks.env.teleop.verdict_timeout_s == 30

@@ -164,11 +164,11 @@ def test_the_operator_rejects_a_called_success_only_where_the_task_is_plainly_no
     env = make_env(make_config({"sim": "mujoco", "task": "push_cube", "safety": {"workspace_low": [0.25, -0.3, 0.02]}}))
     try:
         expert = ScriptedExpert(env.operator_view, mode="intervene")
-        assert expert.verdict() is None  # between episodes nobody is asked
+        assert expert.verdict(timeout_s=10.0) is None  # between episodes nobody is asked
         env.reset(seed=3)
         goal = env.task.goal
         cube = env.arm.object_pose("cube")
         env.arm.set_object_pose("cube", cube.with_position([goal[0] + cube_from_goal_m, goal[1], cube.position[2]]))
-        assert expert.verdict() is verdict
+        assert expert.verdict(timeout_s=10.0) is verdict  # at once: a program needs no time
     finally:
         env.close()

@@ -15,26 +15,43 @@ from drivers.teleop.recorded import RecordedHid, load_reports
 from drivers.teleop.spacemouse import SpaceMouse, shape_axis
 from rlhw.errors import RobotFault
 from rlhw.robot.teleop import TeleopEvent
+from tests.drivers.asking import Asked
 
 REPORTS = load_reports(Path(__file__).parent / "data" / "spacemouse_compact.hex")
+LEFT_DOWN, LEFT_UP, RIGHT_DOWN, RIGHT_UP, BOTH_DOWN = REPORTS[7], REPORTS[8], REPORTS[9], REPORTS[10], REPORTS[11]
 
 
 def feed(mouse: SpaceMouse, hid: RecordedHid, *reports: bytes):
     """Queue reports, wait until the reader thread decoded them all, return the reading after them."""
-    target = mouse.reports + len(reports)
-    for report in reports:
-        hid.push(report)
-    assert mouse.wait_reports(target, 2.0), "the reader thread did not take the reports"
+    push(mouse, hid, *reports)
     return mouse.read(timeout_s=1.0)
+
+
+class Clock:
+    """The device's clock, on test time: it moves when the test says."""
+
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
 
 
 @pytest.fixture
 def device():
     hid = RecordedHid()
-    mouse = SpaceMouse("SpaceMouseCompact", deadband=0.1, hid_device=hid)
+    mouse = SpaceMouse("SpaceMouseCompact", deadband=0.1, hid_device=hid, clock=Clock())
     mouse.open(timeout_s=2.0)
     yield mouse, hid
     mouse.close()
+
+
+def push(mouse: SpaceMouse, hid: RecordedHid, *reports: bytes) -> None:
+    """Queue reports and wait until the reader thread decoded them all (nothing is read: a verdict may be asked)."""
+    target = mouse.reports + len(reports)
+    for report in reports:
+        hid.push(report)
+    assert mouse.wait_reports(target, 2.0), "the reader thread did not take the reports"
 
 
 def test_a_half_deflection_to_the_right_moves_the_hand_to_the_robots_right_after_the_deadband(device):
@@ -115,3 +132,49 @@ def test_the_real_usb_enumeration_opens_an_attached_spacemouse_or_says_none_is_a
     with pytest.raises(RobotFault, match="No connected or supported devices found") as caught:
         mouse.open(timeout_s=5.0)
     assert caught.value.kind == "teleop"
+
+
+# -- the verdict: asked when the success classifier ends an episode (TeleopDevice.verdict) ----------------------
+
+
+def test_asked_for_a_verdict_the_left_button_answers_yes_and_toggles_no_gripper(device, capsys):
+    mouse, hid = device
+    asked = Asked(mouse, timeout_s=10.0)
+    said = capsys.readouterr().err
+    assert "Is it? Press LEFT = yes, RIGHT = no" in said and "no answer within 10 s" in said
+    push(mouse, hid, LEFT_DOWN, LEFT_UP)
+    assert asked.returned() is True
+    after = mouse.read()
+    assert after.gripper is None and after.events == frozenset() and not after.active  # it answered, nothing more
+
+
+def test_asked_for_a_verdict_the_right_button_answers_no_and_takes_nothing_over(device):
+    mouse, hid = device
+    asked = Asked(mouse)
+    push(mouse, hid, RIGHT_DOWN, RIGHT_UP)
+    assert asked.returned() is False
+    after = mouse.read()
+    assert after.events == frozenset() and not after.active
+    assert feed(mouse, hid, RIGHT_DOWN, RIGHT_UP).events == {TeleopEvent.TAKEOVER}  # asked no more: it toggles again
+
+
+def test_no_button_within_the_timeout_is_no_verdict(device, capsys):
+    mouse, hid = device
+    asked = Asked(mouse, timeout_s=10.0)
+    mouse.clock.t += 10.0  # the bound, on the device's clock: no real time passes
+    assert asked.returned() is None
+    assert "verdict: no answer: the classifier's call stands" in capsys.readouterr().err
+
+
+def test_while_a_verdict_is_asked_the_cap_and_both_buttons_at_once_answer_nothing(device):
+    """Neither is an answer: the question stays open (not asked again) until a single button is pressed."""
+    mouse, hid = device
+    asked = Asked(mouse)
+    push(mouse, hid, REPORTS[1], REPORTS[5], BOTH_DOWN, REPORTS[8])  # the cap pushed and let go; both buttons
+    push(mouse, hid, RIGHT_DOWN, RIGHT_UP)
+    assert asked.returned() is False  # the first single press after them answered
+    assert mouse.read().gripper is None and mouse.questions == 1
+
+
+def test_a_spacemouse_never_opened_gives_no_verdict():
+    assert SpaceMouse("SpaceMouseCompact", hid_device=RecordedHid()).verdict(timeout_s=60.0) is None
