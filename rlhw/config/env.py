@@ -292,13 +292,14 @@ class TeleopConfig(StrictModel):
         5.0, allow_inf_nan=False, gt=0, le=60, description="bound on finding and opening the device"
     )
     verdict_timeout_s: float = Field(
-        10.0,
+        4.0,
         allow_inf_nan=False,
         gt=0,
         le=120,
         description="spacemouse/keyboard: how long a person has to say whether a success the success classifier "
         "called is real (keyboard y / n, spacemouse first / second button), the arm holding still; no answer keeps "
-        "the classifier's call (below train.step_timeout_s)",
+        "the classifier's call. At least 1 s below server.step_deadline_s (5 s) and train.step_timeout_s: the step "
+        "waits for the answer",
     )
     deadband: float = Field(
         0.1,

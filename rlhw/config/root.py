@@ -11,6 +11,9 @@ from rlhw.config.server import ServerConfig
 from rlhw.config.train import TrainConfig
 from rlhw.errors import ConfigError
 
+#: what a step that asks for the operator's verdict needs beside the wait: its command and observation
+VERDICT_STEP_MARGIN_S = 1.0
+
 
 class Config(StrictModel):
     cluster: ClusterConfig
@@ -42,17 +45,21 @@ class Config(StrictModel):
 
     @model_validator(mode="after")
     def _verdict_fits_a_step(self) -> Config:
-        # The operator's verdict is awaited inside the env's step: a served env's client gives a step
-        # train.step_timeout_s, so a longer wait would turn a slow answer into a step timeout.
+        # The operator's verdict is awaited inside the env's step, which an env server stops as hung after
+        # server.step_deadline_s and a served env's client gives up on after train.step_timeout_s. Only where a
+        # verdict can be asked: a device and a success classifier.
         teleop = self.env.teleop
-        if (
-            teleop.device != "none"
-            and self.env.reward.classifier
-            and teleop.verdict_timeout_s >= self.train.step_timeout_s
-        ):
+        if teleop.device == "none" or not self.env.reward.classifier:
+            return self
+        bound, name = min(
+            (self.server.step_deadline_s, "server.step_deadline_s"), (self.train.step_timeout_s, "train.step_timeout_s")
+        )
+        if teleop.verdict_timeout_s > bound - VERDICT_STEP_MARGIN_S:
             raise ConfigError(
                 "env.teleop.verdict_timeout_s",
-                f"is {teleop.verdict_timeout_s:g} s, not below train.step_timeout_s ({self.train.step_timeout_s:g} s), "
-                "within which the step that asks for the verdict must return: lower it, or raise train.step_timeout_s",
+                f"is {teleop.verdict_timeout_s:g} s, but the step that asks for the verdict must return within {name} "
+                f"({bound:g} s), {VERDICT_STEP_MARGIN_S:g} s of it for the step itself: lower it to at most "
+                f"{bound - VERDICT_STEP_MARGIN_S:g}, or raise server.step_deadline_s and train.step_timeout_s to at "
+                f"least {teleop.verdict_timeout_s + VERDICT_STEP_MARGIN_S:g}",
             )
         return self
