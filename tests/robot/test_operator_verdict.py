@@ -92,3 +92,15 @@ def test_no_answer_within_the_configured_timeout_keeps_the_classifiers_call_with
     step = asked.returned()
     assert step.notes[0].operator_verdict is None and "operator_verdict" not in step.gym()[4]
     assert step.terminated[0] and step.success[0]
+
+
+def test_a_stop_reaches_the_arm_while_the_operator_is_asked(cell):
+    """The env server's Stop calls env.stop without waiting for the step (rlhw/env/host.py stop_arm)."""
+    asked = cell.step_asking()
+    stops = cell.env.arm.calls.get("stop", 0)
+    cell.env.stop()  # from another thread than the step's, as the server's Stop handler
+    assert cell.env.arm.calls["stop"] == stops + 1
+    commanded = list(cell.env.arm.motions)
+    cell.press("n")
+    assert asked.returned().notes[0].operator_verdict is False  # the answer still counts for the classifier
+    assert list(cell.env.arm.motions) == commanded  # and the step that asked sent nothing after the stop
