@@ -87,7 +87,7 @@ def pipeline_rate(
     cluster at ``address`` (else a local one). ``learner_load``: the learner group trains flat out meanwhile
     (50 updates per call, back to back, on the transitions the run collects; weights go to the policy every
     ``train.weights_every_updates``), else nothing trains."""
-    from rlhw.rl.pipeline.controller import Pipeline
+    from rlhw.rl.pipeline.launch import Pipeline
     from rlhw.rl.rundir import RunDir
     from rlhw.runtime.cluster import Cluster
 

@@ -326,7 +326,7 @@ def test_an_env_worker_that_acts_next_to_its_arm_learns_from_weights_sent_across
 
 def test_without_a_rollout_group_the_config_error_points_at_acting_next_to_the_arm(tmp_path):
     from rlhw.errors import ConfigError
-    from rlhw.rl.pipeline.controller import Pipeline
+    from rlhw.rl.pipeline.launch import Pipeline
 
     raw = two_node_config()
     raw["cluster"]["component_placement"] = {

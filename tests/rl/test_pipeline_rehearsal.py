@@ -17,8 +17,9 @@ import pytest
 
 from rlhw.config import load_config_dict
 from rlhw.errors import ConfigError
-from rlhw.rl.pipeline.controller import Controller, PipelineFailure, check_layout
+from rlhw.rl.pipeline.controller import Controller
 from rlhw.rl.pipeline.env_worker import EnvWorker
+from rlhw.rl.pipeline.launch import PipelineFailure, check_layout
 from rlhw.rl.pipeline.messages import Actions, EnvProgress, EnvStep, JudgeReport, pack, unpack
 from rlhw.rl.verdicts import VerdictTally
 from rlhw.robot import make_env

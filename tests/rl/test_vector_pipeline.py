@@ -18,8 +18,9 @@ from rlhw.config import load_config, load_config_dict
 from rlhw.errors import ConfigError
 from rlhw.rl.episodes import EpisodeRecorder, episode_files, iter_recorded_transitions, load_episode
 from rlhw.rl.instances import EVAL, IDLE, TRAIN, Instances
-from rlhw.rl.pipeline.controller import Pipeline, train_pipeline
+from rlhw.rl.pipeline.controller import train_pipeline
 from rlhw.rl.pipeline.env_worker import episode_dir
+from rlhw.rl.pipeline.launch import Pipeline
 from rlhw.rl.pipeline.messages import EnvStep, pack, unpack
 from rlhw.rl.pipeline.rollout_worker import RolloutWorker
 from rlhw.rl.rundir import RunDir
@@ -232,7 +233,7 @@ def test_a_real_arm_config_with_several_env_instances_is_refused_naming_env_num_
 
 
 def test_the_same_layout_rehearsed_in_simulation_may_run_several_instances():
-    from rlhw.rl.pipeline.controller import check_layout
+    from rlhw.rl.pipeline.launch import check_layout
 
     check_layout(load_config(ROOT / "configs/franky_sim.yaml", ["env.num_envs=2", "env.sim=mujoco"]))  # no error
 

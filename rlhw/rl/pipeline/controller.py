@@ -1,6 +1,7 @@
 """The single controller: `train_pipeline(config, run_dir)` drives env, rollout and learner groups on Ray.
 
-A `Pipeline` launches the three worker groups and their channels; a `Controller` runs the training loop on it.
+A `Pipeline` (rlhw.rl.pipeline.launch) launches the three worker groups and their channels; a `Controller` runs the
+training loop on it.
 
     env workers (robot nodes) --step lane: obs--> rollout workers --step lane: actions--> env workers
                                         rollout workers --replay--> learner workers --weights--> rollout workers
@@ -29,198 +30,21 @@ name and reason, and returns; every transition is already on disk.
 from __future__ import annotations
 
 import math
-import secrets
 import signal
 import time
-import uuid
 
 from rlhw.config.root import Config
-from rlhw.errors import ConfigError, WorkerError
-from rlhw.rl.checkpoint import checked_init_from
-from rlhw.rl.demos import env_provenance, load_demos
-from rlhw.rl.pipeline.env_worker import EnvWorker
-from rlhw.rl.pipeline.fleet import Fleet
-from rlhw.rl.pipeline.learner_worker import LearnerWorker
-from rlhw.rl.pipeline.messages import (
-    REPLAY_CHANNEL,
-    WEIGHTS_CHANNEL,
-    EnvProgress,
-    EpisodeResult,
-    RolloutProgress,
-    expect,
-)
-from rlhw.rl.pipeline.rollout_worker import RolloutWorker
+from rlhw.errors import WorkerError
+from rlhw.rl.pipeline.launch import CALL_TIMEOUT_S, Pipeline, PipelineFailure
+from rlhw.rl.pipeline.messages import EnvProgress, EpisodeResult
 from rlhw.rl.rundir import RunDir, RunStatus
 from rlhw.rl.session import StopReason, TrainingSession, interrupted
-from rlhw.rl.spaces import observation_shapes
 from rlhw.rl.utd_gate import step_allowance, updates_owed
 from rlhw.rl.verdicts import VerdictTally
 from rlhw.runtime.stop_signals import cause_text, interrupt_cause
 
 POLL_S = 0.05
-CALL_TIMEOUT_S = 120.0
 UPDATE_CHUNK = 50  # async mode: updates per controller call (bounds how stale a poll can get)
-
-
-class PipelineFailure(Exception):
-    def __init__(self, who: str, reason: str):
-        self.who, self.reason = who, reason
-        super().__init__(f"{who}: {reason}")
-
-
-def check_layout(config: Config) -> None:
-    """What the pipeline refuses before any worker starts: the env layout a run cannot keep (a batch on a real arm,
-    a rehearsal whose judge would not reach the controller, a component missing from the placement)."""
-    from rlhw.rl.env_transport import env_transport
-    from rlhw.robot.factory import plan_env
-
-    n = config.env.num_envs
-    simulated = plan_env(config, 0).simulated  # refuses, before any worker starts, a real arm with no Franka placed
-    if n > 1 and not simulated:  # an auto fallback beside a declared Franka counts as real
-        raise ConfigError(
-            "env.num_envs",
-            f"is {n}, but the env workers drive a real arm, which hosts one "
-            "env instance (one controller per arm): set env.num_envs=1 and place "
-            "one env worker per arm, or set env.sim=mujoco to rehearse in simulation",
-        )
-    if config.env.sim_state == "hidden" and env_transport(config, 0) == "server":
-        raise ConfigError(
-            "env.sim_state",
-            "is hidden (a rehearsal), but the env is placed on a Franka rank, so it runs behind a server child, "
-            "and the simulator judge's verdict does not cross the server yet (eval/success_rate would have no "
-            "judge): rehearse on a node group without arm hardware, as configs/sim_push_cube_pixels.yaml does",
-        )
-    needed = ("env", "learner") if config.train.policy_at == "env" else ("env", "rollout", "learner")
-    for comp in needed:
-        if comp not in config.cluster.components():
-            raise ConfigError(
-                "cluster.component_placement",
-                f"has no '{comp}' component; the training pipeline "
-                f"needs {', '.join(needed)} placed"
-                + (
-                    ""
-                    if comp != "rollout"
-                    else " (or set train.policy_at=env to act in the env workers, next to the arms)"
-                ),
-            )
-
-
-class Pipeline:
-    """The three worker groups and their channels, launched on a Cluster. Also used by tests/benchmarks."""
-
-    def __init__(self, config: Config, run_dir: RunDir, cluster=None, resume: bool = False):
-        from rlhw.runtime.channel import Channel
-        from rlhw.runtime.cluster import Cluster
-
-        check_layout(config)
-        self.config = config
-        self.run_dir = run_dir
-        self.own_cluster = cluster is None
-        self.cluster = cluster or Cluster(
-            config, probe_hardware=config.env.sim is None, ray_init=_rehearsal_ray_init(config)
-        )
-        placements = self.cluster.placements
-        self.n_env, self.n_learner = len(placements["env"]), len(placements["learner"])
-        # Next to the arm, the env workers act and no rollout worker is launched (even where one is placed).
-        self.n_rollout = 0 if config.train.policy_at == "env" else len(placements["rollout"])
-        prefix = f"{uuid.uuid4().hex[:8]}."
-        self.channels = [Channel.create(prefix + name) for name in (REPLAY_CHANNEL, WEIGHTS_CHANNEL)]
-        self.groups = []
-        try:
-            self.learners = LearnerWorker.create_group(
-                config, str(run_dir.path), self.n_rollout or self.n_env, prefix
-            ).launch(self.cluster, component="learner", ready_timeout_s=CALL_TIMEOUT_S)
-            self.groups.append(self.learners)
-            lane_token = secrets.token_bytes(32)  # proves a step lane's two ends belong to this run
-            lanes = None
-            self.rollouts = None
-            if self.n_rollout:
-                self.rollouts = RolloutWorker.create_group(config, self.n_learner, prefix, lane_token).launch(
-                    self.cluster, component="rollout", ready_timeout_s=CALL_TIMEOUT_S
-                )
-                self.groups.append(self.rollouts)
-                lanes = self.rollouts.lane_address().wait(CALL_TIMEOUT_S)
-            start_s = config.train.env_start_timeout_s + 30
-            self.envs = Fleet(  # the env workers as cells: one that dies leaves the run, the others go on
-                EnvWorker.create_group(
-                    config, str(run_dir.path), self.n_rollout, prefix, lanes, lane_token, self.n_learner
-                ).launch(self.cluster, component="env", ready_timeout_s=start_s)
-            )
-            self.groups.append(self.envs)
-            self.spec = self.envs.execute_on(0).spec().wait(CALL_TIMEOUT_S)[0]
-            # Bad demos fail here, with the field named, rather than inside every learner rank.
-            load_demos(
-                config.train.demos,
-                observation_shapes(self.spec),
-                tuple(self.spec.action.shape),
-                env_provenance(config.env),
-            )
-            if config.train.init_from and not resume:  # and a warm start that does not fit this env
-                checked_init_from(config, self.spec)
-            if self.n_learner > 1:
-                self.learners.init_collective("auto")
-            self.resumed = self.learners.setup(self.spec, resume).wait(CALL_TIMEOUT_S)[0]
-            if self.rollouts is not None:
-                self.rollouts.setup(self.spec).wait(CALL_TIMEOUT_S)
-            self.acting = self.rollouts or self.envs  # whose policy acts: they take set_exploration
-        except BaseException:
-            self.close()
-            raise
-
-    def poll_envs(self) -> list[EnvProgress]:
-        results = [expect(r, EnvProgress, "env worker poll()") for r in self.envs.poll().wait(CALL_TIMEOUT_S)]
-        for r in results:
-            if r.error and not self.envs.drop(r.rank, r.error):  # the last cell in the run: the run ends
-                raise PipelineFailure(self.envs.addresses[r.rank], r.error)
-        return results
-
-    def check_rollouts(self) -> None:
-        if self.rollouts is None:
-            return
-        for r in self.rollouts.poll().wait(CALL_TIMEOUT_S):
-            r = expect(r, RolloutProgress, "rollout worker poll()")
-            if r.error:
-                raise PipelineFailure(self.rollouts.addresses[r.rank], r.error)
-
-    def close(self) -> None:
-        for g in reversed(self.groups):
-            if hasattr(g.worker_cls, "stop_loop"):
-                try:
-                    g.stop_loop().wait(30)
-                except Exception:  # noqa: BLE001 - a dead worker cannot stop; it is killed below
-                    pass
-            g.shutdown()
-        self.groups = []
-        for ch in self.channels:
-            try:
-                ch.destroy()
-            except Exception:  # noqa: BLE001
-                pass
-        self.channels = []
-        if self.own_cluster:
-            self.cluster.shutdown()
-
-
-def _rehearsal_ray_init(config: Config) -> dict:
-    """Sim-only rehearsal of a GPU layout on a machine without those GPUs (``env.sim`` on one node): give the
-    embedded Ray as many logical GPUs as the config declares, so the placement is kept as written; the
-    workers then find no CUDA device and run on CPU (``train.device: auto``)."""
-    if config.env.sim is None or config.cluster.num_nodes != 1:
-        return {}
-    from rlhw.placement import plan
-
-    # One logical GPU per (process, accelerator) pair: components sharing a GPU are launched as separate
-    # groups, and each group asks Ray for its own share.
-    declared = [
-        a for recs in plan(config.cluster).values() for r in recs if r.node_rank == 0 for a in r.visible_accelerators
-    ]
-    try:
-        import torch
-
-        present = torch.cuda.device_count()
-    except Exception:  # noqa: BLE001
-        present = 0
-    return {"num_gpus": len(declared)} if len(declared) > present else {}
 
 
 def train_pipeline(config: Config, run_dir: RunDir, resume: bool = False, cluster=None) -> StopReason:
