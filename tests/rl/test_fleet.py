@@ -4,7 +4,8 @@ Each cell is an env worker with its own simulated Franka (hardware ranks 0 and 1
 per node), paced like a real arm and acting next to it; one learner on node 0 serves both. What a fleet promises:
 
 - one cell's env worker dies mid-run: the other cell goes on collecting, the dead one is reported by name in
-  run.json and metrics.jsonl, and its recorded episodes stay;
+  run.json, metrics.jsonl and on stderr, and its recorded episodes stay; the same with ``train.policy_at:
+  rollout``, one rollout worker (on node 0) acting for both cells;
 - the learner dies: every arm stops where it is (no step is recorded after the stop), and the run resumes
   from its checkpoint with every recorded episode.
 """
@@ -29,15 +30,19 @@ from tests.waiting import wait_until
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
-def fleet_config(**train) -> dict:
-    """Two cells, one per node: Franka ranks 0 (node 0) and 1 (node 1), simulated; the learner on node 0."""
+def fleet_config(policy_at: str = "env", **train) -> dict:
+    """Two cells, one per node: Franka ranks 0 (node 0) and 1 (node 1), simulated; the learner on node 0, and
+    with ``policy_at: rollout`` one rollout worker there too, acting for both cells."""
+    placement = {
+        "env": {"node_group": "franka", "placement": "0-1"},
+        "learner": {"node_group": "node", "placement": "0"},
+    }
+    if policy_at == "rollout":
+        placement["rollout"] = {"node_group": "node", "placement": "0"}
     return {
         "cluster": {
             "num_nodes": 2,
-            "component_placement": {
-                "env": {"node_group": "franka", "placement": "0-1"},
-                "learner": {"node_group": "node", "placement": "0"},
-            },
+            "component_placement": placement,
             "node_groups": [
                 {
                     "label": "franka",
@@ -55,7 +60,7 @@ def fleet_config(**train) -> dict:
         # Paced like real arms (on the clock, the UTD gate between episodes only), at 50 Hz to keep the test short.
         "env": {"sim": "mujoco", "max_episode_steps": 20, "pace": "real_time", "control_hz": 50},
         "train": {
-            "policy_at": "env",
+            "policy_at": policy_at,
             "mode": "async",
             "learning_starts": 60,
             "utd_ratio": 0.25,
@@ -109,8 +114,11 @@ def start(ray_nodes, raw: dict, run_path, resume: bool = False):
 
 
 @pytest.mark.timeout(300)
-def test_a_dead_cell_leaves_the_run_and_the_other_cell_goes_on_learning(ray_nodes, tmp_path):
-    rd, t, result = start(ray_nodes, fleet_config(max_env_steps=700), tmp_path / "run")
+@pytest.mark.parametrize("policy_at", ["env", "rollout"])
+def test_a_dead_cell_leaves_the_run_and_the_other_cell_goes_on_learning(ray_nodes, tmp_path, capsys, policy_at):
+    """The same whether each cell acts next to its arm or one rollout worker acts for both: that worker drops
+    the dead cell's lane and goes on serving the other."""
+    rd, t, result = start(ray_nodes, fleet_config(policy_at, max_env_steps=700), tmp_path / "run")
     # Both cells act with weights the learner sent them before one of them dies.
     assert wait_until(
         lambda: acted_with_learned_weights(rd, 0) and acted_with_learned_weights(rd, 1), timeout_s=180, period_s=0.5
@@ -132,6 +140,7 @@ def test_a_dead_cell_leaves_the_run_and_the_other_cell_goes_on_learning(ray_node
     # The surviving cell's episodes kept flowing into the run after the other one died ...
     after = [ep for ep in cell_episodes(rd, 0) if ep.time[0] > killed_at]
     assert after and sum(ep.length for ep in after) >= 40
+    assert any((ep.policy_version > 0).any() for ep in after)  # acted on by the learned policy, not a stand-in
     assert status["env_steps"] >= 700
     # ... and the dead cell's episodes are kept: on disk, loadable, counted.
     assert recorded_steps(rd, 1) >= steps_1 > 0
@@ -145,6 +154,28 @@ def test_a_dead_cell_leaves_the_run_and_the_other_cell_goes_on_learning(ray_node
     last = rd.metrics()[-1]
     assert last["cell0/in_run"] == 1 and last["cell1/in_run"] == 0
     assert 0 < last["cell0/episodes"] <= cells[0]["episodes"] and last["cell0/obs_to_action_p99_ms"] > 0
+    assert "rlhw train: cell env:1 (robot rank 1) left the run" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(300)
+def test_a_dead_rollout_worker_acting_for_every_cell_ends_the_run_naming_it_and_blames_no_cell(ray_nodes, tmp_path):
+    """Its death breaks every cell's lane at once; that is no cell's fault: no cell leaves the run for it, every
+    arm stops, and run.json names the rollout worker."""
+    rd, t, result = start(ray_nodes, fleet_config("rollout", max_env_steps=100_000), tmp_path / "run")
+    assert wait_until(lambda: recorded_steps(rd, 0) > 0 and recorded_steps(rd, 1) > 0, timeout_s=180, period_s=0.5), (
+        "the cells never stepped"
+    )
+    ray.kill(ray.get_actor("rlhw.worker:rollout:0", namespace="rlhw"), no_restart=True)
+    t.join(120)
+    assert not t.is_alive(), "the controller hung after the rollout worker died"
+    assert "stop" in result, "train_pipeline raised instead of returning (see the thread's exception above)"
+    stop = result["stop"]
+    assert stop.status == "failed" and "rollout:0" in stop.reason, stop.reason
+    status = json.loads(rd.status_path.read_text())
+    assert [(c["in_run"], c["lost_reason"]) for c in status["cells"]] == [(True, None), (True, None)]
+    last_step = max(float(ep.time[-1]) for c in (0, 1) for ep in cell_episodes(rd, c))
+    assert last_step <= status["arms_stopped_at"]
+    assert status["env_steps"] <= recorded_steps(rd, 0) + recorded_steps(rd, 1)
 
 
 @pytest.mark.timeout(600)

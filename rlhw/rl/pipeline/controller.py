@@ -22,7 +22,8 @@ Either way the achieved UTD (updates per env step after ``learning_starts``) is 
 recorded in ``run.json`` (``utd``), with the seconds the env workers waited for the learner.
 
 A dead env worker (or a failed robot loop) leaves the run while another cell is in it: the others go on, and
-run.json's ``cells`` names it (rlhw.rl.pipeline.fleet). The last cell's death, or the learner's, ends the run
+run.json's ``cells`` names it (rlhw.rl.pipeline.fleet). That holds wherever the policy acts: next to the arm, or
+in a rollout worker serving several cells, which drops the dead cell's lane alone (rlhw.rl.pipeline.lane). The last cell's death, or the learner's, ends the run
 cleanly: the controller stops every arm where it is, saves a checkpoint, writes ``run.json`` with the worker's
 name and reason, and returns; every transition is already on disk.
 """

@@ -5,6 +5,10 @@ Apart from the loop because launching is its own concern: what a layout refuses 
 (`check_layout`), the order the groups start in (the learners, then the rollout workers whose lane addresses
 the env workers need, then the env workers as a `Fleet` of cells), what the env spec must fit before anything
 trains (demos, a warm start), and how every group and channel is released, whatever failed.
+
+A `PipelineFailure` names the worker whose failure ends the run: a rollout worker's loop (it acts for every
+cell it serves), the last cell in the run; a cell that dies while others are left only leaves the run
+(`Fleet.drop`), whichever process acts for it.
 """
 
 from __future__ import annotations
@@ -133,13 +137,20 @@ class Pipeline:
             raise
 
     def poll_envs(self) -> list[EnvProgress]:
+        """Every cell's progress; a cell whose loop failed leaves the run (the last one ends it). A rollout worker
+        acting for several cells is asked first: its death fails each of their lanes, and that is its failure,
+        which ends the run naming it, not theirs (no cell is reported lost for it)."""
         results = [expect(r, EnvProgress, "env worker poll()") for r in self.envs.poll().wait(CALL_TIMEOUT_S)]
+        if any(r.error for r in results):
+            self.check_rollouts()
         for r in results:
             if r.error and not self.envs.drop(r.rank, r.error):  # the last cell in the run: the run ends
                 raise PipelineFailure(self.envs.addresses[r.rank], r.error)
         return results
 
     def check_rollouts(self) -> None:
+        """A `PipelineFailure` (a failed loop) or `WorkerError` (a dead worker) naming the first rollout worker
+        that can no longer act."""
         if self.rollouts is None:
             return
         for r in self.rollouts.poll().wait(CALL_TIMEOUT_S):
