@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from google.protobuf.message import Message
@@ -48,6 +48,14 @@ class DeclaredTensor:
     shape: tuple[int, ...]
     prefix: bytes
     suffix: bytes
+    count: int = field(init=False, repr=False, compare=False)  # the array's elements
+    size: int = field(init=False, repr=False, compare=False)  # bytes of the whole message: prefix, array, suffix
+
+    def __post_init__(self):
+        # Derived once: the reader checks every step's pieces against these.
+        count = math.prod(self.shape)
+        object.__setattr__(self, "count", count)
+        object.__setattr__(self, "size", len(self.prefix) + count * self.dtype.itemsize + len(self.suffix))
 
     @classmethod
     def declare(
@@ -82,23 +90,14 @@ class DeclaredTensor:
             return None
         return cls(dtype, shape, *pieces[0])
 
-    @property
-    def size(self) -> int:
-        """Bytes of the whole message: prefix, the array's bytes, suffix."""
-        return len(self.prefix) + self.nbytes + len(self.suffix)
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * self.dtype.itemsize
-
     def view_before(self, data: bytes, end: int) -> np.ndarray | None:
         """The array of this message where it ends ``data[:end]`` (a read-only view of ``data``, no copy); None
         where ``data[:end]`` does not end with its prefix, the array's number of bytes and its suffix."""
         start = end - self.size
-        at = start + len(self.prefix)
-        if start < 0 or not data.startswith(self.prefix, start) or not data.endswith(self.suffix, 0, end):
+        prefix = self.prefix
+        if start < 0 or not data.startswith(prefix, start) or not data.endswith(self.suffix, 0, end):
             return None
-        return np.frombuffer(data, self.dtype, math.prod(self.shape), at).reshape(self.shape)
+        return np.frombuffer(data, self.dtype, self.count, start + len(prefix)).reshape(self.shape)
 
     def fits(self, value) -> bool:
         """Whether ``value``'s bytes as they are say what protobuf would write for it."""

@@ -266,7 +266,7 @@ class RemoteEnv(gym.Env):
             self._reader.instances(obs),
             capture_times(stamps),
             flags(response.success, self.num_envs),
-            dict(response.timing),
+            codec.map_of(response.timing),
         )
 
     # -- the rest of the service ----------------------------------------------------------------

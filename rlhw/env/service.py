@@ -178,7 +178,7 @@ class EnvService:
         timing["server"] = time.perf_counter() - t0
         response = pb.SessionResponse() if in_session else pb.ResetResponse()  # the Session stream's oneof
         message = response.reset if in_session else response
-        message.timing.update(timing)
+        codec.fill_map(message.timing, timing)
         message.success.extend(first.success.tolist())
         obs, stamps = wire_observations(first.obs, first.stamps, self.host.num_envs)
         codec.fill_observation(message.observation, obs, stamps)

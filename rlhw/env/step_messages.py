@@ -80,7 +80,7 @@ def fill_step(
     if any(step.fault):
         message.fault.extend([codec.fault_to_wire(k) for k in step.fault])
         message.fault_message.extend(step.fault_message)
-    message.timing.update(timing)
+    codec.fill_map(message.timing, timing)
     codec.fill_observation(message.observation, obs, stamps)
     if step.final_obs is not None:
         codec.fill_observation(message.final_observation, step.final_obs)
@@ -190,14 +190,13 @@ class StepReader:
         client knows (``action``, no operator), and the operator's verdicts (the step's only notes) only where one
         was asked."""
         n = self.num_envs
-        observations = codec.observations_of(message)
         executed = self.requested(action)
-        obs, stamps = observations.get("observation", ({}, {}))
+        obs, stamps = codec.observation_from_message(message.observation)  # (an unset one reads as empty)
         if views:
             obs = {**obs, **views}  # (protobuf's merge: a map entry read later replaces an earlier one)
         final_obs = final_mask = None
         if message.final_mask:
-            final_obs = observations.get("final_observation", ({}, {}))[0] or None
+            final_obs = codec.observation_from_message(message.final_observation)[0] or None
             final_mask = None if final_obs is None else codec.array_of(message.final_mask, bool)
         if message.HasField("executed_action"):
             executed = codec.from_tensor(message.executed_action).astype(np.float32).reshape(executed.shape)
@@ -212,7 +211,7 @@ class StepReader:
             tuple(codec.fault_from_wire(v) for v in message.fault) or self._no_faults,
             tuple(message.fault_message) or self._no_messages,
             capture_times(stamps),
-            dict(message.timing),
+            codec.map_of(message.timing),
             final_obs,
             final_mask,
             notes=notes_from_wire(message.operator_verdict, n),
