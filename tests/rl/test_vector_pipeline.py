@@ -238,6 +238,18 @@ def test_the_same_layout_rehearsed_in_simulation_may_run_several_instances():
     check_layout(load_config(ROOT / "configs/franky_sim.yaml", ["env.num_envs=2", "env.sim=mujoco"]))  # no error
 
 
+@pytest.mark.parametrize("config", ["configs/franky_sim.yaml", "configs/sim_reach.yaml"])
+def test_a_keyboard_operator_is_refused_by_the_pipeline_whose_env_workers_have_no_terminal(config):
+    """A Ray actor's input is /dev/null, and a serve-env child inherits it: the keys would never arrive, and the
+    first read would end the run as a teleop fault. Refused before any worker starts, naming the devices that
+    work; the SpaceMouse (read over USB) is taken."""
+    from rlhw.rl.pipeline.launch import check_layout
+
+    with pytest.raises(ConfigError, match=r"env\.teleop\.device.*keyboard.*/dev/null.*spacemouse.*train\.runner=local"):
+        check_layout(load_config(ROOT / config, ["env.teleop.device=keyboard", "env.sim=mujoco"]))
+    check_layout(load_config(ROOT / config, ["env.teleop.device=spacemouse", "env.sim=mujoco"]))  # no error
+
+
 # ----------------------------------------------------------------------------------- whole runs (Ray)
 
 VECTOR_RUN = {

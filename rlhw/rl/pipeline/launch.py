@@ -59,6 +59,14 @@ def check_layout(config: Config) -> None:
             "and the simulator judge's verdict does not cross the server yet (eval/success_rate would have no "
             "judge): rehearse on a node group without arm hardware, as configs/sim_push_cube_pixels.yaml does",
         )
+    if config.env.teleop.device == "keyboard":
+        raise ConfigError(
+            "env.teleop.device",
+            "is keyboard, which reads the terminal of the process the env runs in, but the pipeline runs the env "
+            "in an env worker (a Ray actor, or its serve-env child) whose input is /dev/null, so the operator's "
+            "keys would never arrive: use env.teleop.device=spacemouse (read over USB wherever the env runs), or "
+            "train.runner=local to train from this terminal",
+        )
     needed = ("env", "learner") if config.train.policy_at == "env" else ("env", "rollout", "learner")
     for comp in needed:
         if comp not in config.cluster.components():
