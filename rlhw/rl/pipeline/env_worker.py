@@ -53,7 +53,7 @@ from rlhw.rl.sac import resolve_device
 from rlhw.rl.seeds import SeedStream, episode_seed, rank_seed
 from rlhw.robot.spec import EnvSpec
 from rlhw.robot.step import Step
-from rlhw.runtime.isolation import GcGuard, apply_loop_isolation, call_with_loop_isolation
+from rlhw.runtime.isolation import GcGuard, apply_loop_isolation
 from rlhw.runtime.worker import Worker
 
 
@@ -152,8 +152,7 @@ class EnvWorker(Worker):
             self.outbox.note,
             f"episodes of all {self.num_envs} instances truncated" if self.num_envs > 1 else "episode truncated",
         )
-        # opened under the loop's scheduling, so that the threads the opening starts carry it (a served arm's grpc)
-        self.episode_loop = self._episode_loop(call_with_loop_isolation(self.isolation, self.transport.open))
+        self.episode_loop = self._episode_loop(self.transport.open())
         self.rng = np.random.default_rng(rank_seed(self.cfg.seed, SeedStream.EPISODES, self.rank))
         self.acting = EnvLoopHooks(
             self.rank,
