@@ -21,7 +21,9 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -178,10 +180,19 @@ class EnvServerProcess:
             self._pump_thread.join(timeout=2.0)  # the log file then holds the child's last words
 
 
-def open_remote_env(config: Config, robot_rank: int, log_path: Path, session_id: str):
+def _call(make: Callable):
+    """The client made on the calling thread: `open_remote_env`'s default (`rlhw eval`'s)."""
+    return make()
+
+
+def open_remote_env(
+    config: Config, robot_rank: int, log_path: Path, session_id: str, make_client: Callable[[Callable], Any] = _call
+):
     """A `rlhw serve-env` child for arm ``robot_rank`` and a `RemoteEnv` session to it, with the run's step
     timeouts: how an env worker (and `rlhw eval`) reaches a real arm. Returns (server, env); a server whose
-    instance count differs from ``env.num_envs`` is stopped and refused."""
+    instance count differs from ``env.num_envs`` is stopped and refused. The child is started on the calling
+    thread (it dies with that thread); ``make_client`` runs the client's construction (the env worker's runs it
+    under the robot loop's scheduling, rlhw/rl/env_transport.py)."""
     from rlhw.env.client import RemoteEnv
 
     cfg = config.train
@@ -190,15 +201,17 @@ def open_remote_env(config: Config, robot_rank: int, log_path: Path, session_id:
     address = server.start()
     try:
         token = config.server.resolve_token()
-        env = RemoteEnv(
-            address,
-            token=token,
-            timeout_s=cfg.step_timeout_s,
-            reset_timeout_s=max(cfg.step_timeout_s, config.server.reset_deadline_s),
-            reconnect_s=5.0,
-            session_id=session_id,
-            measurements_in_info=True,
-        )  # the loop health reads info["timing"] per step
+        env = make_client(
+            lambda: RemoteEnv(
+                address,
+                token=token,
+                timeout_s=cfg.step_timeout_s,
+                reset_timeout_s=max(cfg.step_timeout_s, config.server.reset_deadline_s),
+                reconnect_s=5.0,
+                session_id=session_id,
+                measurements_in_info=True,
+            )  # the loop health reads info["timing"] per step
+        )
         if env.num_envs != config.env.num_envs:
             env.close()
             raise EnvServerError(

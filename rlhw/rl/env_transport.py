@@ -5,11 +5,17 @@ driver cannot take the worker down, and the worker restarts a dead child)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
+from rlhw.config.isolation import LoopIsolation
 from rlhw.config.root import Config
 from rlhw.env.server_process import EnvServerProcess, open_remote_env
 from rlhw.rl.episode_loop import BatchView
+from rlhw.runtime.isolation import call_with_loop_isolation
+
+T = TypeVar("T")
 
 
 def env_transport(config: Config, robot_rank: int) -> str:
@@ -36,8 +42,17 @@ class EnvTransport:
     process, ``log`` its output). ``env`` is the env or the server's client; `open` gives the episode loop's view
     of it."""
 
-    def __init__(self, config: Config, robot_rank: int, log: Path, name: str, single: bool = False):
+    def __init__(
+        self,
+        config: Config,
+        robot_rank: int,
+        log: Path,
+        name: str,
+        single: bool = False,
+        isolation: LoopIsolation | None = None,
+    ):
         self.config, self.robot_rank, self.log, self.name = config, robot_rank, Path(log), name
+        self.isolation = isolation  # the robot loop's, under which a served arm's client is made (`open`)
         self.kind = env_transport(config, robot_rank)
         self.single = single or config.env.num_envs == 1
         self.server: EnvServerProcess | None = None
@@ -57,8 +72,16 @@ class EnvTransport:
             make = make_env if self.single else make_batched_env
             self.env = make(self.config, self.robot_rank, connect=False)
             return BatchView(self.env)
-        self.server, self.env = open_remote_env(self.config, self.robot_rank, self.log, self.name)
+        self.server, self.env = open_remote_env(self.config, self.robot_rank, self.log, self.name, self._make_client)
         return BatchView(self.env.typed)
+
+    def _make_client(self, make: Callable[[], T]) -> T:
+        """A served arm's client made under the robot loop's isolation, where there is one: the threads the first
+        client starts (grpc's event engine, the Session stream's feeder) carry every step to the child and back,
+        and made on a Ray actor's thread they ran at its nice 15 beside the learner (a four-cell fleet's late
+        steps were mostly ``transport``, docs/fleet.md). Only the client: the child itself is started on this
+        thread, since it dies with the thread that started it (PR_SET_PDEATHSIG is per thread)."""
+        return make() if self.isolation is None else call_with_loop_isolation(self.isolation, make)
 
     @property
     def dead(self) -> bool:

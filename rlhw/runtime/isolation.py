@@ -16,13 +16,17 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from rlhw.config.isolation import LoopIsolation
 from rlhw.errors import ConfigError
 from rlhw.runtime.heap import keep_freed_memory
+
+T = TypeVar("T")
 
 _SETTING = "cluster.node_groups[].env_configs[]"
 _FIX = (
@@ -74,6 +78,31 @@ def apply_loop_isolation(iso: LoopIsolation, oscalls: OsScheduling = OsSchedulin
                 warnings.warn(record["refused"], RuntimeWarning, stacklevel=2)
     record.update(_read_priority(oscalls))
     return record
+
+
+def call_with_loop_isolation(iso: LoopIsolation, fn: Callable[[], T]) -> T:
+    """``fn()`` on a short-lived thread under the robot loop's isolation, its result or its exception back here.
+
+    Why: a thread Linux creates takes its creator's scheduling, so the threads ``fn`` starts keep the loop's.
+    An env worker opens its served arm's client this way: grpc's threads (its event engine, and the Session
+    stream's request feeder), started by the first channel, carry every step to the arm and back, and started
+    from the Ray actor's own thread they ran at its nice 15 beside the learner, the fleet's late steps were
+    mostly ``transport`` (docs/fleet.md). A refused priority is warned about once, as for the loop itself."""
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            apply_loop_isolation(iso)
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - raised again on the calling thread
+            box["error"] = e
+
+    opener = threading.Thread(target=run, name="rlhw-loop-scheduled-open", daemon=True)
+    opener.start()
+    opener.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _priority_text(iso: LoopIsolation) -> str:

@@ -17,7 +17,13 @@ from rlhw.config.isolation import LoopIsolation
 from rlhw.errors import ConfigError
 from rlhw.rl.loop_health import LoopTimer
 from rlhw.runtime import isolation
-from rlhw.runtime.isolation import GcGuard, OsScheduling, apply_learner_threads, apply_loop_isolation
+from rlhw.runtime.isolation import (
+    GcGuard,
+    OsScheduling,
+    apply_learner_threads,
+    apply_loop_isolation,
+    call_with_loop_isolation,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REAL_ARM_CONFIGS = ("configs/franky_sim.yaml", "configs/workstation_franka.yaml", "configs/franka_insert.yaml")
@@ -130,6 +136,30 @@ def test_realtime_priority_takes_effect_where_the_os_allows_it():
 def test_nice_takes_effect_in_the_thread_that_applies_it():
     record = in_thread(lambda: apply_loop_isolation(LoopIsolation(loop_priority={"nice": 5})))
     assert record["policy"] == "SCHED_OTHER" and record["nice"] == 5
+
+
+def test_threads_started_by_a_call_under_the_loops_isolation_keep_it_and_the_caller_keeps_its_own():
+    """How an env worker opens a served arm's client: grpc's threads, started by the opening, carry the loop's
+    scheduling (here nice 5, which needs no privilege), and the caller's thread is left as it was."""
+    caller_nice = os.getpriority(os.PRIO_PROCESS, 0)
+
+    def open_something() -> int:
+        started: list[int] = []
+        worker = threading.Thread(target=lambda: started.append(os.getpriority(os.PRIO_PROCESS, 0)))
+        worker.start()
+        worker.join(timeout=10)
+        return started[0]
+
+    assert call_with_loop_isolation(LoopIsolation(loop_priority={"nice": 5}), open_something) == 5
+    assert os.getpriority(os.PRIO_PROCESS, 0) == caller_nice
+
+
+def test_a_failure_of_the_call_under_the_loops_isolation_is_raised_on_the_calling_thread():
+    def refuse() -> None:
+        raise ConfigError("env.sim", "is not a simulator")
+
+    with pytest.raises(ConfigError, match="env.sim"):
+        call_with_loop_isolation(LoopIsolation(), refuse)
 
 
 def test_a_refused_priority_warns_naming_the_setting_and_the_fix():
