@@ -22,7 +22,7 @@ from rlhw.env import codec
 from rlhw.env.declared import DeclaredTensor
 from rlhw.env.v1 import env_pb2 as pb
 from rlhw.robot.spec import EnvSpec, TensorSpec
-from rlhw.robot.step import Step, StepNotes
+from rlhw.robot.step import NotesSource, Step, StepNotes
 
 _F4 = np.dtype("<f4")
 _VERDICT_TO_WIRE = {None: pb.OPERATOR_VERDICT_UNSPECIFIED, True: pb.OPERATOR_VERDICT_YES, False: pb.OPERATOR_VERDICT_NO}
@@ -54,7 +54,7 @@ def notes_from_wire(values, n: int) -> tuple[StepNotes, ...]:
             f"StepResponse.operator_verdict holds {list(values)}: expected {n} OperatorVerdict values this client "
             "knows; update rlhw (proto/rlhw/env/v1/env.proto) to the server's version"
         )
-    return tuple(StepNotes(operator_verdict=_VERDICT_FROM_WIRE[v]) for v in values)
+    return tuple(StepNotes(operator_verdict=_VERDICT_FROM_WIRE[v], source=NotesSource.WIRE) for v in values)
 
 
 def wire_observations(obs: Mapping, stamps: Mapping, n: int) -> tuple[Mapping, Mapping]:

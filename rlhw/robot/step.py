@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -45,6 +46,18 @@ class ClassifierScore:
     threshold: float
 
 
+class NotesSource(Enum):
+    """Who wrote a step's `StepNotes`, and so which of its fields are facts.
+
+    ``ENV``: the env itself (`RobotEnv`): every field is its word. ``WIRE``: a client that read the step off the
+    wire (rlhw/env/step_messages.py), which carries only ``operator_verdict``; the other fields hold their defaults
+    and are not facts, so Gymnasium's ``info`` leaves them out rather than report a clip or a step count the server
+    never sent."""
+
+    ENV = "env"
+    WIRE = "wire"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepNotes:
     """What else an env says of one instance's step, apart from what the learner reads (`RobotEnv` writes it; the
@@ -64,7 +77,8 @@ class StepNotes:
     - ``operator_verdict``: the operator's word on a success the classifier called (`TeleopDevice.verdict`):
       False is a rejection, the classifier's retraining data (rlhw/rl/classifier_refresh.py); None where nobody
       was asked or no answer came;
-    - ``fault_cause``: where the env locked (``fault`` is ``FaultKind.LOCKED``), the fault kind that led to it.
+    - ``fault_cause``: where the env locked (``fault`` is ``FaultKind.LOCKED``), the fault kind that led to it;
+    - ``source``: who wrote the notes (`NotesSource`): the env, or a wire client holding the verdict alone.
     """
 
     clipped: bool = False
@@ -75,10 +89,14 @@ class StepNotes:
     reward_classifier: ClassifierScore | None = None
     operator_verdict: bool | None = None
     fault_cause: FaultKind | None = None
+    source: NotesSource = NotesSource.ENV
 
     def info(self) -> dict[str, Any]:
         """The notes as Gymnasium's ``info`` entries (`Step.gym`, the Gymnasium edge only): the optional ones only
-        where set, the classifier's score as ``{"p", "threshold"}`` and the events as their names."""
+        where set, the classifier's score as ``{"p", "threshold"}`` and the events as their names. Notes read off
+        the wire give their verdict alone: the rest are defaults, not the server's word."""
+        if self.source is NotesSource.WIRE:
+            return {} if self.operator_verdict is None else {"operator_verdict": self.operator_verdict}
         info: dict[str, Any] = {
             "clipped": self.clipped,
             "episode_step": self.episode_step,

@@ -29,7 +29,7 @@ from rlhw.rl.classifier_refresh import ClassifierRefresh, Retrained, rejected_fi
 from rlhw.rl.episodes import episode_files, load_episode
 from rlhw.rl.pipeline.env_worker import EnvWorker
 from rlhw.robot.spec import EnvSpec, TensorSpec
-from rlhw.robot.step import Step, StepNotes, stack
+from rlhw.robot.step import NotesSource, Step, StepNotes, stack
 from rlhw.vision.classifier import classifier_training
 from tests.placed_arm import placed_arm
 from tests.rl.test_pipeline_rehearsal import WireLane, rehearsal_config, worker_on_the_wire
@@ -202,8 +202,11 @@ def over_the_wire(step: Step, spec: EnvSpec, in_session: bool) -> tuple[Step, by
 @pytest.mark.parametrize("in_session", [False, True])
 def test_the_operators_verdict_crosses_the_wire_and_a_step_nobody_was_asked_of_sends_nothing_more(in_session):
     read = {v: over_the_wire(verdict_step(v, episode_step=3), SPEC, in_session) for v in (True, False, None)}
-    assert read[True][0].notes == (StepNotes(operator_verdict=True),)  # the verdict alone: other notes stay here
-    assert read[False][0].notes == (StepNotes(operator_verdict=False),)
+    wire = NotesSource.WIRE
+    assert read[True][0].notes == (StepNotes(operator_verdict=True, source=wire),)  # the verdict alone stays here
+    assert read[False][0].notes == (StepNotes(operator_verdict=False, source=wire),)
+    assert read[False][0].gym()[4]["operator_verdict"] is False
+    assert "episode_step" not in read[False][0].gym()[4]  # the server's step count never crossed: not reported as 0
     assert read[None][0].notes == ()  # not asked: no notes, as before
     unnoted = dataclasses.replace(verdict_step(None), notes=())
     assert read[None][1] == over_the_wire(unnoted, SPEC, in_session)[1]  # not a byte more than a step without notes
