@@ -10,8 +10,8 @@ Death: when the thread's ``_poll`` raises (the HID layer's read error on unplug,
 terminal) the thread stores the error and ends; every later ``read`` raises ``RobotFault(FaultKind.TELEOP)``
 naming the cause, so the env stops the arm instead of replaying the operator's last command.
 
-The verdict: ``verdict(timeout_s)`` is the one prompt-with-timeout of a person's device. It says on the console
-what is asked and which key or button answers, then waits for the reader thread to take an answer, at most
+The verdict: ``verdict(timeout_s)`` is the one prompt-with-timeout of a person's device. It tells the person
+(`tell_operator`: the console, or a served arm's operator pipe that its parent echoes on its console) what is asked and which key or button answers, then waits for the reader thread to take an answer, at most
 ``timeout_s`` by the device's clock. While asked, a device's keys and buttons answer and do nothing else (the
 keyboard ignores every other key, so no key pressed meanwhile moves the arm later). No answer in time, a device
 that dies or is closed, or one with nothing to answer with: None, "not judged", which keeps the classifier's call.
@@ -23,22 +23,16 @@ without the env's step (rlhw/env/host.py ``stop_arm``).
 from __future__ import annotations
 
 import abc
-import sys
 import threading
 import time
 from collections.abc import Callable
 
 from rlhw.errors import FaultKind, RobotFault
-from rlhw.robot.teleop import TeleopDevice, TeleopEvent, TeleopReading
+from rlhw.robot.teleop import TeleopDevice, TeleopEvent, TeleopReading, tell_operator
 
 #: how often a waiting verdict looks at its clock besides when a report wakes it: an injected clock's jump (a test)
 #: is seen this soon, and a closed device ends the wait this soon
 VERDICT_TICK_S = 0.05
-
-
-def tell(text: str) -> None:
-    """A line for the person at the device, on the console (stderr: stdout may carry a command's output)."""
-    print(text, file=sys.stderr, flush=True)
 
 
 class ReaderThreadDevice(TeleopDevice):
@@ -129,7 +123,7 @@ class ReaderThreadDevice(TeleopDevice):
                 return None
             self._asking, self._answer = True, None
         try:
-            tell(
+            tell_operator(
                 f"[{self.name}] The success classifier says the task is done. Is it? {keys}. The arm holds still; "
                 f"no answer within {timeout_s:g} s keeps the classifier's call."
             )
@@ -147,7 +141,7 @@ class ReaderThreadDevice(TeleopDevice):
             False: "no, not done: the episode's frames become the classifier's negatives",
             None: "no answer: the classifier's call stands",
         }
-        tell(f"[{self.name}] verdict: {said[answer]}")
+        tell_operator(f"[{self.name}] verdict: {said[answer]}")
         return answer
 
     def wait_asked(self, count: int, timeout_s: float) -> bool:

@@ -54,6 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help='inherited file descriptor (a pipe) to write {"address": "HOST:PORT"} and a newline to '
         "once listening, then close; for a parent process that starts this server",
     )
+    parser.add_argument(
+        "--operator-fd",
+        type=int,
+        metavar="FD",
+        help="inherited file descriptor (a pipe) for the lines meant for the person at the operator's device (a "
+        "verdict's question), which the parent shows on its console; without it they go to stderr",
+    )
 
 
 def _factory(spec: str):
@@ -88,15 +95,15 @@ def _check_port_free(host: str, port: int) -> None:
             ) from None
 
 
-def _check_address_fd(fd: int | None) -> int | None:
-    """Refuse a bad --address-fd before touching any hardware."""
+def _check_inherited_fd(flag: str, fd: int | None) -> int | None:
+    """Refuse a bad --address-fd or --operator-fd before touching any hardware."""
     if fd is None:
         return None
     try:
         os.fstat(fd)
     except OSError as e:
         raise ConfigError(
-            "--address-fd",
+            flag,
             f"{fd} is not an open file descriptor ({e.strerror}); the parent passes the write end of a pipe it created",
         ) from None
     return fd
@@ -139,10 +146,15 @@ def run(args: argparse.Namespace) -> int:
     if args.robot < 0:
         raise ConfigError("--robot", f"must be >= 0, got {args.robot}")
     config = load_config(args.config, overrides)
-    address_fd = _check_address_fd(args.address_fd)
+    address_fd = _check_inherited_fd("--address-fd", args.address_fd)
+    operator_fd = _check_inherited_fd("--operator-fd", args.operator_fd)
     isolation = _isolate(config, args.isolate_node) if args.isolate_node is not None else None
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s", stream=sys.stderr)
+    if operator_fd is not None:
+        from rlhw.robot.teleop import send_operator_lines_to
+
+        send_operator_lines_to(os.fdopen(operator_fd, "w", buffering=1))
 
     from rlhw.env.server import EnvServer, check_exposure
 

@@ -50,13 +50,14 @@ class BadAddressReport(AddressNotReported):
     """The report is not one JSON line with a non-empty text ``address``."""
 
 
-def spawn(cmd: list[str], **popen_kwargs) -> tuple[subprocess.Popen, int]:
-    """Start ``cmd --address-fd FD`` with ``popen_kwargs``; (the child, the read end of its address pipe).
+def spawn(cmd: list[str], pass_fds: tuple[int, ...] = (), **popen_kwargs) -> tuple[subprocess.Popen, int]:
+    """Start ``cmd --address-fd FD`` with ``popen_kwargs`` (``pass_fds``: other descriptors ``cmd`` names); (the
+    child, the read end of its address pipe).
 
     The caller owns the read end (close it after `await_address`)."""
     read_fd, write_fd = os.pipe()
     try:
-        proc = subprocess.Popen([*cmd, "--address-fd", str(write_fd)], pass_fds=(write_fd,), **popen_kwargs)
+        proc = subprocess.Popen([*cmd, "--address-fd", str(write_fd)], pass_fds=(write_fd, *pass_fds), **popen_kwargs)
     except BaseException:
         os.close(read_fd)
         raise

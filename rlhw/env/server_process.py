@@ -2,7 +2,9 @@
 
 The child reports where it listens on a dedicated pipe (``--address-fd``: one JSON line
 ``{"address": "HOST:PORT"}``, read by `rlhw.env.server_child`, as the smoke test does), never in its log
-output, which goes to the log file unread. The wait is bounded (``train.env_start_timeout_s``); a child that
+output, which goes to the log file unread. What it has to say to the person at the arm's operator device (a
+verdict's question) comes on a second pipe (``--operator-fd``), and goes to this process's stderr as well as the
+log: an env worker's stderr is the `rlhw train` console (Ray forwards it), `rlhw eval`'s is its own. The wait is bounded (``train.env_start_timeout_s``); a child that
 exits, or closes the pipe, before reporting fails it at once with its exit code and last output.
 
 Why a child process: franky can block forever when the robot link dies and a driver can crash; the env
@@ -66,6 +68,7 @@ class EnvServerProcess:
         self._tmp = tempfile.TemporaryDirectory(prefix="rlhw-env-")
         self._tail: list[str] = []
         self._pump_thread: threading.Thread | None = None
+        self._echo_thread: threading.Thread | None = None
 
     def simulated(self) -> bool:
         from rlhw.robot.factory import plan_env
@@ -103,19 +106,32 @@ class EnvServerProcess:
         return self.launch(cmd, env)
 
     def launch(self, cmd: list[str], env: dict[str, str]) -> str:
-        """Start ``cmd`` (a command that takes ``--address-fd FD``, as serve-env does) and return the address it
-        reports, within ``start_timeout_s``; its output goes to the log file."""
-        self.proc, read_fd = server_child.spawn(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-            preexec_fn=_die_with_parent,
-            start_new_session=True,
-        )
+        """Start ``cmd`` (a command that takes ``--address-fd FD`` and ``--operator-fd FD``, as serve-env does) and
+        return the address it reports, within ``start_timeout_s``; its output goes to the log file, its lines for
+        the operator to this process's stderr as well."""
+        operator_read, operator_write = os.pipe()
+        try:
+            self.proc, read_fd = server_child.spawn(
+                [*cmd, "--operator-fd", str(operator_write)],
+                pass_fds=(operator_write,),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=env,
+                preexec_fn=_die_with_parent,
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(operator_read)
+            raise
+        finally:
+            os.close(operator_write)  # the child holds the only write end: the echo ends when the child does
         self._pump_thread = threading.Thread(target=self._pump, daemon=True, name="env-server-log")
         self._pump_thread.start()
+        self._echo_thread = threading.Thread(
+            target=self._echo_operator_lines, args=(operator_read,), daemon=True, name="env-operator"
+        )
+        self._echo_thread.start()
         try:
             self.address = self._await_address(read_fd)
         except BaseException:
@@ -158,6 +174,22 @@ class EnvServerProcess:
             if log:
                 log.close()
 
+    def _echo_operator_lines(self, fd: int) -> None:
+        """The child's lines for the person at the operator's device, on this process's stderr and in the log."""
+        log = open(self.log_path, "a") if self.log_path else None  # appends, beside the output pump's own handle
+        try:
+            with os.fdopen(fd, encoding="utf-8", errors="replace") as lines:
+                for line in lines:
+                    said = f"env {self.robot_rank} operator: {line.rstrip()}\n"
+                    sys.stderr.write(said)
+                    sys.stderr.flush()
+                    if log:
+                        log.write(said)
+                        log.flush()
+        finally:
+            if log:
+                log.close()
+
     def tail(self) -> str:
         return " | ".join(self._tail[-6:]) or "(no output)"
 
@@ -176,8 +208,9 @@ class EnvServerProcess:
                 self.proc.kill()
                 self.proc.wait(5)
         self.proc = None
-        if self._pump_thread is not None:
-            self._pump_thread.join(timeout=2.0)  # the log file then holds the child's last words
+        for thread in (self._pump_thread, self._echo_thread):
+            if thread is not None:
+                thread.join(timeout=2.0)  # the log file and the console then hold the child's last words
 
 
 def _call(make: Callable):

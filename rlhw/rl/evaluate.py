@@ -10,7 +10,8 @@ It is training's robot path with the learner taken out, so what holds in trainin
   `EpisodeRecorder`, as ``eval-*`` episodes under ``<run_dir>/episodes/env<rank>``;
 - an operator device (``env.teleop``) may take over as in training; such an episode counts as a failure:
   the success rate is the policy's alone;
-- the loop is timed by training's `LoopTimer` (obs->action latency, lateness), under node 0's loop isolation.
+- the loop is timed by training's `LoopTimer` (obs->action latency, lateness), under node 0's loop isolation,
+  and a served arm's client (its grpc threads) is made under it too, as an env worker makes it.
 
 Seeds: episode k resets with seed ``EVAL_SEED_BASE + k`` (2**32 + k). Training episodes draw their seeds from
 [0, 2**31) (`rlhw.rl.seeds.episode_seed`) and the HIL benchmark's eval uses 2**31 + k, so no eval episode here repeats a training target.
@@ -134,7 +135,12 @@ class OpenEnv:
         from rlhw.rl.env_transport import EnvTransport
 
         log = log_dir / f"env{robot_rank}-server.log"
-        self.transport = EnvTransport(config, robot_rank, log, f"rlhw-eval-env{robot_rank}", single=True)
+        # a served arm's client is made under the loop's isolation, as an env worker makes it: grpc's threads carry
+        # every step, and made here at the CLI's priority they would wait behind what the loop outranks
+        isolation = config.cluster.node_env(0).isolation
+        self.transport = EnvTransport(
+            config, robot_rank, log, f"rlhw-eval-env{robot_rank}", single=True, isolation=isolation
+        )
         self.view: BatchView = self.transport.open()
         self.env, self.server, self.spec = self.transport.env, self.transport.server, self.view.spec
 

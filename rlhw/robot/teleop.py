@@ -21,14 +21,32 @@ from __future__ import annotations
 
 import abc
 import enum
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 import numpy as np
 
 if TYPE_CHECKING:
     from rlhw.config.env import TeleopConfig
+
+
+_operator_lines: TextIO | None = None  # where `tell_operator` writes; None: this process's stderr
+
+
+def tell_operator(text: str) -> None:
+    """A line for the person at the operator's device (a verdict's question, its answer): on this process's
+    console (stderr: stdout may carry a command's output), or on the pipe `send_operator_lines_to` named."""
+    print(text, file=_operator_lines or sys.stderr, flush=True)
+
+
+def send_operator_lines_to(stream: TextIO) -> None:
+    """Send `tell_operator`'s lines to ``stream``. Why: a served arm's `rlhw serve-env` child writes its output to
+    a log file nobody reads while the arm runs; its parent (an env worker, `rlhw eval`) passes ``--operator-fd``
+    and echoes what arrives there on its own console, so the person at a served cell sees the question."""
+    global _operator_lines
+    _operator_lines = stream
 
 
 class Operator(enum.Enum):

@@ -49,6 +49,24 @@ def test_the_address_comes_from_the_pipe_and_the_childs_output_goes_to_the_log_f
     assert "listening on 9.9.9.9:1" in (tmp_path / "server.log").read_text()
 
 
+def test_the_childs_lines_for_the_operator_reach_this_processs_console_and_the_log(tmp_path, capfd):
+    """A served cell's operator is asked on the console of the process that started the child (an env worker's
+    stderr is the `rlhw train` console), not only in a log file nobody reads while the arm runs."""
+    server, _ = _launch(
+        tmp_path,
+        "from rlhw.robot.teleop import send_operator_lines_to, tell_operator\n"
+        "send_operator_lines_to(os.fdopen(int(sys.argv[sys.argv.index('--operator-fd') + 1]), 'w', buffering=1))\n"
+        "print('a log line')\n"
+        "tell_operator('[spacemouse] Is it done?')\n"
+        'os.write(fd, b\'{"address": "127.0.0.1:5555"}\\n\'); os.close(fd)\n'
+        "time.sleep(60)\n",
+    )
+    server.stop()  # the child's end of the pipe closes: every line it wrote has been echoed
+    err = capfd.readouterr().err
+    assert "env 3 operator: [spacemouse] Is it done?" in err and "a log line" not in err
+    assert "env 3 operator: [spacemouse] Is it done?" in (tmp_path / "server.log").read_text()
+
+
 def test_a_child_that_dies_before_reporting_fails_at_once_with_its_exit_code_and_last_output(tmp_path):
     with pytest.raises(EnvServerError) as e:
         _launch(tmp_path, "print('no arm at 172.16.0.2'); sys.exit(3)\n", timeout_s=60.0)
@@ -106,6 +124,16 @@ def test_a_closed_address_fd_is_a_config_error_naming_the_option_before_any_env_
     assert main([config, "--address-fd", str(closed), "--env", "no.such.module:factory"]) == 2
     err = capsys.readouterr().err
     assert "config error" in err and "--address-fd" in err and "no.such.module" not in err
+
+
+def test_a_closed_operator_fd_is_a_config_error_naming_the_option_before_any_env_starts(capsys):
+    from rlhw.cli.serve_env import main
+
+    closed = os.sysconf("SC_OPEN_MAX") - 1
+    config = str(ROOT / "configs" / "sim_reach.yaml")
+    assert main([config, "--operator-fd", str(closed), "--env", "no.such.module:factory"]) == 2
+    err = capsys.readouterr().err
+    assert "config error" in err and "--operator-fd" in err and "no.such.module" not in err
 
 
 def test_the_real_env_server_takes_its_nodes_robot_loop_isolation_and_reports_what_took_effect(tmp_path, monkeypatch):
