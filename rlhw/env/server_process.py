@@ -162,30 +162,28 @@ class EnvServerProcess:
             raise EnvServerError(f"{what} {e}") from None
 
     def _pump(self) -> None:
-        proc = self.proc
-        log = open(self.log_path, "a") if self.log_path else None
-        try:
-            for line in proc.stdout:
-                self._tail = (self._tail + [line.rstrip()])[-20:]
-                if log:
-                    log.write(line)
-                    log.flush()
-        finally:
-            if log:
-                log.close()
+        """The child's output into the log file; its last lines kept for an error's message (`tail`)."""
+        self._log_lines(self.proc.stdout, self._keep_tail)
+
+    def _keep_tail(self, line: str) -> None:
+        self._tail = (self._tail + [line.rstrip()])[-20:]
 
     def _echo_operator_lines(self, fd: int) -> None:
         """The child's lines for the person at the operator's device, on this process's stderr and in the log."""
-        log = open(self.log_path, "a") if self.log_path else None  # appends, beside the output pump's own handle
+        with os.fdopen(fd, encoding="utf-8", errors="replace") as lines:
+            said = (f"env {self.robot_rank} operator: {line.rstrip()}\n" for line in lines)
+            self._log_lines(said, _to_stderr)
+
+    def _log_lines(self, lines, each: Callable[[str], None]) -> None:
+        """Each of ``lines`` (until the child closes them) to ``each`` and appended to the log file: the output
+        pump and the operator's echo each hold a handle of their own, and a line is one flushed append."""
+        log = open(self.log_path, "a") if self.log_path else None
         try:
-            with os.fdopen(fd, encoding="utf-8", errors="replace") as lines:
-                for line in lines:
-                    said = f"env {self.robot_rank} operator: {line.rstrip()}\n"
-                    sys.stderr.write(said)
-                    sys.stderr.flush()
-                    if log:
-                        log.write(said)
-                        log.flush()
+            for line in lines:
+                each(line)
+                if log:
+                    log.write(line)
+                    log.flush()
         finally:
             if log:
                 log.close()
@@ -211,6 +209,11 @@ class EnvServerProcess:
         for thread in (self._pump_thread, self._echo_thread):
             if thread is not None:
                 thread.join(timeout=2.0)  # the log file and the console then hold the child's last words
+
+
+def _to_stderr(line: str) -> None:
+    sys.stderr.write(line)
+    sys.stderr.flush()
 
 
 def _call(make: Callable):
