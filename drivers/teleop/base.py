@@ -11,7 +11,8 @@ terminal) the thread stores the error and ends; every later ``read`` raises ``Ro
 naming the cause, so the env stops the arm instead of replaying the operator's last command.
 
 The verdict: ``verdict(timeout_s)`` is the one prompt-with-timeout of a person's device. It tells the person
-(`tell_operator`: the console, or a served arm's operator pipe that its parent echoes on its console) what is asked and which key or button answers, then waits for the reader thread to take an answer, at most
+(`tell_operator`: the console, or a served arm's operator pipe, which its parent echoes on its console) what is
+asked and which key or button answers, then waits for the reader thread to take an answer, at most
 ``timeout_s`` by the device's clock. While asked, a device's keys and buttons answer and do nothing else (the
 keyboard ignores every other key, so no key pressed meanwhile moves the arm later). No answer in time, a device
 that dies or is closed, or one with nothing to answer with: None, "not judged", which keeps the classifier's call.

@@ -2,10 +2,12 @@
 
 The child reports where it listens on a dedicated pipe (``--address-fd``: one JSON line
 ``{"address": "HOST:PORT"}``, read by `rlhw.env.server_child`, as the smoke test does), never in its log
-output, which goes to the log file unread. What it has to say to the person at the arm's operator device (a
-verdict's question) comes on a second pipe (``--operator-fd``), and goes to this process's stderr as well as the
-log: an env worker's stderr is the `rlhw train` console (Ray forwards it), `rlhw eval`'s is its own. The wait is bounded (``train.env_start_timeout_s``); a child that
+output, which goes to the log file unread. The wait is bounded (``train.env_start_timeout_s``); a child that
 exits, or closes the pipe, before reporting fails it at once with its exit code and last output.
+
+What the child has to say to the person at the arm's operator device (a verdict's question) comes on a second
+pipe (``--operator-fd``) and goes to this process's stderr as well as the log: an env worker's stderr is the
+`rlhw train` console (Ray forwards it), `rlhw eval`'s is its own.
 
 Why a child process: franky can block forever when the robot link dies and a driver can crash; the env
 worker (and the whole run) must survive that and be able to kill and restart the server. The child gets
@@ -216,19 +218,14 @@ def _to_stderr(line: str) -> None:
     sys.stderr.flush()
 
 
-def _call(make: Callable):
-    """The client made on the calling thread: `open_remote_env`'s default (`rlhw eval`'s)."""
-    return make()
-
-
 def open_remote_env(
-    config: Config, robot_rank: int, log_path: Path, session_id: str, make_client: Callable[[Callable], Any] = _call
+    config: Config, robot_rank: int, log_path: Path, session_id: str, make_client: Callable[[Callable], Any]
 ):
     """A `rlhw serve-env` child for arm ``robot_rank`` and a `RemoteEnv` session to it, with the run's step
     timeouts: how an env worker (and `rlhw eval`) reaches a real arm. Returns (server, env); a server whose
     instance count differs from ``env.num_envs`` is stopped and refused. The child is started on the calling
-    thread (it dies with that thread); ``make_client`` runs the client's construction (the env worker's runs it
-    under the robot loop's scheduling, rlhw/rl/env_transport.py)."""
+    thread (it dies with that thread); ``make_client`` runs the client's construction (an env worker and `rlhw
+    eval` run it under the robot loop's scheduling, rlhw/rl/env_transport.py)."""
     from rlhw.env.client import RemoteEnv
 
     cfg = config.train

@@ -48,8 +48,8 @@ class EnvTransport:
         robot_rank: int,
         log: Path,
         name: str,
+        isolation: LoopIsolation,
         single: bool = False,
-        isolation: LoopIsolation | None = None,
     ):
         self.config, self.robot_rank, self.log, self.name = config, robot_rank, Path(log), name
         self.isolation = isolation  # the robot loop's, under which a served arm's client is made (`open`)
@@ -76,12 +76,12 @@ class EnvTransport:
         return BatchView(self.env.typed)
 
     def _make_client(self, make: Callable[[], T]) -> T:
-        """A served arm's client made under the robot loop's isolation, where there is one: the threads the first
+        """A served arm's client made under the robot loop's isolation (none set: the OS default): the threads the first
         client starts (grpc's event engine, the Session stream's feeder) carry every step to the child and back,
         and made on a Ray actor's thread they ran at its nice 15 beside the learner (a four-cell fleet's late
         steps were mostly ``transport``, docs/fleet.md). Only the client: the child itself is started on this
         thread, since it dies with the thread that started it (PR_SET_PDEATHSIG is per thread)."""
-        return make() if self.isolation is None else call_with_loop_isolation(self.isolation, make)
+        return call_with_loop_isolation(self.isolation, make)
 
     @property
     def dead(self) -> bool:

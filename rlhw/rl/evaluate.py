@@ -138,9 +138,7 @@ class OpenEnv:
         # a served arm's client is made under the loop's isolation, as an env worker makes it: grpc's threads carry
         # every step, and made here at the CLI's priority they would wait behind what the loop outranks
         isolation = config.cluster.node_env(0).isolation
-        self.transport = EnvTransport(
-            config, robot_rank, log, f"rlhw-eval-env{robot_rank}", single=True, isolation=isolation
-        )
+        self.transport = EnvTransport(config, robot_rank, log, f"rlhw-eval-env{robot_rank}", isolation, single=True)
         self.view: BatchView = self.transport.open()
         self.env, self.server, self.spec = self.transport.env, self.transport.server, self.view.spec
 

@@ -142,9 +142,7 @@ class EnvWorker(Worker):
         self.loop_isolation: dict | None = None  # what took effect in the loop thread (its start sets it)
         self.gc_guard = GcGuard()
         log = self.run_dir / "logs" / f"env{self.rank}-server.log"
-        self.transport = EnvTransport(
-            config, self.robot_rank, log, f"rlhw-train-env{self.rank}", isolation=self.isolation
-        )
+        self.transport = EnvTransport(config, self.robot_rank, log, f"rlhw-train-env{self.rank}", self.isolation)
         self.recorders = episode_recorders(config, self.run_dir, self.rank)
         # a refused step (the server's refusal, or in process what the server would refuse) ends the running
         # episode(s) there; the view changes when the server is restarted, hence the lambda
